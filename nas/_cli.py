@@ -1,0 +1,47 @@
+"""Hydra glue shared by the entry points: config registration, user-facing errors, tables."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nas.config import CONF_DIR, register_configs
+
+__all__ = ["fmt_table", "hydra_app", "user_errors"]
+
+register_configs()
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Turn the library's ValueError/FileNotFoundError into a one-line message and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError, KeyError) as e:
+            logging.getLogger("nas").debug("error", exc_info=True)
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper
+
+
+def hydra_app(config_name: str) -> Callable:
+    """``hydra.main`` with the repository's conf/ as the config root."""
+    import hydra
+
+    return hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
+
+
+def fmt_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    line = "  ".join("-" * w for w in widths)
+    out = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells[0], widths))), line]
+    for r in cells[1:]:
+        out.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(out)

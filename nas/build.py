@@ -1,0 +1,196 @@
+"""Arch -> torch ``nn.Module``, made from timm's layers and blocks.
+
+Each layer of an ``Arch`` (stem, body blocks, head) becomes one module built by
+``build_layer``; the same function builds the standalone graphs the profiler measures, so a
+table entry and the block inside a whole network are the same module.
+
+timm provides the blocks (``ConvBnAct``, ``DepthwiseSeparableConv``, ``InvertedResidual``,
+``EdgeResidual``, ``SqueezeExcite``, ``MobileAttention``) and layers (``create_conv2d``,
+``BatchNormAct2d``, ``ConvMlp``, ``ConvNormAct``, activation factories); this module only wires
+them to the spec and checks that timm produced exactly the channels the spec names.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from timm.layers import (
+    BatchNormAct2d,
+    ConvMlp,
+    ConvNormAct,
+    SelectAdaptivePool2d,
+    create_conv2d,
+    get_act_layer,
+)
+from timm.models._efficientnet_blocks import (
+    ConvBnAct,
+    DepthwiseSeparableConv,
+    EdgeResidual,
+    InvertedResidual,
+    MobileAttention,
+    SqueezeExcite,
+)
+from torch import nn
+
+from nas.arch import (
+    SE,
+    Arch,
+    AttentionBlock,
+    BlockKey,
+    ConvBlock,
+    DSConvBlock,
+    FusedMBConvBlock,
+    Head,
+    MBConvBlock,
+)
+
+__all__ = ["ArchNet", "AttentionLayer", "HeadLayer", "build", "build_layer"]
+
+
+def _act(name: str) -> type[nn.Module]:
+    return get_act_layer(name)
+
+
+def _se_layer(se: SE | None):
+    if se is None:
+        return None
+    return partial(
+        SqueezeExcite,
+        rd_channels=se.channels,
+        gate_layer=se.gate,
+        force_act_layer=_act(se.act) if se.act else None,
+    )
+
+
+class AttentionLayer(nn.Module):
+    """Input projection (when needed) + timm ``MobileAttention`` + pre-norm ``ConvMlp``."""
+
+    def __init__(self, in_ch: int, block: AttentionBlock) -> None:
+        super().__init__()
+        e = block.out_ch
+        if block.needs_proj(in_ch):
+            self.proj = ConvNormAct(
+                in_ch, e, block.proj_kernel, stride=block.stride, act_layer=_act(block.proj_act)
+            )
+        else:
+            self.proj = nn.Identity()
+        self.attn = MobileAttention(
+            e, e, num_heads=block.heads, layer_scale_init_value=None, act_layer=_act(block.act)
+        )
+        self.norm2 = nn.BatchNorm2d(e)
+        self.mlp = ConvMlp(e, block.mlp_hidden, act_layer=_act(block.act))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        x = self.attn(x)  # norm -> attention -> residual
+        return x + self.mlp(self.norm2(x))
+
+
+class HeadLayer(nn.Module):
+    """Classifier head in one of three styles (see ``nas.arch.Head``)."""
+
+    def __init__(self, in_ch: int, head: Head, drop_rate: float = 0.0) -> None:
+        super().__init__()
+        self.style = head.style
+        act = _act(head.act)
+        if head.style == "conv_pool":  # EfficientNet
+            self.conv_head = create_conv2d(in_ch, head.hidden, 1)
+            self.bn2 = BatchNormAct2d(head.hidden, act_layer=act)
+            self.global_pool = SelectAdaptivePool2d(pool_type="avg", flatten=True)
+            feats = head.hidden
+        elif head.style == "pool_conv":  # MobileNetV3
+            self.global_pool = SelectAdaptivePool2d(pool_type="avg")
+            self.conv_head = create_conv2d(in_ch, head.hidden, 1, bias=head.bias)
+            self.act2 = act(inplace=True)
+            self.flatten = nn.Flatten(1)
+            feats = head.hidden
+        else:
+            self.global_pool = SelectAdaptivePool2d(pool_type="avg", flatten=True)
+            feats = in_ch
+        self.drop = nn.Dropout(drop_rate) if drop_rate else nn.Identity()
+        self.classifier = nn.Linear(feats, head.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.style == "conv_pool":
+            x = self.global_pool(self.bn2(self.conv_head(x)))
+        elif self.style == "pool_conv":
+            x = self.flatten(self.act2(self.conv_head(self.global_pool(x))))
+        else:
+            x = self.global_pool(x)
+        return self.classifier(self.drop(x))
+
+
+def _exp_ratio(in_ch: int, mid_ch: int, block) -> float:
+    if mid_ch % 8:
+        raise ValueError(
+            f"{block.label()}: mid_ch={mid_ch} is not a multiple of 8; timm's blocks round "
+            f"expansion channels to multiples of 8"
+        )
+    return mid_ch / in_ch
+
+
+def build_layer(key: BlockKey, *, drop_path_rate: float = 0.0, drop_rate: float = 0.0) -> nn.Module:
+    """Build the module for one layer (stem, body block or head) at its input shape."""
+    b, in_ch = key.block, key.in_ch
+    dp = {"drop_path_rate": drop_path_rate} if drop_path_rate else {}
+    if isinstance(b, ConvBlock):
+        m = ConvBnAct(in_ch, b.out_ch, b.kernel, stride=b.stride, skip=b.skip, act_layer=_act(b.act), **dp)
+    elif isinstance(b, DSConvBlock):
+        m = DepthwiseSeparableConv(
+            in_ch, b.out_ch, dw_kernel_size=b.kernel, stride=b.stride, noskip=b.noskip,
+            pw_act=b.pw_act, act_layer=_act(b.act), se_layer=_se_layer(b.se), **dp,
+        )
+    elif isinstance(b, MBConvBlock):
+        m = InvertedResidual(
+            in_ch, b.out_ch, dw_kernel_size=b.kernel, stride=b.stride, noskip=b.noskip,
+            exp_ratio=_exp_ratio(in_ch, b.mid_ch, b), act_layer=_act(b.act), se_layer=_se_layer(b.se), **dp,
+        )
+        _check_channels(b, m.conv_pw.out_channels, b.mid_ch)
+    elif isinstance(b, FusedMBConvBlock):
+        m = EdgeResidual(
+            in_ch, b.out_ch, exp_kernel_size=b.kernel, stride=b.stride, noskip=b.noskip,
+            exp_ratio=_exp_ratio(in_ch, b.mid_ch, b), act_layer=_act(b.act), se_layer=_se_layer(b.se), **dp,
+        )
+        _check_channels(b, m.conv_exp.out_channels, b.mid_ch)
+    elif isinstance(b, AttentionBlock):
+        m = AttentionLayer(in_ch, b)
+    elif isinstance(b, Head):
+        m = HeadLayer(in_ch, b, drop_rate=drop_rate)
+    else:
+        raise ValueError(f"no builder for block kind {b.kind!r} ({type(b).__name__})")
+    return m
+
+
+def _check_channels(block, got: int, want: int) -> None:
+    if got != want:
+        raise ValueError(f"{block.label()}: timm built {got} mid channels, the spec says {want}")
+
+
+class ArchNet(nn.Module):
+    """The network an ``Arch`` describes: ``stem`` -> ``blocks`` -> ``head``."""
+
+    def __init__(self, arch: Arch, *, drop_rate: float = 0.0, drop_path_rate: float = 0.0) -> None:
+        super().__init__()
+        self.arch = arch
+        keys = arch.keys()
+        n = max(len(keys) - 2, 1)
+        self.stem = build_layer(keys[0])
+        self.blocks = nn.Sequential(
+            *[
+                build_layer(k, drop_path_rate=drop_path_rate * i / n)
+                for i, k in enumerate(keys[1:-1])
+            ]
+        )
+        self.head = build_layer(keys[-1], drop_rate=drop_rate)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.stem(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.forward_features(x))
+
+
+def build(arch: Arch, **kwargs) -> ArchNet:
+    """Build ``arch`` as a torch module (weights freshly initialised)."""
+    return ArchNet(arch, **kwargs)

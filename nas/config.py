@@ -1,0 +1,94 @@
+"""Hydra config schemas (dataclasses): typos and wrong types fail when the config is composed.
+
+Hydra's config root is the repository's ``conf/`` folder.  Targets are the ``conf`` group
+(``conf/conf/<name>.yaml``), selected with ``conf=<name>``; each is checked against
+``TargetConfig``.  Primary configs (``conf/space.yaml``, ...) start from a schema stored here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+__all__ = [
+    "CONF_DIR", "DeviceConfig", "MeasureConfig", "ProfileAppConfig", "SpaceAppConfig", "TargetConfig",
+    "register_configs",
+]
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+@dataclass
+class DeviceConfig:
+    """The target device, and its published peak figures for the roofline estimate."""
+
+    name: str = MISSING  # e.g. "Jetson AGX Orin 64GB"
+    kind: str = MISSING  # cpu | gpu | jetson
+    description: str = ""
+    peak_gflops: float = MISSING  # at the target precision, from the vendor's spec sheet
+    mem_bandwidth_gbs: float = MISSING
+    overhead_us: float = 5.0  # fixed cost per layer (kernel launch, dispatch)
+    spec_source: str = ""  # where the peak figures come from
+
+
+@dataclass
+class TargetConfig:
+    """One deployment target: ``conf=<name>``."""
+
+    name: str = MISSING
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt
+    provider: str = "CPUExecutionProvider"  # onnxruntime execution provider
+    precision: str = "fp32"  # fp32 | fp16 | int8
+    batch: int = 1
+    threads: int = 1
+    resolution: int | None = None  # deployment resolution; None = the space's own
+    latency_budget_ms: float = MISSING
+    table: str | None = None  # file in latency_tables/ (or a path); None = roofline estimate
+
+
+@dataclass
+class SpaceAppConfig:
+    """``python -m nas.space``: summarise the shipped spaces or one space."""
+
+    search_space: str | None = None  # a name in search_spaces/ or a YAML path; None = all
+    samples: int = 200  # seeded sample for the params / MACs statistics
+    seed: int = 0
+
+
+@dataclass
+class MeasureConfig:
+    """How each block is timed (see ``nas.latency.profiler.ProfileSettings``)."""
+
+    warmup: int = 10
+    repeats: int = 50
+    min_time_s: float = 0.1
+    max_spread: float = 0.2  # (p90 - p10) / median above this is re-measured
+    remeasure: int = 2
+    save_every_s: float = 2.0
+
+
+@dataclass
+class ProfileAppConfig:
+    """``python -m nas.profile conf=<target>``: measure the blocks of the spaces into a table."""
+
+    conf: TargetConfig = MISSING
+    search_space: list[str] | None = None  # names or YAML paths; None = every shipped space
+    resolution: int | None = None  # overrides the target's deployment resolution
+    out: str | None = None  # table path; None = latency_tables/<conf.table>
+    bundle: str | None = None  # write a device bundle to this folder instead of measuring
+    import_bundle: str | None = None  # a bundle's results.json to import into the table
+    allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
+    limit: int | None = None  # measure at most this many blocks this run
+    progress: bool = True
+    profile: MeasureConfig = field(default_factory=MeasureConfig)
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="_target_schema", node=TargetConfig)
+    cs.store(name="_space_schema", node=SpaceAppConfig)
+    cs.store(name="_profile_schema", node=ProfileAppConfig)

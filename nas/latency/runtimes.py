@@ -1,0 +1,377 @@
+"""Inference runtimes behind one interface, for measuring blocks and whole networks.
+
+``get_runtime(target)`` returns a ``Runtime`` for a target config.  ``Runtime.prepare(module,
+in_shape)`` returns a zero-argument callable that runs one inference (synchronously: GPU work is
+waited for), which ``measure`` times.  Runtimes:
+
+- ``onnxruntime``: CPU, CUDA or TensorRT execution provider; fp32, fp16 (TensorRT EP) or int8
+  (QDQ static quantization, u8 activations / s8 per-channel weights, reduce_range).
+- ``torch``: eager on CPU or CUDA (fp32, fp16 on CUDA).
+- ``torch_compile``: ``torch.compile`` of the same.
+- ``tensorrt``: a TensorRT engine built from the ONNX graph (needs ``tensorrt`` and CUDA).
+
+A runtime that is not installed (or has no device) raises ``RuntimeUnavailable`` naming what
+to install.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "RUNTIMES",
+    "OnnxRuntime",
+    "Runtime",
+    "RuntimeUnavailable",
+    "TensorRTRuntime",
+    "TorchCompileRuntime",
+    "TorchRuntime",
+    "device_identity",
+    "get_runtime",
+    "measure",
+]
+
+RUNTIMES: dict[str, type[Runtime]] = {}
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime, provider or device a target asks for is not available here."""
+
+
+def _register(name: str):
+    def deco(cls):
+        if name in RUNTIMES:
+            raise ValueError(f"runtime {name!r} registered twice")
+        cls.name = name
+        RUNTIMES[name] = cls
+        return cls
+
+    return deco
+
+
+# --------------------------------------------------------------------------------------------
+# device identity
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_flags() -> list[str]:
+    interesting = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile",
+                   "amx_int8", "amx_bf16", "asimd", "asimddp", "sve", "neon"}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    m = re.search(r"^(flags|Features)\s*:\s*(.*)$", text, re.M)
+    return sorted(set(m.group(2).split()) & interesting) if m else []
+
+
+def _nvidia_smi(query: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _jetpack() -> str | None:
+    p = Path("/etc/nv_tegra_release")
+    if p.is_file():
+        return p.read_text().splitlines()[0].strip()
+    return None
+
+
+def device_identity(kind: str = "cpu") -> dict[str, Any]:
+    """What this machine is, for table metadata: CPU model and flags, GPU name, driver, JetPack."""
+    ident: dict[str, Any] = {
+        "kind": kind,
+        "cpu": _cpu_name(),
+        "cpu_flags": _cpu_flags(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "os": platform.platform(),
+        "gpu": None,
+        "driver": None,
+        "jetpack": _jetpack(),
+    }
+    if kind in ("gpu", "jetson") and torch.cuda.is_available():
+        ident["gpu"] = torch.cuda.get_device_name(0)
+        ident["cuda"] = torch.version.cuda
+    if kind in ("gpu", "jetson"):
+        ident["gpu"] = ident["gpu"] or _nvidia_smi("name")
+        ident["driver"] = _nvidia_smi("driver_version")
+    ident["name"] = ident["gpu"] if kind in ("gpu", "jetson") and ident["gpu"] else ident["cpu"]
+    return ident
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+
+
+def measure(run: Callable[[], Any], *, warmup: int = 10, repeats: int = 50, min_time_s: float = 0.05,
+            max_repeats: int = 2000) -> np.ndarray:
+    """Time ``run``: ``warmup`` calls, then at least ``repeats`` timed calls and ``min_time_s``.
+
+    Returns the per-call times in milliseconds.
+    """
+    for _ in range(warmup):
+        run()
+    times = []
+    t_end = time.perf_counter() + min_time_s
+    while len(times) < repeats or (time.perf_counter() < t_end and len(times) < max_repeats):
+        t0 = time.perf_counter_ns()
+        run()
+        times.append(time.perf_counter_ns() - t0)
+    return np.asarray(times, dtype=np.float64) / 1e6
+
+
+def summarize_times(ms: np.ndarray) -> dict[str, float]:
+    return {
+        "median_ms": float(statistics.median(ms)),
+        "p10_ms": float(np.percentile(ms, 10)),
+        "p90_ms": float(np.percentile(ms, 90)),
+        "n": int(len(ms)),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class Runtime(ABC):
+    """One way to run a network on a device.  Construct via ``get_runtime(target)``."""
+
+    name: str = ""
+    precisions: tuple[str, ...] = ("fp32",)
+
+    def __init__(self, *, provider: str = "", precision: str = "fp32", threads: int = 1, batch: int = 1,
+                 device_kind: str = "cpu") -> None:
+        if precision not in self.precisions:
+            raise RuntimeUnavailable(
+                f"runtime {self.name!r} does not support precision {precision!r}; it supports "
+                f"{', '.join(self.precisions)}"
+            )
+        self.provider, self.precision, self.threads, self.batch = provider, precision, threads, batch
+        self.device_kind = device_kind
+        self.check()
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise ``RuntimeUnavailable`` (naming what to install) if this cannot run here."""
+
+    @abstractmethod
+    def version(self) -> str: ...
+
+    @abstractmethod
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+        """A zero-argument callable running one synchronous inference at batch ``self.batch``."""
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version(), "provider": self.provider}
+
+    def overhead_runner(self, in_shape: tuple[int, int, int] = (8, 8, 8)) -> Callable[[], Any]:
+        """A runner for an (almost) empty graph: the fixed cost of one call."""
+        return self.prepare(_Tiny(), in_shape)
+
+    def _input(self, in_shape: tuple[int, int, int]) -> torch.Tensor:
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(self.batch, *in_shape, generator=g)
+
+
+class _Tiny(nn.Module):
+    """The smallest graph every runtime accepts: one elementwise op."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 1.5
+
+
+@_register("onnxruntime")
+class OnnxRuntime(Runtime):
+    precisions = ("fp32", "fp16", "int8")
+    _PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
+
+    def check(self) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise RuntimeUnavailable("onnxruntime is not installed: pip install onnxruntime "
+                                     "(onnxruntime-gpu for the CUDA / TensorRT providers)") from None
+        if self.provider not in self._PROVIDERS:
+            raise RuntimeUnavailable(f"unknown onnxruntime provider {self.provider!r}; use one of {self._PROVIDERS}")
+        if self.provider not in ort.get_available_providers():
+            hint = {"CUDAExecutionProvider": "pip install onnxruntime-gpu (and a CUDA GPU)",
+                    "TensorrtExecutionProvider": "pip install onnxruntime-gpu with TensorRT libraries on the path"}
+            raise RuntimeUnavailable(
+                f"onnxruntime provider {self.provider} is not available here (available: "
+                f"{', '.join(ort.get_available_providers())}); {hint.get(self.provider, '')}"
+            )
+        if self.precision == "fp16" and self.provider != "TensorrtExecutionProvider":
+            raise RuntimeUnavailable("fp16 with onnxruntime is supported through the TensorRT provider only")
+
+    def version(self) -> str:
+        import onnxruntime as ort
+
+        return ort.__version__
+
+    def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int]) -> bytes:
+        from nas.onnx_utils import export_onnx, quantize_qdq
+
+        x = self._input(in_shape)
+        data = export_onnx(module, x)
+        if self.precision == "int8":
+            data = quantize_qdq(data, [self._input(in_shape).numpy() for _ in range(4)])
+        return data
+
+    def session(self, data: bytes):
+        from nas.onnx_utils import ort_session
+
+        providers: list[Any] = [self.provider]
+        if self.provider == "TensorrtExecutionProvider":
+            providers = [(self.provider, {"trt_fp16_enable": self.precision == "fp16",
+                                          "trt_int8_enable": False}), "CUDAExecutionProvider"]
+        return ort_session(data, threads=self.threads, providers=providers)
+
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+        return self.runner_for_onnx(self.onnx_bytes(module, in_shape), in_shape)
+
+    def runner_for_onnx(self, data: bytes, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+        sess = self.session(data)
+        feed = {sess.get_inputs()[0].name: self._input(in_shape).numpy()}
+        run = sess.run
+        return lambda: run(None, feed)
+
+
+@_register("torch")
+class TorchRuntime(Runtime):
+    precisions = ("fp32", "fp16")
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.device_kind in ("gpu", "jetson") else "cpu"
+
+    def check(self) -> None:
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeUnavailable("torch has no CUDA device here: install a CUDA build of torch on a GPU machine")
+        if self.precision == "fp16" and self.device == "cpu":
+            raise RuntimeUnavailable("torch fp16 is measured on CUDA only")
+
+    def version(self) -> str:
+        return torch.__version__
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version(), "provider": self.device}
+
+    def _module(self, module: nn.Module) -> nn.Module:
+        module = module.eval().to(self.device)
+        return module.half() if self.precision == "fp16" else module
+
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+        torch.set_num_threads(self.threads)
+        m = self._module(module)
+        x = self._input(in_shape).to(self.device)
+        x = x.half() if self.precision == "fp16" else x
+        sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
+
+        def run() -> None:
+            with torch.inference_mode():
+                m(x)
+            sync()
+
+        return run
+
+
+@_register("torch_compile")
+class TorchCompileRuntime(TorchRuntime):
+    def _module(self, module: nn.Module) -> nn.Module:
+        return torch.compile(super()._module(module), dynamic=False)
+
+
+@_register("tensorrt")
+class TensorRTRuntime(Runtime):
+    precisions = ("fp32", "fp16", "int8")
+
+    def check(self) -> None:
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            raise RuntimeUnavailable(
+                "TensorRT is not installed: pip install tensorrt (or use JetPack's python3-libnvinfer), "
+                "or write a device bundle with `python -m nas.profile ... bundle=<dir>` and run it with trtexec"
+            ) from None
+        if not torch.cuda.is_available():
+            raise RuntimeUnavailable("TensorRT needs a CUDA device, and torch sees none here")
+
+    def version(self) -> str:
+        import tensorrt
+
+        return tensorrt.__version__
+
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:  # pragma: no cover
+        import tensorrt as trt
+
+        from nas.onnx_utils import export_onnx
+
+        x = self._input(in_shape)
+        data = export_onnx(module, x)
+        logger = trt.Logger(trt.Logger.ERROR)
+        builder = trt.Builder(logger)
+        network = builder.create_network(0)
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse(data):
+            raise RuntimeError("TensorRT could not parse the block: " + str(parser.get_error(0)))
+        config = builder.create_builder_config()
+        if self.precision == "fp16":
+            config.set_flag(trt.BuilderFlag.FP16)
+        elif self.precision == "int8":
+            config.set_flag(trt.BuilderFlag.INT8)
+        engine = trt.Runtime(logger).deserialize_cuda_engine(builder.build_serialized_network(network, config))
+        ctx = engine.create_execution_context()
+        xin = x.cuda()
+        out_name = engine.get_tensor_name(1)
+        out = torch.empty(tuple(engine.get_tensor_shape(out_name)), device="cuda")
+        ctx.set_tensor_address(engine.get_tensor_name(0), xin.data_ptr())
+        ctx.set_tensor_address(out_name, out.data_ptr())
+        stream = torch.cuda.Stream()
+
+        def run() -> None:
+            ctx.execute_async_v3(stream.cuda_stream)
+            stream.synchronize()
+
+        return run
+
+
+def get_runtime(target: dict[str, Any]) -> Runtime:
+    """The runtime a target config names (``runtime``, ``provider``, ``precision``, ...)."""
+    name = target.get("runtime", "onnxruntime")
+    if name not in RUNTIMES:
+        raise ValueError(f"unknown runtime {name!r}; valid runtimes: {', '.join(sorted(RUNTIMES))}")
+    return RUNTIMES[name](
+        provider=target.get("provider", "") or "",
+        precision=target.get("precision", "fp32"),
+        threads=int(target.get("threads", 1)),
+        batch=int(target.get("batch", 1)),
+        device_kind=(target.get("device") or {}).get("kind", "cpu"),
+    )

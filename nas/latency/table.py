@@ -1,0 +1,256 @@
+"""Latency lookup tables: a versioned JSON schema with truthful metadata.
+
+One table per (device, runtime, provider, precision, batch, threads).  A table file::
+
+    {
+      "schema": "hwnas.latency_table",
+      "schema_version": 1,
+      "metadata": {
+        "source": "measured",                 # only the profiler writes tables; never by hand
+        "target": "cpu",                      # the conf target it was measured for
+        "device": {"name": ..., "kind": "cpu", "cpu_flags": [...], "gpu": ..., "driver": ..., "jetpack": ...},
+        "runtime": {"name": "onnxruntime", "version": "1.31.1", "provider": "CPUExecutionProvider"},
+        "precision": "fp32", "batch": 1, "threads": 1,
+        "measurement": {"warmup": ..., "repeats": ..., "min_time_s": ..., "max_spread": ..., ...},
+        "call_overhead_ms": ...,              # cost of one runtime call on an empty graph
+        "created": ..., "updated": ..., "tool": {"name": "hwnas", "version": ...}, "host": {...}
+      },
+      "entries": [
+        {"key": {"block": {...}, "in": [C, H, W]}, "label": "ir_k3_s1_m96_c32_re@32x28x28",
+         "median_ms": ..., "p10_ms": ..., "p90_ms": ..., "n": ..., "remeasured": 0, "measured_at": ...},
+        ...
+      ]
+    }
+
+Loading validates the schema and raises ``TableError`` (a ``ValueError``) for a corrupt file, a
+wrong schema version or entries that do not parse.  ``check_target`` compares the metadata with
+a target and raises ``TableMismatchError`` unless explicitly allowed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nas._io import atomic_write_json
+from nas.arch import BlockKey
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TABLES_DIR",
+    "Entry",
+    "LatencyTable",
+    "TableError",
+    "TableMismatchError",
+    "resolve_table_path",
+]
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "hwnas.latency_table"
+SCHEMA_VERSION = 1
+TABLES_DIR = Path(__file__).resolve().parent.parent.parent / "latency_tables"
+_REQUIRED_META = ("source", "device", "runtime", "precision", "batch", "threads", "measurement")
+# metadata fields that must agree with the target for a table to be used for it
+MATCH_FIELDS = ("runtime.name", "runtime.provider", "precision", "batch", "threads", "device.name")
+
+
+class TableError(ValueError):
+    """A table file that cannot be used: corrupt, wrong schema, malformed entries."""
+
+
+class TableMismatchError(TableError):
+    """A valid table whose metadata does not match the requested target."""
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One measured block: latency statistics in milliseconds."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    n: int
+    remeasured: int = 0
+    measured_at: str = ""
+
+    @property
+    def spread(self) -> float:
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "n": self.n,
+            "remeasured": self.remeasured, "measured_at": self.measured_at,
+        }
+
+
+@dataclass
+class LatencyTable:
+    """Block key -> measured latency, with the metadata that says where it was measured."""
+
+    metadata: dict[str, Any]
+    entries: dict[BlockKey, Entry] = field(default_factory=dict)
+    path: Path | None = None
+
+    # ------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def __iter__(self) -> Iterator[BlockKey]:
+        return iter(self.entries)
+
+    def get(self, key: BlockKey) -> Entry | None:
+        return self.entries.get(key)
+
+    def missing(self, keys: Iterable[BlockKey]) -> list[BlockKey]:
+        return [k for k in keys if k not in self.entries]
+
+    @property
+    def source(self) -> str:
+        return str(self.metadata.get("source", "unknown"))
+
+    def describe(self) -> str:
+        m = self.metadata
+        rt = m.get("runtime", {})
+        return (
+            f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')} "
+            f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}, {m.get('precision')}, "
+            f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries"
+        )
+
+    # ------------------------------------------------------------------------------------
+    def add(self, key: BlockKey, entry: Entry) -> None:
+        self.entries[key] = entry
+
+    def to_dict(self) -> dict[str, Any]:
+        ents = []
+        for k, e in self.entries.items():
+            ents.append({"key": k.to_dict(), "label": str(k), **e.to_dict()})
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": self.metadata, "entries": ents}
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Atomic: a crash or Ctrl-C mid-write leaves the previous file intact."""
+        p = Path(path) if path is not None else self.path
+        if p is None:
+            raise ValueError("LatencyTable.save needs a path")
+        self.metadata["updated"] = now_iso()
+        atomic_write_json(p, self.to_dict(), indent=None)
+        self.path = p
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> LatencyTable:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"latency table not found: {p}")
+        try:
+            data = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TableError(f"{p}: corrupt latency table (not valid JSON: {e})") from None
+        return cls.from_dict(data, source=str(p), path=p)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<dict>", path: Path | None = None) -> LatencyTable:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise TableError(f"{source}: not a hwnas latency table (missing \"schema\": \"{SCHEMA}\")")
+        ver = data.get("schema_version")
+        if ver != SCHEMA_VERSION:
+            raise TableError(
+                f"{source}: latency table schema version {ver!r} is not supported (this hwnas reads "
+                f"version {SCHEMA_VERSION}); re-measure it with `python -m nas.profile`"
+            )
+        meta = data.get("metadata")
+        if not isinstance(meta, dict):
+            raise TableError(f"{source}: corrupt latency table: 'metadata' is missing or not a mapping")
+        missing = [k for k in _REQUIRED_META if k not in meta]
+        if missing:
+            raise TableError(f"{source}: corrupt latency table: metadata lacks {missing}")
+        ents = data.get("entries")
+        if not isinstance(ents, list):
+            raise TableError(f"{source}: corrupt latency table: 'entries' is missing or not a list")
+        table = cls(metadata=meta, path=path)
+        for i, e in enumerate(ents):
+            try:
+                key = BlockKey.from_dict(e["key"])
+                entry = Entry(
+                    median_ms=float(e["median_ms"]), p10_ms=float(e["p10_ms"]), p90_ms=float(e["p90_ms"]),
+                    n=int(e["n"]), remeasured=int(e.get("remeasured", 0)), measured_at=str(e.get("measured_at", "")),
+                )
+            except (KeyError, TypeError, ValueError) as err:
+                raise TableError(f"{source}: corrupt latency table: entry {i} is malformed ({err})") from None
+            if not entry.median_ms > 0:
+                raise TableError(f"{source}: corrupt latency table: entry {i} ({key}) has median_ms={entry.median_ms}")
+            table.entries[key] = entry
+        return table
+
+    # ------------------------------------------------------------------------------------
+    def check_target(self, target: dict[str, Any], *, allow_mismatch: bool = False) -> list[str]:
+        """Compare metadata with a target config; raise ``TableMismatchError`` on a difference.
+
+        With ``allow_mismatch=True`` the differences are logged and returned instead.
+        """
+        want = {
+            "runtime.name": target.get("runtime"),
+            "runtime.provider": target.get("provider"),
+            "precision": target.get("precision"),
+            "batch": target.get("batch"),
+            "threads": target.get("threads"),
+            "device.name": (target.get("device") or {}).get("name"),
+        }
+        diffs = []
+        for f in MATCH_FIELDS:
+            got: Any = self.metadata
+            for part in f.split("."):
+                got = got.get(part) if isinstance(got, dict) else None
+            if want[f] is not None and got != want[f]:
+                diffs.append(f"{f}: table has {got!r}, target {target.get('name', '?')!r} wants {want[f]!r}")
+        if diffs and not allow_mismatch:
+            raise TableMismatchError(
+                f"{self.path or 'latency table'} does not match target {target.get('name', '?')!r}: "
+                + "; ".join(diffs)
+                + ". Measure a table for this target with `python -m nas.profile conf=<target>`, "
+                "or pass allow_mismatch=true to use it anyway (predictions will be marked mismatched)."
+            )
+        for d in diffs:
+            log.warning("latency table mismatch (allowed): %s", d)
+        return diffs
+
+
+class Throttle:
+    """Calls ``fn`` at most every ``seconds`` (and always on ``flush``)."""
+
+    def __init__(self, fn, seconds: float = 2.0) -> None:
+        self.fn, self.seconds, self._last, self._dirty = fn, seconds, 0.0, False
+
+    def __call__(self) -> None:
+        self._dirty = True
+        if time.monotonic() - self._last >= self.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._dirty:
+            self.fn()
+            self._last, self._dirty = time.monotonic(), False
+
+
+def resolve_table_path(name: str | Path) -> Path:
+    """A bare file name is looked up in latency_tables/; anything else is a path."""
+    p = Path(name)
+    if p.parent == Path(".") and not p.exists():
+        return TABLES_DIR / p.name
+    return p

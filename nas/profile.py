@@ -1,0 +1,91 @@
+"""``python -m nas.profile conf=<target>``: build the latency table on the device.
+
+Thin Hydra entry point: parse the config, call ``nas.latency``, print a summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from nas._cli import hydra_app, user_errors
+
+log = logging.getLogger("nas.profile")
+
+
+@user_errors
+def run(cfg: DictConfig) -> dict:
+    from nas.latency.bundle import import_bundle, write_bundle
+    from nas.latency.profiler import ProfileSettings, new_metadata, profile_blocks
+    from nas.latency.runtimes import device_identity, get_runtime
+    from nas.latency.table import LatencyTable, resolve_table_path
+    from nas.space import list_spaces, load_space
+
+    target = OmegaConf.to_container(cfg.conf, resolve=True)
+    settings = ProfileSettings(**OmegaConf.to_container(cfg.profile))
+    out = Path(cfg.out) if cfg.out else resolve_table_path(target["table"] or f"{target['name']}.json")
+    names = [n.strip() for n in cfg.search_space.split(",") if n.strip()] if cfg.search_space else list_spaces()
+    resolution = cfg.resolution or target.get("resolution")
+    keys = []
+    for n in names:
+        keys += load_space(n).unique_blocks(resolution=resolution)
+    keys = list(dict.fromkeys(keys))
+    where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
+
+    if cfg.bundle:
+        manifest = write_bundle(keys, target, cfg.bundle, settings=settings, progress=cfg.progress)
+        print(f"wrote a bundle of {len(keys)} blocks ({where}) to {manifest.parent}\n"
+              f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py\n"
+              f"then here:      python -m nas.profile conf={target['name']} "
+              f"import_bundle={manifest.parent}/results.json")
+        return {"bundle": str(manifest.parent), "blocks": len(keys)}
+
+    table = LatencyTable.load(out) if out.is_file() else None
+    if cfg.import_bundle:
+        table = import_bundle(cfg.import_bundle, table)
+        table.check_target(target, allow_mismatch=cfg.allow_mismatch)
+        table.save(out)
+        print(f"imported {cfg.import_bundle} into {out}: {table.describe()}")
+        return {"table": str(out), "entries": len(table)}
+
+    here = device_identity((target.get("device") or {}).get("kind", "cpu"))["name"]
+    want = (target.get("device") or {}).get("name")
+    if want and here != want and not cfg.allow_mismatch:
+        raise ValueError(
+            f"this machine is {here!r} but target {target['name']!r} is {want!r}: run nas.profile on the device, "
+            f"or write a bundle for it (bundle=<dir>), or pass allow_mismatch=true to measure here anyway"
+        )
+    runtime = get_runtime(target)
+    if table is None:
+        table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=out)
+        if want and here != want:
+            table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} (allow_mismatch)"
+    else:
+        table.check_target({**target, "device": {"name": here}}, allow_mismatch=cfg.allow_mismatch)
+    missing = len(table.missing(keys))
+    print(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
+          f"on {here} with {runtime.name} {runtime.version()} ({target.get('provider')}, {runtime.precision}, "
+          f"batch {runtime.batch}, {runtime.threads} thread(s))", flush=True)
+    try:
+        rep = profile_blocks(keys, runtime, table, settings=settings, path=out, progress=cfg.progress,
+                             limit=cfg.limit)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {len(table)} entries are saved in {out}; run the same command again to continue",
+              file=sys.stderr)
+        sys.exit(130)
+    print(f"measured {rep.measured} blocks in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
+          f"{rep.remeasured} re-measured for noise; table: {table.describe()} -> {out}")
+    return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
+            "entries": len(table), "requested": rep.requested}
+
+
+@hydra_app("profile")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

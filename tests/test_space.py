@@ -1,0 +1,191 @@
+import itertools
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from nas.arch import Arch
+from nas.space import SPACES_DIR, SpaceError, list_spaces, load_space
+
+SHIPPED = list_spaces()
+
+MINI = {
+    "name": "mini",
+    "input": {"channels": 1, "resolution": 16},
+    "num_classes": 3,
+    "channel_multiple": 8,
+    "stem": {"width": [8], "kernel": 3, "stride": 2, "act": "relu"},
+    "stages": [
+        {"kind": "ir", "depth": [1, 2], "width": [8, 16], "kernel": [3, 5], "expansion": [2], "se": [False, True],
+         "stride": 2, "act": "relu"},
+        {"kind": "attn", "depth": [1], "width": [16], "heads": [1, 2], "mlp_ratio": [2], "stride": 1},
+    ],
+    "head": {"style": "pool"},
+}
+
+
+def write(tmp_path: Path, cfg: dict, name: str = "space.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return p
+
+
+def test_shipped_spaces_exist():
+    assert {"mbv3", "hybrid", "tiny"} <= set(SHIPPED)
+    assert load_space("tiny").resolution == 32
+    assert load_space("mbv3").resolution == 224
+    hybrid = load_space("hybrid")
+    assert hybrid.channel_multiple == 16
+    assert any(st.kind == "attn" and len(st.options["heads"]) > 1 for st in hybrid.stages)
+
+
+def test_load_by_path_and_unknown_name(tmp_path):
+    p = write(tmp_path, MINI)
+    assert load_space(str(p)).name == "mini"
+    with pytest.raises(SpaceError, match="unknown search space 'nope'.*hybrid, mbv3, tiny"):
+        load_space("nope")
+    with pytest.raises(SpaceError, match="search space file not found"):
+        load_space(tmp_path / "missing.yaml")
+
+
+def _mutate(path: str, value):
+    import copy
+
+    cfg = copy.deepcopy(MINI)
+    node = cfg
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if k.isdigit() else node[k]
+    last = keys[-1]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        # a width that is not a multiple of channel_multiple
+        ("stages.0.width", [8, 20], "stages[0].width: width 20 is not a multiple of channel_multiple=8"),
+        # heads that do not divide the embed dim
+        ("stages.1.heads", [3], "stages[1].heads: 3 heads do not divide the embed dim (width) 16"),
+        # a head dim that is not a multiple of 8
+        ("stages.1.heads", [4], "stages[1].heads: 4 heads on embed dim 16 give head dim 4, not a multiple of 8"),
+        # an even or non-positive kernel
+        ("stages.0.kernel", [3, 4], "stages[0].kernel: kernel 4 must be a positive odd integer"),
+        ("stages.0.kernel", [-3], "stages[0].kernel: kernel -3 must be a positive odd integer"),
+        # an unknown block kind
+        ("stages.0.kind", "resnet", "stages[0].kind: unknown block kind 'resnet'; allowed: conv, ds, ir, fused, attn"),
+        # an empty choice list
+        ("stages.0.expansion", [], "stages[0].expansion: empty choice list"),
+        # an unknown key
+        ("stages.0.kernal", [3], "stages[0]: unknown key 'kernal'"),
+        ("widht", 3, "top level: unknown key 'widht'"),
+        # and a few more that would otherwise fail later
+        ("channel_multiple", 12, "channel_multiple: value 12 must be 8 or 16"),
+        ("stages.0.stride", 3, "stages[0].stride: stride 3 must be 1 or 2"),
+        ("stages.0.act", "tanh", "stages[0].act: unknown activation 'tanh'"),
+        ("stages.0.depth", KeyError, "stages[0]: missing required key 'depth'"),
+    ],
+)
+def test_invalid_space_messages(tmp_path, path, value, expected):
+    p = write(tmp_path, _mutate(path, value), "bad_space.yaml")
+    with pytest.raises(SpaceError) as e:
+        load_space(p)
+    msg = str(e.value)
+    assert msg.startswith(str(p)), msg  # names the file
+    assert expected in msg, msg  # names the field and the bad value
+
+
+def test_unparseable_yaml(tmp_path):
+    p = tmp_path / "broken.yaml"
+    p.write_text("stages: [unclosed\n")
+    with pytest.raises(SpaceError, match="broken.yaml: cannot parse YAML"):
+        load_space(p)
+
+
+def test_size_matches_brute_force(tmp_path):
+    space = load_space(write(tmp_path, MINI))
+    choices = space.param_choices()
+    names = list(choices)
+    archs = {space.decode(dict(zip(names, vals))) for vals in itertools.product(*choices.values())}
+    assert space.size() == len(archs)
+    # and every block key they use is enumerated for profiling, nothing more
+    keys = {k for a in archs for k in a.keys()}
+    assert set(space.unique_blocks()) == keys
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_unique_blocks_cover_samples(name):
+    space = load_space(name)
+    unique = set(space.unique_blocks())
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a = space.random(rng)
+        assert set(a.keys()) <= unique
+    # at another resolution too (the deployment resolution may differ)
+    unique_r = set(space.unique_blocks(resolution=160))
+    assert set(space.random(1).keys(resolution=160)) <= unique_r
+    assert space.size() > 10**6
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_seeded_sampling_is_reproducible(name):
+    space = load_space(name)
+    assert space.random(7) == space.random(7)
+    assert len({space.random(s) for s in range(10)}) > 1
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_optuna_encoding_is_fixed_length(name):
+    space = load_space(name)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    archs = []
+    for _ in range(8):
+        t = study.ask()
+        archs.append(space.sample(t))
+        study.tell(t, 0.0)
+    names = [tuple(sorted(t.params)) for t in study.trials]
+    assert len(set(names)) == 1  # same parameters every trial, whatever the depths
+    assert set(names[0]) == set(space.param_choices())
+    for t, a in zip(study.trials, archs):
+        assert space.decode(t.params) == a
+
+
+def test_decode_baseline_params_and_enqueue():
+    space = load_space("tiny")
+    params = space.sample_params(3)
+    study = optuna.create_study()
+    study.enqueue_trial(params)
+    t = study.ask()
+    assert space.sample(t) == space.decode(params)
+    with pytest.raises(SpaceError, match="parameter s0_width=12 is not one of"):
+        space.decode({**params, "s0_width": 12})
+    with pytest.raises(SpaceError, match="unknown parameter 'bogus'"):
+        space.decode({**params, "bogus": 1})
+    p2 = dict(params)
+    del p2["s1_depth"]
+    with pytest.raises(SpaceError, match="missing parameter 's1_depth'"):
+        space.decode(p2)
+
+
+def test_channels_stay_multiples():
+    for name in SHIPPED:
+        space = load_space(name)
+        m = space.channel_multiple
+        for s in range(20):
+            a: Arch = space.random(s)
+            for b in a.blocks:
+                assert b.out_ch % m == 0
+                if hasattr(b, "mid_ch"):
+                    assert b.mid_ch % m == 0
+                if getattr(b, "se", None) is not None:
+                    assert b.se.channels % m == 0
+
+
+def test_shipped_files_are_in_search_spaces():
+    assert all((SPACES_DIR / f"{n}.yaml").is_file() for n in SHIPPED)
