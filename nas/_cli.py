@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nas.config import CONF_DIR, register_configs
+from nas.latency.runtimes import RuntimeUnavailable
 
 __all__ = ["fmt_table", "hydra_app", "user_errors"]
 
@@ -22,7 +23,7 @@ def user_errors(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, KeyError) as e:
+        except (ValueError, FileNotFoundError, KeyError, RuntimeUnavailable) as e:
             logging.getLogger("nas").debug("error", exc_info=True)
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)

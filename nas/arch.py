@@ -513,13 +513,21 @@ class Arch:
 
     def keys(self, resolution: int | None = None) -> list[BlockKey]:
         """Each layer at its input shape (at ``resolution`` if given, else the Arch's own)."""
-        r = self.resolution if resolution is None else resolution
+        if resolution is None or resolution == self.resolution:
+            cached = self.__dict__.get("_keys")
+            if cached is None:  # immutable, so computed once (predictors call this in hot loops)
+                cached = self._compute_keys(self.resolution)
+                object.__setattr__(self, "_keys", cached)
+            return list(cached)
+        return list(self._compute_keys(resolution))
+
+    def _compute_keys(self, r: int) -> tuple[BlockKey, ...]:
         shape = (self.in_chans, r, r)
         out = []
         for b in self.layers():
             out.append(BlockKey(b, *shape))
             shape = b.out_shape(shape)
-        return out
+        return tuple(out)
 
     def iter_shapes(self) -> Iterator[tuple[Block, tuple[int, int, int], tuple[int, int, int]]]:
         for k in self.keys():

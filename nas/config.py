@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 __all__ = [
-    "CONF_DIR", "DeviceConfig", "MeasureConfig", "ProfileAppConfig", "SpaceAppConfig", "TargetConfig",
+    "CONF_DIR", "DeviceConfig", "MeasureConfig", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
+    "TargetConfig", "ValidateAppConfig",
     "register_configs",
 ]
 
@@ -68,6 +70,7 @@ class MeasureConfig:
     min_time_s: float = 0.1
     max_spread: float = 0.2  # (p90 - p10) / median above this is re-measured
     remeasure: int = 2
+    rounds: int = 3  # passes over all blocks and networks, each in a fresh session; entry = median of rounds
     save_every_s: float = 2.0
 
 
@@ -76,13 +79,43 @@ class ProfileAppConfig:
     """``python -m nas.profile conf=<target>``: measure the blocks of the spaces into a table."""
 
     conf: TargetConfig = MISSING
-    search_space: list[str] | None = None  # names or YAML paths; None = every shipped space
+    search_space: Any = None  # a name or YAML path, or a list of them ([mbv3,tiny]); None = all shipped
     resolution: int | None = None  # overrides the target's deployment resolution
     out: str | None = None  # table path; None = latency_tables/<conf.table>
     bundle: str | None = None  # write a device bundle to this folder instead of measuring
     import_bundle: str | None = None  # a bundle's results.json to import into the table
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
+    calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
+    models: list[str] | None = None  # timm:<name> models whose blocks are measured too (never calibrated on)
+    progress: bool = True
+    profile: MeasureConfig = field(default_factory=MeasureConfig)
+
+
+@dataclass
+class PredictAppConfig:
+    """``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``."""
+
+    conf: TargetConfig = MISSING
+    arch: str | None = None  # an Arch JSON file
+    model: str | None = None  # timm:<name>, converted with nas.convert.from_timm
+    resolution: int | None = None  # default: the target's deployment resolution, else the Arch's own
+    breakdown: bool = False  # print a per-block table
+    allow_mismatch: bool = False
+
+
+@dataclass
+class ValidateAppConfig:
+    """``python -m nas.validate conf=<target> [n=200] [models=[timm:a,...]] [out=report.json]``."""
+
+    conf: TargetConfig = MISSING
+    search_space: Any = None  # a name / path or a list; None = every shipped space
+    n: int = 200  # held-out architectures in all, split evenly over the spaces
+    models: list[str] | None = None  # timm:<name> models to validate on as well (or instead: n=0)
+    resolution: int | None = None
+    out: str = "validation/report.json"  # + .png scatter plot and a measurement cache beside it
+    seed: int = 7_000_001
+    allow_mismatch: bool = False
     progress: bool = True
     profile: MeasureConfig = field(default_factory=MeasureConfig)
 
@@ -92,3 +125,5 @@ def register_configs() -> None:
     cs.store(name="_target_schema", node=TargetConfig)
     cs.store(name="_space_schema", node=SpaceAppConfig)
     cs.store(name="_profile_schema", node=ProfileAppConfig)
+    cs.store(name="_predict_schema", node=PredictAppConfig)
+    cs.store(name="_validate_schema", node=ValidateAppConfig)

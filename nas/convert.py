@@ -37,6 +37,7 @@ from nas.arch import (
 )
 
 __all__ = [
+    "arch_from_spec",
     "SUPPORTED_BLOCKS",
     "SUPPORTED_FAMILIES",
     "UnsupportedModelError",
@@ -648,3 +649,13 @@ def load_timm_weights(net: nn.Module, timm_model: nn.Module) -> None:
         raise ValueError("load_timm_weights: the models do not match; " + "; ".join(problems))
     with torch.no_grad():
         net.load_state_dict(mapped, strict=True)
+
+
+def arch_from_spec(spec: str, **kwargs) -> Arch:
+    """``timm:<name>`` -> ``from_timm(name)``; anything else is an Arch JSON file path."""
+    if spec.startswith("timm:"):
+        return from_timm(spec[len("timm:"):], **kwargs)
+    arch = Arch.load(spec)
+    if kwargs.get("resolution"):
+        arch = arch.with_resolution(kwargs["resolution"])
+    return arch

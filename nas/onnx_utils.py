@@ -40,8 +40,14 @@ def export_onnx(
             buf = io.BytesIO()
             try:
                 torch.onnx.export(
-                    module, (example,), buf, dynamo=False, opset_version=opset,
-                    input_names=["input"], output_names=["output"], do_constant_folding=True,
+                    module,
+                    (example,),
+                    buf,
+                    dynamo=False,
+                    opset_version=opset,
+                    input_names=["input"],
+                    output_names=["output"],
+                    do_constant_folding=True,
                 )
                 data = buf.getvalue()
             except Exception as e:  # pragma: no cover - depends on the torch version
@@ -50,8 +56,13 @@ def export_onnx(
                 log.info("TorchScript ONNX export failed (%s); falling back to dynamo", e)
         if data is None:
             prog = torch.onnx.export(
-                module, (example,), dynamo=True, opset_version=opset,
-                input_names=["input"], output_names=["output"], verbose=False,
+                module,
+                (example,),
+                dynamo=True,
+                opset_version=opset,
+                input_names=["input"],
+                output_names=["output"],
+                verbose=False,
             )
             data = prog.model_proto.SerializeToString()
     if path is not None:
@@ -110,6 +121,8 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input") -> byt
             x = next(self._it, None)
             return None if x is None else {input_name: x}
 
+    root = logging.getLogger()
+    level = root.level
     with tempfile.TemporaryDirectory() as d:
         src, pre, dst = Path(d, "f.onnx"), Path(d, "p.onnx"), Path(d, "q.onnx")
         src.write_bytes(model)
@@ -117,13 +130,19 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input") -> byt
             quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
         except Exception:  # pre-processing is an optimisation; quantize the raw graph if it fails
             pre = src
-        quantize_static(
-            str(pre), str(dst), Reader(),
-            quant_format=QuantFormat.QDQ,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            reduce_range=True,
-            calibrate_method=CalibrationMethod.MinMax,
-        )
+        root.setLevel(max(level, logging.WARNING))  # the quantizer logs every bias copy at INFO on root
+        try:
+            quantize_static(
+                str(pre),
+                str(dst),
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                reduce_range=True,
+                calibrate_method=CalibrationMethod.MinMax,
+            )
+        finally:
+            root.setLevel(level)
         return dst.read_bytes()

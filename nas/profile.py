@@ -19,7 +19,13 @@ log = logging.getLogger("nas.profile")
 @user_errors
 def run(cfg: DictConfig) -> dict:
     from nas.latency.bundle import import_bundle, write_bundle
-    from nas.latency.profiler import ProfileSettings, new_metadata, profile_blocks
+    from nas.latency.profiler import (
+        ProfileSettings,
+        calibration_archs,
+        new_metadata,
+        profile_blocks,
+        profile_networks,
+    )
     from nas.latency.runtimes import device_identity, get_runtime
     from nas.latency.table import LatencyTable, resolve_table_path
     from nas.space import list_spaces, load_space
@@ -27,13 +33,20 @@ def run(cfg: DictConfig) -> dict:
     target = OmegaConf.to_container(cfg.conf, resolve=True)
     settings = ProfileSettings(**OmegaConf.to_container(cfg.profile))
     out = Path(cfg.out) if cfg.out else resolve_table_path(target["table"] or f"{target['name']}.json")
-    names = [n.strip() for n in cfg.search_space.split(",") if n.strip()] if cfg.search_space else list_spaces()
+    ss = cfg.search_space
+    names = list_spaces() if not ss else [str(ss)] if isinstance(ss, str) else [str(n) for n in ss]
     resolution = cfg.resolution or target.get("resolution")
     keys = []
     for n in names:
         keys += load_space(n).unique_blocks(resolution=resolution)
+    for m in cfg.models or []:
+        from nas.convert import arch_from_spec
+
+        keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
     keys = list(dict.fromkeys(keys))
     where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
+    if cfg.models:
+        where += f" + the blocks of {len(cfg.models)} timm models"
 
     if cfg.bundle:
         manifest = write_bundle(keys, target, cfg.bundle, settings=settings, progress=cfg.progress)
@@ -65,21 +78,33 @@ def run(cfg: DictConfig) -> dict:
             table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} (allow_mismatch)"
     else:
         table.check_target({**target, "device": {"name": here}}, allow_mismatch=cfg.allow_mismatch)
+    R = settings.rounds
+    nets = [a for n in names for a in calibration_archs(load_space(n), cfg.calibration_networks,
+                                                        resolution=resolution)]
     missing = len(table.missing(keys))
     print(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
           f"on {here} with {runtime.name} {runtime.version()} ({target.get('provider')}, {runtime.precision}, "
-          f"batch {runtime.batch}, {runtime.threads} thread(s))", flush=True)
+          f"batch {runtime.batch}, {runtime.threads} thread(s)); {len(nets)} calibration networks; "
+          f"{R} round(s), blocks and networks interleaved", flush=True)
+    rep = nrep = None
     try:
-        rep = profile_blocks(keys, runtime, table, settings=settings, path=out, progress=cfg.progress,
-                             limit=cfg.limit)
+        for r in range(1, R + 1):  # rounds spread over the run, so slow drifts of the machine average out
+            b = profile_blocks(keys, runtime, table, settings=settings, path=out, progress=cfg.progress,
+                               limit=cfg.limit, round_=r)
+            n = profile_networks(nets, runtime, table, settings=settings, path=out, progress=cfg.progress,
+                                 round_=r)
+            rep, nrep = (b, n) if rep is None else (rep.combine(b), nrep.combine(n))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {len(table)} entries are saved in {out}; run the same command again to continue",
-              file=sys.stderr)
+        print(f"\ninterrupted: {len(table)} block entries and {len(table.networks)} networks are saved in {out}; "
+              "run the same command again to continue", file=sys.stderr)
         sys.exit(130)
-    print(f"measured {rep.measured} blocks in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
-          f"{rep.remeasured} re-measured for noise; table: {table.describe()} -> {out}")
+    assert rep is not None and nrep is not None
+    print(f"{rep.measured} block measurements in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
+          f"{rep.remeasured} re-measured for noise; {nrep.measured} network measurements in {nrep.seconds:.1f}s; "
+          f"table: {table.describe()}, {len(table.networks)} networks -> {out}")
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
-            "entries": len(table), "requested": rep.requested}
+            "entries": len(table), "requested": rep.requested, "networks": len(table.networks),
+            "network_seconds": nrep.seconds, "rounds": R}
 
 
 @hydra_app("profile")

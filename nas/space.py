@@ -331,6 +331,17 @@ class SearchSpace:
         rng = np.random.default_rng(rng)
         return {name: ch[int(rng.integers(len(ch)))] for name, ch in self.param_choices().items()}
 
+    def sample_indices(self, n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
+        """``n`` uniform parameter vectors as choice indices (n x len(param_choices())), vectorised."""
+        rng = np.random.default_rng(rng)
+        sizes = [len(ch) for ch in self.param_choices().values()]
+        return np.stack([rng.integers(s, size=n) for s in sizes], axis=1)
+
+    def decode_indices(self, idx: Sequence[int]) -> Arch:
+        """One row of ``sample_indices`` -> Arch."""
+        ch = self.param_choices()
+        return self.decode({name: c[int(i)] for (name, c), i in zip(ch.items(), idx)})
+
     def random(self, rng: np.random.Generator | int | None = None) -> Arch:
         """A uniformly sampled parameter vector decoded to an Arch (seed or Generator)."""
         return self.decode(self.sample_params(rng))

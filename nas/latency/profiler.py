@@ -18,12 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from nas import __version__
-from nas.arch import BlockKey
-from nas.build import build_layer
+from nas.arch import Arch, BlockKey
+from nas.build import build, build_layer
 from nas.latency.runtimes import Runtime, device_identity, measure, summarize_times
 from nas.latency.table import Entry, LatencyTable, Throttle, now_iso
 
-__all__ = ["ProfileReport", "ProfileSettings", "measure_key", "new_metadata", "profile_blocks"]
+__all__ = [
+    "ProfileReport", "ProfileSettings", "calibration_archs", "measure_arch", "measure_key", "new_metadata",
+    "profile_blocks", "profile_networks",
+]
+
+# seeds of the calibration networks; validation draws from other seeds and skips these digests
+CALIBRATION_SEED = 20_261_122
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +41,14 @@ class ProfileSettings:
     min_time_s: float = 0.1
     max_spread: float = 0.2
     remeasure: int = 2
+    rounds: int = 3
     save_every_s: float = 2.0
 
     def __post_init__(self) -> None:
-        for name in ("warmup", "repeats", "remeasure"):
+        for name in ("warmup", "repeats", "remeasure", "rounds"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < (1 if name == "repeats" else 0):
-                raise ValueError(f"profile.{name} must be a non-negative integer (repeats >= 1), got {v!r}")
+            if not isinstance(v, int) or v < (1 if name in ("repeats", "rounds") else 0):
+                raise ValueError(f"profile.{name} must be a non-negative integer (repeats, rounds >= 1), got {v!r}")
         if self.max_spread <= 0:
             raise ValueError(f"profile.max_spread must be > 0, got {self.max_spread}")
 
@@ -59,6 +66,12 @@ class ProfileReport:
     def entries_per_minute(self) -> float:
         return 60.0 * self.measured / self.seconds if self.seconds > 0 else 0.0
 
+    def combine(self, other: ProfileReport) -> ProfileReport:
+        """Two rounds' reports as one (measured counts measurements, not distinct entries)."""
+        return ProfileReport(self.requested, self.already, self.measured + other.measured,
+                             self.remeasured + other.remeasured, self.seconds + other.seconds,
+                             self.interrupted or other.interrupted)
+
 
 def new_metadata(target: dict[str, Any], runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
     import torch
@@ -72,7 +85,8 @@ def new_metadata(target: dict[str, Any], runtime: Runtime, settings: ProfileSett
         "precision": runtime.precision,
         "batch": runtime.batch,
         "threads": runtime.threads,
-        "measurement": {**asdict(settings), "statistic": "median", "timer": "perf_counter_ns", "unit": "ms"},
+        "measurement": {**asdict(settings), "statistic": "median", "timer": "perf_counter_ns", "unit": "ms",
+                        "io": "inputs and outputs bound once (onnxruntime IOBinding)"},
         "call_overhead_ms": None,
         "created": now_iso(),
         "updated": now_iso(),
@@ -84,6 +98,25 @@ def measure_key(key: BlockKey, runtime: Runtime, settings: ProfileSettings) -> E
     """Build, prepare and time one block; re-measure while its spread is too high."""
     run = runtime.prepare(build_layer(key), key.in_shape)
     return _measure_runner(run, settings)
+
+
+def measure_arch(arch: Arch, runtime: Runtime, settings: ProfileSettings | None = None) -> Entry:
+    """Measure a whole network end to end (same runtime and settings as the blocks)."""
+    import torch
+
+    settings = settings or ProfileSettings()
+    torch.manual_seed(0)
+    run = runtime.prepare(build(arch), (arch.in_chans, arch.resolution, arch.resolution))
+    return _measure_runner(run, settings)
+
+
+def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[Arch]:
+    """The ``n`` seeded networks of ``space`` measured for the predictor's calibration."""
+    import numpy as np
+
+    rng = np.random.default_rng([CALIBRATION_SEED, sum(map(ord, space.name))])
+    archs = [space.random(rng) for _ in range(n)]
+    return [a.with_resolution(resolution) for a in archs] if resolution else archs
 
 
 def _measure_runner(run: Callable[[], Any], settings: ProfileSettings) -> Entry:
@@ -99,7 +132,8 @@ def _measure_runner(run: Callable[[], Any], settings: ProfileSettings) -> Entry:
         if spread <= settings.max_spread:
             break
     assert best is not None
-    return Entry(best["median_ms"], best["p10_ms"], best["p90_ms"], int(best["n"]), rounds, now_iso())
+    return Entry(best["median_ms"], best["p10_ms"], best["p90_ms"], int(best["n"]), rounds, now_iso(),
+                 (best["median_ms"],))
 
 
 def measure_overhead(runtime: Runtime, settings: ProfileSettings) -> float:
@@ -116,11 +150,21 @@ def profile_blocks(
     path: str | Path | None = None,
     progress: bool = True,
     limit: int | None = None,
+    round_: int | None = None,
 ) -> ProfileReport:
-    """Measure the keys the table lacks, saving as it goes.  Ctrl-C saves, then re-raises."""
+    """Measure round ``round_`` (default: every round up to ``settings.rounds``) of the keys
+    that lack it, saving as it goes.  Ctrl-C saves, then re-raises."""
     settings = settings or ProfileSettings()
+    if round_ is None:
+        report = None
+        for r in range(1, settings.rounds + 1):
+            rep = profile_blocks(keys, runtime, table, settings=settings, path=path, progress=progress,
+                                 limit=limit, round_=r)
+            report = rep if report is None else report.combine(rep)
+        assert report is not None
+        return report
     keys = list(dict.fromkeys(keys))
-    todo = table.missing(keys)
+    todo = table.missing(keys, round_)
     if limit is not None:
         todo = todo[:limit]
     report = ProfileReport(len(keys), len(keys) - len(table.missing(keys)), 0, 0, 0.0)
@@ -132,14 +176,15 @@ def profile_blocks(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="profiling blocks", unit="block", dynamic_ncols=True)
+        bar = tqdm(total=len(todo), desc=f"round {round_}/{settings.rounds}: blocks", unit="block",
+                   dynamic_ncols=True)
     t0 = time.monotonic()
     try:
         for key in todo:
             if bar is not None:
                 bar.set_postfix_str(str(key)[:48], refresh=False)
             entry = measure_key(key, runtime, settings)
-            table.add(key, entry)
+            table.add_round(key, entry)
             report.measured += 1
             report.remeasured += entry.remeasured > 0
             save()
@@ -148,6 +193,59 @@ def profile_blocks(
     except KeyboardInterrupt:
         report.interrupted = True
         log.warning("interrupted: %d entries measured this run are saved; re-run to continue", report.measured)
+        raise
+    finally:
+        report.seconds = time.monotonic() - t0
+        save.flush()
+        if bar is not None:
+            bar.close()
+    return report
+
+
+def profile_networks(
+    archs: Iterable[Arch],
+    runtime: Runtime,
+    table: LatencyTable,
+    *,
+    settings: ProfileSettings | None = None,
+    path: str | Path | None = None,
+    progress: bool = True,
+    round_: int | None = None,
+) -> ProfileReport:
+    """Measure round ``round_`` (default: all rounds) of the networks that lack it (the
+    table's calibration set), saving as it goes."""
+    settings = settings or ProfileSettings()
+    if round_ is None:
+        report = None
+        for r in range(1, settings.rounds + 1):
+            rep = profile_networks(archs, runtime, table, settings=settings, path=path, progress=progress, round_=r)
+            report = rep if report is None else report.combine(rep)
+        assert report is not None
+        return report
+    archs = list(dict.fromkeys(archs))
+    nets = table.networks
+    todo = [a for a in archs if a not in nets or nets[a].rounds < round_]
+    report = ProfileReport(len(archs), sum(a in nets for a in archs), 0, 0, 0.0)
+    save = Throttle(lambda: table.save(path), settings.save_every_s)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"round {round_}/{settings.rounds}: networks", unit="net",
+                   dynamic_ncols=True)
+    t0 = time.monotonic()
+    try:
+        for arch in todo:
+            entry = measure_arch(arch, runtime, settings)
+            old = table.networks.get(arch)
+            table.networks[arch] = entry if old is None else old.merged(entry)
+            report.measured += 1
+            report.remeasured += entry.remeasured > 0
+            save()
+            if bar is not None:
+                bar.update(1)
+    except KeyboardInterrupt:
+        report.interrupted = True
         raise
     finally:
         report.seconds = time.monotonic() - t0

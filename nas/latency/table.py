@@ -19,6 +19,10 @@ One table per (device, runtime, provider, precision, batch, threads).  A table f
         {"key": {"block": {...}, "in": [C, H, W]}, "label": "ir_k3_s1_m96_c32_re@32x28x28",
          "median_ms": ..., "p10_ms": ..., "p90_ms": ..., "n": ..., "remeasured": 0, "measured_at": ...},
         ...
+      ],
+      "networks": [                           # whole networks measured end to end (calibration)
+        {"arch": {...Arch JSON...}, "digest": ..., "median_ms": ..., "p10_ms": ..., ...},
+        ...
       ]
     }
 
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from nas._io import atomic_write_json
-from nas.arch import BlockKey
+from nas.arch import Arch, BlockKey
 
 __all__ = [
     "SCHEMA",
@@ -76,7 +80,12 @@ def now_iso() -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """One measured block: latency statistics in milliseconds."""
+    """One measured block or network: latency statistics in milliseconds.
+
+    The profiler measures in ``rounds`` (each a fresh session, rounds spread over the whole
+    run); ``rounds_ms`` holds each round's median, ``median_ms`` is their median, ``p10_ms`` /
+    ``p90_ms`` the mean of the rounds' p10 / p90, ``n`` all timed runs.
+    """
 
     median_ms: float
     p10_ms: float
@@ -84,6 +93,33 @@ class Entry:
     n: int
     remeasured: int = 0
     measured_at: str = ""
+    rounds_ms: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.rounds_ms:
+            object.__setattr__(self, "rounds_ms", (self.median_ms,))
+        else:
+            object.__setattr__(self, "rounds_ms", tuple(float(v) for v in self.rounds_ms))
+
+    @property
+    def rounds(self) -> int:
+        return len(self.rounds_ms)
+
+    def merged(self, new: Entry) -> Entry:
+        """This entry plus another round."""
+        import statistics
+
+        k, j = self.rounds, new.rounds
+        rounds = self.rounds_ms + new.rounds_ms
+        return Entry(
+            float(statistics.median(rounds)),
+            (self.p10_ms * k + new.p10_ms * j) / (k + j),
+            (self.p90_ms * k + new.p90_ms * j) / (k + j),
+            self.n + new.n,
+            self.remeasured + new.remeasured,
+            new.measured_at,
+            rounds,
+        )
 
     @property
     def spread(self) -> float:
@@ -92,7 +128,7 @@ class Entry:
     def to_dict(self) -> dict[str, Any]:
         return {
             "median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "n": self.n,
-            "remeasured": self.remeasured, "measured_at": self.measured_at,
+            "remeasured": self.remeasured, "measured_at": self.measured_at, "rounds_ms": list(self.rounds_ms),
         }
 
 
@@ -103,6 +139,8 @@ class LatencyTable:
     metadata: dict[str, Any]
     entries: dict[BlockKey, Entry] = field(default_factory=dict)
     path: Path | None = None
+    # whole networks measured end to end on the same runtime (the predictor's calibration set)
+    networks: dict[Arch, Entry] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -117,8 +155,14 @@ class LatencyTable:
     def get(self, key: BlockKey) -> Entry | None:
         return self.entries.get(key)
 
-    def missing(self, keys: Iterable[BlockKey]) -> list[BlockKey]:
-        return [k for k in keys if k not in self.entries]
+    def missing(self, keys: Iterable[BlockKey], rounds: int = 1) -> list[BlockKey]:
+        """The keys with fewer than ``rounds`` measured rounds (absent keys included)."""
+        ents = self.entries
+        return [k for k in keys if k not in ents or ents[k].rounds < rounds]
+
+    def add_round(self, key: BlockKey, entry: Entry) -> None:
+        old = self.entries.get(key)
+        self.entries[key] = entry if old is None else old.merged(entry)
 
     @property
     def source(self) -> str:
@@ -141,7 +185,9 @@ class LatencyTable:
         ents = []
         for k, e in self.entries.items():
             ents.append({"key": k.to_dict(), "label": str(k), **e.to_dict()})
-        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": self.metadata, "entries": ents}
+        nets = [{"arch": a.to_dict(), "digest": a.digest(), **e.to_dict()} for a, e in self.networks.items()]
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": self.metadata, "entries": ents,
+                "networks": nets}
 
     def save(self, path: str | Path | None = None) -> Path:
         """Atomic: a crash or Ctrl-C mid-write leaves the previous file intact."""
@@ -190,12 +236,25 @@ class LatencyTable:
                 entry = Entry(
                     median_ms=float(e["median_ms"]), p10_ms=float(e["p10_ms"]), p90_ms=float(e["p90_ms"]),
                     n=int(e["n"]), remeasured=int(e.get("remeasured", 0)), measured_at=str(e.get("measured_at", "")),
+                    rounds_ms=tuple(float(v) for v in e.get("rounds_ms", ())),
                 )
             except (KeyError, TypeError, ValueError) as err:
                 raise TableError(f"{source}: corrupt latency table: entry {i} is malformed ({err})") from None
             if not entry.median_ms > 0:
                 raise TableError(f"{source}: corrupt latency table: entry {i} ({key}) has median_ms={entry.median_ms}")
             table.entries[key] = entry
+        nets = data.get("networks", [])
+        if not isinstance(nets, list):
+            raise TableError(f"{source}: corrupt latency table: 'networks' is not a list")
+        for i, e in enumerate(nets):
+            try:
+                arch = Arch.from_dict(e["arch"])
+                entry = Entry(float(e["median_ms"]), float(e["p10_ms"]), float(e["p90_ms"]), int(e["n"]),
+                              int(e.get("remeasured", 0)), str(e.get("measured_at", "")),
+                              tuple(float(v) for v in e.get("rounds_ms", ())))
+            except (KeyError, TypeError, ValueError) as err:
+                raise TableError(f"{source}: corrupt latency table: network {i} is malformed ({err})") from None
+            table.networks[arch] = entry
         return table
 
     # ------------------------------------------------------------------------------------

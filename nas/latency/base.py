@@ -1,0 +1,78 @@
+"""One interface for every latency source (table predictor, roofline estimate, live measurement)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from nas.arch import Arch
+
+__all__ = ["LatencyModel", "Prediction", "SOURCES"]
+
+SOURCES = ("measured", "estimated")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A latency figure and where it came from.
+
+    ``source`` is ``measured`` when the number derives from a table measured on the target
+    device (its entries, the learned model fitted on them, and the calibration fitted on
+    whole-network measurements), ``estimated`` when it is a roofline estimate from published
+    specs.  The counts say how many layers came from each.
+    """
+
+    ms: float
+    source: str
+    device: str
+    n_measured: int = 0  # layers looked up in the measured table
+    n_learned: int = 0  # layers the learned per-block model filled in
+    n_estimated: int = 0  # layers estimated by the roofline
+    calibrated: bool = False
+    mismatched: bool = False  # the table's metadata did not match the target (allowed explicitly)
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"Prediction.source must be one of {SOURCES}, got {self.source!r}")
+
+    def label(self) -> str:
+        if self.source == "estimated":
+            return f"{self.ms:.3f} ms (ESTIMATE: roofline for {self.device})"
+        parts = [f"{self.n_measured} measured"]
+        if self.n_learned:
+            parts.append(f"{self.n_learned} learned")
+        cal = ", calibrated" if self.calibrated else ""
+        mm = ", TABLE MISMATCH allowed" if self.mismatched else ""
+        return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{mm})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LatencyModel(ABC):
+    """Anything that gives a latency in ms for an Arch, and says where it came from."""
+
+    source: str = "estimated"
+    device: str = ""
+
+    @abstractmethod
+    def explain(self, arch: Arch) -> Prediction:
+        """Predict one Arch, with its provenance."""
+
+    def predict(self, archs: Sequence[Arch] | Arch) -> np.ndarray:
+        """Milliseconds for each Arch (a single Arch gives a 1-element array)."""
+        if isinstance(archs, Arch):
+            archs = [archs]
+        return np.array([self.explain(a).ms for a in archs], dtype=np.float64)
+
+    @property
+    def warning(self) -> str | None:
+        """A message to show the user when the figures are not measured (else None)."""
+        return None
+
+    @abstractmethod
+    def describe(self) -> str: ...

@@ -1,0 +1,356 @@
+"""Latency predictor = measured table + learned per-block model + whole-network calibration.
+
+scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``.
+
+1. **Table.**  A network is the sum of its layers' table entries, each less the runtime's
+   per-call overhead (measured by the profiler on an empty graph), plus one overhead.
+2. **Learned model** for keys the table lacks: a scikit-learn pipeline (``BlockFeaturizer`` ->
+   gradient boosting) fitted on the table's entries, predicting ``log(measured / roofline)``
+   so that it degrades to a scaled roofline far from the data.  Refit whenever a table is
+   loaded; nothing is pickled.
+3. **Calibration** on whole-network measurements stored in the table (``networks``, measured
+   by the profiler on architectures the validation never uses):
+   ``ms = a * sum_of_blocks + b * n_layers + c``, fitted by least squares on *relative* error
+   (weights 1/ms^2).  ``a`` absorbs a systematic scale, ``b`` what each standalone block pays
+   that a block inside a network does not (input/output handling, cold caches), ``c`` the rest.
+
+Throughput: ``predict`` on Arch objects costs ~30 us an Arch; ``compile(space)`` returns a
+``SpacePredictor`` that predicts straight from parameter-index arrays, vectorised over
+hundreds of thousands of architectures.
+
+``load_latency_model(target)`` returns a fitted predictor when the target's table exists and
+a ``RooflineModel`` (labelled ``estimated``, with a warning naming the command to measure the
+table) when it does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.linear_model import LinearRegression
+from sklearn.pipeline import Pipeline
+from sklearn.utils.validation import check_is_fitted
+
+from nas.arch import ACTIVATIONS, Arch, BlockKey
+from nas.cost import block_cost
+from nas.latency.base import LatencyModel, Prediction
+from nas.latency.roofline import Roofline
+from nas.latency.table import LatencyTable, TableError, resolve_table_path
+
+__all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredictor", "load_latency_model"]
+
+log = logging.getLogger(__name__)
+
+KINDS = ("conv", "ds", "ir", "fused", "attn", "head")
+# roofline constants used only to normalise the learned model's target (shape, not scale)
+_REF_ROOFLINE = Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0, overhead_us=5.0)
+
+
+class BlockFeaturizer(BaseEstimator, TransformerMixin):
+    """BlockKey -> numeric features: kind, shapes, kernel, expansion, SE, heads, MACs, bytes."""
+
+    def fit(self, X: Sequence[BlockKey], y: Any = None) -> BlockFeaturizer:
+        self.n_features_ = len(self._row(X[0])) if len(X) else 0
+        return self
+
+    def transform(self, X: Sequence[BlockKey]) -> np.ndarray:
+        return np.array([self._row(k) for k in X], dtype=np.float64)
+
+    @staticmethod
+    def _row(k: BlockKey) -> list[float]:
+        b = k.block
+        c = block_cost(k)
+        out_c, out_h, out_w = k.out_shape
+        se = getattr(b, "se", None)
+        act = getattr(b, "act", "relu")
+        return [
+            *(float(b.kind == kd) for kd in KINDS),
+            *(float(act == a) for a in ACTIVATIONS),
+            k.in_ch, k.in_h * k.in_w, out_c, out_h * out_w,
+            getattr(b, "kernel", 1), getattr(b, "stride", 1), getattr(b, "mid_ch", 0),
+            se.channels if se is not None else 0,
+            getattr(b, "heads", 0), getattr(b, "mlp_hidden", 0),
+            float(b.has_skip(k.in_ch)),
+            math.log1p(c.macs), math.log1p(c.bytes_moved), math.log1p(c.params), c.ops,
+            math.log(_REF_ROOFLINE.predict_key(k)),
+        ]
+
+
+class _ResidualOverRoofline(BaseEstimator, RegressorMixin):
+    """Regress log(ms) - log(roofline ms); the last feature column is log(roofline ms)."""
+
+    def __init__(self, max_iter: int = 400, learning_rate: float = 0.05, random_state: int = 0) -> None:
+        self.max_iter, self.learning_rate, self.random_state = max_iter, learning_rate, random_state
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> _ResidualOverRoofline:
+        self.gbm_ = HistGradientBoostingRegressor(
+            max_iter=self.max_iter, learning_rate=self.learning_rate, random_state=self.random_state,
+            min_samples_leaf=5,
+        ).fit(X, np.log(y) - X[:, -1])
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        check_is_fitted(self, "gbm_")
+        return np.exp(self.gbm_.predict(X) + X[:, -1])
+
+
+def make_block_model(random_state: int = 0) -> Pipeline:
+    return Pipeline([("features", BlockFeaturizer()), ("model", _ResidualOverRoofline(random_state=random_state))])
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class LatencyPredictor(LatencyModel, BaseEstimator):
+    """Predicts whole-network latency from a measured table (see the module docs).
+
+    Parameters (stored as given; ``fit`` sets the attributes ending in ``_``):
+        calibrate: fit the whole-network calibration when the table has network measurements.
+        learned: fit the learned per-block model (else missing keys raise ``KeyError``).
+        random_state: seed of the learned model.
+    """
+
+    source = "measured"
+
+    def __init__(self, *, calibrate: bool = True, learned: bool = True, random_state: int = 0) -> None:
+        self.calibrate, self.learned, self.random_state = calibrate, learned, random_state
+
+    # -- fitting --------------------------------------------------------------------------
+    def fit(self, table: LatencyTable, networks: Sequence[tuple[Arch, float]] | None = None,
+            *, mismatched: bool = False) -> LatencyPredictor:
+        """Fit on ``table``; calibrate on ``networks`` (default: the table's own network entries)."""
+        if len(table) == 0:
+            raise ValueError("cannot fit a latency predictor on an empty table")
+        self.table_ = table
+        self.device = str(table.metadata.get("device", {}).get("name", "?"))
+        self.overhead_ms_ = float(table.metadata.get("call_overhead_ms") or 0.0)
+        self.mismatched_ = mismatched
+        self.lookup_ = {k: e.median_ms - self.overhead_ms_ for k, e in table.entries.items()}
+        self.block_model_ = None
+        if self.learned:
+            keys = list(table.entries)
+            y = np.array([table.entries[k].median_ms for k in keys])
+            self.block_model_ = make_block_model(self.random_state).fit(keys, y)
+        self._learned_cache: dict[BlockKey, float] = {}
+        nets = table_networks(table) if networks is None else list(networks)
+        self.calibration_ = None
+        self.n_calibration_ = 0
+        # uncalibrated: each layer less the call overhead, plus one call overhead
+        self.coef_, self.intercept_ = (1.0, 0.0), self.overhead_ms_
+        if self.calibrate and len(nets) >= 8:
+            X = np.array([self._features(a) for a, _ in nets])
+            y = np.array([ms for _, ms in nets])
+            self.calibration_ = LinearRegression().fit(X, y, sample_weight=1.0 / y**2)
+            self.coef_ = (float(self.calibration_.coef_[0]), float(self.calibration_.coef_[1]))
+            self.intercept_ = float(self.calibration_.intercept_)
+            self.n_calibration_ = len(nets)
+        elif self.calibrate and nets:
+            log.warning("only %d calibration networks in the table; calibration needs >= 8, skipped", len(nets))
+        return self
+
+    # -- prediction -----------------------------------------------------------------------
+    def _block_ms(self, key: BlockKey) -> tuple[float, bool]:
+        v = self.lookup_.get(key)
+        if v is not None:
+            return v, True
+        v = self._learned_cache.get(key)
+        if v is None:
+            if self.block_model_ is None:
+                raise KeyError(f"block {key} is not in the latency table and the learned model is disabled")
+            v = float(self.block_model_.predict([key])[0]) - self.overhead_ms_
+            self._learned_cache[key] = v
+        return v, False
+
+    def _sum(self, arch: Arch) -> tuple[float, int, int]:
+        """Sum of the layers' table (or learned) figures, less per-call overheads; counts."""
+        total, n_learn = 0.0, 0
+        lookup = self.lookup_
+        keys = arch.keys()
+        for k in keys:
+            v = lookup.get(k)
+            if v is None:
+                v = self._block_ms(k)[0]
+                n_learn += 1
+            total += v
+        return total, len(keys) - n_learn, n_learn
+
+    def _features(self, arch: Arch) -> tuple[float, int]:
+        total, n_meas, n_learn = self._sum(arch)
+        return total, n_meas + n_learn
+
+    def raw_sum(self, arch: Arch) -> float:
+        """Uncalibrated: sum of blocks (less per-call overheads) plus one call overhead."""
+        check_is_fitted(self, "lookup_")
+        return self._sum(arch)[0] + self.overhead_ms_
+
+    def explain(self, arch: Arch) -> Prediction:
+        check_is_fitted(self, "lookup_")
+        total, n_meas, n_learn = self._sum(arch)
+        (a, b), c = self.coef_, self.intercept_
+        ms = a * total + b * (n_meas + n_learn) + c
+        return Prediction(ms, "measured", self.device, n_meas, n_learn, 0, self.calibration_ is not None,
+                          self.mismatched_)
+
+    def predict(self, archs: Sequence[Arch] | Arch) -> np.ndarray:
+        check_is_fitted(self, "lookup_")
+        if isinstance(archs, Arch):
+            archs = [archs]
+        X = np.array([self._features(a) for a in archs], dtype=np.float64).reshape(len(archs), 2)
+        (a, b), c = self.coef_, self.intercept_
+        return a * X[:, 0] + b * X[:, 1] + c
+
+    def layer_ms(self, keys: Sequence[BlockKey]) -> np.ndarray:
+        """Calibrated per-layer contributions ``a * ms + b`` (a network adds ``intercept_``)."""
+        check_is_fitted(self, "lookup_")
+        missing = [k for k in dict.fromkeys(keys) if k not in self.lookup_ and k not in self._learned_cache]
+        if missing and self.block_model_ is not None:  # one vectorised call for all unseen keys
+            for k, v in zip(missing, self.block_model_.predict(missing)):
+                self._learned_cache[k] = float(v) - self.overhead_ms_
+        (a, b), _ = self.coef_, self.intercept_
+        return np.array([a * self._block_ms(k)[0] + b for k in keys])
+
+    def compile(self, space) -> SpacePredictor:
+        """A vectorised predictor for ``space``'s parameter encoding (see ``SpacePredictor``)."""
+        return SpacePredictor(self, space)
+
+    def breakdown(self, arch: Arch) -> list[dict[str, Any]]:
+        """Per-layer rows: key, ms, and whether it was measured or learned."""
+        check_is_fitted(self, "lookup_")
+        rows = []
+        for k in arch.keys():
+            ms, measured = self._block_ms(k)
+            rows.append({"layer": str(k), "ms": ms, "source": "table" if measured else "learned"})
+        return rows
+
+    def describe(self) -> str:
+        check_is_fitted(self, "lookup_")
+        cal = f"calibrated on {self.n_calibration_} measured networks" if self.calibration_ is not None else "uncalibrated"
+        return f"latency predictor on table: {self.table_.describe()}; {cal}"
+
+
+class RooflineModel(LatencyModel):
+    """The roofline ESTIMATE for targets without a measured table."""
+
+    source = "estimated"
+
+    def __init__(self, target: dict[str, Any], *, reason: str = "") -> None:
+        self.target = target
+        self.roofline = Roofline.from_target(target)
+        self.device = self.roofline.device
+        self.reason = reason
+
+    def explain(self, arch: Arch) -> Prediction:
+        return Prediction(self.roofline.predict_arch(arch), "estimated", self.device, 0, 0, len(arch.keys()))
+
+    @property
+    def warning(self) -> str:
+        name = self.target.get("name", "<target>")
+        why = f" ({self.reason})" if self.reason else ""
+        return (
+            f"latency for target {name!r} is an ESTIMATE (roofline from {self.device}'s published specs){why}. "
+            f"Build the measured table on the device: `python -m nas.profile conf={name}` "
+            f"(or, without torch there, `python -m nas.profile conf={name} bundle=<dir>`)."
+        )
+
+    def describe(self) -> str:
+        return self.roofline.describe()
+
+
+class SpacePredictor:
+    """Predict straight from parameter-index arrays of one search space, vectorised.
+
+    ``predict_indices(P)``: ``P`` is an integer array (n_archs x n_params), column ``j`` the index
+    of the chosen value in ``space.param_choices()``'s ``j``-th list (``space.sample_indices``
+    draws them).  Equal to ``LatencyPredictor.predict`` on the decoded Archs, at the space's
+    own resolution.  Each layer slot (stem, stage i block j, head) is a lookup table over the
+    choices it depends on, precomputed once; a prediction is a sum of gathers.
+    """
+
+    def __init__(self, predictor: LatencyPredictor, space) -> None:
+        from nas.arch import ConvBlock, Head
+        from nas.space import STAGE_KINDS
+
+        self.space = space
+        names = list(space.param_choices())
+        self.col = {n: i for i, n in enumerate(names)}
+        self.n_params = len(names)
+        self.intercept = predictor.intercept_
+        r = space.resolution
+        hs = space.stage_resolutions(r)
+        # stem: by stem width
+        stem_keys = [BlockKey(ConvBlock(w, space.stem_kernel, space.stem_stride, space.stem_act), space.in_chans, r, r)
+                     for w in space.stem_widths]
+        self.stem = predictor.layer_ms(stem_keys)
+        self.slots: list[tuple[int, int, int, int | None, list[int], np.ndarray]] = []
+        prev_widths, prev_col = space.stem_widths, self.col["stem_width"]
+        for i, (st, h) in enumerate(zip(space.stages, hs)):
+            h2 = (h - 1) // 2 + 1 if st.stride == 2 else h
+            opts = STAGE_KINDS[st.kind]
+            sizes = [len(st.options[o]) for o in opts]
+            combos = st.combos()
+            for j in range(st.max_depth):
+                in_opts = prev_widths if j == 0 else None
+                keys = []
+                for w in st.width:
+                    for c in (in_opts if j == 0 else [w]):
+                        for o in combos:
+                            hh = h if j == 0 else h2
+                            keys.append(BlockKey(space._make_block(st, c, w, st.stride if j == 0 else 1, o), c, hh, hh))
+                vals = predictor.layer_ms(keys).reshape(len(st.width), len(in_opts) if j == 0 else 1, len(combos))
+                opt_cols = [self.col[f"s{i}_b{j}_{o}"] for o in opts]
+                self.slots.append((i, j, self.col[f"s{i}_width"], prev_col if j == 0 else None,
+                                   opt_cols, vals))
+            self._sizes = sizes
+            prev_widths, prev_col = st.width, self.col[f"s{i}_width"]
+        hf = hs[-1] if space.stages[-1].stride == 1 else (hs[-1] - 1) // 2 + 1
+        head_keys = [BlockKey(Head(space.num_classes, hid, space.head_style, space.head_act, space.head_bias), c, hf, hf)
+                     for c in prev_widths for hid in space.head_hidden]
+        self.head = predictor.layer_ms(head_keys).reshape(len(prev_widths), len(space.head_hidden))
+        self.head_cols = (prev_col, self.col["head_hidden"])
+        self.depth_cols = [self.col[f"s{i}_depth"] for i in range(len(space.stages))]
+        self.depths = [np.array(st.depth) for st in space.stages]
+        self.opt_sizes = {i: [len(st.options[o]) for o in STAGE_KINDS[st.kind]] for i, st in enumerate(space.stages)}
+
+    def predict_indices(self, P: np.ndarray) -> np.ndarray:
+        P = np.asarray(P)
+        if P.ndim != 2 or P.shape[1] != self.n_params:
+            raise ValueError(f"expected an index array of shape (n, {self.n_params}), got {P.shape}")
+        out = self.stem[P[:, self.col["stem_width"]]] + self.intercept
+        depth = [d[P[:, c]] for d, c in zip(self.depths, self.depth_cols)]
+        for i, j, wcol, incol, opt_cols, vals in self.slots:
+            combo = np.zeros(len(P), dtype=np.int64)
+            for c, size in zip(opt_cols, self.opt_sizes[i]):
+                combo = combo * size + P[:, c]
+            v = vals[P[:, wcol], P[:, incol] if incol is not None else 0, combo]
+            out += np.where(j < depth[i], v, 0.0)
+        out += self.head[P[:, self.head_cols[0]], P[:, self.head_cols[1]]]
+        return out
+
+
+def table_networks(table: LatencyTable) -> list[tuple[Arch, float]]:
+    """The whole-network measurements stored in a table (for calibration)."""
+    return [(a, e.median_ms) for a, e in table.networks.items()]
+
+
+def load_latency_model(target: dict[str, Any], *, allow_mismatch: bool = False,
+                       table_path: str | Path | None = None, **predictor_kw: Any) -> LatencyModel:
+    """A fitted predictor on the target's measured table, else a labelled roofline estimate."""
+    name = table_path or target.get("table")
+    if not name:
+        return RooflineModel(target, reason="the target names no table")
+    path = resolve_table_path(name)
+    if not path.is_file():
+        return RooflineModel(target, reason=f"no measured table at {path}")
+    table = LatencyTable.load(path)
+    try:
+        diffs = table.check_target(target, allow_mismatch=allow_mismatch)
+    except TableError:
+        raise
+    return LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))

@@ -1,0 +1,197 @@
+"""Prove the predictor: measure held-out architectures end to end and score four methods.
+
+Methods, all scored on the same held-out networks:
+
+(a) ``predictor``   the calibrated predictor (table + learned model + calibration);
+(b) ``table_sum``   the raw sum of the table's block entries;
+(c) ``flops_linear``  ``ms = a * MACs + b`` fitted on the calibration networks (the same data
+                    the calibration sees), the usual FLOPs proxy;
+(d) ``roofline``    the roofline estimate from the target's device figures.
+
+Held-out means: seeded random samples of the spaces drawn from seeds other than the
+calibration seed, with any architecture that is in the table's calibration set removed; timm
+models are never in it.  Metrics per method: share within ±5% and ±10%, MAPE, Kendall τ, n.
+Measurements are cached next to the report so an interrupted validation resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nas._io import atomic_write_json
+from nas.arch import Arch
+from nas.cost import arch_cost
+from nas.latency.predictor import LatencyPredictor, table_networks
+from nas.latency.roofline import Roofline
+
+__all__ = ["METHODS", "ValidationSet", "held_out_archs", "score", "scatter_plot", "validate"]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("predictor", "table_sum", "flops_linear", "roofline")
+VALIDATION_SEED = 7_000_001
+
+
+def score(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
+    """within_5pct, within_10pct (fractions), mape (%), kendall_tau, n."""
+    from scipy.stats import kendalltau
+
+    p, m = np.asarray(pred, float), np.asarray(meas, float)
+    err = np.abs(p - m) / m
+    tau = float(kendalltau(p, m).statistic) if len(m) > 1 else float("nan")
+    return {
+        "within_5pct": float(np.mean(err <= 0.05)),
+        "within_10pct": float(np.mean(err <= 0.10)),
+        "mape": float(100 * np.mean(err)),
+        "kendall_tau": tau,
+        "n": int(len(m)),
+    }
+
+
+def held_out_archs(space, n: int, *, exclude: set[str], resolution: int | None = None,
+                   seed: int = VALIDATION_SEED) -> list[Arch]:
+    """``n`` distinct seeded samples of ``space`` whose digests are not in ``exclude``."""
+    rng = np.random.default_rng([seed, sum(map(ord, space.name))])
+    out: dict[str, Arch] = {}
+    tries = 0
+    while len(out) < n and tries < 100 * n:
+        tries += 1
+        a = space.random(rng)
+        a = a.with_resolution(resolution) if resolution else a
+        d = a.digest()
+        if d not in exclude:
+            out.setdefault(d, a)
+    return list(out.values())
+
+
+@dataclass
+class ValidationSet:
+    """Held-out architectures with their end-to-end measurements (cached on disk)."""
+
+    archs: list[Arch]
+    measured_ms: list[float]
+    groups: list[str]  # space name or "timm"
+
+
+def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, settings, *, cache: Path | None,
+                     progress: bool = True) -> ValidationSet:
+    """Measure every network end to end, in the same interleaved rounds as the profiler."""
+    from nas.latency.profiler import measure_arch
+
+    done: dict[str, list[float]] = {}
+    if cache is not None and cache.is_file():
+        data = json.loads(cache.read_text())
+        if data.get("runtime") == runtime.info() and data.get("precision") == runtime.precision:
+            done = {k: list(v) for k, v in data["rounds_ms"].items()}
+        else:
+            log.warning("ignoring %s: measured with another runtime/precision", cache)
+
+    def save() -> None:
+        if cache is not None:
+            atomic_write_json(cache, {"runtime": runtime.info(), "precision": runtime.precision, "rounds_ms": done})
+
+    try:
+        for r in range(1, settings.rounds + 1):
+            todo = [a for a in archs if len(done.get(a.digest(), [])) < r]
+            it: Any = todo
+            if progress and todo:
+                from tqdm.auto import tqdm
+
+                it = tqdm(todo, desc=f"round {r}/{settings.rounds}: held-out networks", unit="net", dynamic_ncols=True)
+            for a in it:
+                done.setdefault(a.digest(), []).append(measure_arch(a, runtime, settings).median_ms)
+                save()
+    finally:
+        save()
+    return ValidationSet(list(archs), [float(np.median(done[a.digest()][: settings.rounds])) for a in archs],
+                         list(groups))
+
+
+def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet) -> dict[str, np.ndarray]:
+    """Each method's predictions for the held-out set; the FLOPs fit uses the calibration networks."""
+    from sklearn.linear_model import LinearRegression
+
+    nets = table_networks(predictor.table_)
+    if len(nets) < 2:
+        raise ValueError("the table has fewer than 2 calibration networks: run `python -m nas.profile` for the "
+                         "target (it measures them) before validating")
+    flops = LinearRegression().fit(np.array([[arch_cost(a).macs] for a, _ in nets], float),
+                                   np.array([ms for _, ms in nets]))
+    macs = np.array([[arch_cost(a).macs] for a in vs.archs], float)
+    return {
+        "predictor": predictor.predict(vs.archs),
+        "table_sum": np.array([predictor.raw_sum(a) for a in vs.archs]),
+        "flops_linear": flops.predict(macs),
+        "roofline": np.array([roofline.predict_arch(a) for a in vs.archs]),
+    }
+
+
+def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet) -> dict[str, Any]:
+    """The report: per method overall and per group; never fitted on the held-out set."""
+    calib = {a.digest() for a, _ in table_networks(predictor.table_)}
+    leaked = [a for a in vs.archs if a.digest() in calib]
+    if leaked:
+        raise ValueError(f"{len(leaked)} validation architectures are in the calibration set")
+    preds = predictions(predictor, roofline, vs)
+    meas = np.array(vs.measured_ms)
+    groups = np.array(vs.groups)
+    report: dict[str, Any] = {"methods": {}, "groups": {}}
+    for m in METHODS:
+        report["methods"][m] = score(preds[m], meas)
+    for g in sorted(set(vs.groups)):
+        sel = groups == g
+        report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in METHODS}
+    report["points"] = [
+        {"arch": a.name or a.digest(), "digest": a.digest(), "group": g, "measured_ms": float(ms),
+         **{m: float(preds[m][i]) for m in METHODS}}
+        for i, (a, g, ms) in enumerate(zip(vs.archs, vs.groups, meas))
+    ]
+    return report
+
+
+def scatter_plot(report: dict[str, Any], path: str | Path, *, title: str = "") -> Path:
+    """Predicted vs measured for every method, with the ±10% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = report["points"]
+    meas = np.array([p["measured_ms"] for p in pts])
+    fig, axes = plt.subplots(1, len(METHODS), figsize=(4.2 * len(METHODS), 4.4), sharex=True, sharey=True)
+    lo, hi = meas.min() * 0.7, meas.max() * 1.3
+    for m in METHODS:
+        hi = max(hi, float(np.nanmax([p[m] for p in pts])) * 1.05)
+    xs = np.array([lo, hi])
+    for ax, m in zip(axes, METHODS):
+        pred = np.array([p[m] for p in pts])
+        s = report["methods"][m]
+        ax.fill_between(xs, xs * 0.9, xs * 1.1, color="tab:green", alpha=0.12, label="±10%")
+        ax.plot(xs, xs, color="k", lw=0.8)
+        for g in sorted({p["group"] for p in pts}):
+            sel = np.array([p["group"] == g for p in pts])
+            ax.scatter(meas[sel], pred[sel], s=12, alpha=0.7, label=g)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_title(f"{m}\n±10%: {100 * s['within_10pct']:.0f}%  ±5%: {100 * s['within_5pct']:.0f}%  "
+                     f"τ={s['kendall_tau']:.3f}", fontsize=9)
+        ax.set_xlabel("measured ms")
+    axes[0].set_ylabel("predicted ms")
+    axes[0].legend(fontsize=7, loc="upper left")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p

@@ -1,0 +1,89 @@
+"""``python -m nas.validate conf=<target> [n=200] [models=[...]] [out=report.json]``.
+
+Measures held-out networks end to end on this machine's runtime and scores four methods; see
+``nas.latency.validate``.  Thin Hydra entry point.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from nas._cli import fmt_table, hydra_app, user_errors
+
+
+@user_errors
+def run(cfg: DictConfig) -> dict:
+    from nas._io import atomic_write_json
+    from nas.convert import arch_from_spec
+    from nas.latency.predictor import LatencyPredictor, load_latency_model, table_networks
+    from nas.latency.profiler import ProfileSettings
+    from nas.latency.roofline import Roofline
+    from nas.latency.runtimes import device_identity, get_runtime
+    from nas.latency.validate import METHODS, held_out_archs, measure_held_out, scatter_plot, validate
+    from nas.space import list_spaces, load_space
+
+    target = OmegaConf.to_container(cfg.conf, resolve=True)
+    model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
+    if not isinstance(model, LatencyPredictor):
+        raise ValueError(f"target {target['name']!r} has no measured table to validate: {model.warning}")
+    here = device_identity((target.get("device") or {}).get("kind", "cpu"))["name"]
+    if here != model.device and not cfg.allow_mismatch:
+        raise ValueError(f"the table was measured on {model.device!r} but this machine is {here!r}: validate on "
+                         f"the device the table describes (or pass allow_mismatch=true)")
+    ss = cfg.search_space
+    names = list_spaces() if not ss else [str(ss)] if isinstance(ss, str) else [str(n) for n in ss]
+    res = cfg.resolution or target.get("resolution")
+    exclude = {a.digest() for a, _ in table_networks(model.table_)}
+    archs, groups = [], []
+    for i, n in enumerate(names):
+        k = cfg.n // len(names) + (i < cfg.n % len(names))
+        sp = load_space(n)
+        got = held_out_archs(sp, k, exclude=exclude, resolution=res, seed=cfg.seed)
+        archs += got
+        groups += [sp.name] * len(got)
+    for m in cfg.models or []:
+        archs.append(arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=res))
+        groups.append("timm")
+    if not archs:
+        raise ValueError("nothing to validate: n=0 and no models")
+    out = Path(cfg.out)
+    runtime = get_runtime(target)
+    settings = ProfileSettings(**OmegaConf.to_container(cfg.profile))
+    print(f"validating on {len(archs)} held-out networks ({', '.join(sorted(set(groups)))}) measured with "
+          f"{runtime.name} {runtime.version()} on {here}", flush=True)
+    try:
+        vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
+                              progress=cfg.progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: measurements so far are cached beside {out}; run again to continue", file=sys.stderr)
+        sys.exit(130)
+    report = validate(model, Roofline.from_target(target), vs)
+    report["target"] = target["name"]
+    report["table"] = model.describe()
+    report["calibration_networks"] = model.n_calibration_
+    atomic_write_json(out, report)
+    png = scatter_plot(report, out.with_suffix(".png"), title=f"{target['name']}: {model.device}")
+    rows = []
+    for m in METHODS:
+        s = report["methods"][m]
+        rows.append([m, f"{100 * s['within_5pct']:.1f}%", f"{100 * s['within_10pct']:.1f}%", f"{s['mape']:.2f}%",
+                     f"{s['kendall_tau']:.4f}", s["n"]])
+    print(fmt_table(rows, ["method", "within ±5%", "within ±10%", "MAPE", "Kendall τ", "n"]))
+    for g, per in report["groups"].items():
+        s = per["predictor"]
+        print(f"  predictor on {g}: ±10% {100 * s['within_10pct']:.1f}%, ±5% {100 * s['within_5pct']:.1f}%, "
+              f"MAPE {s['mape']:.2f}%, τ {s['kendall_tau']:.3f} (n={s['n']})")
+    print(f"report: {out}\nplot:   {png}")
+    return report
+
+
+@hydra_app("validate")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

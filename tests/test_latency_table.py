@@ -1,0 +1,132 @@
+import json
+
+import pytest
+
+from nas.arch import BlockKey, ConvBlock, MBConvBlock
+from nas.latency.table import (
+    SCHEMA_VERSION,
+    TABLES_DIR,
+    Entry,
+    LatencyTable,
+    TableError,
+    TableMismatchError,
+    resolve_table_path,
+)
+
+META = {
+    "source": "measured",
+    "target": "cpu",
+    "device": {"name": "Test CPU", "kind": "cpu"},
+    "runtime": {"name": "onnxruntime", "version": "1.0", "provider": "CPUExecutionProvider"},
+    "precision": "fp32",
+    "batch": 1,
+    "threads": 1,
+    "measurement": {"warmup": 1, "repeats": 3},
+    "call_overhead_ms": 0.005,
+}
+TARGET = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+          "batch": 1, "threads": 1, "device": {"name": "Test CPU"}}
+
+
+def small_table() -> LatencyTable:
+    t = LatencyTable(metadata=dict(META))
+    t.add(BlockKey(ConvBlock(16, 3, 2, "relu"), 3, 32, 32), Entry(0.1, 0.09, 0.12, 50))
+    t.add(BlockKey(MBConvBlock(24, 48, 5, 1, "hard_swish"), 16, 16, 16), Entry(0.2, 0.19, 0.25, 50, 1))
+    return t
+
+
+def test_round_trip(tmp_path):
+    t = small_table()
+    p = t.save(tmp_path / "t.json")
+    back = LatencyTable.load(p)
+    assert back.entries == t.entries
+    assert back.metadata["device"]["name"] == "Test CPU" and "updated" in back.metadata
+    assert json.loads(p.read_text())["schema_version"] == SCHEMA_VERSION
+
+
+def test_corrupt_file(tmp_path):
+    p = small_table().save(tmp_path / "t.json")
+    p.write_text(p.read_text()[:-40])  # truncated
+    with pytest.raises(TableError, match="corrupt latency table .not valid JSON"):
+        LatencyTable.load(p)
+
+
+def test_wrong_schema_version(tmp_path):
+    p = small_table().save(tmp_path / "t.json")
+    d = json.loads(p.read_text())
+    d["schema_version"] = 99
+    p.write_text(json.dumps(d))
+    with pytest.raises(TableError, match="schema version 99 is not supported"):
+        LatencyTable.load(p)
+
+
+def test_not_a_table_and_malformed_entries(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("[1, 2, 3]")
+    with pytest.raises(TableError, match="not a hwnas latency table"):
+        LatencyTable.load(p)
+    d = small_table().to_dict()
+    d["entries"][1]["median_ms"] = "fast"
+    p.write_text(json.dumps(d))
+    with pytest.raises(TableError, match="entry 1 is malformed"):
+        LatencyTable.load(p)
+    d = small_table().to_dict()
+    del d["metadata"]["device"]
+    p.write_text(json.dumps(d))
+    with pytest.raises(TableError, match="metadata lacks \\['device'\\]"):
+        LatencyTable.load(p)
+    with pytest.raises(FileNotFoundError, match="latency table not found"):
+        LatencyTable.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("precision", "int8", "precision: table has 'fp32', target 'cpu' wants 'int8'"),
+        ("threads", 4, "threads: table has 1, target 'cpu' wants 4"),
+        ("provider", "CUDAExecutionProvider", "runtime.provider"),
+        ("device", {"name": "Other CPU"}, "device.name: table has 'Test CPU'"),
+    ],
+)
+def test_mismatched_target(field, value, message):
+    t = small_table()
+    target = {**TARGET, field: value}
+    with pytest.raises(TableMismatchError, match=message.replace("(", r"\(")):
+        t.check_target(target)
+    # explicitly overridable, and then the difference is reported, not hidden
+    diffs = t.check_target(target, allow_mismatch=True)
+    assert len(diffs) == 1 and message.split(":")[0] in diffs[0]
+
+
+def test_matching_target_passes():
+    assert small_table().check_target(TARGET) == []
+
+
+def test_entry_spread_and_missing():
+    t = small_table()
+    k = next(iter(t))
+    assert t.get(k).spread == pytest.approx((0.12 - 0.09) / 0.1)
+    other = BlockKey(ConvBlock(8, 3, 1, "relu"), 3, 8, 8)
+    assert t.missing([k, other]) == [other]
+
+
+def test_resolve_table_path(tmp_path):
+    assert resolve_table_path("cpu.json") == TABLES_DIR / "cpu.json"
+    assert resolve_table_path(tmp_path / "t.json") == tmp_path / "t.json"
+
+
+@pytest.mark.parametrize("name", ["cpu.json", "cpu_int8.json"])
+def test_shipped_tables_are_measured_and_valid(name):
+    """The committed tables load, say they were measured, and name this project's CPU."""
+    p = TABLES_DIR / name
+    t = LatencyTable.load(p)
+    m = t.metadata
+    assert m["source"] == "measured" and m["runtime"]["name"] == "onnxruntime"
+    assert m["precision"] == ("int8" if "int8" in name else "fp32")
+    assert m["batch"] == 1 and m["threads"] == 1
+    assert m["device"]["kind"] == "cpu" and m["device"]["name"]
+    assert all(e.median_ms > 0 and e.p10_ms <= e.median_ms <= e.p90_ms for e in t.entries.values())
+    from nas.space import list_spaces, load_space
+
+    for s in list_spaces():  # covers the shipped spaces at their default resolutions
+        assert not t.missing(load_space(s).unique_blocks()), s

@@ -1,0 +1,67 @@
+"""nas.predict and nas.validate end to end, on a small table measured here in the test."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+FAST = ["profile.warmup=1", "profile.repeats=5", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
+
+
+def run(mod, *args, cwd):
+    return subprocess.run([sys.executable, "-m", mod, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    d = tmp_path_factory.mktemp("table")
+    out = d / "tiny.json"
+    r = run("nas.profile", "conf=cpu", "search_space=tiny", f"out={out}", "calibration_networks=10", *FAST, cwd=d)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_predict_cli(table, tmp_path):
+    from nas.space import load_space
+
+    load_space("tiny").random(5).save(tmp_path / "a.json")
+    r = run("nas.predict", "conf=cpu", f"conf.table={table}", f"arch={tmp_path / 'a.json'}", "breakdown=true",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "measured table on" in r.stdout and "calibrated" in r.stdout and "layer" in r.stdout
+    r = run("nas.predict", "conf=cpu", f"conf.table={table}", "model=timm:lcnet_050", "resolution=32", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "learned" in r.stdout
+    r = run("nas.predict", "conf=jetson", "model=timm:mobilenetv2_100", cwd=tmp_path)
+    assert r.returncode == 0 and "ESTIMATE" in r.stdout and "python -m nas.profile conf=jetson" in r.stdout
+    r = run("nas.predict", "conf=cpu", f"conf.table={table}", cwd=tmp_path)
+    assert r.returncode == 2 and "exactly one of arch=" in r.stderr
+    r = run("nas.predict", "conf=cpu", "model=timm:resnet18", cwd=tmp_path)
+    assert r.returncode == 2 and "resnet18" in r.stderr and "not a timm EfficientNet-family model" in r.stderr
+    r = run("nas.predict", "conf=cpu_int8", f"conf.table={table}", "model=timm:lcnet_050", cwd=tmp_path)
+    assert r.returncode == 2 and "does not match target 'cpu_int8'" in r.stderr
+
+
+def test_validate_cli(table, tmp_path):
+    out = tmp_path / "v" / "report.json"
+    args = ["conf=cpu", f"conf.table={table}", "search_space=tiny", "n=6", "models=[timm:lcnet_050]",
+            "resolution=32", f"out={out}", *FAST]
+    r = run("nas.validate", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(out.read_text())
+    for m in ("predictor", "table_sum", "flops_linear", "roofline"):
+        assert set(rep["methods"][m]) == {"within_5pct", "within_10pct", "mape", "kendall_tau", "n"}
+        assert rep["methods"][m]["n"] == 7
+    assert set(rep["groups"]) == {"tiny", "timm"}
+    assert out.with_suffix(".png").stat().st_size > 10_000
+    assert "Kendall" in r.stdout and "report:" in r.stdout
+    # held out: none of the validation networks is in the calibration set
+    from nas.latency.table import LatencyTable
+
+    calib = {a.digest() for a in LatencyTable.load(table).networks}
+    assert not calib & {p["digest"] for p in rep["points"]}
+    # re-running reuses the cached measurements
+    r2 = run("nas.validate", *args, cwd=tmp_path)
+    assert r2.returncode == 0 and "measuring held-out" not in r2.stderr
+    assert json.loads(out.read_text())["points"] == rep["points"]

@@ -1,0 +1,154 @@
+"""Predictor logic on synthetic tables (the real tables are validated by scripts/bench_predictor.py)."""
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from nas.convert import from_timm
+from nas.latency import LatencyPredictor, RooflineModel, load_latency_model
+from nas.latency.roofline import Roofline
+from nas.latency.table import Entry, LatencyTable, TableMismatchError
+from nas.space import list_spaces, load_space
+
+SYNTH = Roofline(peak_gflops=40.0, mem_bandwidth_gbs=8.0, overhead_us=4.0)
+META = {
+    "source": "measured", "target": "cpu", "device": {"name": "Synthetic CPU", "kind": "cpu"},
+    "runtime": {"name": "onnxruntime", "version": "x", "provider": "CPUExecutionProvider"},
+    "precision": "fp32", "batch": 1, "threads": 1, "measurement": {}, "call_overhead_ms": 0.004,
+}
+TARGET = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+          "batch": 1, "threads": 1, "device": {"name": "Synthetic CPU", "kind": "cpu", "peak_gflops": 40.0,
+                                              "mem_bandwidth_gbs": 8.0, "overhead_us": 4.0}}
+
+
+def synth_ms(key) -> float:
+    # a deterministic "device": roofline plus a kind-dependent factor
+    f = {"conv": 1.3, "ds": 1.1, "ir": 1.0, "fused": 1.2, "attn": 1.6, "head": 0.9}[key.block.kind]
+    return SYNTH.predict_key(key) * f + 0.004
+
+
+def synth_table(space_names=("tiny",), frac=1.0, networks=0, seed=0) -> LatencyTable:
+    rng = np.random.default_rng(seed)
+    t = LatencyTable(metadata=dict(META))
+    for n in space_names:
+        keys = load_space(n).unique_blocks()
+        for k in keys:
+            if rng.random() < frac:
+                ms = synth_ms(k)
+                t.add(k, Entry(ms, ms * 0.98, ms * 1.03, 50))
+    for n in space_names:
+        sp = load_space(n)
+        for _ in range(networks):
+            a = sp.random(rng)
+            ms = sum(synth_ms(k) - 0.004 for k in a.keys())
+            t.networks[a] = Entry(1.1 * ms + 0.01 * len(a.keys()) + 0.05, 0, 0, 50)  # a known calibration
+    return t
+
+
+def test_table_sum_and_provenance():
+    t = synth_table(frac=1.0)
+    p = LatencyPredictor(calibrate=False).fit(t)
+    a = load_space("tiny").random(3)
+    expected = sum(synth_ms(k) - 0.004 for k in a.keys()) + 0.004
+    assert p.raw_sum(a) == pytest.approx(expected)
+    e = p.explain(a)
+    assert e.ms == pytest.approx(expected) and e.source == "measured" and not e.calibrated
+    assert e.n_measured == len(a.keys()) and e.n_learned == 0
+    assert "measured table on Synthetic CPU" in e.label()
+    assert [r["source"] for r in p.breakdown(a)] == ["table"] * len(a.keys())
+
+
+def test_calibration_recovers_a_known_relation():
+    t = synth_table(networks=30)
+    p = LatencyPredictor().fit(t)
+    assert p.coef_[0] == pytest.approx(1.1, rel=1e-6) and p.coef_[1] == pytest.approx(0.01, abs=1e-6)
+    assert p.n_calibration_ == 30
+    held_out = [load_space("tiny").random(1000 + i) for i in range(10)]
+    truth = [1.1 * sum(synth_ms(k) - 0.004 for k in a.keys()) + 0.01 * len(a.keys()) + 0.05 for a in held_out]
+    np.testing.assert_allclose(p.predict(held_out), truth, rtol=1e-6)
+    assert p.explain(held_out[0]).calibrated
+
+
+def test_learned_model_fills_missing_keys():
+    t = synth_table(frac=0.6, seed=1)
+    p = LatencyPredictor(calibrate=False).fit(t)
+    keys = load_space("tiny").unique_blocks()
+    missing = [k for k in keys if k not in t]
+    assert missing
+    pred = np.array([p._block_ms(k)[0] + 0.004 for k in missing])
+    truth = np.array([synth_ms(k) for k in missing])
+    err = np.abs(pred - truth) / truth
+    assert np.median(err) < 0.10, np.median(err)  # unseen blocks of the same space: close
+    a = next(a for a in (load_space("tiny").random(i) for i in range(100)) if any(k not in t for k in a.keys()))
+    e = p.explain(a)
+    assert e.n_learned > 0 and e.n_measured + e.n_learned == len(a.keys()) and "learned" in e.label()
+    # a timm model: every block is outside the table; still a figure, and it says so
+    e = p.explain(from_timm("mobilenetv2_050", resolution=64))
+    assert e.n_measured == 0 and e.n_learned > 0 and e.ms > 0
+
+
+def test_fit_is_deterministic_and_needs_no_pickle():
+    t = synth_table(frac=0.5, networks=10)
+    archs = [load_space("tiny").random(i) for i in range(20)]
+    a = LatencyPredictor().fit(t).predict(archs)
+    b = LatencyPredictor().fit(LatencyTable.from_dict(t.to_dict())).predict(archs)  # refit from the JSON form
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", list_spaces())
+def test_compiled_space_predictor_matches(name):
+    t = synth_table((name,), frac=0.7, networks=10)
+    p = LatencyPredictor().fit(t)
+    space = load_space(name)
+    sp = p.compile(space)
+    P = space.sample_indices(200, rng=0)
+    fast = sp.predict_indices(P)
+    slow = p.predict([space.decode_indices(row) for row in P])
+    np.testing.assert_allclose(fast, slow, rtol=1e-9)
+    with pytest.raises(ValueError, match="expected an index array of shape"):
+        sp.predict_indices(P[:, :3])
+
+
+def test_errors():
+    with pytest.raises(NotFittedError):
+        LatencyPredictor().predict([load_space("tiny").random(0)])
+    with pytest.raises(ValueError, match="empty table"):
+        LatencyPredictor().fit(LatencyTable(metadata=dict(META)))
+    t = synth_table(frac=0.5)
+    p = LatencyPredictor(learned=False, calibrate=False).fit(t)
+    a = next(a for a in (load_space("tiny").random(i) for i in range(100)) if any(k not in t for k in a.keys()))
+    with pytest.raises(KeyError, match="not in the latency table and the learned model is disabled"):
+        p.explain(a)
+
+
+def test_load_latency_model(tmp_path):
+    # no table: a labelled estimate whose warning names the command that builds the table
+    m = load_latency_model({**TARGET, "name": "jetson", "table": str(tmp_path / "none.json")})
+    assert isinstance(m, RooflineModel) and m.source == "estimated"
+    assert "python -m nas.profile conf=jetson" in m.warning and "ESTIMATE" in m.warning
+    e = m.explain(load_space("tiny").random(0))
+    assert e.source == "estimated" and "ESTIMATE" in e.label() and e.n_estimated > 0
+    # a table: measured
+    path = synth_table(networks=10).save(tmp_path / "t.json")
+    m = load_latency_model({**TARGET, "table": str(path)})
+    assert isinstance(m, LatencyPredictor) and m.warning is None and m.source == "measured"
+    # mismatched: an error, unless allowed, and then the predictions say so
+    with pytest.raises(TableMismatchError, match="precision"):
+        load_latency_model({**TARGET, "table": str(path), "precision": "int8"})
+    m = load_latency_model({**TARGET, "table": str(path), "precision": "int8"}, allow_mismatch=True)
+    assert "TABLE MISMATCH" in m.explain(load_space("tiny").random(0)).label()
+
+
+def test_shipped_jetson_and_gpu_targets_are_estimates():
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from nas.config import CONF_DIR, register_configs
+
+    register_configs()
+    for name in ("jetson", "gpu"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="predict", overrides=[f"conf={name}"])
+        target = OmegaConf.to_container(cfg.conf, resolve=True)
+        m = load_latency_model(target)
+        assert m.source == "estimated" and f"conf={name}" in m.warning

@@ -1,0 +1,211 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nas.latency import profiler as profiler_mod
+from nas.latency.bundle import import_bundle, write_bundle
+from nas.latency.profiler import ProfileSettings, calibration_archs, new_metadata, profile_blocks, profile_networks
+from nas.latency.runtimes import RUNTIMES, RuntimeUnavailable, get_runtime, measure, summarize_times
+from nas.latency.table import LatencyTable, TableError
+from nas.space import load_space
+
+FAST = ProfileSettings(warmup=1, repeats=3, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=1, save_every_s=0.0)
+CPU = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+       "batch": 1, "threads": 1, "device": {"kind": "cpu"}}
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return load_space("tiny").unique_blocks()[:6]
+
+
+def new_table(rt, path):
+    return LatencyTable(metadata=new_metadata(CPU, rt, FAST), path=path)
+
+
+def test_profile_writes_entries_and_metadata(tmp_path, keys):
+    rt = get_runtime(CPU)
+    t = new_table(rt, tmp_path / "t.json")
+    rep = profile_blocks(keys, rt, t, settings=FAST, progress=False)
+    assert rep.measured == len(keys) and rep.already == 0
+    back = LatencyTable.load(tmp_path / "t.json")
+    assert set(back.entries) == set(keys)
+    m = back.metadata
+    assert m["source"] == "measured" and m["runtime"]["version"] and m["device"]["cpu"]
+    assert m["call_overhead_ms"] > 0 and m["measurement"]["repeats"] == 3
+    for e in back.entries.values():
+        assert 0 < e.p10_ms <= e.median_ms <= e.p90_ms and e.n >= 3
+
+
+def test_rounds_interleave_and_resume(tmp_path, keys, monkeypatch):
+    rt = get_runtime(CPU)
+    two = ProfileSettings(**{**FAST.__dict__, "rounds": 2})
+    t = new_table(rt, tmp_path / "t.json")
+    profile_blocks(keys[:3], rt, t, settings=two, progress=False, round_=1)
+    assert all(t.entries[k].rounds == 1 for k in keys[:3])
+    seen = []
+    real = profiler_mod.measure_key
+    monkeypatch.setattr(profiler_mod, "measure_key", lambda k, *a, **kw: seen.append(k) or real(k, *a, **kw))
+    rep = profile_blocks(keys[:3], rt, LatencyTable.load(tmp_path / "t.json"), settings=two, progress=False,
+                         path=tmp_path / "t.json")
+    assert seen == keys[:3] and rep.measured == 3  # only round 2 was missing
+    back = LatencyTable.load(tmp_path / "t.json")
+    for k in keys[:3]:
+        e = back.entries[k]
+        assert e.rounds == 2 and e.median_ms == pytest.approx(sorted(e.rounds_ms)[0] / 2 + sorted(e.rounds_ms)[1] / 2)
+
+
+def test_rerun_measures_only_missing(tmp_path, keys, monkeypatch):
+    rt = get_runtime(CPU)
+    t = new_table(rt, tmp_path / "t.json")
+    profile_blocks(keys[:2], rt, t, settings=FAST, progress=False)
+    seen = []
+    real = profiler_mod.measure_key
+    monkeypatch.setattr(profiler_mod, "measure_key", lambda k, *a, **kw: seen.append(k) or real(k, *a, **kw))
+    t2 = LatencyTable.load(tmp_path / "t.json")
+    rep = profile_blocks(keys, rt, t2, settings=FAST, progress=False, path=tmp_path / "t.json")
+    assert seen == keys[2:] and rep.already == 2 and rep.measured == len(keys) - 2
+
+
+def test_ctrl_c_loses_nothing(tmp_path, keys, monkeypatch):
+    rt = get_runtime(CPU)
+    path = tmp_path / "t.json"
+    t = new_table(rt, path)
+    real, calls = profiler_mod.measure_key, []
+
+    def flaky(k, *a, **kw):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(k)
+        return real(k, *a, **kw)
+
+    monkeypatch.setattr(profiler_mod, "measure_key", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        profile_blocks(keys, rt, t, settings=ProfileSettings(**{**FAST.__dict__, "save_every_s": 3600.0}),
+                       progress=False)
+    saved = LatencyTable.load(path)  # the file is complete JSON with everything measured so far
+    assert set(saved.entries) == set(keys[:3])
+    monkeypatch.setattr(profiler_mod, "measure_key", real)
+    profile_blocks(keys, rt, saved, settings=FAST, progress=False)
+    assert set(LatencyTable.load(path).entries) == set(keys)
+
+
+def test_networks_for_calibration(tmp_path):
+    rt = get_runtime(CPU)
+    t = new_table(rt, tmp_path / "t.json")
+    space = load_space("tiny")
+    archs = calibration_archs(space, 2)
+    assert archs == calibration_archs(space, 2)  # seeded
+    rep = profile_networks(archs, rt, t, settings=FAST, progress=False)
+    assert rep.measured == 2
+    back = LatencyTable.load(tmp_path / "t.json")
+    assert set(back.networks) == set(archs) and all(e.median_ms > 0 for e in back.networks.values())
+
+
+def test_bundle_round_trip(tmp_path, keys):
+    """Write a bundle, measure it with the standalone script (numpy + onnxruntime only), import it."""
+    manifest = write_bundle(keys[:3], CPU, tmp_path / "bundle", settings=FAST, progress=False)
+    man = json.loads(manifest.read_text())
+    assert man["schema"] == "hwnas.bundle" and len(man["blocks"]) == 3
+    script = tmp_path / "bundle" / "measure_bundle.py"
+    src = script.read_text()
+    assert "import torch" not in src and "from nas" not in src and "import nas" not in src
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "bundle", capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "3 to measure" in out.stdout
+    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "bundle", capture_output=True, text=True)
+    assert "0 to measure" in again.stdout  # resumable: nothing measured twice
+    table = import_bundle(tmp_path / "bundle" / "results.json")
+    assert set(table.entries) == set(keys[:3])
+    assert table.metadata["source"] == "measured" and table.metadata["measurement"]["via"] == "device bundle"
+    assert table.metadata["runtime"]["name"] == "onnxruntime" and table.metadata["call_overhead_ms"] > 0
+    p = table.save(tmp_path / "imported.json")
+    assert LatencyTable.load(p).entries == table.entries
+    # results from another bundle are refused
+    res = json.loads((tmp_path / "bundle" / "results.json").read_text())
+    res["bundle_id"] = "other"
+    (tmp_path / "bundle" / "results.json").write_text(json.dumps(res))
+    with pytest.raises(TableError, match="results belong to bundle 'other'"):
+        import_bundle(tmp_path / "bundle" / "results.json")
+
+
+def test_runtime_interface():
+    assert {"onnxruntime", "torch", "torch_compile", "tensorrt"} <= set(RUNTIMES)
+    with pytest.raises(ValueError, match="unknown runtime 'tvm'; valid runtimes:"):
+        get_runtime({**CPU, "runtime": "tvm"})
+    with pytest.raises(RuntimeUnavailable, match="does not support precision 'int4'"):
+        get_runtime({**CPU, "precision": "int4"})
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeUnavailable, match="CUDAExecutionProvider is not available here.*onnxruntime-gpu"):
+            get_runtime({**CPU, "provider": "CUDAExecutionProvider"})
+        with pytest.raises(RuntimeUnavailable, match="no CUDA device"):
+            get_runtime({**CPU, "runtime": "torch", "device": {"kind": "gpu"}})
+    rt = get_runtime({**CPU, "runtime": "torch"})
+    k = load_space("tiny").unique_blocks()[3]
+    from nas.build import build_layer
+
+    stats = summarize_times(measure(rt.prepare(build_layer(k), k.in_shape), warmup=1, repeats=5, min_time_s=0))
+    assert stats["median_ms"] > 0 and stats["n"] == 5
+
+
+def test_int8_runtime_quantizes(keys):
+    rt = get_runtime({**CPU, "precision": "int8"})
+    from nas.build import build_layer
+
+    k = keys[4]
+    data = rt.onnx_bytes(build_layer(k), k.in_shape)
+    import onnx
+
+    ops = {n.op_type for n in onnx.load_from_string(data).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    assert summarize_times(measure(rt.runner_for_onnx(data, k.in_shape), warmup=1, repeats=3))["median_ms"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
+def test_gpu_runtimes(runtime, keys):  # pragma: no cover - needs a GPU
+    target = {**CPU, "runtime": runtime, "device": {"kind": "gpu"},
+              "provider": "CUDAExecutionProvider" if runtime == "onnxruntime" else ""}
+    rt = get_runtime(target)
+    from nas.build import build_layer
+
+    k = keys[3]
+    assert summarize_times(measure(rt.prepare(build_layer(k), k.in_shape), warmup=2, repeats=5))["median_ms"] > 0
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "nas.profile", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+
+
+def test_cli_end_to_end(tmp_path):
+    out = tmp_path / "t.json"
+    fast = ["profile.warmup=1", "profile.repeats=3", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
+    r = _cli("conf=cpu", "search_space=tiny", f"out={out}", "limit=4", "calibration_networks=1", *fast, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "248 unique blocks in tiny" in r.stdout and "4 block measurements" in r.stdout
+    t = LatencyTable.load(out)
+    assert len(t) == 4 and len(t.networks) == 1 and t.metadata["target"] == "cpu"
+    r = _cli("conf=cpu", "search_space=tiny", f"out={out}", "limit=2", "calibration_networks=1", *fast, cwd=tmp_path)
+    assert "4 already in" in r.stdout and "2 block measurements" in r.stdout
+    # a target for another device is refused here, with the way out
+    r = _cli("conf=jetson", "search_space=tiny", f"out={tmp_path / 'j.json'}", cwd=tmp_path)
+    assert r.returncode == 2 and "target 'jetson' is 'Jetson AGX Orin 64GB'" in r.stderr and "bundle=" in r.stderr
+    # a config typo fails at start
+    r = _cli("conf=cpu", "conf.thredas=2", cwd=tmp_path)
+    assert r.returncode != 0 and "thredas" in r.stderr
+    # the table is checked against the target when resuming
+    r = _cli("conf=cpu_int8", "search_space=tiny", f"out={out}", "limit=1", cwd=tmp_path)
+    assert r.returncode == 2 and "precision: table has 'fp32'" in r.stderr
+
+
+def test_cli_bundle(tmp_path):
+    r = _cli("conf=jetson", "search_space=tiny", f"bundle={tmp_path / 'b'}", "progress=false", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    man = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert man["bundle_runtime"] == "trtexec" and man["precision"] == "fp16" and len(man["blocks"]) == 248
+    assert "measure_bundle.py" in r.stdout
