@@ -252,10 +252,9 @@ class DSConvBlock(Block):
         )
 
 
-@register_block("ir")
 @dataclass(frozen=True)
-class MBConvBlock(Block):
-    """Inverted residual (MBConv): 1x1 expand -> KxK depthwise [-> SE] -> 1x1 project."""
+class _ExpandedBlock(Block):
+    """Shared spec of the two expand-then-project blocks (``ir`` and ``fused``)."""
 
     out_ch: int
     mid_ch: int
@@ -281,43 +280,21 @@ class MBConvBlock(Block):
     def label(self) -> str:
         ns = "_ns" if self.noskip else ""
         return (
-            f"ir_k{self.kernel}_s{self.stride}_m{self.mid_ch}_c{self.out_ch}{_se_str(self.se)}"
+            f"{self.kind}_k{self.kernel}_s{self.stride}_m{self.mid_ch}_c{self.out_ch}{_se_str(self.se)}"
             f"_{ACTIVATIONS[self.act]}{ns}"
         )
 
 
+@register_block("ir")
+@dataclass(frozen=True)
+class MBConvBlock(_ExpandedBlock):
+    """Inverted residual (MBConv): 1x1 expand -> KxK depthwise [-> SE] -> 1x1 project."""
+
+
 @register_block("fused")
 @dataclass(frozen=True)
-class FusedMBConvBlock(Block):
+class FusedMBConvBlock(_ExpandedBlock):
     """Fused-MBConv (timm ``EdgeResidual``): KxK expand conv [-> SE] -> 1x1 project."""
-
-    out_ch: int
-    mid_ch: int
-    kernel: int = 3
-    stride: int = 1
-    act: str = "relu"
-    se: SE | None = None
-    noskip: bool = False
-
-    def __post_init__(self) -> None:
-        _check_pos_int(self, "out_ch", self.out_ch)
-        _check_pos_int(self, "mid_ch", self.mid_ch)
-        _check_kernel(self, self.kernel)
-        _check_stride(self, self.stride)
-        _check_act(self, "act", self.act)
-        _check_bool(self, "noskip", self.noskip)
-        if isinstance(self.se, dict):
-            object.__setattr__(self, "se", SE.from_dict(self.se))
-
-    def has_skip(self, in_ch: int) -> bool:
-        return self.stride == 1 and in_ch == self.out_ch and not self.noskip
-
-    def label(self) -> str:
-        ns = "_ns" if self.noskip else ""
-        return (
-            f"fused_k{self.kernel}_s{self.stride}_m{self.mid_ch}_c{self.out_ch}"
-            f"{_se_str(self.se)}_{ACTIVATIONS[self.act]}{ns}"
-        )
 
 
 @register_block("attn")

@@ -17,7 +17,7 @@ def run(mod, *args, cwd):
 def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("table")
     out = d / "tiny.json"
-    r = run("nas.profile", "conf=cpu", "search_space=tiny", f"out={out}", "calibration_networks=10", *FAST, cwd=d)
+    r = run("nas.profile", "conf=cpu", "search_space=tiny", f"out={out}", "calibration_networks=25", *FAST, cwd=d)
     assert r.returncode == 0, r.stderr
     return out
 

@@ -61,7 +61,12 @@ def test_table_sum_and_provenance():
 def test_calibration_recovers_a_known_relation():
     t = synth_table(networks=30)
     p = LatencyPredictor().fit(t)
-    assert p.coef_[0] == pytest.approx(1.1, rel=1e-6) and p.coef_[1] == pytest.approx(0.01, abs=1e-6)
+    from nas.latency.predictor import KINDS
+
+    for kd in ("conv", "ds", "ir", "head"):  # the kinds the tiny space has
+        assert p.coef_[KINDS.index(kd)] == pytest.approx(1.1, rel=1e-5)
+    assert p.coef_[6] == pytest.approx(0.01, abs=1e-6)  # per layer
+    np.testing.assert_allclose(p.coef_[7:], 0.0, atol=1e-6)  # no boundary / weight / SE / stride / skip effect here
     assert p.n_calibration_ == 30
     held_out = [load_space("tiny").random(1000 + i) for i in range(10)]
     truth = [1.1 * sum(synth_ms(k) - 0.004 for k in a.keys()) + 0.01 * len(a.keys()) + 0.05 for a in held_out]
@@ -97,7 +102,7 @@ def test_fit_is_deterministic_and_needs_no_pickle():
 
 @pytest.mark.parametrize("name", list_spaces())
 def test_compiled_space_predictor_matches(name):
-    t = synth_table((name,), frac=0.7, networks=10)
+    t = synth_table((name,), frac=0.7, networks=30)
     p = LatencyPredictor().fit(t)
     space = load_space(name)
     sp = p.compile(space)
@@ -152,3 +157,21 @@ def test_shipped_jetson_and_gpu_targets_are_estimates():
         target = OmegaConf.to_container(cfg.conf, resolve=True)
         m = load_latency_model(target)
         assert m.source == "estimated" and f"conf={name}" in m.warning
+
+
+def test_calibration_recovers_a_boundary_effect():
+    from nas.latency.predictor import _boundary
+
+    t = synth_table(networks=0)
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        a = load_space("tiny").random(rng)
+        ms = sum(synth_ms(k) - 0.004 for k in a.keys())
+        b = sum(_boundary(k) for k in a.keys())
+        t.networks[a] = Entry(ms + 0.002 * len(a.keys()) - 0.2 * b + 0.03, 0, 0, 50)
+    p = LatencyPredictor().fit(t)
+    assert p.coef_[6] == pytest.approx(0.002, abs=1e-6) and p.coef_[7] == pytest.approx(-0.2, rel=1e-4)
+    assert p.intercept_ == pytest.approx(0.03, abs=1e-6)
+    sp = p.compile(load_space("tiny"))
+    P = load_space("tiny").sample_indices(50, rng=1)
+    np.testing.assert_allclose(sp.predict_indices(P), p.predict([load_space("tiny").decode_indices(r) for r in P]))

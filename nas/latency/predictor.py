@@ -10,9 +10,11 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
    loaded; nothing is pickled.
 3. **Calibration** on whole-network measurements stored in the table (``networks``, measured
    by the profiler on architectures the validation never uses):
-   ``ms = a * sum_of_blocks + b * n_layers + c``, fitted by least squares on *relative* error
-   (weights 1/ms^2).  ``a`` absorbs a systematic scale, ``b`` what each standalone block pays
-   that a block inside a network does not (input/output handling, cold caches), ``c`` the rest.
+   a linear model of additive per-layer features (``layer_features``: block time split by kind,
+   layer count, activations crossing layer boundaries, weight bytes, time in SE / strided /
+   residual blocks), fitted by least squares on *relative* error (weights 1/ms^2).  Why these:
+   a block measured on its own converts its input and output between layouts (onnxruntime's
+   NCHWc) and keeps its weights in cache; inside a network it does neither.
 
 Throughput: ``predict`` on Arch objects costs ~30 us an Arch; ``compile(space)`` returns a
 ``SpacePredictor`` that predicts straight from parameter-index arrays, vectorised over
@@ -139,20 +141,23 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             y = np.array([table.entries[k].median_ms for k in keys])
             self.block_model_ = make_block_model(self.random_state).fit(keys, y)
         self._learned_cache: dict[BlockKey, float] = {}
+        self._contrib: dict[BlockKey, float] = {}
         nets = table_networks(table) if networks is None else list(networks)
         self.calibration_ = None
         self.n_calibration_ = 0
-        # uncalibrated: each layer less the call overhead, plus one call overhead
-        self.coef_, self.intercept_ = (1.0, 0.0), self.overhead_ms_
-        if self.calibrate and len(nets) >= 8:
-            X = np.array([self._features(a) for a, _ in nets])
+        # uncalibrated: every layer's block figure (less the call overhead), plus one call overhead
+        self.coef_ = np.array([1.0] * len(KINDS) + [0.0] * (N_FEATURES - len(KINDS)))
+        self.intercept_ = self.overhead_ms_
+        if self.calibrate and len(nets) >= 2 * N_FEATURES:
+            X = np.array([self.features(a) for a, _ in nets])
             y = np.array([ms for _, ms in nets])
             self.calibration_ = LinearRegression().fit(X, y, sample_weight=1.0 / y**2)
-            self.coef_ = (float(self.calibration_.coef_[0]), float(self.calibration_.coef_[1]))
+            self.coef_ = self.calibration_.coef_.astype(np.float64)
             self.intercept_ = float(self.calibration_.intercept_)
             self.n_calibration_ = len(nets)
         elif self.calibrate and nets:
-            log.warning("only %d calibration networks in the table; calibration needs >= 8, skipped", len(nets))
+            log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
+                        len(nets), 2 * N_FEATURES)
         return self
 
     # -- prediction -----------------------------------------------------------------------
@@ -168,53 +173,59 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             self._learned_cache[key] = v
         return v, False
 
-    def _sum(self, arch: Arch) -> tuple[float, int, int]:
-        """Sum of the layers' table (or learned) figures, less per-call overheads; counts."""
-        total, n_learn = 0.0, 0
-        lookup = self.lookup_
-        keys = arch.keys()
-        for k in keys:
-            v = lookup.get(k)
-            if v is None:
-                v = self._block_ms(k)[0]
-                n_learn += 1
-            total += v
-        return total, len(keys) - n_learn, n_learn
+    def features(self, arch: Arch) -> np.ndarray:
+        """The calibration features of a network: the sum of its layers' ``layer_features``."""
+        check_is_fitted(self, "lookup_")
+        return np.sum([layer_features(k, self._block_ms(k)[0]) for k in arch.keys()], axis=0)
 
-    def _features(self, arch: Arch) -> tuple[float, int]:
-        total, n_meas, n_learn = self._sum(arch)
-        return total, n_meas + n_learn
+    def _contribution(self, key: BlockKey) -> float:
+        """One layer's calibrated share, ``layer_features . coef_`` (cached per key)."""
+        v = self._contrib.get(key)
+        if v is None:
+            v = float(layer_features(key, self._block_ms(key)[0]) @ self.coef_)
+            self._contrib[key] = v
+        return v
 
     def raw_sum(self, arch: Arch) -> float:
         """Uncalibrated: sum of blocks (less per-call overheads) plus one call overhead."""
         check_is_fitted(self, "lookup_")
-        return self._sum(arch)[0] + self.overhead_ms_
+        return sum(self._block_ms(k)[0] for k in arch.keys()) + self.overhead_ms_
 
     def explain(self, arch: Arch) -> Prediction:
         check_is_fitted(self, "lookup_")
-        total, n_meas, n_learn = self._sum(arch)
-        (a, b), c = self.coef_, self.intercept_
-        ms = a * total + b * (n_meas + n_learn) + c
-        return Prediction(ms, "measured", self.device, n_meas, n_learn, 0, self.calibration_ is not None,
-                          self.mismatched_)
+        keys = arch.keys()
+        contrib, lookup = self._contrib, self.lookup_
+        ms = self.intercept_
+        n_learn = 0
+        for k in keys:
+            v = contrib.get(k)
+            ms += v if v is not None else self._contribution(k)
+            n_learn += k not in lookup
+        return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
+                          0, self.calibration_ is not None, self.mismatched_)
 
     def predict(self, archs: Sequence[Arch] | Arch) -> np.ndarray:
         check_is_fitted(self, "lookup_")
         if isinstance(archs, Arch):
             archs = [archs]
-        X = np.array([self._features(a) for a in archs], dtype=np.float64).reshape(len(archs), 2)
-        (a, b), c = self.coef_, self.intercept_
-        return a * X[:, 0] + b * X[:, 1] + c
+        contrib, get = self._contrib, self._contribution
+        out = np.empty(len(archs))
+        for i, a in enumerate(archs):
+            ms = self.intercept_
+            for k in a.keys():
+                v = contrib.get(k)
+                ms += v if v is not None else get(k)
+            out[i] = ms
+        return out
 
     def layer_ms(self, keys: Sequence[BlockKey]) -> np.ndarray:
-        """Calibrated per-layer contributions ``a * ms + b`` (a network adds ``intercept_``)."""
+        """Calibrated per-layer contributions (a network adds ``intercept_``)."""
         check_is_fitted(self, "lookup_")
         missing = [k for k in dict.fromkeys(keys) if k not in self.lookup_ and k not in self._learned_cache]
         if missing and self.block_model_ is not None:  # one vectorised call for all unseen keys
             for k, v in zip(missing, self.block_model_.predict(missing)):
                 self._learned_cache[k] = float(v) - self.overhead_ms_
-        (a, b), _ = self.coef_, self.intercept_
-        return np.array([a * self._block_ms(k)[0] + b for k in keys])
+        return np.array([self._contribution(k) for k in keys])
 
     def compile(self, space) -> SpacePredictor:
         """A vectorised predictor for ``space``'s parameter encoding (see ``SpacePredictor``)."""
@@ -261,6 +272,37 @@ class RooflineModel(LatencyModel):
 
     def describe(self) -> str:
         return self.roofline.describe()
+
+
+def _boundary(key: BlockKey) -> float:
+    """Millions of activation elements entering and leaving a layer (batch 1)."""
+    ci, h, w = key.in_shape
+    co, ho, wo = key.out_shape
+    return (ci * h * w + co * ho * wo) / 1e6
+
+
+N_FEATURES = len(KINDS) + 6
+
+
+def layer_features(key: BlockKey, ms: float) -> np.ndarray:
+    """Additive per-layer calibration features (a network's are their sum).
+
+    ``ms`` split by block kind (6), then: 1 (the layer count), boundary activations (M elements in
+    + out), weight megabytes, and ``ms`` of layers with squeeze-excite, with stride 2, and with a
+    residual.  The last three let blocks whose standalone timing differs most from their cost in
+    a network (gating, down-sampling, skip adds) be scaled apart; weight bytes stand for the
+    cache misses a network pays when its weights do not stay resident as a lone block's do.
+    """
+    b = key.block
+    f = np.zeros(N_FEATURES)
+    f[KINDS.index(b.kind)] = ms
+    f[6] = 1.0
+    f[7] = _boundary(key)
+    f[8] = block_cost(key).weight_bytes / 1e6
+    f[9] = ms if getattr(b, "se", None) is not None else 0.0
+    f[10] = ms if getattr(b, "stride", 1) == 2 else 0.0
+    f[11] = ms if b.has_skip(key.in_ch) else 0.0
+    return f
 
 
 class SpacePredictor:

@@ -155,51 +155,11 @@ def profile_blocks(
     """Measure round ``round_`` (default: every round up to ``settings.rounds``) of the keys
     that lack it, saving as it goes.  Ctrl-C saves, then re-raises."""
     settings = settings or ProfileSettings()
-    if round_ is None:
-        report = None
-        for r in range(1, settings.rounds + 1):
-            rep = profile_blocks(keys, runtime, table, settings=settings, path=path, progress=progress,
-                                 limit=limit, round_=r)
-            report = rep if report is None else report.combine(rep)
-        assert report is not None
-        return report
-    keys = list(dict.fromkeys(keys))
-    todo = table.missing(keys, round_)
-    if limit is not None:
-        todo = todo[:limit]
-    report = ProfileReport(len(keys), len(keys) - len(table.missing(keys)), 0, 0, 0.0)
-    save = Throttle(lambda: table.save(path), settings.save_every_s)
     if table.metadata.get("call_overhead_ms") is None:
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-        save()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo), desc=f"round {round_}/{settings.rounds}: blocks", unit="block",
-                   dynamic_ncols=True)
-    t0 = time.monotonic()
-    try:
-        for key in todo:
-            if bar is not None:
-                bar.set_postfix_str(str(key)[:48], refresh=False)
-            entry = measure_key(key, runtime, settings)
-            table.add_round(key, entry)
-            report.measured += 1
-            report.remeasured += entry.remeasured > 0
-            save()
-            if bar is not None:
-                bar.update(1)
-    except KeyboardInterrupt:
-        report.interrupted = True
-        log.warning("interrupted: %d entries measured this run are saved; re-run to continue", report.measured)
-        raise
-    finally:
-        report.seconds = time.monotonic() - t0
-        save.flush()
-        if bar is not None:
-            bar.close()
-    return report
+    return _measure_rounds(keys, table.entries, lambda k: measure_key(k, runtime, settings), table,
+                           settings=settings, path=path, progress=progress, limit=limit, round_=round_,
+                           unit="block", label=lambda k: str(k)[:48])
 
 
 def profile_networks(
@@ -213,32 +173,45 @@ def profile_networks(
     round_: int | None = None,
 ) -> ProfileReport:
     """Measure round ``round_`` (default: all rounds) of the networks that lack it (the
-    table's calibration set), saving as it goes."""
+    table's calibration set), saving as it goes.  Ctrl-C saves, then re-raises."""
     settings = settings or ProfileSettings()
+    return _measure_rounds(archs, table.networks, lambda a: measure_arch(a, runtime, settings), table,
+                           settings=settings, path=path, progress=progress, round_=round_, unit="network")
+
+
+def _measure_rounds(items, store: dict, measure_one: Callable[[Any], Entry], table: LatencyTable, *,
+                    settings: ProfileSettings, path, progress: bool, round_: int | None, unit: str,
+                    limit: int | None = None, label: Callable[[Any], str] | None = None) -> ProfileReport:
+    """The measuring loop shared by blocks and networks: one round (or all), saved as it goes."""
     if round_ is None:
         report = None
         for r in range(1, settings.rounds + 1):
-            rep = profile_networks(archs, runtime, table, settings=settings, path=path, progress=progress, round_=r)
+            rep = _measure_rounds(items, store, measure_one, table, settings=settings, path=path,
+                                  progress=progress, round_=r, unit=unit, limit=limit, label=label)
             report = rep if report is None else report.combine(rep)
         assert report is not None
         return report
-    archs = list(dict.fromkeys(archs))
-    nets = table.networks
-    todo = [a for a in archs if a not in nets or nets[a].rounds < round_]
-    report = ProfileReport(len(archs), sum(a in nets for a in archs), 0, 0, 0.0)
+    items = list(dict.fromkeys(items))
+    todo = [x for x in items if x not in store or store[x].rounds < round_]
+    if limit is not None:
+        todo = todo[:limit]
+    report = ProfileReport(len(items), sum(x in store for x in items), 0, 0, 0.0)
     save = Throttle(lambda: table.save(path), settings.save_every_s)
+    save()
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc=f"round {round_}/{settings.rounds}: networks", unit="net",
+        bar = tqdm(total=len(todo), desc=f"round {round_}/{settings.rounds}: {unit}s", unit=unit,
                    dynamic_ncols=True)
     t0 = time.monotonic()
     try:
-        for arch in todo:
-            entry = measure_arch(arch, runtime, settings)
-            old = table.networks.get(arch)
-            table.networks[arch] = entry if old is None else old.merged(entry)
+        for x in todo:
+            if bar is not None and label is not None:
+                bar.set_postfix_str(label(x), refresh=False)
+            entry = measure_one(x)
+            old = store.get(x)
+            store[x] = entry if old is None else old.merged(entry)
             report.measured += 1
             report.remeasured += entry.remeasured > 0
             save()
@@ -246,6 +219,7 @@ def profile_networks(
                 bar.update(1)
     except KeyboardInterrupt:
         report.interrupted = True
+        log.warning("interrupted: %d %s measurements of this run are saved; re-run to continue", report.measured, unit)
         raise
     finally:
         report.seconds = time.monotonic() - t0

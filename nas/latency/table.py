@@ -160,9 +160,6 @@ class LatencyTable:
         ents = self.entries
         return [k for k in keys if k not in ents or ents[k].rounds < rounds]
 
-    def add_round(self, key: BlockKey, entry: Entry) -> None:
-        old = self.entries.get(key)
-        self.entries[key] = entry if old is None else old.merged(entry)
 
     @property
     def source(self) -> str:

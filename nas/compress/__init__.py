@@ -1,0 +1,26 @@
+"""Compression of trained networks: latency-aware structured pruning and quantization-aware training.
+
+``nas.compress.prune``: channel groups of the space's multiple, removed in spec space (an
+``Arch`` in, a smaller ``Arch`` out), guided by the target's latency model.
+``nas.compress.qat``: BN folding, fake-quant fine-tuning and export to QDQ ONNX.
+"""
+
+from nas.compress.prune import (
+    ChannelUnit,
+    PrunePlan,
+    apply_plan,
+    channel_importance,
+    channel_units,
+    plan_pruning,
+    prune_model,
+)
+
+__all__ = [
+    "ChannelUnit",
+    "PrunePlan",
+    "apply_plan",
+    "channel_importance",
+    "channel_units",
+    "plan_pruning",
+    "prune_model",
+]

@@ -1,0 +1,521 @@
+"""Quantization-aware training with our own fake-quant modules, exported as QDQ ONNX.
+
+Why own modules (and not ``torch.ao.quantization`` FX / pt2e): the deployment form is fixed —
+QDQ ONNX with the same quantization as ``nas.onnx_utils.QDQ_SETTINGS`` (the onnxruntime
+post-training baseline and the ``cpu_int8`` latency table) — and a few explicit modules give
+exactly that, on timm's blocks, without depending on quantization APIs that torch is moving
+around (eager/FX are deprecated in favour of torchao's pt2e flow, whose ONNX export path does
+not give onnxruntime's u8s8 per-channel QDQ form).
+
+The scheme (matching onnxruntime's static QDQ quantizer with ``QDQ_SETTINGS``):
+
+* **Weights**: int8, symmetric, per output channel, scale ``max|w| / qmax``; ``qmax`` = 64 with
+  ``reduce_range`` (onnxruntime's 7-bit weights, range [-64, 64]) else 127.  Recomputed from the
+  current weights at every step (straight-through estimator).
+* **Activations**: uint8, asymmetric, per tensor, range always containing 0,
+  ``scale = (max - min) / 255``, ``zero_point = round(-min / scale)``.  Ranges are calibrated by
+  min/max over training batches on the float model (like the baseline), then follow an EMA of
+  each batch's min/max during fine-tuning, then freeze (``freeze``).
+* **BatchNorm folded** into the preceding convolution before fine-tuning (``fold_bn``): the
+  network trained is the one deployed.
+* **Where**: every tensor is quantized once, where it is produced — the network input, each
+  conv's output after a ReLU / ReLU6 (onnxruntime drops the activation into the quantized conv)
+  or before and after any other activation (hard-swish, swish, GELU run in float between
+  Dequantize/Quantize), residual sums, the squeeze-excite pool, gate and product, and the head's
+  pool.  Self-attention cores stay float (their weights are still int8).
+
+Export (``export_qdq``): the fake-quant activations become ``QuantizeLinear`` /
+``DequantizeLinear`` pairs (TorchScript exporter, opset 17); each conv / linear weight becomes
+an int8 initializer with per-channel scales behind a ``DequantizeLinear`` and each bias, where
+the input is quantized, an int32 initializer with scale ``input_scale * weight_scale`` — the
+form onnxruntime fuses into ``QLinearConv`` and TensorRT reads as explicit quantization.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from timm.layers import BatchNormAct2d, ConvNormAct
+from timm.models._efficientnet_blocks import (
+    ConvBnAct,
+    DepthwiseSeparableConv,
+    EdgeResidual,
+    InvertedResidual,
+    SqueezeExcite,
+)
+from torch import nn
+
+from nas.build import AttentionLayer, HeadLayer
+
+__all__ = [
+    "ActQuant",
+    "QATNet",
+    "QConv2d",
+    "QLinear",
+    "QuantSettings",
+    "calibrate",
+    "export_qdq",
+    "finalize_qdq",
+    "fold_bn",
+    "prepare_qat",
+    "set_observers",
+    "weight_qmax",
+]
+
+log = logging.getLogger(__name__)
+
+# conv -> BN pairs of timm's blocks (module attribute names)
+_FOLD_PAIRS: dict[type, tuple[tuple[str, str], ...]] = {
+    ConvBnAct: (("conv", "bn1"),),
+    DepthwiseSeparableConv: (("conv_dw", "bn1"), ("conv_pw", "bn2")),
+    InvertedResidual: (("conv_pw", "bn1"), ("conv_dw", "bn2"), ("conv_pwl", "bn3")),
+    EdgeResidual: (("conv_exp", "bn1"), ("conv_pwl", "bn2")),
+    ConvNormAct: (("conv", "bn"),),
+}
+_RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.Identity)
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    """How QAT quantizes (defaults: ``nas.onnx_utils.QDQ_SETTINGS``)."""
+
+    reduce_range: bool = True  # 7-bit weights ([-64, 64]) as onnxruntime's reduce_range
+    ema: float = 0.01  # activation range EMA momentum during fine-tuning
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reduce_range, bool):
+            raise ValueError(f"qat.reduce_range must be true or false, got {self.reduce_range!r}")
+        if not 0 < self.ema <= 1:
+            raise ValueError(f"qat.ema must be in (0, 1], got {self.ema!r}")
+
+
+def weight_qmax(reduce_range: bool) -> int:
+    return 64 if reduce_range else 127
+
+
+# --------------------------------------------------------------------------------------------
+# BN folding
+
+
+class FoldedAct(nn.Module):
+    """What is left of a ``BatchNormAct2d`` once its BN is folded into the conv: the activation."""
+
+    def __init__(self, act: nn.Module) -> None:
+        super().__init__()
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x)
+
+
+def _fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
+    with torch.no_grad():
+        std = torch.sqrt(bn.running_var + bn.eps)
+        gamma = bn.weight if bn.affine else torch.ones_like(std)
+        beta = bn.bias if bn.affine else torch.zeros_like(std)
+        k = gamma / std
+        conv.weight.mul_(k.view(-1, 1, 1, 1))
+        b = beta - bn.running_mean * k
+        if conv.bias is not None:
+            b = b + conv.bias * k
+        conv.bias = nn.Parameter(b.clone())
+
+
+def fold_bn(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` (eval mode) with every conv -> BatchNorm of timm's blocks folded."""
+    model = copy.deepcopy(model).eval()
+    n = 0
+    for mod in list(model.modules()):
+        pairs = next((p for cls, p in _FOLD_PAIRS.items() if isinstance(mod, cls)), ())
+        if isinstance(mod, HeadLayer) and mod.style == "conv_pool":
+            pairs = (("conv_head", "bn2"),)
+        for conv_name, bn_name in pairs:
+            conv, bn = getattr(mod, conv_name), getattr(mod, bn_name)
+            if not isinstance(conv, nn.Conv2d) or not isinstance(bn, nn.BatchNorm2d):
+                raise ValueError(f"cannot fold {type(mod).__name__}.{bn_name} into {conv_name}: unexpected "
+                                 f"{type(conv).__name__} / {type(bn).__name__}")
+            _fold(conv, bn)
+            act = bn.act if isinstance(bn, BatchNormAct2d) else nn.Identity()
+            setattr(mod, bn_name, FoldedAct(act))
+            n += 1
+    log.debug("folded %d BatchNorm layers", n)
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# fake-quant modules
+
+
+class ActQuant(nn.Module):
+    """Per-tensor asymmetric uint8 fake quantization with observed (min/max, EMA) ranges."""
+
+    def __init__(self, ema: float = 0.01) -> None:
+        super().__init__()
+        self.ema = ema
+        self.register_buffer("lo", torch.zeros(()))
+        self.register_buffer("hi", torch.zeros(()))
+        self.register_buffer("seen", torch.zeros((), dtype=torch.bool))
+        self.mode = "ema"  # minmax | ema | frozen
+        self.enabled = True
+
+    def qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        lo, hi = torch.clamp(self.lo, max=0.0), torch.clamp(self.hi, min=0.0)
+        scale = (hi - lo) / 255.0
+        scale = torch.where(scale > torch.finfo(torch.float32).tiny, scale, torch.ones_like(scale))
+        zp = torch.clamp(torch.round(-lo / scale), 0, 255).to(torch.int32)
+        return scale.float(), zp
+
+    @torch.no_grad()
+    def _observe(self, x: torch.Tensor) -> None:
+        lo, hi = x.min().float(), x.max().float()
+        if not bool(self.seen):
+            self.lo.copy_(lo)
+            self.hi.copy_(hi)
+            self.seen.fill_(True)
+        elif self.mode == "minmax":
+            self.lo.copy_(torch.minimum(self.lo, lo))
+            self.hi.copy_(torch.maximum(self.hi, hi))
+        else:
+            self.lo.lerp_(lo, self.ema)
+            self.hi.lerp_(hi, self.ema)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "minmax" or (self.mode == "ema" and self.training):
+            self._observe(x)
+        if not self.enabled or not bool(self.seen):
+            return x
+        scale, zp = self.qparams()
+        return torch.fake_quantize_per_tensor_affine(x, scale, zp, 0, 255)
+
+    def extra_repr(self) -> str:
+        return f"lo={float(self.lo):.4g}, hi={float(self.hi):.4g}, mode={self.mode}"
+
+
+def _fq_weight(w: torch.Tensor, qmax: int, axis: int = 0) -> torch.Tensor:
+    dims = [d for d in range(w.ndim) if d != axis]
+    absmax = w.detach().abs().amax(dim=dims)
+    scale = torch.where(absmax > 0, absmax / qmax, torch.ones_like(absmax)).float()
+    zp = torch.zeros(scale.shape, dtype=torch.int32, device=w.device)
+    return torch.fake_quantize_per_channel_affine(w, scale, zp, axis, -qmax, qmax)
+
+
+class QConv2d(nn.Module):
+    """A conv whose weight is fake-quantized per output channel (symmetric int8)."""
+
+    def __init__(self, conv: nn.Conv2d, qmax: int) -> None:
+        super().__init__()
+        self.conv, self.qmax = conv, qmax
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv._conv_forward(x, _fq_weight(self.conv.weight, self.qmax), self.conv.bias)
+
+    def materialize(self) -> nn.Conv2d:
+        c = copy.deepcopy(self.conv)
+        with torch.no_grad():
+            c.weight.copy_(_fq_weight(c.weight, self.qmax))
+        return c
+
+
+class QLinear(nn.Module):
+    def __init__(self, linear: nn.Linear, qmax: int) -> None:
+        super().__init__()
+        self.linear, self.qmax = linear, qmax
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, _fq_weight(self.linear.weight, self.qmax), self.linear.bias)
+
+    def materialize(self) -> nn.Linear:
+        c = copy.deepcopy(self.linear)
+        with torch.no_grad():
+            c.weight.copy_(_fq_weight(c.weight, self.qmax))
+        return c
+
+
+class QAct(nn.Module):
+    """A folded BN's activation with its quantization points (see the module docs)."""
+
+    def __init__(self, act: nn.Module, ema: float) -> None:
+        super().__init__()
+        self.pre = None if isinstance(act, _RELU_LIKE) else ActQuant(ema)
+        self.act = act
+        self.post = ActQuant(ema)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre is not None:
+            x = self.pre(x)
+        return self.post(self.act(x))
+
+
+class QSqueezeExcite(nn.Module):
+    """timm ``SqueezeExcite`` with the pool, reduce, expand, gate and product quantized."""
+
+    def __init__(self, se: SqueezeExcite, ema: float) -> None:
+        super().__init__()
+        self.conv_reduce, self.conv_expand, self.gate = se.conv_reduce, se.conv_expand, se.gate
+        self.q_pool = ActQuant(ema)
+        self.q_reduce = QAct(se.act1, ema)
+        self.q_expand = ActQuant(ema)
+        self.q_gate = ActQuant(ema)
+        self.q_out = ActQuant(ema)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.q_pool(x.mean((2, 3), keepdim=True))
+        s = self.q_reduce(self.conv_reduce(s))
+        s = self.q_gate(self.gate(self.q_expand(self.conv_expand(s))))
+        return self.q_out(x * s)
+
+
+class QOut(nn.Module):
+    """Quantizes a layer's output (a residual sum, an attention layer's output)."""
+
+    def __init__(self, layer: nn.Module, ema: float) -> None:
+        super().__init__()
+        self.layer = layer
+        self.q = ActQuant(ema)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(self.layer(x))
+
+
+class QHead(nn.Module):
+    """``nas.build.HeadLayer`` with its pool (and hidden layer) quantized; logits stay float."""
+
+    def __init__(self, head: HeadLayer, ema: float) -> None:
+        super().__init__()
+        self.style = head.style
+        self.global_pool, self.classifier, self.drop = head.global_pool, head.classifier, head.drop
+        self.q_pool = ActQuant(ema)
+        if head.style == "conv_pool":
+            self.conv_head, self.bn2 = head.conv_head, head.bn2  # bn2 is a QAct after folding
+        elif head.style == "pool_conv":
+            self.conv_head, self.flatten = head.conv_head, head.flatten
+            self.q_hidden = QAct(head.act2, ema)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.style == "conv_pool":
+            x = self.q_pool(self.global_pool(self.bn2(self.conv_head(x))))
+        elif self.style == "pool_conv":
+            x = self.flatten(self.q_hidden(self.conv_head(self.q_pool(self.global_pool(x)))))
+        else:
+            x = self.q_pool(self.global_pool(x))
+        return self.classifier(self.drop(x))
+
+
+class QATNet(nn.Module):
+    """A BN-folded ``ArchNet`` with fake quantization; ``arch`` is the float network's."""
+
+    def __init__(self, folded: nn.Module, settings: QuantSettings) -> None:
+        super().__init__()
+        self.arch = folded.arch
+        self.settings = settings
+        self.quant_in = ActQuant(settings.ema)
+        self.stem, self.blocks, self.head = folded.stem, folded.blocks, folded.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(self.quant_in(x))))
+
+
+def _replace_children(mod: nn.Module, fn) -> None:
+    for name, child in list(mod.named_children()):
+        new = fn(child)
+        if new is not child:
+            setattr(mod, name, new)
+        else:
+            _replace_children(child, fn)
+
+
+def prepare_qat(model: nn.Module, settings: QuantSettings | None = None) -> QATNet:
+    """Fold BN, insert fake quantization; ``model`` (an ``ArchNet``) is not modified."""
+    settings = settings or QuantSettings()
+    if not hasattr(model, "arch") or not hasattr(model, "blocks"):
+        raise ValueError("prepare_qat needs a network built by nas.build.build")
+    folded = fold_bn(model)
+    ema, qmax = settings.ema, weight_qmax(settings.reduce_range)
+    keys = folded.arch.keys()
+
+    def acts(m: nn.Module) -> nn.Module:
+        if isinstance(m, FoldedAct):
+            return QAct(m.act, ema)
+        if isinstance(m, SqueezeExcite):
+            return QSqueezeExcite(m, ema)
+        return m
+
+    _replace_children(folded, acts)
+    # residual sums and attention outputs
+    for i, (blk, key) in enumerate(zip(folded.blocks, keys[1:-1])):
+        if isinstance(blk, AttentionLayer) or key.block.has_skip(key.in_ch):
+            folded.blocks[i] = QOut(blk, ema)
+    folded.head = QHead(folded.head, ema)
+
+    def weights(m: nn.Module) -> nn.Module:
+        if type(m) is nn.Conv2d:
+            return QConv2d(m, qmax)
+        if type(m) is nn.Linear:
+            return QLinear(m, qmax)
+        return m
+
+    _replace_children(folded, weights)
+    return QATNet(folded, settings).train(model.training)
+
+
+def _act_quants(model: nn.Module) -> list[ActQuant]:
+    return [m for m in model.modules() if isinstance(m, ActQuant)]
+
+
+def set_observers(model: nn.Module, mode: str, *, enabled: bool = True) -> None:
+    """Set every activation quantizer's range mode (``minmax``, ``ema``, ``frozen``)."""
+    if mode not in ("minmax", "ema", "frozen"):
+        raise ValueError(f"observer mode must be minmax, ema or frozen, got {mode!r}")
+    for q in _act_quants(model):
+        q.mode, q.enabled = mode, enabled
+
+
+@torch.no_grad()
+def calibrate(model: QATNet, batches: Iterable[tuple[torch.Tensor, torch.Tensor] | torch.Tensor]) -> int:
+    """Min/max activation ranges over ``batches`` on the float (folded) network; then EMA mode."""
+    set_observers(model, "minmax", enabled=False)
+    was = model.training
+    model.eval()
+    n = 0
+    for b in batches:
+        x = b[0] if isinstance(b, (tuple, list)) else b
+        model(x)
+        n += 1
+    model.train(was)
+    if n == 0:
+        raise ValueError("QAT calibration got no batches")
+    set_observers(model, "ema", enabled=True)
+    return n
+
+
+# --------------------------------------------------------------------------------------------
+# export
+
+
+class _FixedQuant(nn.Module):
+    """An ``ActQuant`` with its range frozen into constants (exported as plain Q/DQ initializers)."""
+
+    def __init__(self, q: ActQuant) -> None:
+        super().__init__()
+        scale, zp = q.qparams()
+        self.scale, self.zp = float(scale), int(zp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fake_quantize_per_tensor_affine(x, self.scale, self.zp, 0, 255)
+
+
+def _materialize(model: QATNet) -> nn.Module:
+    m = copy.deepcopy(model).eval()
+    missing = [n for n, q in m.named_modules() if isinstance(q, ActQuant) and not bool(q.seen)]
+    if missing:
+        raise ValueError(f"QAT export: {len(missing)} activation quantizer(s) never saw data ({missing[0]}, ...); "
+                         f"calibrate the model first")
+
+    def mat(x: nn.Module) -> nn.Module:
+        if isinstance(x, ActQuant):
+            return _FixedQuant(x)
+        return x.materialize() if isinstance(x, (QConv2d, QLinear)) else x
+
+    _replace_children(m, mat)
+    return m
+
+
+def export_qdq(model: QATNet, in_shape: tuple[int, int, int], *, batch: int = 1) -> bytes:
+    """The QAT network as QDQ ONNX (see the module docs)."""
+    from nas.onnx_utils import export_onnx
+
+    m = _materialize(model)
+    x = torch.zeros(batch, *in_shape)
+    data = export_onnx(m, x, exporter="torchscript")
+    return finalize_qdq(data, weight_qmax=weight_qmax(model.settings.reduce_range))
+
+
+def finalize_qdq(data: bytes, *, weight_qmax: int) -> bytes:
+    """Float conv / linear weights -> int8 per-channel behind DequantizeLinear; biases of convs
+    whose input is dequantized -> int32 (scale = input scale x weight scale).  Identity nodes
+    are resolved.  Weights must already be on the quantization grid (``_materialize``)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.load_from_string(data)
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    alias = {n.output[0]: n.input[0] for n in g.node if n.op_type == "Identity"}
+    outputs = {o.name for o in g.output}
+
+    def resolve(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
+              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+
+    def value(name: str) -> np.ndarray | None:
+        name = resolve(name)
+        if name in inits:
+            return numpy_helper.to_array(inits[name])
+        return consts.get(name)
+
+    nodes = []
+    for n in g.node:
+        if n.op_type == "Identity" and n.output[0] not in outputs:
+            continue
+        for j, inp in enumerate(n.input):
+            if inp:
+                n.input[j] = resolve(inp)
+        nodes.append(n)
+    producer = {o: n for n in nodes for o in n.output}
+    new_nodes, new_inits, used_float = [], [], set()
+    for n in nodes:
+        if n.op_type in ("Conv", "Gemm") and len(n.input) >= 2 and n.input[1] in inits \
+                and inits[n.input[1]].data_type == TensorProto.FLOAT:
+            wname = n.input[1]
+            w = numpy_helper.to_array(inits[wname]).astype(np.float32)
+            axis = 0
+            if n.op_type == "Gemm":
+                trans_b = next((a.i for a in n.attribute if a.name == "transB"), 0)
+                axis = 0 if trans_b else 1
+            red = tuple(d for d in range(w.ndim) if d != axis)
+            absmax = np.abs(w).max(axis=red)
+            scale = np.where(absmax > 0, absmax / weight_qmax, 1.0).astype(np.float32)
+            shape = [1] * w.ndim
+            shape[axis] = -1
+            q = np.clip(np.round(w / scale.reshape(shape)), -weight_qmax, weight_qmax).astype(np.int8)
+            base = f"{wname}_q"
+            new_inits += [numpy_helper.from_array(q, base), numpy_helper.from_array(scale, f"{base}_scale"),
+                          numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{base}_zero_point")]
+            new_nodes.append(helper.make_node("DequantizeLinear", [base, f"{base}_scale", f"{base}_zero_point"],
+                                              [f"{base}_dq"], name=f"{base}_DequantizeLinear", axis=axis))
+            n.input[1] = f"{base}_dq"
+            used_float.add(wname)
+            p = producer.get(n.input[0])
+            if len(n.input) >= 3 and n.input[2] in inits and p is not None and p.op_type == "DequantizeLinear":
+                sx = value(p.input[1])
+                if sx is not None and np.asarray(sx).size == 1:
+                    bname = n.input[2]
+                    b = numpy_helper.to_array(inits[bname]).astype(np.float64)
+                    bscale = (np.float32(np.asarray(sx).reshape(())) * scale).astype(np.float32)
+                    qb = np.round(b / bscale.astype(np.float64)).clip(-(2**31), 2**31 - 1).astype(np.int32)
+                    bb = f"{bname}_q"
+                    new_inits += [numpy_helper.from_array(qb, bb), numpy_helper.from_array(bscale, f"{bb}_scale"),
+                                  numpy_helper.from_array(np.zeros(qb.shape, np.int32), f"{bb}_zero_point")]
+                    new_nodes.append(helper.make_node("DequantizeLinear", [bb, f"{bb}_scale", f"{bb}_zero_point"],
+                                                      [f"{bb}_dq"], name=f"{bb}_DequantizeLinear", axis=0))
+                    n.input[2] = f"{bb}_dq"
+                    used_float.add(bname)
+        new_nodes.append(n)
+    still_used = {i for n in new_nodes for i in n.input}
+    keep = [i for i in g.initializer if i.name not in used_float or i.name in still_used]
+    del g.initializer[:]
+    g.initializer.extend(keep + new_inits)
+    del g.node[:]
+    g.node.extend(new_nodes)
+    onnx.checker.check_model(m)
+    return m.SerializeToString()

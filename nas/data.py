@@ -1,0 +1,514 @@
+"""Image classification datasets for the search: loaded once, held in memory as uint8 tensors.
+
+Datasets are registered by name (``data=<name>`` on the command line):
+
+    digits         scikit-learn's 8x8 handwritten digits (1797 images, 10 classes); ships with
+                   scikit-learn, so it is always available: the default.
+    fashion_mnist  Zalando's 28x28 grayscale clothing images (60k train + 10k test).  Found in
+                   ``root``, else in the Debian package's folder (``apt-get install
+                   dataset-fashion-mnist``: /usr/share/datasets/fashion-mnist/), else in the
+                   download cache; downloaded with torchvision's ``FashionMNIST`` only when
+                   ``download`` is true.
+    cifar10        the CIFAR-10 python batches (``cifar-10-batches-py``) under ``root``
+                   (``download=true`` fetches them with torchvision's ``CIFAR10``).
+    imagefolder    ``root/<class>/*.png|jpg`` (split into train/val here), or
+                   ``root/train/<class>/...`` + ``root/val/<class>/...``.
+
+Every dataset is resized once to ``resolution`` (bilinear, antialiased), split into a
+stratified, seeded validation set held out of the training images (the official test split, when
+there is one, is kept apart as ``test`` and never used by the search), optionally subsampled,
+and normalised per channel with the training split's mean and std.  ``Dataset.batches`` yields
+float batches, with seeded random-crop / flip augmentation on the training split if asked.
+
+A dataset that cannot be found raises ``DatasetNotFoundError`` naming every place it looked and
+how to get it.  Nothing is downloaded unless ``download`` is true.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import pickle
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nas.arch import Arch
+
+__all__ = [
+    "AUGMENTS",
+    "DEBIAN_FASHION_MNIST",
+    "DataSettings",
+    "Dataset",
+    "DatasetNotFoundError",
+    "Split",
+    "adapt_arch",
+    "dataset_names",
+    "load_data",
+    "register_dataset",
+]
+
+log = logging.getLogger(__name__)
+
+AUGMENTS = ("none", "crop", "crop_flip")
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+CACHE_DIR = Path(os.environ.get("HWNAS_DATA", Path.home() / ".cache" / "hwnas" / "datasets"))
+_IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The dataset's files are not where we looked: the message says where, and how to get them."""
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What to load (the ``data`` config group)."""
+
+    name: str = "digits"
+    root: str | None = None  # where the files are (fashion_mnist, cifar10, imagefolder)
+    resolution: int = 16  # every image is resized to resolution x resolution
+    channels: int | None = None  # imagefolder: 1 (grayscale) or 3 (RGB); others: their own
+    val_fraction: float = 0.2  # of the training images, held out (stratified) for scoring
+    train_samples: int | None = None  # cap on training images after the split (None: all)
+    val_samples: int | None = None  # cap on validation images (None: all)
+    augment: str = "none"  # none | crop | crop_flip (training batches only)
+    download: bool = False  # fashion_mnist / cifar10: download if not found
+    seed: int = 0  # the split and the subsampling
+
+    def __post_init__(self) -> None:
+        if self.name not in _DATASETS:
+            raise ValueError(f"data.name: unknown dataset {self.name!r}; valid datasets: {', '.join(dataset_names())}")
+        _pos_int("data.resolution", self.resolution)
+        if self.channels is not None and self.channels not in (1, 3):
+            raise ValueError(f"data.channels must be 1, 3 or null, got {self.channels!r}")
+        if not isinstance(self.val_fraction, (int, float)) or not 0 < self.val_fraction < 1:
+            raise ValueError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        for k in ("train_samples", "val_samples"):
+            v = getattr(self, k)
+            if v is not None:
+                _pos_int(f"data.{k}", v)
+        if self.augment not in AUGMENTS:
+            raise ValueError(f"data.augment must be one of {', '.join(AUGMENTS)}, got {self.augment!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DataSettings:
+        names = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"data: unknown key(s) {unknown}; valid keys: {sorted(names)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _pos_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """Images (uint8, N x C x H x W) and integer labels (N,)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.ndim != 4:
+            raise ValueError(f"Split.images must be a uint8 N x C x H x W tensor, got {self.images.dtype} "
+                             f"{tuple(self.images.shape)}")
+        if self.labels.shape != (len(self.images),):
+            raise ValueError(f"Split.labels must have shape ({len(self.images)},), got {tuple(self.labels.shape)}")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, idx: np.ndarray | torch.Tensor) -> Split:
+        idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+        return Split(self.images[idx], self.labels[idx])
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A loaded dataset: train / val (/ test) splits at ``resolution``, and how to normalise them."""
+
+    name: str
+    train: Split
+    val: Split
+    test: Split | None
+    num_classes: int
+    classes: tuple[str, ...]
+    resolution: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: str = "none"
+    source: str = ""
+    settings: DataSettings = field(default_factory=DataSettings)
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.train.images.shape[1])
+
+    def describe(self) -> str:
+        t = f", {len(self.test)} test" if self.test is not None else ""
+        return (f"{self.name}: {len(self.train)} train / {len(self.val)} val{t} images, {self.in_chans}x"
+                f"{self.resolution}x{self.resolution}, {self.num_classes} classes (from {self.source})")
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 batch -> float batch, normalised with the training split's statistics."""
+        x = images.float().div_(255.0)
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+    def batches(
+        self,
+        split: str,
+        *,
+        batch_size: int,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+        augment: bool = False,
+        drop_last: bool = False,
+        device: str | torch.device = "cpu",
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Float image batches and labels of ``split`` ('train', 'val' or 'test')."""
+        s = {"train": self.train, "val": self.val, "test": self.test}.get(split)
+        if s is None:
+            raise ValueError(f"dataset {self.name!r} has no {split!r} split")
+        n = len(s)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        stop = n - n % batch_size if drop_last and n >= batch_size else n
+        for i in range(0, stop, batch_size):
+            idx = order[i:i + batch_size]
+            x, y = s.images[idx], s.labels[idx]
+            if augment and self.augment != "none":
+                x = _augment(x, self.augment, generator)
+            yield self.normalize(x.to(device, non_blocking=True)), y.to(device, non_blocking=True)
+
+
+def _augment(x: torch.Tensor, kind: str, generator: torch.Generator | None) -> torch.Tensor:
+    """Random translation by up to resolution/8 pixels (zero padded) [+ horizontal flip], seeded."""
+    n, _, h, w = x.shape
+    pad = max(1, h // 8)
+    xp = F.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator)
+    out = torch.stack([xp[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+    if kind == "crop_flip":
+        flip = torch.rand(n, generator=generator) < 0.5
+        out[flip] = out[flip].flip(-1)
+    return out
+
+
+def adapt_arch(arch: Arch, data: Dataset, *, resolution: int | None = None) -> Arch:
+    """``arch`` with the dataset's classes and input channels, at ``resolution`` (default: the data's)."""
+    a = arch.with_head(num_classes=data.num_classes, in_chans=data.in_chans)
+    return a.with_resolution(resolution or data.resolution)
+
+
+# --------------------------------------------------------------------------------------------
+# registry
+
+
+@dataclass
+class _Raw:
+    """What a loader returns: native-resolution uint8 images (N x C x H x W) and labels."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray | None
+    test_y: np.ndarray | None
+    classes: tuple[str, ...]
+    source: str
+    val_x: np.ndarray | None = None  # an explicit validation split (imagefolder train/ + val/)
+    val_y: np.ndarray | None = None
+
+
+_DATASETS: dict[str, Callable[[DataSettings], _Raw]] = {}
+
+
+def register_dataset(name: str) -> Callable:
+    """Decorator registering a loader ``fn(settings) -> _Raw`` under ``name``."""
+
+    def deco(fn: Callable[[DataSettings], _Raw]) -> Callable[[DataSettings], _Raw]:
+        if name in _DATASETS:
+            raise ValueError(f"dataset {name!r} is already registered")
+        _DATASETS[name] = fn
+        return fn
+
+    return deco
+
+
+def dataset_names() -> list[str]:
+    return sorted(_DATASETS)
+
+
+def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
+    """Load, split, subsample, resize and normalise a dataset (see the module docs)."""
+    s = settings if isinstance(settings, DataSettings) else DataSettings.from_dict(dict(settings))
+    raw = _DATASETS[s.name](s)
+    classes = raw.classes
+    rng = np.random.default_rng(s.seed)
+    if raw.val_x is not None:
+        tr_x, tr_y, va_x, va_y = raw.train_x, raw.train_y, raw.val_x, raw.val_y
+    else:
+        tr_idx, va_idx = _stratified_split(raw.train_y, s.val_fraction, rng)
+        tr_x, tr_y, va_x, va_y = raw.train_x[tr_idx], raw.train_y[tr_idx], raw.train_x[va_idx], raw.train_y[va_idx]
+    if s.train_samples is not None and s.train_samples < len(tr_y):
+        keep = np.sort(rng.permutation(len(tr_y))[: s.train_samples])
+        tr_x, tr_y = tr_x[keep], tr_y[keep]
+    if s.val_samples is not None and s.val_samples < len(va_y):
+        keep = np.sort(rng.permutation(len(va_y))[: s.val_samples])
+        va_x, va_y = va_x[keep], va_y[keep]
+    if len(tr_y) == 0 or len(va_y) == 0:
+        raise ValueError(f"dataset {s.name!r} from {raw.source}: the split left {len(tr_y)} training and "
+                         f"{len(va_y)} validation images; add images or change data.val_fraction")
+    train = Split(_resize(tr_x, s.resolution), torch.as_tensor(tr_y, dtype=torch.long))
+    val = Split(_resize(va_x, s.resolution), torch.as_tensor(va_y, dtype=torch.long))
+    test = None
+    if raw.test_x is not None:
+        test = Split(_resize(raw.test_x, s.resolution), torch.as_tensor(raw.test_y, dtype=torch.long))
+    x = train.images.float().div_(255.0)
+    mean = tuple(float(v) for v in x.mean(dim=(0, 2, 3)))
+    std = tuple(max(float(v), 1e-3) for v in x.std(dim=(0, 2, 3)))
+    ds = Dataset(s.name, train, val, test, len(classes), tuple(classes), s.resolution, mean, std, s.augment,
+                 raw.source, s)
+    log.debug("loaded %s", ds.describe())
+    return ds
+
+
+def _stratified_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded split keeping class proportions: ``frac`` of each class (at least one) goes to val."""
+    tr, va = [], []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        k = int(round(frac * len(idx)))
+        k = min(max(k, 1), len(idx) - 1) if len(idx) > 1 else 0
+        va.append(idx[:k])
+        tr.append(idx[k:])
+    return np.sort(np.concatenate(tr)), np.sort(np.concatenate(va))
+
+
+def _resize(x: np.ndarray, r: int, chunk: int = 4096) -> torch.Tensor:
+    """uint8 N x C x H x W -> uint8 N x C x r x r (bilinear, antialiased when shrinking)."""
+    t = torch.from_numpy(np.require(x, dtype=np.uint8, requirements=["C", "W"]))
+    if t.shape[-2:] == (r, r):
+        return t.contiguous()
+    out = torch.empty((t.shape[0], t.shape[1], r, r), dtype=torch.uint8)
+    for i in range(0, len(t), chunk):
+        y = F.interpolate(t[i:i + chunk].float(), size=(r, r), mode="bilinear", align_corners=False,
+                          antialias=r < t.shape[-1])
+        out[i:i + chunk] = y.round_().clamp_(0, 255).to(torch.uint8)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# loaders
+
+
+@register_dataset("digits")
+def _digits(s: DataSettings) -> _Raw:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, N x 1 x 8 x 8
+    return _Raw(x, d.target.astype(np.int64), None, None, tuple(str(c) for c in range(10)),
+                "scikit-learn load_digits (embedded)")
+
+
+FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot")
+_FASHION_FILES = {
+    "train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte",
+}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """An IDX ("Pascal Vincent" / MNIST) file, plain or gzipped, as a uint8 array."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise ValueError(f"{p}: not an unsigned-byte IDX file (bad magic {data[:4]!r})")
+    nd = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(nd)]
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd)
+    if arr.size != int(np.prod(dims)):
+        raise ValueError(f"{p}: IDX header says {dims} but the file holds {arr.size} bytes")
+    return arr.reshape(dims)
+
+
+def _idx_files(folder: Path) -> dict[str, Path] | None:
+    """The four Fashion-MNIST files in ``folder`` (plain or .gz), or None if any is missing."""
+    found = {}
+    for k, stem in _FASHION_FILES.items():
+        for cand in (folder / stem, folder / f"{stem}.gz"):
+            if cand.is_file():
+                found[k] = cand
+                break
+        else:
+            return None
+    return found
+
+
+@register_dataset("fashion_mnist")
+def _fashion_mnist(s: DataSettings) -> _Raw:
+    # torchvision's FashionMNIST keeps its files in <root>/FashionMNIST/raw (uncompressed); the Debian
+    # package ships the same four files gzipped in /usr/share/datasets/fashion-mnist.  Both are read in
+    # place (no copy); torchvision's class is used to download, and only when asked.
+    roots = [Path(s.root).expanduser()] if s.root else [DEBIAN_FASHION_MNIST, CACHE_DIR]
+    looked = []
+    for r in roots:
+        for folder in (r, r / "FashionMNIST" / "raw"):
+            looked.append(str(folder))
+            files = _idx_files(folder)
+            if files:
+                return _fashion_from(files, folder)
+    if s.download:
+        target = Path(s.root).expanduser() if s.root else CACHE_DIR
+        from torchvision.datasets import FashionMNIST
+
+        log.info("downloading Fashion-MNIST into %s", target)
+        FashionMNIST(str(target), train=True, download=True)
+        folder = target / "FashionMNIST" / "raw"
+        files = _idx_files(folder)
+        if files:
+            return _fashion_from(files, folder)
+        looked.append(str(folder))
+    where = f" under data.root={s.root}" if s.root else ""
+    raise DatasetNotFoundError(
+        f"Fashion-MNIST not found{where}: looked for {', '.join(_FASHION_FILES.values())} (or .gz) in "
+        f"{', '.join(looked)}. Get it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu: files in "
+        f"{DEBIAN_FASHION_MNIST}), or point data.root at a folder holding the four IDX files, or pass "
+        f"data.download=true to download it with torchvision into {s.root or CACHE_DIR}"
+    )
+
+
+def _fashion_from(files: dict[str, Path], folder: Path) -> _Raw:
+    arrs = {k: read_idx(p) for k, p in files.items()}
+    for split in ("train", "test"):
+        if len(arrs[f"{split}_x"]) != len(arrs[f"{split}_y"]):
+            raise ValueError(f"{folder}: {split} images and labels differ in count")
+    return _Raw(arrs["train_x"][:, None], arrs["train_y"].astype(np.int64), arrs["test_x"][:, None],
+                arrs["test_y"].astype(np.int64), FASHION_CLASSES, str(folder))
+
+
+@register_dataset("cifar10")
+def _cifar10(s: DataSettings) -> _Raw:
+    if not s.root:
+        raise DatasetNotFoundError(
+            "cifar10 needs data.root: the folder holding cifar-10-batches-py/ (the CIFAR-10 python version from "
+            "https://www.cs.toronto.edu/~kriz/cifar.html), or add data.download=true to download it there "
+            "with torchvision"
+        )
+    root = Path(s.root).expanduser()
+    cands = [root / "cifar-10-batches-py", root]
+    folder = next((c for c in cands if (c / "data_batch_1").is_file()), None)
+    if folder is None and s.download:
+        from torchvision.datasets import CIFAR10
+
+        log.info("downloading CIFAR-10 into %s", root)
+        CIFAR10(str(root), train=True, download=True)
+        folder = root / "cifar-10-batches-py"
+    if folder is None:
+        raise DatasetNotFoundError(
+            f"CIFAR-10 not found: looked for data_batch_1..5 and test_batch in {', '.join(map(str, cands))}. "
+            f"Download the python version from https://www.cs.toronto.edu/~kriz/cifar.html and extract it under "
+            f"data.root, or add data.download=true to download it with torchvision"
+        )
+
+    def batch(name: str) -> tuple[np.ndarray, np.ndarray]:
+        p = folder / name
+        if not p.is_file():
+            raise DatasetNotFoundError(f"CIFAR-10 in {folder} is incomplete: {p} is missing")
+        with open(p, "rb") as f:
+            d = pickle.load(f, encoding="latin1")  # the official python format is pickled numpy
+        return np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32), np.asarray(d["labels"], dtype=np.int64)
+
+    parts = [batch(f"data_batch_{i}") for i in range(1, 6)]
+    tx, ty = batch("test_batch")
+    classes: tuple[str, ...] = tuple(str(i) for i in range(10))
+    meta = folder / "batches.meta"
+    if meta.is_file():
+        with open(meta, "rb") as f:
+            classes = tuple(pickle.load(f, encoding="latin1").get("label_names", classes))
+    return _Raw(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), tx, ty, classes,
+                str(folder))
+
+
+def _list_class_folder(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    classes = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    items = []
+    for i, c in enumerate(classes):
+        for p in sorted((folder / c).rglob("*")):
+            if p.suffix.lower() in _IMAGE_EXTS and p.is_file():
+                items.append((p, i))
+    return classes, items
+
+
+def _load_images(items: list[tuple[Path, int]], channels: int, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Resize (shorter side to r) + centre crop each image to r x r; N x C x r x r uint8."""
+    from PIL import Image
+
+    mode = "L" if channels == 1 else "RGB"
+    xs = np.empty((len(items), channels, r, r), dtype=np.uint8)
+    ys = np.empty(len(items), dtype=np.int64)
+    for j, (p, label) in enumerate(items):
+        try:
+            with Image.open(p) as im:
+                im = im.convert(mode)
+                w, h = im.size
+                sc = r / min(w, h)
+                nw, nh = max(r, round(w * sc)), max(r, round(h * sc))
+                im = im.resize((nw, nh), Image.BILINEAR)
+                left, top = (nw - r) // 2, (nh - r) // 2
+                a = np.asarray(im.crop((left, top, left + r, top + r)), dtype=np.uint8)
+        except OSError as e:
+            raise ValueError(f"cannot read image {p}: {e}") from None
+        xs[j] = a[None] if channels == 1 else a.transpose(2, 0, 1)
+        ys[j] = label
+    return xs, ys
+
+
+@register_dataset("imagefolder")
+def _imagefolder(s: DataSettings) -> _Raw:
+    if not s.root:
+        raise DatasetNotFoundError("imagefolder needs data.root: a folder of class folders (root/<class>/*.png), "
+                                   "or root/train/<class>/... and root/val/<class>/...")
+    root = Path(s.root).expanduser()
+    if not root.is_dir():
+        raise DatasetNotFoundError(f"imagefolder: data.root={root} is not a folder; it must hold one folder per "
+                                   f"class (root/<class>/*.png), or train/ and val/ folders of class folders")
+    channels = s.channels or 3
+    val_dir = next((root / v for v in ("val", "validation") if (root / v).is_dir()), None)
+    if (root / "train").is_dir() and val_dir is not None:
+        classes, tr_items = _list_class_folder(root / "train")
+        vclasses, va_items = _list_class_folder(val_dir)
+        if vclasses != classes:
+            raise ValueError(f"imagefolder: {root / 'train'} has classes {classes} but {val_dir} has {vclasses}")
+    else:
+        classes, tr_items = _list_class_folder(root)
+        va_items = []
+    if len(classes) < 2 or not tr_items:
+        raise DatasetNotFoundError(
+            f"imagefolder: found {len(classes)} class folder(s) and {len(tr_items)} images ({', '.join(_IMAGE_EXTS)}) "
+            f"in {root}; expected at least two class folders of images: root/<class>/*.png"
+        )
+    rng = np.random.default_rng(s.seed)
+    tr_x, tr_y = _load_images(tr_items, channels, s.resolution)
+    va_x = va_y = None
+    if va_items:
+        if s.val_samples is not None and s.val_samples < len(va_items):
+            va_items = [va_items[i] for i in np.sort(rng.permutation(len(va_items))[: s.val_samples])]
+        va_x, va_y = _load_images(va_items, channels, s.resolution)
+    return _Raw(tr_x, tr_y, None, None, tuple(classes), str(root), va_x, va_y)

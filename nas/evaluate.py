@@ -1,0 +1,400 @@
+"""Accuracy estimates for the search: short training, or a training-free (zero-cost) proxy.
+
+Evaluators are registered by name (``evaluator=<name>`` on the command line):
+
+    train      a few epochs from scratch (AdamW or SGD, linear warm-up then cosine decay, label
+               smoothing, AMP on a GPU), scored by top-1 accuracy on the held-out validation split.
+    zero_cost  a score of the untrained network on one batch: ``naswot`` (Mellor et al. 2021: the
+               log-determinant of the kernel of binary activation codes; higher separates inputs
+               better) or ``synflow`` (Tanaka et al. 2020 / Abdelfattah et al. 2021: log of the
+               summed synaptic saliency).  Seconds per architecture instead of minutes; a ranking
+               signal, not an accuracy.
+
+Every evaluator is a frozen dataclass of its settings (validated in ``__post_init__``) with
+``evaluate(arch, data, seed=...) -> EvalResult``.  The Arch must already match the data (its
+classes, input channels and resolution: ``nas.data.adapt_arch``).  Randomness (weight init,
+shuffling, augmentation, the proxy batch) comes from ``seed`` alone; the global torch RNG state
+is restored afterwards, so evaluating is reproducible and leaves no trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from nas.arch import Arch
+from nas.data import Dataset
+
+__all__ = [
+    "EvalResult",
+    "Evaluator",
+    "TrainEvaluator",
+    "TrainingDiverged",
+    "ZeroCostEvaluator",
+    "evaluator_names",
+    "make_evaluator",
+    "register_evaluator",
+]
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite: the trial fails with this message."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One evaluation: ``score`` (higher is better) named by ``metric``, and extra figures."""
+
+    score: float
+    metric: str
+    seconds: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_EVALUATORS: dict[str, type[Evaluator]] = {}
+
+
+def register_evaluator(name: str) -> Callable[[type[Evaluator]], type[Evaluator]]:
+    def deco(cls: type[Evaluator]) -> type[Evaluator]:
+        if name in _EVALUATORS:
+            raise ValueError(f"evaluator {name!r} is already registered by {_EVALUATORS[name].__name__}")
+        cls.name = name
+        _EVALUATORS[name] = cls
+        return cls
+
+    return deco
+
+
+def evaluator_names() -> list[str]:
+    return sorted(_EVALUATORS)
+
+
+def make_evaluator(cfg: dict[str, Any]) -> Evaluator:
+    """``{"name": "train", "epochs": 3, ...}`` -> the registered evaluator with those settings."""
+    d = dict(cfg)
+    name = d.pop("name", None)
+    if name not in _EVALUATORS:
+        raise ValueError(f"evaluator.name: unknown evaluator {name!r}; valid evaluators: {', '.join(evaluator_names())}")
+    cls = _EVALUATORS[name]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - fields)
+    if unknown:
+        raise ValueError(f"evaluator {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(fields)}")
+    return cls(**d)
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"evaluator.device={device!r} but torch sees no CUDA device here; use device=cpu or auto")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"evaluator.device must be auto, cpu, cuda or cuda:<i>, got {device!r}") from None
+
+
+def _check_fit(arch: Arch, data: Dataset) -> None:
+    if (arch.in_chans, arch.head.num_classes, arch.resolution) != (data.in_chans, data.num_classes, data.resolution):
+        raise ValueError(
+            f"the Arch ({arch.in_chans} channels, {arch.head.num_classes} classes, {arch.resolution}px) does not "
+            f"match dataset {data.name!r} ({data.in_chans} channels, {data.num_classes} classes, "
+            f"{data.resolution}px): adapt it with nas.data.adapt_arch(arch, data)"
+        )
+
+
+class Evaluator(ABC):
+    """Scores an Arch on a dataset; ``metric`` names the score (higher is better)."""
+
+    name: ClassVar[str] = ""
+
+    @property
+    @abstractmethod
+    def metric(self) -> str: ...
+
+    @abstractmethod
+    def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult: ...
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes the score (for the study's record)."""
+        return {"name": self.name, **dataclasses.asdict(self)}  # type: ignore[call-overload]
+
+    def describe(self) -> str:
+        s = ", ".join(f"{k}={v}" for k, v in self.settings().items() if k != "name")
+        return f"{self.name} ({s})"
+
+
+def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_zero: bool = False) -> None:
+    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+    if not ok or (v < 0 if allow_zero else v <= 0) or (not integer and not math.isfinite(v)):
+        what = "integer" if integer else "number"
+        raise ValueError(f"evaluator {obj.name}: {name} must be a {'non-negative' if allow_zero else 'positive'} "
+                         f"{what}, got {v!r}")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@register_evaluator("train")
+@dataclass(frozen=True)
+class TrainEvaluator(Evaluator):
+    """Short training from scratch, scored on the validation split (top-1 accuracy, 0..1)."""
+
+    epochs: int = 3
+    batch_size: int = 64
+    optimizer: str = "adamw"  # adamw | sgd (nesterov)
+    lr: float = 0.005
+    weight_decay: float = 0.05  # not applied to norms and biases
+    momentum: float = 0.9  # sgd only
+    label_smoothing: float = 0.1
+    warmup_epochs: float = 0.5  # linear warm-up, then cosine decay to zero
+    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
+    device: str = "auto"  # auto | cpu | cuda | cuda:<i>
+    amp: bool = True  # mixed precision on CUDA (bf16 where supported, else fp16 + grad scaling)
+    eval_batch_size: int = 512
+    bn_recalibration_batches: int = 8  # re-estimate BatchNorm statistics on this many batches before scoring
+
+    OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adamw", "sgd")
+
+    def __post_init__(self) -> None:
+        _check_pos(self, "epochs", self.epochs, integer=True)
+        _check_pos(self, "batch_size", self.batch_size, integer=True)
+        _check_pos(self, "eval_batch_size", self.eval_batch_size, integer=True)
+        _check_pos(self, "lr", self.lr)
+        _check_pos(self, "weight_decay", self.weight_decay, allow_zero=True)
+        _check_pos(self, "momentum", self.momentum, allow_zero=True)
+        _check_pos(self, "warmup_epochs", self.warmup_epochs, allow_zero=True)
+        _check_pos(self, "bn_recalibration_batches", self.bn_recalibration_batches, integer=True, allow_zero=True)
+        if self.grad_clip is not None:
+            _check_pos(self, "grad_clip", self.grad_clip)
+        if self.optimizer not in self.OPTIMIZERS:
+            raise ValueError(f"evaluator train: optimizer must be one of {', '.join(self.OPTIMIZERS)}, "
+                             f"got {self.optimizer!r}")
+        if not isinstance(self.label_smoothing, (int, float)) or not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"evaluator train: label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"evaluator train: device must be a string, got {self.device!r}")
+
+    @property
+    def metric(self) -> str:
+        return "val_accuracy"
+
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        decay = [p for p in model.parameters() if p.ndim > 1]
+        no_decay = [p for p in model.parameters() if p.ndim <= 1]
+        groups = [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, nesterov=self.momentum > 0)
+        return torch.optim.AdamW(groups, lr=self.lr)
+
+    def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
+        from nas.build import build  # timm: imported when first needed, not with the config schemas
+
+        _check_fit(arch, data)
+        device = _resolve_device(self.device)
+        t0 = time.perf_counter()
+        cuda = device.type == "cuda"
+        with torch.random.fork_rng(devices=[device] if cuda else []):
+            torch.manual_seed(seed)
+            model = build(arch).to(device)
+            if cuda:
+                model = model.to(memory_format=torch.channels_last)
+            gen = torch.Generator().manual_seed(seed)
+            opt = self._optimizer(model)
+            n = len(data.train)
+            steps_per_epoch = n // self.batch_size if n >= self.batch_size else 1
+            total = max(1, steps_per_epoch * self.epochs)
+            warm = min(total - 1, int(round(self.warmup_epochs * steps_per_epoch)))
+
+            def lr_at(step: int) -> float:
+                if step < warm:
+                    return (step + 1) / (warm + 1)
+                return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+            loss_fn = nn.CrossEntropyLoss(label_smoothing=self.label_smoothing)
+            amp_dtype = None
+            if cuda and self.amp:
+                amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+            model.train()
+            step, train_loss = 0, float("nan")
+            for epoch in range(self.epochs):
+                running, count = 0.0, 0
+                for x, y in data.batches("train", batch_size=self.batch_size, shuffle=True, generator=gen,
+                                         augment=True, drop_last=True, device=device):
+                    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                        loss = loss_fn(model(x), y)
+                    if not torch.isfinite(loss):
+                        raise TrainingDiverged(
+                            f"training diverged: loss {loss.item()} at epoch {epoch + 1} step {step + 1} "
+                            f"(lr {sched.get_last_lr()[0]:.3g}); lower evaluator.lr or set evaluator.grad_clip"
+                        )
+                    opt.zero_grad(set_to_none=True)
+                    scaler.scale(loss).backward()
+                    if self.grad_clip is not None:
+                        scaler.unscale_(opt)
+                        nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+                    scaler.step(opt)
+                    scaler.update()
+                    sched.step()
+                    step += 1
+                    running += float(loss.detach()) * len(y)
+                    count += len(y)
+                train_loss = running / max(1, count)
+            train_s = time.perf_counter() - t0
+            self._recalibrate_bn(model, data, device, amp_dtype, gen)
+            acc, val_loss = self._score(model, data, device, amp_dtype)
+        secs = time.perf_counter() - t0
+        return EvalResult(acc, self.metric, secs, {
+            "val_loss": val_loss, "train_loss": train_loss, "train_seconds": train_s, "steps": float(step),
+            "epochs": float(self.epochs),
+        })
+
+    @torch.no_grad()
+    def _recalibrate_bn(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype,
+                        gen: torch.Generator) -> None:
+        """Re-estimate BatchNorm running statistics with the final weights (cumulative average).
+
+        After a few hundred steps the exponential running averages still mix statistics of early
+        weights, and a short-trained network can score at chance level in eval mode although it
+        has learned; recomputing them is what makes short-training scores rank architectures.
+        """
+        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not bns or not self.bn_recalibration_batches:
+            return
+        saved = [m.momentum for m in bns]
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None  # cumulative moving average over the recalibration batches
+        model.train()
+        it = data.batches("train", batch_size=self.batch_size, shuffle=True, generator=gen, drop_last=True,
+                          device=device)
+        for _, (x, _y) in zip(range(self.bn_recalibration_batches), it):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                model(x)
+        for m, mom in zip(bns, saved):
+            m.momentum = mom
+
+    @torch.no_grad()
+    def _score(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype) -> tuple[float, float]:
+        model.eval()
+        correct, loss_sum, n = 0, 0.0, 0
+        for x, y in data.batches("val", batch_size=self.eval_batch_size, device=device):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                out = model(x)
+            out = out.float()
+            loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+            n += len(y)
+        return correct / n, loss_sum / n
+
+
+# --------------------------------------------------------------------------------------------
+
+# activations whose sign pattern NASWOT reads (gates such as sigmoid / hard-sigmoid are not codes)
+_ACT_TYPES: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU, nn.GELU, nn.Mish,
+                                           nn.LeakyReLU, nn.ELU)
+
+
+def _act_types() -> tuple[type[nn.Module], ...]:
+    from timm.layers import activations as ta
+
+    return _ACT_TYPES + (ta.GELU, ta.Swish, ta.HardSwish, ta.Mish, ta.GELUTanh, ta.QuickGELU, ta.HardMish)
+
+
+def naswot_score(model: nn.Module, x: torch.Tensor) -> float:
+    """NASWOT: log|K|, K[i, j] = number of activation units where inputs i and j have the same sign."""
+    acts = [m for m in model.modules() if isinstance(m, _act_types())]
+    if not acts:
+        raise ValueError("naswot: the network has no activation layers to read codes from")
+    n = len(x)
+    k = torch.zeros(n, n, dtype=torch.float64, device=x.device)
+
+    def hook(_m: nn.Module, _inp: Any, out: torch.Tensor) -> None:
+        c = (out.detach().reshape(n, -1) > 0).to(torch.float64)
+        k.add_(c @ c.T).add_((1.0 - c) @ (1.0 - c).T)
+
+    handles = [m.register_forward_hook(hook) for m in acts]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    sign, logdet = torch.linalg.slogdet(k)
+    if sign <= 0:  # identical codes for two inputs: a singular kernel; fall back to a tiny ridge
+        sign, logdet = torch.linalg.slogdet(k + 1e-6 * torch.eye(n, dtype=k.dtype, device=k.device))
+    return float(logdet)
+
+
+def synflow_score(model: nn.Module, in_shape: tuple[int, int, int], device: torch.device) -> float:
+    """SynFlow: log sum |theta * dR/dtheta| with R = sum(f(1)) on |theta|, in float64, BN as identity."""
+    model = model.double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.abs_()
+    x = torch.ones((1, *in_shape), dtype=torch.float64, device=device)
+    model.zero_grad(set_to_none=True)
+    model(x).sum().backward()
+    total = sum(float((p.detach() * p.grad).abs().sum()) for p in model.parameters() if p.grad is not None)
+    return math.log(total) if total > 0 else float("-inf")
+
+
+@register_evaluator("zero_cost")
+@dataclass(frozen=True)
+class ZeroCostEvaluator(Evaluator):
+    """A training-free proxy of the untrained network (higher is better)."""
+
+    proxy: str = "naswot"  # naswot | synflow
+    batch_size: int = 64  # naswot: images in the batch (the kernel is batch x batch)
+    device: str = "auto"
+
+    PROXIES: ClassVar[tuple[str, ...]] = ("naswot", "synflow")
+
+    def __post_init__(self) -> None:
+        if self.proxy not in self.PROXIES:
+            raise ValueError(f"evaluator zero_cost: proxy must be one of {', '.join(self.PROXIES)}, got {self.proxy!r}")
+        _check_pos(self, "batch_size", self.batch_size, integer=True)
+        if self.proxy == "naswot" and self.batch_size < 2:
+            raise ValueError(f"evaluator zero_cost: naswot needs batch_size >= 2, got {self.batch_size}")
+
+    @property
+    def metric(self) -> str:
+        return self.proxy
+
+    def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
+        from nas.build import build
+
+        _check_fit(arch, data)
+        device = _resolve_device(self.device)
+        t0 = time.perf_counter()
+        cuda = device.type == "cuda"
+        with torch.random.fork_rng(devices=[device] if cuda else []):
+            torch.manual_seed(seed)
+            model = build(arch).to(device)
+            if self.proxy == "naswot":
+                gen = torch.Generator().manual_seed(seed)
+                x, _ = next(data.batches("train", batch_size=min(self.batch_size, len(data.train)), shuffle=True,
+                                         generator=gen, device=device))
+                model.train()
+                score = naswot_score(model, x)
+            else:
+                score = synflow_score(model, (arch.in_chans, arch.resolution, arch.resolution), device)
+        if not math.isfinite(score):
+            raise ValueError(f"zero_cost {self.proxy}: the score is not finite ({score}) for this network")
+        return EvalResult(score, self.metric, time.perf_counter() - t0, {})

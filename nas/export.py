@@ -1,0 +1,56 @@
+"""``python -m nas.export arch=<arch.json> weights=<ckpt> precision=fp32|int8``: ONNX export + verification.
+
+Thin Hydra entry point over ``nas.train_lib.export_checkpoint``: exports the checkpoint (a float
+one: fp32, or int8 by onnxruntime's static PTQ; a QAT one: its own QDQ int8), checks onnxruntime
+against torch (max abs difference for fp32, top-1 agreement for int8) and shows the exported
+model's latency measured on this machine next to its prediction, when the target is this CPU.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from nas._cli import hydra_app, user_errors
+from nas.train_config import register_train_configs
+
+register_train_configs()
+
+
+@user_errors
+def run(cfg: DictConfig) -> dict:
+    from nas.train_lib import ExportSettings, export_checkpoint
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    rec = export_checkpoint(
+        arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=c["conf"], out=c["out"],
+        data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],
+        allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]),
+    )
+    v = rec["verify"]
+    print(f"exported {rec['precision']} ({rec['how']}): {rec['onnx']} ({rec['file_bytes'] / 1024:.1f} KiB, "
+          f"{rec['params']:,} params)")
+    check = (f"max |onnxruntime - torch| = {v['max_abs_diff']:.3g}" if rec["precision"] == "fp32"
+             else f"top-1 agreement with {v['against']}: {100 * v['top1_agreement']:.2f}%")
+    acc = f"; accuracy {100 * v['onnx_accuracy']:.2f}%" if "onnx_accuracy" in v else ""
+    print(f"verified on {v['samples']} {v['inputs']}: {check}{acc}")
+    if rec["predicted"]:
+        print(f"predicted: {rec['predicted']['label']} [target {rec['predicted']['target']}]")
+    else:
+        print(f"predicted: no {rec['precision']} target to predict with")
+    if rec["measured"]:
+        m = rec["measured"]
+        print(f"measured:  {m['median_ms']:.4f} ms on this machine (p10 {m['p10_ms']:.4f}, p90 {m['p90_ms']:.4f}); "
+              f"prediction error {rec['error_pct']:+.1f}%")
+    else:
+        print("measured:  not measured (the target is not this machine)")
+    print(f"report:    {rec['onnx'].rsplit('.', 1)[0]}.json")
+    return rec
+
+
+@hydra_app("export")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

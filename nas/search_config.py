@@ -1,0 +1,92 @@
+"""Hydra schemas of ``python -m nas.search`` and its groups, registered in the ConfigStore.
+
+The group schemas are generated from the library's own settings dataclasses
+(``nas.data.DataSettings``, the evaluators in ``nas.evaluate``, the sampler settings in
+``nas.study``), plus a ``name`` field, so names, types and defaults live in one place; a typo or a
+wrong type in any group fails when the config is composed.  Group options (``conf/data/*.yaml``,
+``conf/evaluator/*.yaml``, ``conf/sampler/*.yaml``) start from these schemas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from nas.config import TargetConfig, register_configs
+from nas.data import DataSettings
+from nas.evaluate import TrainEvaluator, ZeroCostEvaluator
+from nas.study import NSGA2Settings, RandomSettings, TPESettings
+
+__all__ = [
+    "DataConfig",
+    "NSGA2SamplerConfig",
+    "RandomSamplerConfig",
+    "SearchAppConfig",
+    "TPESamplerConfig",
+    "TrainEvaluatorConfig",
+    "ZeroCostEvaluatorConfig",
+    "register_search_configs",
+]
+
+
+def _schema(cls: type, name: str | None, schema_name: str) -> type:
+    """A mutable Hydra schema with ``cls``'s fields (types and defaults), led by ``name`` when given."""
+    hints = typing.get_type_hints(cls)
+    fields: list[tuple[str, Any, Any]] = []
+    if name is not None:
+        fields.append(("name", str, field(default=name)))
+    for f in dataclasses.fields(cls):
+        if f.name == "name" and name is not None:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else MISSING
+        fields.append((f.name, hints[f.name], field(default=default)))
+    schema = dataclasses.make_dataclass(schema_name, fields)
+    schema.__module__ = __name__
+    schema.__doc__ = f"Hydra schema generated from {cls.__module__}.{cls.__name__}."
+    return schema
+
+
+DataConfig = _schema(DataSettings, None, "DataConfig")
+TrainEvaluatorConfig = _schema(TrainEvaluator, "train", "TrainEvaluatorConfig")
+ZeroCostEvaluatorConfig = _schema(ZeroCostEvaluator, "zero_cost", "ZeroCostEvaluatorConfig")
+NSGA2SamplerConfig = _schema(NSGA2Settings, "nsga2", "NSGA2SamplerConfig")
+TPESamplerConfig = _schema(TPESettings, "tpe", "TPESamplerConfig")
+RandomSamplerConfig = _schema(RandomSettings, "random", "RandomSamplerConfig")
+
+
+@dataclass
+class SearchAppConfig:
+    """``python -m nas.search conf=<target> [search_space=..] [data=..] [evaluator=..] [sampler=..] ...``."""
+
+    conf: TargetConfig = MISSING
+    data: Any = MISSING  # group `data`: DataConfig
+    evaluator: Any = MISSING  # group `evaluator`: one of the evaluator schemas
+    sampler: Any = MISSING  # group `sampler`: one of the sampler schemas
+    search_space: str = "tiny"  # a name in search_spaces/ or a path to a YAML space
+    n_trials: int = 40  # the study's total (a re-run resumes up to it)
+    latency_budget_ms: float | None = None  # conf/search.yaml: the target's; null = no latency constraint
+    memory_budget_kb: float | None = None  # peak activation memory (KiB); null = no constraint
+    seed: int = 0  # sampler seed; for a new study also the training seed (kept in the study)
+    storage: str | None = None  # null: <out>/study.journal; or a journal path, or an Optuna storage URL
+    study_name: str | None = None  # null: <space>-<data>-<target>
+    out: str = MISSING  # the run dir (conf/search.yaml: runs/search/<date>_<time>)
+    allow_mismatch: bool = False  # use a latency table whose metadata does not match the target
+    progress: bool = True
+    max_consecutive_failures: int = 10  # stop when this many trials in a row fail (0: never)
+
+
+def register_search_configs() -> None:
+    register_configs()
+    cs = ConfigStore.instance()
+    cs.store(name="_search_schema", node=SearchAppConfig)
+    cs.store(name="_data_schema", node=DataConfig)
+    cs.store(name="_evaluator_train_schema", node=TrainEvaluatorConfig)
+    cs.store(name="_evaluator_zero_cost_schema", node=ZeroCostEvaluatorConfig)
+    cs.store(name="_sampler_nsga2_schema", node=NSGA2SamplerConfig)
+    cs.store(name="_sampler_tpe_schema", node=TPESamplerConfig)
+    cs.store(name="_sampler_random_schema", node=RandomSamplerConfig)

@@ -1,0 +1,60 @@
+"""``python -m nas.train conf=<target> run=<search run dir>``: train the Pareto front, prune, QAT, export.
+
+Thin Hydra entry point: parse the config, call ``nas.train_lib.train_front``, print the report
+table.  Everything goes to ``<run>/train/`` (or ``out=``): per model its checkpoints (every
+epoch), pruning plan and ONNX exports; ``report.md`` and ``report.json`` for all of them.
+Re-running the same command resumes; Ctrl-C is safe.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+from nas._cli import fmt_table, hydra_app, user_errors
+from nas.train_config import register_train_configs
+
+register_train_configs()
+
+
+def settings_from_config(cfg: DictConfig):
+    from nas.train_lib import ExportSettings, FitSettings, PipelineSettings
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    train = dict(c["train"])
+    if c["epochs"] is not None:
+        train["epochs"] = c["epochs"]
+    return PipelineSettings(
+        run=c["run"], target=c["conf"], out=c["out"], select=c["select"], max_ms=c["max_ms"],
+        data_root=c["data_root"], train_samples=c["train_samples"], seed=c["seed"],
+        allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=c["prune"], qat=c["qat"],
+        export=ExportSettings(**c["export"]), targets=c["targets"],
+    )
+
+
+@user_errors
+def run(cfg: DictConfig) -> dict:
+    from pathlib import Path
+
+    from nas.train_lib import REPORT_HEADER, report_rows, train_front
+
+    s = settings_from_config(cfg)
+    try:
+        report = train_front(s)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished epochs are checkpointed; run the same command to resume", file=sys.stderr)
+        sys.exit(130)
+    print(fmt_table(report_rows(report), REPORT_HEADER))
+    out = Path(s.out or Path(s.run) / "train")
+    print(f"report: {out / 'report.md'}\n        {out / 'report.json'}")
+    return report
+
+
+@hydra_app("train")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,477 @@
+"""The search: seeded studies, failures, budgets, the cache, resume, Ctrl-C, two workers, outputs, config, CLI.
+
+Most tests drive the library with a counting fake evaluator and the roofline latency model
+(fast, no table needed); one test trains for real, and the CLI runs end to end in a subprocess.
+Run as a script (``python tests/test_search.py worker ...``), this file is one worker of the
+two-process test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
+from optuna.trial import TrialState
+
+from nas.arch import Arch
+from nas.config import CONF_DIR
+from nas.data import load_data
+from nas.evaluate import EvalResult, Evaluator
+from nas.latency.predictor import RooflineModel
+from nas.search_config import register_search_configs
+from nas.study import (
+    Budgets,
+    SearchAborted,
+    count_trials,
+    fail_stale_trials,
+    make_sampler,
+    make_storage,
+    pareto_front,
+    prepare_search,
+    run_search,
+    write_outputs,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+register_search_configs()
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(eq=False)
+class FakeEvaluator(Evaluator):
+    """Deterministic score from the Arch's size; counts calls; can fail or be interrupted on given calls."""
+
+    fail_on: tuple[int, ...] = ()  # 1-based call numbers that raise RuntimeError
+    interrupt_on: int | None = None  # the call number that raises KeyboardInterrupt
+    sleep_s: float = 0.0
+    calls: list[str] = field(default_factory=list)  # digests evaluated
+
+    name = "fake"
+
+    @property
+    def metric(self) -> str:
+        return "val_accuracy"
+
+    def settings(self) -> dict:
+        return {"name": "fake"}
+
+    def evaluate(self, arch: Arch, data, *, seed: int) -> EvalResult:
+        self.calls.append(arch.digest())
+        n = len(self.calls)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        if self.interrupt_on == n:
+            raise KeyboardInterrupt
+        if n in self.fail_on:
+            raise RuntimeError(f"boom on call {n}")
+        from nas.cost import arch_cost
+
+        p = arch_cost(arch).params
+        return EvalResult(1.0 - 1.0 / (1.0 + p / 2e4) + (seed % 97) * 1e-5, self.metric, 0.0, {"seed": float(seed)})
+
+
+def _target(name: str = "cpu") -> dict:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="search", overrides=[f"conf={name}"])
+    return OmegaConf.to_container(cfg.conf, resolve=True)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return _target()
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_data({"name": "digits", "resolution": 8, "train_samples": 120, "val_samples": 60})
+
+
+def _prepare(run_dir, target, data, evaluator, *, sampler="random", seed=0, budgets=None, study_name="t",
+             storage=None, space="tiny", **skw):
+    return prepare_search(target=target, search_space=space, data=data, evaluator=evaluator,
+                          sampler={"name": sampler, **skw}, budgets=budgets or Budgets(), seed=seed, run_dir=run_dir,
+                          storage=storage, study_name=study_name, latency=RooflineModel(target))
+
+
+def _search(run_dir, target, data, evaluator, *, n_trials, **kw):
+    s = _prepare(run_dir, target, data, evaluator, **kw)
+    rep = run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage)
+    return s, rep
+
+
+def _summary(study):
+    return [(t.number, t.state.name, t.params, t.values, t.user_attrs.get("status")) for t in study.trials]
+
+
+def _reload(journal: Path, name: str = "t") -> optuna.Study:
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(journal))))
+
+
+# ------------------------------------------------------------------------------------------- library
+
+
+@pytest.mark.parametrize("sampler", ["nsga2", "tpe", "random"])
+def test_same_seed_same_trials(tmp_path, target, digits, sampler):
+    kw = {"population_size": 4} if sampler == "nsga2" else {"n_startup_trials": 3} if sampler == "tpe" else {}
+    a, _ = _search(tmp_path / "a", target, digits, FakeEvaluator(), n_trials=9, sampler=sampler, seed=3, **kw)
+    b, _ = _search(tmp_path / "b", target, digits, FakeEvaluator(), n_trials=9, sampler=sampler, seed=3, **kw)
+    assert _summary(a.study) == _summary(b.study)
+    c, _ = _search(tmp_path / "c", target, digits, FakeEvaluator(), n_trials=9, sampler=sampler, seed=4, **kw)
+    assert [t.params for t in c.study.trials] != [t.params for t in a.study.trials]
+    assert all(t.state == TrialState.COMPLETE for t in a.study.trials)
+    assert a.study.metric_names == ["val_accuracy", "latency_ms"]
+
+
+def test_real_training_same_seed_same_trials(tmp_path, target, digits):
+    torch.set_num_threads(1)
+    ev = {"name": "train", "epochs": 1, "batch_size": 32, "device": "cpu"}
+    a, _ = _search(tmp_path / "a", target, digits, ev, n_trials=2, sampler="nsga2", population_size=4)
+    b, _ = _search(tmp_path / "b", target, digits, ev, n_trials=2, sampler="nsga2", population_size=4)
+    assert _summary(a.study) == _summary(b.study)
+    assert all(0 <= t.values[0] <= 1 and t.values[1] > 0 for t in a.study.trials)
+
+
+def test_failing_trial_is_recorded_and_the_search_goes_on(tmp_path, target, digits):
+    ev = FakeEvaluator(fail_on=(2,))
+    s, rep = _search(tmp_path, target, digits, ev, n_trials=5)
+    states = [t.state for t in s.study.trials]
+    assert len(states) == 5 and states.count(TrialState.FAIL) == 1 and states.count(TrialState.COMPLETE) == 4
+    failed = next(t for t in s.study.trials if t.state == TrialState.FAIL)
+    assert failed.user_attrs["status"] == "error" and "RuntimeError: boom on call 2" in failed.user_attrs["error"]
+    assert failed.user_attrs["arch"] and failed.user_attrs["latency"]["ms"] > 0  # what failed is on record
+    assert rep.statuses == {"evaluated": 4, "error": 1}
+    out = write_outputs(s.study, tmp_path)
+    assert "boom on call 2" in out["trials_csv"].read_text()
+
+
+def test_consecutive_failures_abort(tmp_path, target, digits):
+    s = _prepare(tmp_path, target, digits, FakeEvaluator(fail_on=tuple(range(1, 99))))
+    with pytest.raises(SearchAborted, match="3 trials in a row failed.*boom on call 3"):
+        run_search(s.study, s.problem, n_trials=10, max_consecutive_failures=3)
+
+
+@pytest.mark.parametrize("which", ["latency", "memory"])
+def test_over_budget_is_never_trained(tmp_path, target, digits, which):
+    budgets = _median_budget(tmp_path / "probe", target, digits, which)
+    ev = FakeEvaluator()
+    s, _ = _search(tmp_path / "run", target, digits, ev, n_trials=16, budgets=budgets, seed=1)
+    trials = s.study.trials
+    over = [t for t in trials if t.user_attrs["status"] == "over_budget"]
+    evaluated = [t for t in trials if t.user_attrs["status"] == "evaluated"]
+    assert over and evaluated
+    assert len(ev.calls) == len(evaluated)  # exactly the feasible, uncached ones were trained
+    assert not {t.user_attrs["digest"] for t in over} & set(ev.calls)
+    for t in over:
+        assert t.constraints[which] > 0 and t.state == TrialState.COMPLETE
+    for t in evaluated:
+        assert t.constraints[which] <= 0
+    recs = write_outputs(s.study, tmp_path / "run", plot=False)["records"]
+    assert all(r["score"] is None and r["feasible"] is False for r in recs if r["status"] == "over_budget")
+    assert all(r["number"] in {t.number for t in evaluated} for r in pareto_front(recs))
+
+
+def _median_budget(tmp_path, target, digits, which) -> Budgets:
+    """A budget that about half of the tiny space's deployed networks exceed."""
+    from nas.cost import arch_cost
+    from nas.space import load_space
+
+    space = load_space("tiny")
+    probe = _prepare(tmp_path, target, digits, FakeEvaluator())
+    sample = [probe.problem.deployed(space.random(i)) for i in range(40)]
+    if which == "latency":
+        v = sorted(RooflineModel(target).explain(a).ms for a in sample)
+        return Budgets(latency_ms=v[len(v) // 2])
+    v = sorted(arch_cost(a).peak_activation_bytes / 1024 for a in sample)
+    return Budgets(memory_kb=v[len(v) // 2])
+
+
+def _two_arch_space(tmp_path) -> Path:
+    p = tmp_path / "two.yaml"
+    p.write_text(
+        "name: two\ninput: {channels: 3, resolution: 32}\nnum_classes: 10\nchannel_multiple: 8\n"
+        "stem: {width: [8, 16], kernel: 3, stride: 2, act: relu}\n"
+        "stages:\n  - {kind: ds, depth: [1], width: [16], kernel: [3], se: [false], stride: 2, act: relu}\n"
+        "head: {style: pool}\n"
+    )
+    return p
+
+
+def test_the_same_arch_is_never_evaluated_twice(tmp_path, target, digits):
+    ev = FakeEvaluator()
+    s, rep = _search(tmp_path, target, digits, ev, n_trials=8, space=str(_two_arch_space(tmp_path)))
+    assert len(ev.calls) == len(set(ev.calls)) == 2
+    trials = s.study.trials
+    cached = [t for t in trials if t.user_attrs["status"] == "cached"]
+    assert len(cached) == 6 and rep.statuses["cached"] == 6
+    for t in cached:
+        src = trials[t.user_attrs["cached_from"]]
+        assert src.user_attrs["digest"] == t.user_attrs["digest"] and src.values == t.values
+    # a new worker process (empty in-memory cache) finds them in the study too
+    ev2 = FakeEvaluator()
+    s2 = _prepare(tmp_path, target, digits, ev2, space=str(_two_arch_space(tmp_path)), seed=5)
+    run_search(s2.study, s2.problem, n_trials=12)
+    assert ev2.calls == [] and len(s2.study.trials) == 12
+    assert len(pareto_front(write_outputs(s2.study, tmp_path, plot=False)["records"])) <= 2
+
+
+def test_resume_by_rerunning(tmp_path, target, digits):
+    s, _ = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=4, sampler="nsga2", population_size=4)
+    first = _summary(s.study)
+    s2, rep = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=7, sampler="nsga2", population_size=4)
+    assert not s2.created and rep.ran == 3
+    assert _summary(s2.study)[:4] == first and len(s2.study.trials) == 7
+    _, rep = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=7)  # already done: nothing to do
+    assert rep.ran == 0
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, target, digits):
+    _search(tmp_path, target, digits, FakeEvaluator(), n_trials=1)
+    other = load_data({"name": "digits", "resolution": 12, "train_samples": 120, "val_samples": 60})
+    with pytest.raises(ValueError, match=r"different settings \(data.resolution: 8 in the study, 12 now.*study_name="):
+        _prepare(tmp_path, target, other, FakeEvaluator())
+    with pytest.raises(ValueError, match="budgets.latency_ms"):
+        _prepare(tmp_path, target, digits, FakeEvaluator(), budgets=Budgets(latency_ms=1.0))
+    _prepare(tmp_path, target, digits, FakeEvaluator(), seed=9, sampler="tpe")  # seed and sampler may change
+
+
+def test_ctrl_c_leaves_a_consistent_study(tmp_path, target, digits):
+    s = _prepare(tmp_path, target, digits, FakeEvaluator(interrupt_on=3))
+    with pytest.raises(KeyboardInterrupt):
+        run_search(s.study, s.problem, n_trials=6)
+    study = _reload(tmp_path / "study.journal")  # as a new process sees it
+    states = [(t.state, t.user_attrs.get("status")) for t in study.trials]
+    assert states == [(TrialState.COMPLETE, "evaluated")] * 2 + [(TrialState.FAIL, "interrupted")]
+    assert count_trials(study) == 2
+    write_outputs(study, tmp_path, plot=False)  # outputs from what finished
+    ev = FakeEvaluator()
+    s2 = _prepare(tmp_path, target, digits, ev)
+    rep = run_search(s2.study, s2.problem, n_trials=6)
+    assert rep.ran == 4 and count_trials(s2.study) == 6 and len(s2.study.trials) == 7
+
+
+def test_trials_left_running_by_a_dead_process_are_failed(tmp_path, target, digits):
+    s = _prepare(tmp_path, target, digits, FakeEvaluator())
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    import socket
+
+    t = s.study.ask()
+    t.set_user_attr("worker", f"{socket.gethostname()}:{p.pid}")
+    t.set_user_attr("status", "running")
+    alive = s.study.ask()
+    alive.set_user_attr("worker", f"{socket.gethostname()}:{os.getppid()}")
+    assert fail_stale_trials(s.study, s.storage) == [t.number]
+    got = {x.number: (x.state, x.user_attrs.get("status")) for x in s.study.trials}
+    assert got[t.number] == (TrialState.FAIL, "stale") and got[alive.number][0] == TrialState.RUNNING
+
+
+def test_outputs(tmp_path, target, digits):
+    budgets = _median_budget(tmp_path / "probe", target, digits, "latency")
+    s, _ = _search(tmp_path, target, digits, FakeEvaluator(fail_on=(3,)), n_trials=10, budgets=budgets)
+    out = write_outputs(s.study, tmp_path, info=s.info())
+    pj = json.loads(out["pareto_json"].read_text())
+    assert pj["schema"] == "hwnas.pareto" and pj["metric"] == "val_accuracy" and pj["study"] == "t"
+    assert pj["search"]["budgets"]["latency_ms"] == budgets.latency_ms and pj["trials"]["total"] == 10
+    assert pj["latency_model"]["source"] == "estimated" and "ESTIMATE" in pj["latency_model"]["warning"]
+    assert pj["pareto"]
+    for e in pj["pareto"]:
+        arch = Arch.from_dict(e["arch"])
+        assert arch.digest() == e["digest"] and arch.resolution == 32 and arch.in_chans == 1
+        assert e["latency_ms"] <= budgets.latency_ms and e["latency_source"] == "estimated" and e["latency"]["ms"] == e["latency_ms"]
+        assert e["params"] > 0 and e["macs"] > 0 and e["peak_activation_bytes"] > 0
+    front = [(e["val_accuracy"], e["latency_ms"]) for e in pj["pareto"]]
+    assert all(not (a2 >= a1 and l2 <= l1 and (a2, l2) != (a1, l1)) for a1, l1 in front for a2, l2 in front)
+    rows = out["trials_csv"].read_text().splitlines()
+    assert rows[0].startswith("number,state,status,val_accuracy,latency_ms") and len(rows) == 11
+    assert out["pareto_png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pareto_front_keeps_one_trial_per_arch():
+    def r(n, s, ms, d, feasible=True):
+        return {"number": n, "state": "COMPLETE", "score": s, "latency_ms": ms, "digest": d, "feasible": feasible}
+
+    recs = [r(0, 0.9, 2.0, "a"), r(1, 0.9, 2.0, "a"), r(2, 0.8, 1.0, "b"), r(3, 0.85, 3.0, "c"),
+            r(4, 0.99, 0.5, "d", feasible=False), {**r(5, None, 0.1, "e")}]
+    assert [x["number"] for x in pareto_front(recs)] == [2, 0]
+
+
+def test_storage_and_sampler_errors(tmp_path):
+    with pytest.raises(ValueError, match="sqlite:///"):
+        make_storage(str(tmp_path / "x.db"), run_dir=tmp_path)
+    with pytest.raises(ValueError, match="is a folder"):
+        make_storage(str(tmp_path), run_dir=tmp_path)
+    st, desc = make_storage(f"sqlite:///{tmp_path / 'x.db'}", run_dir=tmp_path)
+    assert desc.startswith("sqlite") and isinstance(st, optuna.storages.RDBStorage)
+    with pytest.raises(ValueError, match="unknown sampler 'cmaes'.*nsga2, random, tpe"):
+        make_sampler({"name": "cmaes"}, seed=0)
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['popsize'\]"):
+        make_sampler({"name": "nsga2", "popsize": 3}, seed=0)
+    with pytest.raises(ValueError, match="population_size must be >= 2"):
+        make_sampler({"name": "nsga2", "population_size": 1}, seed=0)
+    with pytest.raises(ValueError, match="latency_budget_ms must be a positive number"):
+        Budgets(latency_ms=-1)
+
+
+# ------------------------------------------------------------------------------------------- two workers
+
+
+def _worker(journal: str, seed: int, n_trials: int, barrier: str) -> None:
+    """One worker process of test_two_workers_share_one_study: prints the trial numbers it ran."""
+    torch.set_num_threads(1)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    target = _target()
+    data = load_data({"name": "digits", "resolution": 8, "train_samples": 120, "val_samples": 60})
+    s = _prepare(Path(journal).parent, target, data, FakeEvaluator(sleep_s=0.05), sampler="random", seed=seed,
+                 storage=journal)
+    mine: list[int] = []
+    Path(barrier + f".{seed}").touch()
+    deadline = time.time() + 60
+    while not all(Path(barrier + f".{k}").exists() for k in (1, 2)) and time.time() < deadline:
+        time.sleep(0.02)
+    run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage, callback=lambda o: mine.append(o.number))
+    print(json.dumps({"pid": os.getpid(), "trials": mine}))
+
+
+def test_two_workers_share_one_study(tmp_path):
+    journal = tmp_path / "shared" / "study.journal"
+    barrier = str(tmp_path / "go")
+    n = 24
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(journal), str(seed), str(n), barrier],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+             for seed in (1, 2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    study = _reload(journal)
+    trials = study.trials
+    numbers = [t.number for t in trials]
+    ran = [set(o["trials"]) for o in outs]
+    assert all(ran), "both workers ran trials"
+    assert not ran[0] & ran[1], "no trial was run twice"
+    assert ran[0] | ran[1] == set(numbers), "every trial a worker ran is recorded, and only those"
+    assert sorted(numbers) == list(range(len(trials)))
+    assert n <= len(trials) <= n + 1  # concurrent workers overshoot by at most one trial each
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    workers = {t.user_attrs["worker"].rpartition(":")[2] for t in trials}
+    assert workers == {str(o["pid"]) for o in outs}
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="search", overrides=overrides)
+
+
+def test_config_defaults_and_overrides():
+    cfg = _compose([])
+    assert (cfg.conf.name, cfg.search_space, cfg.data.name, cfg.evaluator.name, cfg.sampler.name) == (
+        "cpu", "tiny", "digits", "train", "nsga2")
+    assert cfg.latency_budget_ms == cfg.conf.latency_budget_ms and cfg.memory_budget_kb is None
+    cfg = _compose(["conf=jetson", "search_space=mbv3", "data=fashion_mnist", "evaluator=zero_cost", "sampler=tpe",
+                    "n_trials=7", "latency_budget_ms=3.5", "memory_budget_kb=512", "seed=4",
+                    "storage=postgresql://u@h/db", "study_name=s", "out=runs/x", "evaluator.proxy=synflow",
+                    "sampler.n_startup_trials=5", "data.train_samples=100"])
+    assert cfg.conf.name == "jetson" and cfg.latency_budget_ms == 3.5 and cfg.memory_budget_kb == 512
+    assert (cfg.n_trials, cfg.seed, cfg.storage, cfg.study_name, cfg.out) == (7, 4, "postgresql://u@h/db", "s", "runs/x")
+    assert cfg.evaluator.proxy == "synflow" and cfg.sampler.n_startup_trials == 5 and cfg.data.train_samples == 100
+    assert _compose(["conf=gpu"]).latency_budget_ms == 1.0  # the target's budget by default
+    for name in ("random", "nsga2", "tpe"):
+        make_sampler(OmegaConf.to_container(_compose([f"sampler={name}"]).sampler), seed=0)
+
+
+@pytest.mark.parametrize(
+    "overrides, exc, match",
+    [
+        (["n_trial=5"], ConfigCompositionException, "n_trial"),
+        (["evaluator.epoch=2"], ConfigCompositionException, "evaluator.epoch"),
+        (["evaluator=zero_cost", "evaluator.epochs=2"], ConfigCompositionException, "evaluator.epochs"),
+        (["sampler.popsize=3"], ConfigCompositionException, "sampler.popsize"),
+        (["n_trials=many"], ConfigCompositionException, "n_trials=many"),
+        (["evaluator.lr=fast"], ConfigCompositionException, "evaluator.lr=fast"),
+        (["data.resolution=big"], ConfigCompositionException, "data.resolution=big"),
+        (["sampler=cmaes"], MissingConfigException, "nsga2"),
+        (["evaluator=nope"], MissingConfigException, "zero_cost"),
+        (["data=mnist"], MissingConfigException, "fashion_mnist"),
+    ],
+)
+def test_config_mistakes_fail_at_start(overrides, exc, match):
+    with pytest.raises(exc, match=match) as e:
+        _compose(overrides)
+    if "=" in match and "many" in match:
+        assert "could not be converted to Integer" in str(e.value.__cause__)
+
+
+# ------------------------------------------------------------------------------------------- CLI
+
+
+def _cli(args, cwd, timeout=300):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-m", "nas.search", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_cli_help_lists_groups():
+    r = _cli(["--help"], REPO)
+    assert r.returncode == 0
+    for s in ("conf: cpu, cpu_int8, gpu, jetson", "data: cifar10, digits, fashion_mnist, imagefolder",
+              "evaluator: train, zero_cost", "sampler: nsga2, random, tpe", "n_trials"):
+        assert s in r.stdout, s
+
+
+def test_cli_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    r = _cli(["conf=cpu", "n_trials=3", "evaluator.epochs=1", "data.train_samples=200", "data.val_samples=100",
+              "sampler.population_size=2", f"out={out}", "progress=false"], REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for f in ("pareto.json", "trials.csv", "pareto.png", "study.journal"):
+        assert (out / f).is_file(), f
+    assert "Pareto front of" in r.stdout and "val_accuracy" in r.stdout and "measured" in r.stdout
+    pj = json.loads((out / "pareto.json").read_text())
+    assert pj["trials"]["total"] == 3 and all(e["latency_source"] == "measured" for e in pj["pareto"])
+    assert all(math.isfinite(e["val_accuracy"]) for e in pj["pareto"])
+    # resume: the same command with more trials continues the same study
+    r = _cli(["conf=cpu", "n_trials=4", "evaluator.epochs=1", "data.train_samples=200", "data.val_samples=100",
+              "sampler.population_size=2", f"out={out}", "progress=false"], REPO)
+    assert r.returncode == 0 and "resumed: 3 trials done" in r.stdout
+    assert json.loads((out / "pareto.json").read_text())["trials"]["total"] == 4
+
+
+def test_cli_jetson_says_it_is_an_estimate(tmp_path):
+    out = tmp_path / "run"
+    r = _cli(["conf=jetson", "evaluator=zero_cost", "n_trials=3", f"out={out}", "progress=false"], REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "WARNING: latency for target 'jetson' is an ESTIMATE" in r.stdout
+    assert "python -m nas.profile conf=jetson" in r.stdout
+    pj = json.loads((out / "pareto.json").read_text())
+    assert pj["latency_model"]["source"] == "estimated"
+    assert all(e["latency_source"] == "estimated" for e in pj["pareto"])
+
+
+def test_cli_user_errors(tmp_path):
+    r = _cli(["n_trials=many", f"out={tmp_path / 'a'}"], REPO)
+    assert r.returncode != 0 and "n_trials" in r.stderr and "many" in r.stderr
+    r = _cli(["data=cifar10", f"data.root={tmp_path / 'nowhere'}", f"out={tmp_path / 'b'}"], REPO)
+    assert r.returncode == 2 and "CIFAR-10 not found" in r.stderr and "data.download=true" in r.stderr
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
+    _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

@@ -1,0 +1,214 @@
+"""nas.train and nas.export end to end on digits: a real (zero-cost) search run, tiny epochs.
+
+Latency is predicted by the labelled roofline estimate (``conf.table=null``), so pruning plans do
+not depend on which tables this machine has.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from nas.config import CONF_DIR
+
+torch.set_num_threads(1)
+
+FAST = ["conf.table=null", "epochs=2", "prune.epochs=1", "prune.ratio=0.9", "qat.epochs=1", "qat.calib_batches=2",
+        "train.batch_size=64", "export.rounds=1", "export.warmup=1", "export.repeats=5", "export.min_time_s=0",
+        "export.calib_samples=32"]
+
+
+def run(mod, *args, cwd):
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", mod, *args], capture_output=True, text=True, cwd=cwd, timeout=900,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def search_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("search")
+    r = run("nas.search", "conf=cpu", "conf.table=null", "data=digits", "evaluator=zero_cost", "n_trials=3",
+            f"out={d / 'run'}", "progress=false", cwd=d)
+    assert r.returncode == 0, r.stderr
+    assert (d / "run" / "pareto.json").is_file()
+    return d / "run"
+
+
+@pytest.fixture(scope="module")
+def trained(search_run):
+    r = run("nas.train", "conf=cpu", f"run={search_run}", "select=0", *FAST, cwd=search_run)
+    assert r.returncode == 0, r.stderr
+    return search_run / "train", r
+
+
+def _compose(app, overrides):
+    import nas.train_config
+
+    nas.train_config.register_train_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name=app, overrides=overrides)
+
+
+def _run_in_process(app, overrides, capsys):
+    """The entry point's ``run`` on a composed config; returns (exit code, stderr)."""
+    mod = __import__(f"nas.{app}", fromlist=["run"])
+    cfg = _compose(app, overrides)
+    try:
+        mod.run(cfg)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def test_train_cli_writes_checkpoints_exports_and_report(trained):
+    from nas.train_lib import load_target, runs_here
+
+    out, r = trained
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["schema"] == "hwnas.train_report" and len(rep["models"]) == 1
+    m = rep["models"][0]
+    mdir = out / m["id"]
+    for f in ("arch.json", "fp32.ckpt", "pruned.ckpt", "qat.ckpt", "prune_plan.json", "results.json"):
+        assert (mdir / f).is_file(), f
+    ck = torch.load(mdir / "fp32.ckpt", weights_only=True)
+    assert ck["epoch"] == 2 and len(ck["history"]) == 2
+    v = {x["variant"]: x for x in m["variants"]}
+    assert set(v) == {"fp32", "pruned", "ptq_int8", "qat_int8"}
+    for x in v.values():
+        assert 0.0 <= x["accuracy"] <= 1.0 and x["accuracy_split"] == "val"
+        assert (mdir / "export" / f"{x['variant']}.onnx").stat().st_size == x["file_bytes"]
+        assert x["predicted"]["ms"] > 0
+        assert (x["measured"] is not None) == runs_here(load_target("cpu"))
+    assert v["pruned"]["params"] < v["fp32"]["params"] and v["qat_int8"]["params"] == v["pruned"]["params"]
+    assert v["fp32"]["predicted"]["source"] == "estimated"  # conf.table=null: the labelled roofline
+    plan = json.loads((mdir / "prune_plan.json").read_text())
+    assert plan["reached"] and plan["predicted_ms_after"] <= 0.9 * plan["predicted_ms_before"] + 1e-12
+    assert v["fp32"]["accuracy"] > 0.3  # 2 epochs on digits learn something (chance is 0.1)
+    md = (out / "report.md").read_text()
+    assert "| model | variant | acc %" in md and "qat_int8" in md and "quantize_static" in md
+    assert "predicted ms" in r.stdout and "report:" in r.stdout
+
+
+def test_rerun_resumes_without_redoing_work(trained, search_run):
+    out, _ = trained
+    mdir = next(p for p in out.iterdir() if p.is_dir())
+    before = {p.name: p.stat().st_mtime_ns for p in mdir.rglob("*") if p.is_file()}
+    r = run("nas.train", "conf=cpu", f"run={search_run}", "select=0", *FAST, cwd=search_run)
+    assert r.returncode == 0, r.stderr
+    after = {p.name: p.stat().st_mtime_ns for p in mdir.rglob("*") if p.is_file()}
+    for f in ("fp32.ckpt", "pruned.ckpt", "qat.ckpt", "prune_plan.json", "qat_int8.onnx"):
+        assert after[f] == before[f], f
+    # changed settings are refused, naming the difference
+    r = run("nas.train", "conf=cpu", f"run={search_run}", "select=0", *FAST, "train.lr=0.01", cwd=search_run)
+    assert r.returncode == 2 and "resuming with other settings" in r.stderr and "lr" in r.stderr
+
+
+def test_interrupted_fit_resumes_to_the_same_weights(tmp_path):
+    from nas.build import build
+    from nas.data import DataSettings, load_data
+    from nas.space import load_space
+    from nas.train_lib import FitSettings, fit, load_checkpoint
+
+    data = load_data(DataSettings(name="digits", resolution=16, train_samples=256, val_samples=64))
+    arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
+    s = FitSettings(batch_size=64, bn_recalibration_batches=2)
+    kw = dict(settings=s, epochs=3, lr=0.005, seed=3, meta={"x": 1})
+    torch.manual_seed(0)
+    a = build(arch)
+    fit(a, data, ckpt=tmp_path / "a.ckpt", **kw)
+
+    def stop_at_2(model, epoch):
+        if epoch == 2:
+            raise KeyboardInterrupt
+
+    torch.manual_seed(0)
+    b = build(arch)
+    with pytest.raises(KeyboardInterrupt):
+        fit(b, data, ckpt=tmp_path / "b.ckpt", on_epoch_start=stop_at_2, **kw)
+    assert load_checkpoint(tmp_path / "b.ckpt")["epoch"] == 2
+    torch.manual_seed(123)  # a fresh process would build other initial weights: the checkpoint decides
+    c = build(arch)
+    hist = fit(c, data, ckpt=tmp_path / "b.ckpt", **kw)
+    assert len(hist) == 3
+    for (k, va), vc in zip(a.state_dict().items(), c.state_dict().values()):
+        torch.testing.assert_close(vc, va, rtol=0, atol=0, msg=k)
+    with pytest.raises(ValueError, match="resuming with other settings.*lr"):
+        fit(build(arch), data, ckpt=tmp_path / "b.ckpt", **{**kw, "lr": 0.01})
+
+
+def test_run_dir_without_search_result(tmp_path, capsys):
+    code, err = _run_in_process("train", ["conf=cpu", f"run={tmp_path}", *FAST], capsys)
+    assert code == 2 and "no pareto.json" in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    (tmp_path / "pareto.json").write_text('{"schema": "something else"}')
+    code, err = _run_in_process("train", ["conf=cpu", f"run={tmp_path}", *FAST], capsys)
+    assert code == 2 and "not an hwnas search result" in err
+    code, err = _run_in_process("train", ["conf=cpu", f"run={tmp_path / 'nope'}", *FAST], capsys)
+    assert code == 2 and "no such folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pareto.json"]
+
+
+def test_select_errors(search_run, capsys):
+    code, err = _run_in_process("train", ["conf=cpu", f"run={search_run}", "select=[99]", *FAST], capsys)
+    assert code == 2 and "index 99 is out of range" in err
+    code, err = _run_in_process("train", ["conf=cpu", f"run={search_run}", "max_ms=1e-9", *FAST], capsys)
+    assert code == 2 and "no selected architecture is predicted that fast" in err
+    code, err = _run_in_process("train", ["conf=cpu", f"run={search_run}", "prune.criterion=random", *FAST], capsys)
+    assert code == 2 and "prune.criterion must be l1, bn or taylor" in err
+
+
+def test_export_cli_verifies(trained, tmp_path):
+    out, _ = trained
+    mdir = next(p for p in out.iterdir() if p.is_dir())
+    plan = json.loads((mdir / "prune_plan.json").read_text())
+    (tmp_path / "pruned.json").write_text(json.dumps(plan["arch"]))
+    cases = [("arch.json", "fp32.ckpt", "fp32"), ("arch.json", "fp32.ckpt", "int8"),
+             (str(tmp_path / "pruned.json"), "qat.ckpt", "int8")]
+    for arch, ckpt, prec in cases:
+        dst = tmp_path / f"{ckpt}.{prec}.onnx"
+        r = run("nas.export", "conf=cpu", "conf.table=null", f"arch={mdir / arch}", f"weights={mdir / ckpt}",
+                f"precision={prec}", f"out={dst}", "verify_samples=100", "export.rounds=1", "export.repeats=5",
+                "export.min_time_s=0", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        rec = json.loads(dst.with_suffix(".json").read_text())
+        assert rec["file_bytes"] == dst.stat().st_size and rec["verify"]["samples"] == 100
+        if prec == "fp32":
+            assert rec["verify"]["max_abs_diff"] < 1e-4 and "max |onnxruntime - torch|" in r.stdout
+        else:
+            assert rec["verify"]["top1_agreement"] >= 0.9 and "top-1 agreement" in r.stdout
+        assert "predicted:" in r.stdout and rec["predicted"]["ms"] > 0
+
+
+def test_export_bad_input_overwrites_nothing(trained, tmp_path, capsys):
+    from nas.space import load_space
+
+    out, _ = trained
+    mdir = next(p for p in out.iterdir() if p.is_dir())
+    dst = tmp_path / "model.onnx"
+    dst.write_bytes(b"keep me")
+    base = ["conf=cpu", "conf.table=null", f"arch={mdir / 'arch.json'}", f"out={dst}"]
+    # a checkpoint that does not match the Arch
+    other = load_space("tiny").random(9).with_head(in_chans=1).with_resolution(16)
+    from nas.build import build
+
+    torch.save(build(other).state_dict(), tmp_path / "other.pt")
+    code, err = _run_in_process("export", [*base, f"weights={tmp_path / 'other.pt'}", "overwrite=true"], capsys)
+    assert code == 2 and "does not match the Arch" in err
+    # an unsupported precision
+    code, err = _run_in_process("export", [*base, f"weights={mdir / 'fp32.ckpt'}", "precision=fp16",
+                                           "overwrite=true"], capsys)
+    assert code == 2 and "precision must be one of fp32, int8, got 'fp16'" in err
+    # an existing output without overwrite
+    code, err = _run_in_process("export", [*base, f"weights={mdir / 'fp32.ckpt'}"], capsys)
+    assert code == 2 and "exists; pass overwrite=true" in err
+    # a QAT checkpoint asked for fp32
+    plan = json.loads((mdir / "prune_plan.json").read_text())
+    (tmp_path / "pruned.json").write_text(json.dumps(plan["arch"]))
+    code, err = _run_in_process("export", ["conf=cpu", "conf.table=null", f"arch={tmp_path / 'pruned.json'}",
+                                           f"out={dst}", f"weights={mdir / 'qat.ckpt'}", "overwrite=true"], capsys)
+    assert code == 2 and "QAT (int8) checkpoint" in err
+    assert dst.read_bytes() == b"keep me" and not dst.with_suffix(".json").exists()
