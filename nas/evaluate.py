@@ -42,6 +42,7 @@ __all__ = [
     "ZeroCostEvaluator",
     "evaluator_names",
     "make_evaluator",
+    "recalibrate_batchnorm",
     "register_evaluator",
 ]
 
@@ -147,6 +148,44 @@ def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_z
 
 
 # --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def recalibrate_batchnorm(
+    model: nn.Module,
+    data: Dataset,
+    *,
+    batches: int,
+    batch_size: int,
+    generator: torch.Generator,
+    device: str | torch.device = "cpu",
+    amp_dtype: torch.dtype | None = None,
+) -> None:
+    """Re-estimate BatchNorm running statistics with the current weights (cumulative average).
+
+    After a few hundred steps the exponential running averages still mix statistics of early
+    weights, and a short-trained network can score at chance level in eval mode although it has
+    learned; recomputing them on ``batches`` training batches is what makes short-training scores
+    rank architectures.  Leaves the model in train mode.
+    """
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns or not batches:
+        return
+    device = torch.device(device)
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative moving average over the recalibration batches
+    model.train()
+    it = data.batches("train", batch_size=min(batch_size, len(data.train)), shuffle=True, generator=generator,
+                      drop_last=True, device=device)
+    try:
+        for _, (x, _y) in zip(range(batches), it):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                model(x)
+    finally:
+        for m, mom in zip(bns, saved):
+            m.momentum = mom
 
 
 @register_evaluator("train")
@@ -265,30 +304,10 @@ class TrainEvaluator(Evaluator):
             "epochs": float(self.epochs),
         })
 
-    @torch.no_grad()
     def _recalibrate_bn(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype,
                         gen: torch.Generator) -> None:
-        """Re-estimate BatchNorm running statistics with the final weights (cumulative average).
-
-        After a few hundred steps the exponential running averages still mix statistics of early
-        weights, and a short-trained network can score at chance level in eval mode although it
-        has learned; recomputing them is what makes short-training scores rank architectures.
-        """
-        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        if not bns or not self.bn_recalibration_batches:
-            return
-        saved = [m.momentum for m in bns]
-        for m in bns:
-            m.reset_running_stats()
-            m.momentum = None  # cumulative moving average over the recalibration batches
-        model.train()
-        it = data.batches("train", batch_size=self.batch_size, shuffle=True, generator=gen, drop_last=True,
-                          device=device)
-        for _, (x, _y) in zip(range(self.bn_recalibration_batches), it):
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                model(x)
-        for m, mom in zip(bns, saved):
-            m.momentum = mom
+        recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
+                              generator=gen, device=device, amp_dtype=amp_dtype)
 
     @torch.no_grad()
     def _score(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype) -> tuple[float, float]:

@@ -72,12 +72,14 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     bar = None
     todo = max(0, cfg.n_trials - done)
     best: list[float] = []
+    ran: list[str] = []
     if cfg.progress and todo:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=todo, desc="search", unit="trial", dynamic_ncols=True)
 
     def on_trial(o) -> None:
+        ran.append(o.status)
         if o.feasible and o.score is not None:
             best.append(o.score)
         if bar is not None:
@@ -86,9 +88,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
         elif o.status == "error":
             print(f"trial {o.number} failed: {o.error}", file=sys.stderr)
 
-    code, rep = 0, None
+    code = 0
     try:
-        rep = run_search(study, p, n_trials=cfg.n_trials, storage=search.storage,
+        run_search(study, p, n_trials=cfg.n_trials, storage=search.storage,
                          max_consecutive_failures=cfg.max_consecutive_failures, callback=on_trial)
     except KeyboardInterrupt:
         code = 130
@@ -121,11 +123,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     wall = time.perf_counter() - t_start
     print(f"pareto:  {outs['pareto_json']}\ntrials:  {outs['trials_csv']}\nplot:    {outs['pareto_png']}\n"
           f"study:   {study.study_name!r} in {search.storage_desc}\n"
-          f"this run: {rep.ran if rep else '?'} trials, {p.evaluations} evaluated, {wall:.0f}s wall")
+          f"this run: {len(ran)} trials, {p.evaluations} evaluator calls, {wall:.0f}s wall")
     if code:
         sys.exit(code)
     return {"run_dir": str(search.run_dir), "study": study.study_name, "front": len(front), "statuses": statuses,
-            "wall_s": wall, "ran": rep.ran if rep else 0}
+            "wall_s": wall, "ran": len(ran)}
 
 
 @hydra_app("search")

@@ -68,7 +68,7 @@ class SearchAppConfig:
     evaluator: Any = MISSING  # group `evaluator`: one of the evaluator schemas
     sampler: Any = MISSING  # group `sampler`: one of the sampler schemas
     search_space: str = "tiny"  # a name in search_spaces/ or a path to a YAML space
-    n_trials: int = 40  # the study's total (a re-run resumes up to it)
+    n_trials: int = 36  # the study's total (a re-run resumes up to it)
     latency_budget_ms: float | None = None  # conf/search.yaml: the target's; null = no latency constraint
     memory_budget_kb: float | None = None  # peak activation memory (KiB); null = no constraint
     seed: int = 0  # sampler seed; for a new study also the training seed (kept in the study)

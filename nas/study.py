@@ -138,7 +138,7 @@ class Budgets:
 class NSGA2Settings:
     """NSGA-II (constrained domination); categorical parameters use uniform crossover."""
 
-    population_size: int = 16
+    population_size: int = 12
     mutation_prob: float | None = None  # None: 1 / number of parameters
     crossover_prob: float = 0.9
     swapping_prob: float = 0.5

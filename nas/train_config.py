@@ -126,7 +126,7 @@ class ExportAppConfig:
     weights: str = MISSING
     precision: str = "fp32"  # fp32 | int8
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx (+ .json report)
-    data: Any = None  # DataSettings mapping for calibration / verification; null: the checkpoint's
+    data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     verify_samples: int = 500
     overwrite: bool = False
     allow_mismatch: bool = False
@@ -134,7 +134,10 @@ class ExportAppConfig:
 
 
 def register_train_configs() -> None:
+    from nas.search_config import register_search_configs
+
     register_configs()
+    register_search_configs()  # the `data` group's schema: nas.export data=<dataset>
     cs = ConfigStore.instance()
     cs.store(name="_train_schema", node=TrainAppConfig)
     cs.store(name="_export_schema", node=ExportAppConfig)

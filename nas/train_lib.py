@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -165,14 +165,20 @@ class PipelineSettings:
     export: ExportSettings = field(default_factory=ExportSettings)
     targets: dict[str, str | None] = field(default_factory=dict)
 
+    PRUNE_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "enabled": True, "target_ms": None, "ratio": 0.7, "criterion": "l1", "multiple": None, "min_keep": 0.25,
+        "taylor_batches": 16, "epochs": 10, "lr": 0.002}
+    QAT_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "enabled": True, "epochs": 4, "lr": 0.0005, "freeze_epochs": 1, "reduce_range": True, "ema": 0.01,
+        "calib_batches": 16}
+
     def __post_init__(self) -> None:
-        p = {"enabled": True, "target_ms": None, "ratio": 0.7, "criterion": "l1", "multiple": None,
-             "min_keep": 0.25, "taylor_batches": 16, "epochs": 10, "lr": 0.002, **self.prune}
-        q = {"enabled": True, "epochs": 4, "lr": 0.0005, "freeze_epochs": 1, "reduce_range": True, "ema": 0.01,
-             "calib_batches": 16, **self.qat}
-        for name, d, allowed in (("prune", p, 9), ("qat", q, 7)):
-            if len(d) != allowed:
-                raise ValueError(f"{name}: unknown setting(s) in {sorted(d)}")
+        for name, given, defaults in (("prune", self.prune, self.PRUNE_DEFAULTS), ("qat", self.qat, self.QAT_DEFAULTS)):
+            unknown = sorted(set(given) - set(defaults))
+            if unknown:
+                raise ValueError(f"{name}: unknown setting(s) {unknown}; valid settings: {sorted(defaults)}")
+        p = {**self.PRUNE_DEFAULTS, **self.prune}
+        q = {**self.QAT_DEFAULTS, **self.qat}
         if p["criterion"] not in ("l1", "bn", "taylor"):
             raise ValueError(f"prune.criterion must be l1, bn or taylor, got {p['criterion']!r}")
         if p["target_ms"] is not None:
@@ -514,11 +520,10 @@ def fit(
 
 def _recalibrate_bn(model: nn.Module, data: Dataset, s: FitSettings, gen: torch.Generator) -> None:
     """BatchNorm statistics re-estimated with the current weights (``nas.evaluate``'s routine)."""
-    from nas.evaluate import TrainEvaluator
+    from nas.evaluate import recalibrate_batchnorm
 
-    ev = TrainEvaluator(batch_size=min(s.batch_size, len(data.train)), bn_recalibration_batches=s.bn_recalibration_batches,
-                        device="cpu")
-    ev._recalibrate_bn(model, data, torch.device("cpu"), None, gen)
+    recalibrate_batchnorm(model, data, batches=s.bn_recalibration_batches, batch_size=min(s.batch_size, len(data.train)),
+                          generator=gen, device="cpu")
     model.eval()
 
 
@@ -672,7 +677,9 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     mdir = Path(s.out or ctx.run.path / "train") / mid
     mdir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(mdir / "arch.json", arch0.to_json(indent=1) + "\n")
-    base_meta = {"data": data.settings.to_dict(), "arch": arch0.digest()}
+    where = ("root", "download")  # where the files are does not change the result: not checked on resume
+    base_meta = {"data": {k: v for k, v in data.settings.to_dict().items() if k not in where},
+                 "arch": arch0.digest()}
     seed = s.seed
     split = _split(data)
     log.info("model %s: %s", mid, arch0)
@@ -773,9 +780,9 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
     idx = select_entries(run, s.select, s.max_ms)
     multiple, se_ratio = _space_params(run, s.prune.get("multiple"))
     targets = precision_targets(s.target, s.targets)
-    models = {p: (load_latency_model(t, allow_mismatch=s.allow_mismatch) if t is not None else None)
-              for p, t in targets.items()}
     guide = load_latency_model(s.target, allow_mismatch=s.allow_mismatch)
+    models = {p: (guide if t is s.target else load_latency_model(t, allow_mismatch=s.allow_mismatch))
+              if t is not None else None for p, t in targets.items()}
     for m in {id(m): m for m in [guide, *models.values()] if m is not None}.values():
         if m.warning:
             log.warning("%s", m.warning)

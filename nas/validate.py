@@ -56,7 +56,7 @@ def run(cfg: DictConfig) -> dict:
           f"{runtime.name} {runtime.version()} on {here}", flush=True)
     try:
         vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
-                              progress=cfg.progress)
+                              progress=cfg.progress, table=model.table_)
     except KeyboardInterrupt:
         print(f"\ninterrupted: measurements so far are cached beside {out}; run again to continue", file=sys.stderr)
         sys.exit(130)
@@ -76,6 +76,10 @@ def run(cfg: DictConfig) -> dict:
         s = per["predictor"]
         print(f"  predictor on {g}: ±10% {100 * s['within_10pct']:.1f}%, ±5% {100 * s['within_5pct']:.1f}%, "
               f"MAPE {s['mape']:.2f}%, τ {s['kendall_tau']:.3f} (n={s['n']})")
+    for g, d in report.get("drift", {}).items():
+        print(f"  drift check on {g}: calibration networks now run at {d['now_over_table']:.3f}x their table figure")
+    if "drift_warning" in report:
+        print(f"WARNING: {report['drift_warning']}")
     print(f"report: {out}\nplot:   {png}")
     return report
 

@@ -116,7 +116,7 @@ def main() -> None:
             groups.append("timm (blocks in table)" if TIMM_MODELS.index(m) < 8 else "timm (learned blocks)")
         t0 = time.time()
         vs = measure_held_out(archs, groups, runtime, settings, cache=out / f"predictor_{tname}.measurements.json",
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, table=table)
         report = validate(pred, Roofline.from_target(target), vs)
         report["measure_seconds"] = time.time() - t0
         report["table"] = pred.describe()
@@ -132,13 +132,16 @@ def main() -> None:
                 s = per[m]
                 print(f"{g:24s} {m:13s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
                       f"{s['mape']:6.2f}% {s['kendall_tau']:7.3f} {s['n']:5d}")
+        for g, d in report.get("drift", {}).items():
+            print(f"drift check {g}: calibration networks now at {d['now_over_table']:.3f}x their table latency")
         for name, t in report["throughput"].items():
             print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
                   f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "
                   f"(p90 {t['single_us_p90']:.1f})")
-    for r in results.values():
-        r.pop("points", None) if False else None  # keep the points: they are the evidence
-    (out / "predictor.json").write_text(json.dumps(results, indent=1) + "\n")
+    path = out / "predictor.json"
+    merged = json.loads(path.read_text()) if path.is_file() else {}
+    merged.update(results)  # one target at a time keeps the others' results
+    path.write_text(json.dumps(merged, indent=1) + "\n")
     print(f"\n-> {out / 'predictor.json'}")
 
 

@@ -9,10 +9,14 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from nas.config import CONF_DIR, register_configs
+from nas.search_config import register_search_configs
+from nas.train_config import register_train_configs
 
 register_configs()
+register_search_configs()
+register_train_configs()
 TARGETS = sorted(p.stem for p in (CONF_DIR / "conf").glob("*.yaml"))
-APPS = ["space", "profile", "predict", "validate"]
+APPS = ["space", "profile", "predict", "validate", "search", "train", "export"]
 
 
 def _compose(app, overrides):

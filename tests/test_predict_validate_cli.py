@@ -56,6 +56,8 @@ def test_validate_cli(table, tmp_path):
     assert set(rep["groups"]) == {"tiny", "timm"}
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert "Kendall" in r.stdout and "report:" in r.stdout
+    assert set(rep["drift"]) == {"tiny"} and rep["drift"]["tiny"]["n"] == 5  # the drift check ran
+    assert 0.5 < rep["drift"]["tiny"]["now_over_table"] < 2.0
     # held out: none of the validation networks is in the calibration set
     from nas.latency.table import LatencyTable
 

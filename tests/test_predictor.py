@@ -61,12 +61,9 @@ def test_table_sum_and_provenance():
 def test_calibration_recovers_a_known_relation():
     t = synth_table(networks=30)
     p = LatencyPredictor().fit(t)
-    from nas.latency.predictor import KINDS
-
-    for kd in ("conv", "ds", "ir", "head"):  # the kinds the tiny space has
-        assert p.coef_[KINDS.index(kd)] == pytest.approx(1.1, rel=1e-5)
-    assert p.coef_[6] == pytest.approx(0.01, abs=1e-6)  # per layer
-    np.testing.assert_allclose(p.coef_[7:], 0.0, atol=1e-6)  # no boundary / weight / SE / stride / skip effect here
+    assert p.coef_[0] == pytest.approx(1.1, rel=1e-5)  # block time
+    assert p.coef_[1] == pytest.approx(0.01, abs=1e-6)  # per layer
+    np.testing.assert_allclose(p.coef_[2:], 0.0, atol=1e-6)  # no boundary / weight / SE effect here
     assert p.n_calibration_ == 30
     held_out = [load_space("tiny").random(1000 + i) for i in range(10)]
     truth = [1.1 * sum(synth_ms(k) - 0.004 for k in a.keys()) + 0.01 * len(a.keys()) + 0.05 for a in held_out]
@@ -170,8 +167,23 @@ def test_calibration_recovers_a_boundary_effect():
         b = sum(_boundary(k) for k in a.keys())
         t.networks[a] = Entry(ms + 0.002 * len(a.keys()) - 0.2 * b + 0.03, 0, 0, 50)
     p = LatencyPredictor().fit(t)
-    assert p.coef_[6] == pytest.approx(0.002, abs=1e-6) and p.coef_[7] == pytest.approx(-0.2, rel=1e-4)
+    assert p.coef_[1] == pytest.approx(0.002, abs=1e-6) and p.coef_[2] == pytest.approx(-0.2, rel=1e-4)
     assert p.intercept_ == pytest.approx(0.03, abs=1e-6)
     sp = p.compile(load_space("tiny"))
     P = load_space("tiny").sample_indices(50, rng=1)
     np.testing.assert_allclose(sp.predict_indices(P), p.predict([load_space("tiny").decode_indices(r) for r in P]))
+
+
+def test_contributions_never_negative():
+    t = synth_table(networks=0)
+    rng = np.random.default_rng(7)
+    for _ in range(30):  # a device whose boundary term is strongly negative
+        a = load_space("tiny").random(rng)
+        from nas.latency.predictor import _boundary
+
+        ms = sum(synth_ms(k) - 0.004 for k in a.keys())
+        t.networks[a] = Entry(max(ms - 5.0 * sum(_boundary(k) for k in a.keys()), 1e-3) + 0.01, 0, 0, 50)
+    p = LatencyPredictor().fit(t)
+    far = [load_space("mbv3").random(i) for i in range(5)]  # far outside the calibration data
+    assert (p.predict(far) > 0).all()
+    assert all(p._contribution(k) >= 0 for a in far for k in a.keys())

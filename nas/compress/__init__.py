@@ -14,13 +14,20 @@ from nas.compress.prune import (
     plan_pruning,
     prune_model,
 )
+from nas.compress.qat import QATNet, QuantSettings, calibrate, export_qdq, fold_bn, prepare_qat
 
 __all__ = [
     "ChannelUnit",
     "PrunePlan",
+    "QATNet",
+    "QuantSettings",
     "apply_plan",
+    "calibrate",
     "channel_importance",
     "channel_units",
+    "export_qdq",
+    "fold_bn",
     "plan_pruning",
+    "prepare_qat",
     "prune_model",
 ]

@@ -10,9 +10,9 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
    loaded; nothing is pickled.
 3. **Calibration** on whole-network measurements stored in the table (``networks``, measured
    by the profiler on architectures the validation never uses):
-   a linear model of additive per-layer features (``layer_features``: block time split by kind,
-   layer count, activations crossing layer boundaries, weight bytes, time in SE / strided /
-   residual blocks), fitted by least squares on *relative* error (weights 1/ms^2).  Why these:
+   a linear model of additive per-layer features (``layer_features``: block time, layer count,
+   activations crossing layer boundaries, weight bytes, time in SE blocks), fitted by least
+   squares on *relative* error (weights 1/ms^2).  Why these:
    a block measured on its own converts its input and output between layouts (onnxruntime's
    NCHWc) and keeps its weights in cache; inside a network it does neither.
 
@@ -146,7 +146,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         self.calibration_ = None
         self.n_calibration_ = 0
         # uncalibrated: every layer's block figure (less the call overhead), plus one call overhead
-        self.coef_ = np.array([1.0] * len(KINDS) + [0.0] * (N_FEATURES - len(KINDS)))
+        self.coef_ = np.array([1.0] + [0.0] * (N_FEATURES - 1))
         self.intercept_ = self.overhead_ms_
         if self.calibrate and len(nets) >= 2 * N_FEATURES:
             X = np.array([self.features(a) for a, _ in nets])
@@ -179,10 +179,12 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         return np.sum([layer_features(k, self._block_ms(k)[0]) for k in arch.keys()], axis=0)
 
     def _contribution(self, key: BlockKey) -> float:
-        """One layer's calibrated share, ``layer_features . coef_`` (cached per key)."""
+        """One layer's calibrated share, ``max(layer_features . coef_, 0)`` (cached per key)."""
         v = self._contrib.get(key)
         if v is None:
-            v = float(layer_features(key, self._block_ms(key)[0]) @ self.coef_)
+            # a layer never costs less than nothing: far outside the calibration data (another
+            # resolution, learned blocks) the linear terms could otherwise add up below zero
+            v = max(float(layer_features(key, self._block_ms(key)[0]) @ self.coef_), 0.0)
             self._contrib[key] = v
         return v
 
@@ -281,27 +283,25 @@ def _boundary(key: BlockKey) -> float:
     return (ci * h * w + co * ho * wo) / 1e6
 
 
-N_FEATURES = len(KINDS) + 6
+N_FEATURES = 5
 
 
 def layer_features(key: BlockKey, ms: float) -> np.ndarray:
     """Additive per-layer calibration features (a network's are their sum).
 
-    ``ms`` split by block kind (6), then: 1 (the layer count), boundary activations (M elements in
-    + out), weight megabytes, and ``ms`` of layers with squeeze-excite, with stride 2, and with a
-    residual.  The last three let blocks whose standalone timing differs most from their cost in
-    a network (gating, down-sampling, skip adds) be scaled apart; weight bytes stand for the
-    cache misses a network pays when its weights do not stay resident as a lone block's do.
+    ``[ms, 1, boundary, weight MB, ms if squeeze-excite else 0]``: the block's table figure, the
+    layer count, the activations entering and leaving it (M elements: a lone block converts them
+    between layouts, a block inside a network does not), its weight megabytes (a network streams
+    weights that a lone block keeps in cache) and its time again when it gates with SE.  No
+    feature is specific to a block kind: per-kind scales fit the calibration set better but do
+    not carry over to a family the calibration never saw (checked by leave-one-space-out).
     """
-    b = key.block
-    f = np.zeros(N_FEATURES)
-    f[KINDS.index(b.kind)] = ms
-    f[6] = 1.0
-    f[7] = _boundary(key)
-    f[8] = block_cost(key).weight_bytes / 1e6
-    f[9] = ms if getattr(b, "se", None) is not None else 0.0
-    f[10] = ms if getattr(b, "stride", 1) == 2 else 0.0
-    f[11] = ms if b.has_skip(key.in_ch) else 0.0
+    f = np.empty(N_FEATURES)
+    f[0] = ms
+    f[1] = 1.0
+    f[2] = _boundary(key)
+    f[3] = block_cost(key).weight_bytes / 1e6
+    f[4] = ms if getattr(key.block, "se", None) is not None else 0.0
     return f
 
 

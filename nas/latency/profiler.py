@@ -96,7 +96,7 @@ def new_metadata(target: dict[str, Any], runtime: Runtime, settings: ProfileSett
 
 def measure_key(key: BlockKey, runtime: Runtime, settings: ProfileSettings) -> Entry:
     """Build, prepare and time one block; re-measure while its spread is too high."""
-    run = runtime.prepare(build_layer(key), key.in_shape)
+    run = runtime.prepare(build_layer(key), key.in_shape, key=key)
     return _measure_runner(run, settings)
 
 
@@ -106,7 +106,7 @@ def measure_arch(arch: Arch, runtime: Runtime, settings: ProfileSettings | None 
 
     settings = settings or ProfileSettings()
     torch.manual_seed(0)
-    run = runtime.prepare(build(arch), (arch.in_chans, arch.resolution, arch.resolution))
+    run = runtime.prepare(build(arch), (arch.in_chans, arch.resolution, arch.resolution), key=arch)
     return _measure_runner(run, settings)
 
 

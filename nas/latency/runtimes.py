@@ -186,8 +186,11 @@ class Runtime(ABC):
     def version(self) -> str: ...
 
     @abstractmethod
-    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
-        """A zero-argument callable running one synchronous inference at batch ``self.batch``."""
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
+        """A zero-argument callable running one synchronous inference at batch ``self.batch``.
+
+        ``key`` (hashable, e.g. a BlockKey or Arch) lets a runtime reuse work between calls
+        for the same graph (the profiler's rounds)."""
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version(), "provider": self.provider}
@@ -236,13 +239,21 @@ class OnnxRuntime(Runtime):
 
         return ort.__version__
 
-    def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int]) -> bytes:
+    _CACHE_BYTES = 4 << 30  # exported graphs kept for later rounds (export + quantization are slow)
+
+    def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
+        """The graph onnxruntime runs (QDQ-quantized for int8); cached per ``key`` when given."""
         from nas.onnx_utils import export_onnx, quantize_qdq
 
+        cache: dict = self.__dict__.setdefault("_onnx_cache", {})
+        if key is not None and (key, in_shape) in cache:
+            return cache[(key, in_shape)]
         x = self._input(in_shape)
         data = export_onnx(module, x)
         if self.precision == "int8":
             data = quantize_qdq(data, [self._input(in_shape).numpy() for _ in range(4)])
+        if key is not None and sum(map(len, cache.values())) + len(data) <= self._CACHE_BYTES:
+            cache[(key, in_shape)] = data
         return data
 
     def session(self, data: bytes):
@@ -254,8 +265,8 @@ class OnnxRuntime(Runtime):
                                           "trt_int8_enable": False}), "CUDAExecutionProvider"]
         return ort_session(data, threads=self.threads, providers=providers)
 
-    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
-        return self.runner_for_onnx(self.onnx_bytes(module, in_shape), in_shape)
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
+        return self.runner_for_onnx(self.onnx_bytes(module, in_shape, key=key), in_shape)
 
     def runner_for_onnx(self, data: bytes, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
         """Inputs and outputs bound once (IOBinding), so a timed call is the graph alone, not the
@@ -310,7 +321,7 @@ class TorchRuntime(Runtime):
         module = module.eval().to(self.device)
         return module.half() if self.precision == "fp16" else module
 
-    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
         torch.set_num_threads(self.threads)
         m = self._module(module)
         x = self._input(in_shape).to(self.device)
@@ -351,7 +362,8 @@ class TensorRTRuntime(Runtime):
 
         return tensorrt.__version__
 
-    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int]) -> Callable[[], Any]:  # pragma: no cover
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *,  # pragma: no cover
+                key: Any = None) -> Callable[[], Any]:
         import tensorrt as trt
 
         from nas.onnx_utils import export_onnx

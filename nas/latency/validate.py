@@ -12,6 +12,12 @@ Held-out means: seeded random samples of the spaces drawn from seeds other than 
 calibration seed, with any architecture that is in the table's calibration set removed; timm
 models are never in it.  Metrics per method: share within ±5% and ±10%, MAPE, Kendall τ, n.
 Measurements are cached next to the report so an interrupted validation resumes.
+
+Drift check: a machine's speed moves (other load, memory contention, a noisy cloud neighbour).
+Validation re-measures a few of the table's own calibration networks in the same rounds as the
+held-out set and reports, per group, how their latency now compares with the table's figure.
+A ratio far from 1 means the machine is not in the state the table was measured in, and every
+prediction is off by about that much; the report says so instead of hiding it.
 """
 
 from __future__ import annotations
@@ -78,11 +84,23 @@ class ValidationSet:
     archs: list[Arch]
     measured_ms: list[float]
     groups: list[str]  # space name or "timm"
+    anchors: dict[str, list[tuple[float, float]]] | None = None  # group -> (now, table) of calibration nets
+
+
+def anchor_archs(table, per_group: int = 5) -> list[Arch]:
+    """A few of the table's calibration networks per space, re-measured to detect drift."""
+    by: dict[str, list[Arch]] = {}
+    for a in table.networks:
+        by.setdefault(a.name or "?", []).append(a)
+    return [a for g in sorted(by) for a in by[g][:per_group]]
 
 
 def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, settings, *, cache: Path | None,
-                     progress: bool = True) -> ValidationSet:
-    """Measure every network end to end, in the same interleaved rounds as the profiler."""
+                     progress: bool = True, table=None, anchors_per_group: int = 5) -> ValidationSet:
+    """Measure every network end to end, in the same interleaved rounds as the profiler; with
+    ``table``, also re-measure a few of its calibration networks (the drift check)."""
+    anchors = anchor_archs(table, anchors_per_group) if table is not None else []
+    everything = list(archs) + [a for a in anchors if a not in set(archs)]
     from nas.latency.profiler import measure_arch
 
     done: dict[str, list[float]] = {}
@@ -99,7 +117,7 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
 
     try:
         for r in range(1, settings.rounds + 1):
-            todo = [a for a in archs if len(done.get(a.digest(), [])) < r]
+            todo = [a for a in everything if len(done.get(a.digest(), [])) < r]
             it: Any = todo
             if progress and todo:
                 from tqdm.auto import tqdm
@@ -110,8 +128,11 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
                 save()
     finally:
         save()
-    return ValidationSet(list(archs), [float(np.median(done[a.digest()][: settings.rounds])) for a in archs],
-                         list(groups))
+    med = {a.digest(): float(np.median(done[a.digest()][: settings.rounds])) for a in everything}
+    drift: dict[str, list[tuple[float, float]]] = {}
+    for a in anchors:
+        drift.setdefault(a.name or "?", []).append((med[a.digest()], table.networks[a].median_ms))
+    return ValidationSet(list(archs), [med[a.digest()] for a in archs], list(groups), drift or None)
 
 
 def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet) -> dict[str, np.ndarray]:
@@ -148,6 +169,20 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet)
     for g in sorted(set(vs.groups)):
         sel = groups == g
         report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in METHODS}
+    if vs.anchors:
+        report["drift"] = {
+            g: {"now_over_table": float(np.median([now / then for now, then in pairs])), "n": len(pairs)}
+            for g, pairs in vs.anchors.items()
+        }
+        worst = max(report["drift"].items(), key=lambda kv: abs(kv[1]["now_over_table"] - 1))
+        if abs(worst[1]["now_over_table"] - 1) > 0.02:
+            report["drift_warning"] = (
+                f"calibration networks of {worst[0]!r} now run at {worst[1]['now_over_table']:.3f}x their table "
+                f"latency: the machine is not in the state the table was measured in (other load, memory "
+                f"contention, a noisy neighbour), and predictions are off by about that much. Re-profile and "
+                f"validate with the machine otherwise idle."
+            )
+            log.warning(report["drift_warning"])
     report["points"] = [
         {"arch": a.name or a.digest(), "digest": a.digest(), "group": g, "measured_ms": float(ms),
          **{m: float(preds[m][i]) for m in METHODS}}
