@@ -360,7 +360,8 @@ def main() -> None:
                  f"{v['wins_vs_random']}/{len(args.seeds)}" if "wins_vs_random" in v else "-"] for s, v in hv.items()]
         t = _table(rows, ["sampler", "hypervolume", "std", "vs random", "seeds won vs random"])
         print(f"\n(a) hypervolume after {args.trials} trials, {len(args.seeds)} seeds "
-              f"(reference: accuracy {a_res['reference']['accuracy']:.3g}, latency "
+              f"(reference: {'accuracy' if args.evaluator == 'train' else 'proxy score'} "
+              f"{a_res['reference']['accuracy']:.3g}, latency "
               f"{a_res['reference']['latency_ms']:.3f} ms)\n{t}")
         md += [f"## (a) hypervolume after {args.trials} trials, seeds {args.seeds}\n", "```", t, "```",
                "![](a_hypervolume.png)\n"]
