@@ -152,6 +152,18 @@ def test_runtime_interface():
     assert stats["median_ms"] > 0 and stats["n"] == 5
 
 
+@pytest.mark.slow
+def test_torch_compile_runtime(keys):
+    """torch.compile behind the same interface (inductor compiles for the CPU here: ~20 s)."""
+    rt = get_runtime({**CPU, "runtime": "torch_compile"})
+    from nas.build import build_layer
+
+    k = keys[5]
+    stats = summarize_times(measure(rt.prepare(build_layer(k), k.in_shape), warmup=3, repeats=5, min_time_s=0))
+    assert stats["median_ms"] > 0 and stats["n"] == 5
+    assert rt.info()["name"] == "torch_compile"
+
+
 def test_int8_runtime_quantizes(keys):
     rt = get_runtime({**CPU, "precision": "int8"})
     from nas.build import build_layer
