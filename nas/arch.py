@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -188,6 +187,14 @@ class Block:
         return self.label()
 
 
+def _check_conv_fields(b: Block) -> None:
+    """The fields every convolutional block has: ``out_ch``, ``kernel``, ``stride``, ``act``."""
+    _check_pos_int(b, "out_ch", b.out_ch)
+    _check_kernel(b, b.kernel)
+    _check_stride(b, b.stride)
+    _check_act(b, "act", b.act)
+
+
 def _se_str(se: SE | None) -> str:
     return f"_se{se.channels}" if se is not None else ""
 
@@ -204,10 +211,7 @@ class ConvBlock(Block):
     skip: bool = False  # residual when stride 1 and in == out
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "out_ch", self.out_ch)
-        _check_kernel(self, self.kernel)
-        _check_stride(self, self.stride)
-        _check_act(self, "act", self.act)
+        _check_conv_fields(self)
         _check_bool(self, "skip", self.skip)
 
     def has_skip(self, in_ch: int) -> bool:
@@ -232,10 +236,7 @@ class DSConvBlock(Block):
     noskip: bool = False
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "out_ch", self.out_ch)
-        _check_kernel(self, self.kernel)
-        _check_stride(self, self.stride)
-        _check_act(self, "act", self.act)
+        _check_conv_fields(self)
         _check_bool(self, "pw_act", self.pw_act)
         _check_bool(self, "noskip", self.noskip)
         if isinstance(self.se, dict):
@@ -265,11 +266,8 @@ class _ExpandedBlock(Block):
     noskip: bool = False
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "out_ch", self.out_ch)
+        _check_conv_fields(self)
         _check_pos_int(self, "mid_ch", self.mid_ch)
-        _check_kernel(self, self.kernel)
-        _check_stride(self, self.stride)
-        _check_act(self, "act", self.act)
         _check_bool(self, "noskip", self.noskip)
         if isinstance(self.se, dict):
             object.__setattr__(self, "se", SE.from_dict(self.se))
@@ -410,9 +408,6 @@ def block_from_dict(data: dict[str, Any]) -> Block:
     return _from_fields(cls, d, f"block kind {cls.kind!r}")
 
 
-DSConv = DSConvBlock  # short aliases
-MBConv = MBConvBlock
-FusedMBConv = FusedMBConvBlock
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,10 +500,6 @@ class Arch:
             out.append(BlockKey(b, *shape))
             shape = b.out_shape(shape)
         return tuple(out)
-
-    def iter_shapes(self) -> Iterator[tuple[Block, tuple[int, int, int], tuple[int, int, int]]]:
-        for k in self.keys():
-            yield k.block, k.in_shape, k.out_shape
 
     @property
     def feature_channels(self) -> int:

@@ -12,7 +12,9 @@ them to the spec and checks that timm produced exactly the channels the spec nam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 import torch
 from timm.layers import (
@@ -45,7 +47,7 @@ from nas.arch import (
     MBConvBlock,
 )
 
-__all__ = ["ArchNet", "AttentionLayer", "HeadLayer", "build", "build_layer"]
+__all__ = ["ArchNet", "AttentionLayer", "HeadLayer", "build", "build_layer", "state_dict_diff"]
 
 
 def _act(name: str) -> type[nn.Module]:
@@ -194,3 +196,13 @@ class ArchNet(nn.Module):
 def build(arch: Arch, **kwargs) -> ArchNet:
     """Build ``arch`` as a torch module (weights freshly initialised)."""
     return ArchNet(arch, **kwargs)
+
+
+def state_dict_diff(own: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """What keeps state dict ``other`` from loading into a module whose state dict is ``own``:
+    (keys ``other`` lacks, keys ``own`` lacks, ``"key (other shape) vs (own shape)"``)."""
+    missing = [k for k in own if k not in other]
+    extra = [k for k in other if k not in own]
+    shapes = [f"{k} {tuple(other[k].shape)} vs {tuple(own[k].shape)}" for k in own
+              if k in other and tuple(other[k].shape) != tuple(own[k].shape)]
+    return missing, extra, shapes

@@ -88,6 +88,10 @@ class ProfileAppConfig:
     limit: int | None = None  # measure at most this many blocks this run
     calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
     models: list[str] | None = None  # timm:<name> models whose blocks are measured too (never calibrated on)
+    # stems for these input channels and heads for these class counts too, beside each space's
+    # own: a search deploys its networks with the dataset's (Fashion-MNIST: 1 channel, 10 classes)
+    in_chans: list[int] = field(default_factory=lambda: [1, 3])
+    num_classes: list[int] = field(default_factory=lambda: [10])
     progress: bool = True
     profile: MeasureConfig = field(default_factory=MeasureConfig)
 

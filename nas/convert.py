@@ -340,21 +340,7 @@ class _Reader:
         act2 = self.bn(m.bn2, f"{where}.bn2", mid)
         if act2 != act:
             raise self.fail(f"{where}.bn2.act", f"is {act2} but bn1's is {act}; they must be the same")
-        se = self.se(m.se, f"{where}.se", mid, act)
-        pwl = self.conv(m.conv_pwl, f"{where}.conv_pwl", in_ch=mid, kernel=1)
-        if self.bn(m.bn3, f"{where}.bn3", pwl.out_channels) is not None:
-            raise self.fail(f"{where}.bn3", "has an activation after the projection, which is not supported")
-        stride = dw.stride[0]
-        self._mid_check(where, mid)
-        return MBConvBlock(
-            out_ch=pwl.out_channels,
-            mid_ch=mid,
-            kernel=dw.kernel_size[0],
-            stride=stride,
-            act=act,
-            se=se,
-            noskip=self._skip_flags(m, stride, in_ch, pwl.out_channels),
-        )
+        return self._project(MBConvBlock, m, where, in_ch, mid, act, dw, "bn3")
 
     def _er(self, m: nn.Module, where: str, in_ch: int) -> FusedMBConvBlock:
         self.no_aa(m, where)
@@ -364,21 +350,20 @@ class _Reader:
         act = self.bn(m.bn1, f"{where}.bn1", mid)
         if act is None:
             raise self.fail(f"{where}.bn1", "has no activation, which is not supported")
+        return self._project(FusedMBConvBlock, m, where, in_ch, mid, act, exp, "bn2")
+
+    def _project(self, cls: type, m: nn.Module, where: str, in_ch: int, mid: int, act: str, spatial: nn.Module,
+                 bn: str):
+        """The end ``ir`` and ``er`` share: SE, a 1x1 projection without activation, the skip.
+        ``spatial`` is the block's strided KxK conv, ``bn`` the projection's norm."""
         se = self.se(m.se, f"{where}.se", mid, act)
         pwl = self.conv(m.conv_pwl, f"{where}.conv_pwl", in_ch=mid, kernel=1)
-        if self.bn(m.bn2, f"{where}.bn2", pwl.out_channels) is not None:
-            raise self.fail(f"{where}.bn2", "has an activation after the projection, which is not supported")
-        stride = exp.stride[0]
+        if self.bn(getattr(m, bn), f"{where}.{bn}", pwl.out_channels) is not None:
+            raise self.fail(f"{where}.{bn}", "has an activation after the projection, which is not supported")
+        stride = spatial.stride[0]
         self._mid_check(where, mid)
-        return FusedMBConvBlock(
-            out_ch=pwl.out_channels,
-            mid_ch=mid,
-            kernel=exp.kernel_size[0],
-            stride=stride,
-            act=act,
-            se=se,
-            noskip=self._skip_flags(m, stride, in_ch, pwl.out_channels),
-        )
+        return cls(out_ch=pwl.out_channels, mid_ch=mid, kernel=spatial.kernel_size[0], stride=stride, act=act,
+                   se=se, noskip=self._skip_flags(m, stride, in_ch, pwl.out_channels))
 
     def _cba(self, m: nn.Module, where: str, in_ch: int) -> ConvBlock:
         self.no_aa(m, where)
@@ -629,15 +614,10 @@ def load_timm_weights(net: nn.Module, timm_model: nn.Module) -> None:
     """
     mapping = timm_key_map(timm_model)
     src = timm_model.state_dict()
-    dst = net.state_dict()
+    from nas.build import state_dict_diff
+
     mapped = {mapping[k]: v for k, v in src.items()}
-    missing = sorted(set(dst) - set(mapped))
-    unexpected = sorted(k for k in src if mapping[k] not in dst)
-    mismatched = [
-        f"{k} -> {mapping[k]}: {tuple(v.shape)} vs {tuple(dst[mapping[k]].shape)}"
-        for k, v in src.items()
-        if mapping[k] in dst and tuple(v.shape) != tuple(dst[mapping[k]].shape)
-    ]
+    missing, unexpected, mismatched = (sorted(x) for x in state_dict_diff(net.state_dict(), mapped))
     problems = []
     if missing:
         problems.append(f"missing in the timm model: {_short(missing)}")

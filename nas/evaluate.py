@@ -19,12 +19,13 @@ is restored afterwards, so evaluating is reproducible and leaves no trace.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -107,6 +108,19 @@ def _resolve_device(device: str) -> torch.device:
         return torch.device(device)
     except RuntimeError:
         raise ValueError(f"evaluator.device must be auto, cpu, cuda or cuda:<i>, got {device!r}") from None
+
+
+@contextlib.contextmanager
+def _seeded_build(arch: Arch, data: Dataset, device_spec: str, seed: int) -> Iterator[tuple[nn.Module, torch.device]]:
+    """Check that ``arch`` fits ``data``, then build it on the device inside a forked RNG seeded
+    with ``seed`` (so an evaluation is reproducible and leaves the caller's RNG alone)."""
+    from nas.build import build  # timm: imported when first needed, not with the config schemas
+
+    _check_fit(arch, data)
+    device = _resolve_device(device_spec)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield build(arch).to(device), device
 
 
 def _check_fit(arch: Arch, data: Dataset) -> None:
@@ -241,15 +255,9 @@ class TrainEvaluator(Evaluator):
         return torch.optim.AdamW(groups, lr=self.lr)
 
     def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
-        from nas.build import build  # timm: imported when first needed, not with the config schemas
-
-        _check_fit(arch, data)
-        device = _resolve_device(self.device)
         t0 = time.perf_counter()
-        cuda = device.type == "cuda"
-        with torch.random.fork_rng(devices=[device] if cuda else []):
-            torch.manual_seed(seed)
-            model = build(arch).to(device)
+        with _seeded_build(arch, data, self.device, seed) as (model, device):
+            cuda = device.type == "cuda"
             if cuda:
                 model = model.to(memory_format=torch.channels_last)
             gen = torch.Generator().manual_seed(seed)
@@ -397,15 +405,8 @@ class ZeroCostEvaluator(Evaluator):
         return self.proxy
 
     def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
-        from nas.build import build
-
-        _check_fit(arch, data)
-        device = _resolve_device(self.device)
         t0 = time.perf_counter()
-        cuda = device.type == "cuda"
-        with torch.random.fork_rng(devices=[device] if cuda else []):
-            torch.manual_seed(seed)
-            model = build(arch).to(device)
+        with _seeded_build(arch, data, self.device, seed) as (model, device):
             if self.proxy == "naswot":
                 gen = torch.Generator().manual_seed(seed)
                 x, _ = next(data.batches("train", batch_size=min(self.batch_size, len(data.train)), shuffle=True,

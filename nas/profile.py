@@ -38,7 +38,8 @@ def run(cfg: DictConfig) -> dict:
     resolution = cfg.resolution or target.get("resolution")
     keys = []
     for n in names:
-        keys += load_space(n).unique_blocks(resolution=resolution)
+        keys += load_space(n).unique_blocks(resolution=resolution, in_chans=list(cfg.in_chans or ()),
+                                            num_classes=list(cfg.num_classes or ()))
     for m in cfg.models or []:
         from nas.convert import arch_from_spec
 

@@ -403,12 +403,18 @@ class SearchSpace:
             h = (h - 1) // 2 + 1 if st.stride == 2 else h
         return out
 
-    def unique_blocks(self, resolution: int | None = None) -> list[BlockKey]:
-        """Every distinct (block, input shape) the space can produce, stem and head included."""
+    def unique_blocks(self, resolution: int | None = None, *, in_chans: Sequence[int] = (),
+                      num_classes: Sequence[int] = ()) -> list[BlockKey]:
+        """Every distinct (block, input shape) the space can produce, stem and head included.
+
+        ``in_chans`` / ``num_classes`` add stems / heads for other input channels and class
+        counts (a search deploys the network with its dataset's: 1-channel Fashion-MNIST, 10
+        classes...), beside the space's own."""
         r = self.resolution if resolution is None else resolution
         keys: dict[BlockKey, None] = {}
-        for w in self.stem_widths:
-            keys[BlockKey(ConvBlock(w, self.stem_kernel, self.stem_stride, self.stem_act), self.in_chans, r, r)] = None
+        for c in dict.fromkeys((self.in_chans, *in_chans)):
+            for w in self.stem_widths:
+                keys[BlockKey(ConvBlock(w, self.stem_kernel, self.stem_stride, self.stem_act), c, r, r)] = None
         in_chs: Sequence[int] = self.stem_widths
         hs = self.stage_resolutions(r)
         for st, h in zip(self.stages, hs):
@@ -423,10 +429,11 @@ class SearchSpace:
                         keys[BlockKey(self._make_block(st, w, w, 1, o), w, h2, h2)] = None
             in_chs = st.width
         hf = hs[-1] if self.stages[-1].stride == 1 else (hs[-1] - 1) // 2 + 1
-        for c in in_chs:
-            for hid in self.head_hidden:
-                head = Head(self.num_classes, hid, self.head_style, self.head_act, self.head_bias)
-                keys[BlockKey(head, c, hf, hf)] = None
+        for nc in dict.fromkeys((self.num_classes, *num_classes)):
+            for c in in_chs:
+                for hid in self.head_hidden:
+                    head = Head(nc, hid, self.head_style, self.head_act, self.head_bias)
+                    keys[BlockKey(head, c, hf, hf)] = None
         return list(keys)
 
     def size(self) -> int:

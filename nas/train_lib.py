@@ -412,11 +412,9 @@ def _diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def _load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:
     """``load_state_dict`` with an error that names what does not match."""
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    extra = [k for k in state if k not in own]
-    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in own
-              if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    from nas.build import state_dict_diff
+
+    missing, extra, shapes = state_dict_diff(model.state_dict(), state)
     if missing or extra or shapes:
         parts = []
         if shapes:

@@ -199,7 +199,8 @@ def test_cli_end_to_end(tmp_path):
     fast = ["profile.warmup=1", "profile.repeats=3", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
     r = _cli("conf=cpu", "search_space=tiny", f"out={out}", "limit=4", "calibration_networks=1", *fast, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "248 unique blocks in tiny" in r.stdout and "4 block measurements" in r.stdout
+    # tiny's 248 blocks + its 2 stems for 1-channel inputs (in_chans=[1,3] by default)
+    assert "250 unique blocks in tiny" in r.stdout and "4 block measurements" in r.stdout
     t = LatencyTable.load(out)
     assert len(t) == 4 and len(t.networks) == 1 and t.metadata["target"] == "cpu"
     r = _cli("conf=cpu", "search_space=tiny", f"out={out}", "limit=2", "calibration_networks=1", *fast, cwd=tmp_path)
@@ -219,5 +220,5 @@ def test_cli_bundle(tmp_path):
     r = _cli("conf=jetson", "search_space=tiny", f"bundle={tmp_path / 'b'}", "progress=false", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     man = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert man["bundle_runtime"] == "trtexec" and man["precision"] == "fp16" and len(man["blocks"]) == 248
+    assert man["bundle_runtime"] == "trtexec" and man["precision"] == "fp16" and len(man["blocks"]) == 250
     assert "measure_bundle.py" in r.stdout

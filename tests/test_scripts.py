@@ -14,3 +14,26 @@ def test_help(script):
     r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "usage:" in r.stdout
+
+
+def test_bench_int8_divides_the_shipped_tables(tmp_path):
+    """bench_int8 measures nothing: its ratios are the int8 table over the fp32 table."""
+    import json
+
+    from nas.latency.table import LatencyTable
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_int8.py"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "int8.json").read_text())
+    assert (tmp_path / "int8.png").is_file()
+    f32 = LatencyTable.load(root / "latency_tables" / "cpu.json")
+    i8 = LatencyTable.load(root / "latency_tables" / "cpu_int8.json")
+    common = [k for k in f32.entries if k in i8.entries]
+    assert rep["blocks"]["all"]["n"] == len(common)
+    import numpy as np
+
+    ratios = [i8.entries[k].median_ms / f32.entries[k].median_ms for k in common]
+    assert rep["blocks"]["all"]["median"] == pytest.approx(float(np.median(ratios)))
+    assert rep["blocks"]["all"]["share_le_bar"] == pytest.approx(float(np.mean(np.array(ratios) <= 0.6)))

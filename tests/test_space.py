@@ -133,6 +133,23 @@ def test_unique_blocks_cover_samples(name):
     assert space.size() > 10**6
 
 
+def test_unique_blocks_for_other_input_channels_and_classes():
+    """A search deploys with the dataset's channels and classes: those stems and heads are
+    enumerated too when asked, and nothing else changes."""
+    space = load_space("tiny")
+    base = set(space.unique_blocks())
+    more = set(space.unique_blocks(in_chans=[1, 3], num_classes=[10, 100]))
+    assert base < more
+    extra = more - base
+    assert {k.block.kind for k in extra} == {"conv", "head"}
+    assert {k.in_ch for k in extra if k.block.kind == "conv"} == {1}
+    assert {k.block.num_classes for k in extra if k.block.kind == "head"} == {100}
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # a 1-channel, 100-class deployment is covered
+        a = space.random(rng).with_head(num_classes=100, in_chans=1)
+        assert set(a.keys()) <= more
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_seeded_sampling_is_reproducible(name):
     space = load_space(name)

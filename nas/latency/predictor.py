@@ -4,15 +4,18 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
 
 1. **Table.**  A network is the sum of its layers' table entries, each less the runtime's
    per-call overhead (measured by the profiler on an empty graph), plus one overhead.
-2. **Learned model** for keys the table lacks: a scikit-learn pipeline (``BlockFeaturizer`` ->
-   gradient boosting) fitted on the table's entries, predicting ``log(measured / roofline)``
-   so that it degrades to a scaled roofline far from the data.  Refit whenever a table is
-   loaded; nothing is pickled.
+2. **Learned model** for keys the table lacks: a scikit-learn pipeline fitted on the table's
+   entries (``BlockFeaturizer`` -> ``_ResidualOverOps``): a non-negative linear cost per kind
+   of kernel (``nas.latency.ops``: MACs, elements and launches of dense / pointwise /
+   depthwise convolutions, activations, pools, adds, attention), then gradient boosting on
+   ``log(measured / linear)``.  The linear stage is physical and additive, so far from the
+   data it extrapolates like the device's kernels do.  Refit whenever a table is loaded;
+   nothing is pickled.
 3. **Calibration** on whole-network measurements stored in the table (``networks``, measured
    by the profiler on architectures the validation never uses):
    a linear model of additive per-layer features (``layer_features``: block time, layer count,
-   activations crossing layer boundaries, weight bytes, time in SE blocks), fitted by least
-   squares on *relative* error (weights 1/ms^2).  Why these:
+   activations crossing layer boundaries, weight bytes, time in SE blocks, depthwise channel
+   padding), fitted by least squares on *relative* error (weights 1/ms^2).  Why these:
    a block measured on its own converts its input and output between layouts (onnxruntime's
    NCHWc) and keeps its weights in cache; inside a network it does neither.
 
@@ -43,6 +46,7 @@ from sklearn.utils.validation import check_is_fitted
 from nas.arch import ACTIVATIONS, Arch, BlockKey
 from nas.cost import block_cost
 from nas.latency.base import LatencyModel, Prediction
+from nas.latency.ops import N_OPS, SIMD_CHANNELS, op_features, padding_elems
 from nas.latency.roofline import Roofline
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
 
@@ -51,12 +55,14 @@ __all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredict
 log = logging.getLogger(__name__)
 
 KINDS = ("conv", "ds", "ir", "fused", "attn", "head")
-# roofline constants used only to normalise the learned model's target (shape, not scale)
+# a fixed roofline whose log is one more feature of the learned model (shape, not scale)
 _REF_ROOFLINE = Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0, overhead_us=5.0)
 
 
 class BlockFeaturizer(BaseEstimator, TransformerMixin):
-    """BlockKey -> numeric features: kind, shapes, kernel, expansion, SE, heads, MACs, bytes."""
+    """BlockKey -> numeric features: kind, shapes, kernel, expansion, SE, heads, MACs, bytes,
+    then the per-kind-of-kernel work of ``nas.latency.ops.op_features``, as counted and with
+    channels padded to the SIMD block (the last ``N_LINEAR`` columns)."""
 
     def fit(self, X: Sequence[BlockKey], y: Any = None) -> BlockFeaturizer:
         self.n_features_ = len(self._row(X[0])) if len(X) else 0
@@ -82,29 +88,49 @@ class BlockFeaturizer(BaseEstimator, TransformerMixin):
             float(b.has_skip(k.in_ch)),
             math.log1p(c.macs), math.log1p(c.bytes_moved), math.log1p(c.params), c.ops,
             math.log(_REF_ROOFLINE.predict_key(k)),
+            *op_features(k),
+            *op_features(k, pad=SIMD_CHANNELS),
         ]
 
 
-class _ResidualOverRoofline(BaseEstimator, RegressorMixin):
-    """Regress log(ms) - log(roofline ms); the last feature column is log(roofline ms)."""
+N_LINEAR = 2 * N_OPS
+
+
+class _ResidualOverOps(BaseEstimator, RegressorMixin):
+    """Two stages on ``BlockFeaturizer`` columns (the last ``N_LINEAR`` are ``op_features``):
+
+    1. a non-negative linear model of the per-kind-of-kernel work (each kind of kernel gets a
+       cost per MAC, per element and per launch), fitted on relative error.  It is additive and
+       physical, so it extrapolates to shapes the table never measured;
+    2. gradient boosting on ``log(measured / linear)`` over all the columns, for what a linear
+       cost misses (kernel efficiency that varies with shape).
+    """
 
     def __init__(self, max_iter: int = 400, learning_rate: float = 0.05, random_state: int = 0) -> None:
         self.max_iter, self.learning_rate, self.random_state = max_iter, learning_rate, random_state
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> _ResidualOverRoofline:
+    def _base(self, X: np.ndarray) -> np.ndarray:
+        return np.maximum(self.linear_.predict(X[:, -N_LINEAR:]), 1e-6)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> _ResidualOverOps:
+        y = np.asarray(y, dtype=np.float64)
+        self.linear_ = LinearRegression(positive=True, fit_intercept=False).fit(
+            X[:, -N_LINEAR:], y, sample_weight=1.0 / y**2)
+        base = self._base(X)
         self.gbm_ = HistGradientBoostingRegressor(
             max_iter=self.max_iter, learning_rate=self.learning_rate, random_state=self.random_state,
             min_samples_leaf=5,
-        ).fit(X, np.log(y) - X[:, -1])
+        ).fit(np.column_stack([X, np.log(base)]), np.log(y) - np.log(base))
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         check_is_fitted(self, "gbm_")
-        return np.exp(self.gbm_.predict(X) + X[:, -1])
+        base = self._base(X)
+        return base * np.exp(self.gbm_.predict(np.column_stack([X, np.log(base)])))
 
 
 def make_block_model(random_state: int = 0) -> Pipeline:
-    return Pipeline([("features", BlockFeaturizer()), ("model", _ResidualOverRoofline(random_state=random_state))])
+    return Pipeline([("features", BlockFeaturizer()), ("model", _ResidualOverOps(random_state=random_state))])
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,18 +309,21 @@ def _boundary(key: BlockKey) -> float:
     return (ci * h * w + co * ho * wo) / 1e6
 
 
-N_FEATURES = 5
+N_FEATURES = 6
 
 
 def layer_features(key: BlockKey, ms: float) -> np.ndarray:
     """Additive per-layer calibration features (a network's are their sum).
 
-    ``[ms, 1, boundary, weight MB, ms if squeeze-excite else 0]``: the block's table figure, the
-    layer count, the activations entering and leaving it (M elements: a lone block converts them
-    between layouts, a block inside a network does not), its weight megabytes (a network streams
-    weights that a lone block keeps in cache) and its time again when it gates with SE.  No
-    feature is specific to a block kind: per-kind scales fit the calibration set better but do
-    not carry over to a family the calibration never saw (checked by leave-one-space-out).
+    ``[ms, 1, boundary, weight MB, ms if squeeze-excite else 0, padding]``: the block's table
+    figure, the layer count, the activations entering and leaving it (M elements: a lone block
+    converts them between layouts, a block inside a network does not), its weight megabytes (a
+    network streams weights that a lone block keeps in cache), its time again when it gates
+    with SE, and the padding its depthwise convolution reads and writes when its channels are
+    not a multiple of the SIMD block (``nas.latency.ops.padding_elems``, ``SIMD_CHANNELS`` =
+    16).  No feature is specific to a block kind: per-kind scales fit the calibration set
+    better but do not carry over to a family the calibration never saw (checked by
+    leave-one-space-out).
     """
     f = np.empty(N_FEATURES)
     f[0] = ms
@@ -302,6 +331,7 @@ def layer_features(key: BlockKey, ms: float) -> np.ndarray:
     f[2] = _boundary(key)
     f[3] = block_cost(key).weight_bytes / 1e6
     f[4] = ms if getattr(key.block, "se", None) is not None else 0.0
+    f[5] = padding_elems(key)
     return f
 
 

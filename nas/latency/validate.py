@@ -183,11 +183,13 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet)
                 f"validate with the machine otherwise idle."
             )
             log.warning(report["drift_warning"])
-    report["points"] = [
-        {"arch": a.name or a.digest(), "digest": a.digest(), "group": g, "measured_ms": float(ms),
-         **{m: float(preds[m][i]) for m in METHODS}}
-        for i, (a, g, ms) in enumerate(zip(vs.archs, vs.groups, meas))
-    ]
+    report["points"] = []
+    for i, (a, g, ms) in enumerate(zip(vs.archs, vs.groups, meas)):
+        ex = predictor.explain(a)
+        report["points"].append(
+            {"arch": a.name or a.digest(), "digest": a.digest(), "group": g, "measured_ms": float(ms),
+             "layers_measured": ex.n_measured, "layers_learned": ex.n_learned,
+             **{m: float(preds[m][i]) for m in METHODS}})
     return report
 
 

@@ -1,0 +1,168 @@
+#!/usr/bin/env python
+"""Where int8 pays on this CPU: int8 / fp32 latency, from the two measured tables.
+
+The ``cpu`` (fp32) and ``cpu_int8`` tables hold the same blocks and the same calibration
+networks, measured by the profiler with the same runtime and settings; the held-out
+measurements of ``bench_predictor.py`` hold the same timm models in both precisions.  This
+script measures nothing: it divides.
+
+  * per block: int8 / fp32 by kind of layer and by MACs;
+  * per whole network: the calibration networks of each space, and the timm models;
+  * the share of each that meets the issue's bar (int8 <= 0.6x fp32).
+
+    python scripts/bench_int8.py [--fp32 latency_tables/cpu.json] [--int8 latency_tables/cpu_int8.json]
+
+Writes ``scripts/results/int8.json`` and ``int8.png`` (ratio against MACs) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from nas.cost import arch_cost, block_cost  # noqa: E402
+from nas.latency.ops import MULTI_OP_ACTS  # noqa: E402
+from nas.latency.table import LatencyTable  # noqa: E402
+
+BAR = 0.6
+MAC_BINS = [0, 1e6, 1e7, 1e8, np.inf]
+MAC_LABELS = ["< 1M", "1M-10M", "10M-100M", ">= 100M"]
+
+
+def _kind(key) -> str:
+    b = key.block
+    act = getattr(b, "act", None)
+    tag = "multi-op act" if act in MULTI_OP_ACTS else "relu-like act"
+    if b.kind == "conv":
+        return f"stem ({tag})"
+    if b.kind == "head":
+        return "head"
+    se = "+SE" if getattr(b, "se", None) is not None else ""
+    return f"{b.kind}{se} ({tag})"
+
+
+def _summary(ratios: np.ndarray) -> dict:
+    return {"n": int(len(ratios)), "median": float(np.median(ratios)), "p10": float(np.percentile(ratios, 10)),
+            "p90": float(np.percentile(ratios, 90)), "share_le_bar": float(np.mean(ratios <= BAR))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fp32", default=str(ROOT / "latency_tables" / "cpu.json"))
+    ap.add_argument("--int8", default=str(ROOT / "latency_tables" / "cpu_int8.json"))
+    ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    f32, i8 = LatencyTable.load(args.fp32), LatencyTable.load(args.int8)
+    for t, want in ((f32, "fp32"), (i8, "int8")):
+        got = t.metadata.get("precision")
+        if got != want:
+            sys.exit(f"{t.path}: precision {got!r}, expected {want!r}")
+
+    # blocks
+    keys = [k for k in f32.entries if k in i8.entries]
+    r_blocks = np.array([i8.entries[k].median_ms / f32.entries[k].median_ms for k in keys])
+    macs = np.array([block_cost(k).macs for k in keys], float)
+    kinds = np.array([_kind(k) for k in keys])
+    by_kind = {k: _summary(r_blocks[kinds == k]) for k in sorted(set(kinds))}
+    bins = np.digitize(macs, MAC_BINS[1:-1])
+    by_macs = {MAC_LABELS[i]: _summary(r_blocks[bins == i]) for i in range(len(MAC_LABELS)) if (bins == i).any()}
+
+    # whole networks: the calibration networks both tables measured
+    nets32 = _networks(f32)
+    nets8 = _networks(i8)
+    common = [d for d in nets32 if d in nets8]
+    r_nets = np.array([nets8[d][1] / nets32[d][1] for d in common])
+    net_macs = np.array([arch_cost(nets32[d][0]).macs for d in common], float)
+    spaces = np.array([nets32[d][0].name or "?" for d in common])
+    by_space = {s: _summary(r_nets[spaces == s]) for s in sorted(set(spaces))}
+
+    # timm models: bench_predictor's held-out measurements, both precisions
+    timm_rows = []
+    res = ROOT / "scripts" / "results"
+    caches = [res / "predictor_cpu.measurements.json", res / "predictor_cpu_int8.measurements.json"]
+    if all(c.is_file() for c in caches):
+        from nas.convert import from_timm
+
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from bench_predictor import TIMM_MODELS
+
+        c32, c8 = (json.loads(c.read_text())["rounds_ms"] for c in caches)
+        for name in TIMM_MODELS:
+            a = from_timm(name)
+            d = a.digest()
+            if d in c32 and d in c8:
+                timm_rows.append({"model": name, "macs": arch_cost(a).macs, "fp32_ms": float(np.median(c32[d])),
+                                  "int8_ms": float(np.median(c8[d]))})
+        for r in timm_rows:
+            r["ratio"] = r["int8_ms"] / r["fp32_ms"]
+
+    report = {
+        "bar": BAR,
+        "tables": {"fp32": str(args.fp32), "int8": str(args.int8),
+                   "device": f32.metadata.get("device", {}).get("name"),
+                   "int8_settings": "QDQ, u8 activations per-tensor, s8 weights per-channel, reduce_range, MinMax"},
+        "blocks": {"all": _summary(r_blocks), "by_kind": by_kind, "by_macs": by_macs},
+        "networks": {"all": _summary(r_nets) if len(r_nets) else None, "by_space": by_space,
+                     "macs_median": {s: float(np.median(net_macs[spaces == s])) for s in set(spaces)}},
+        "timm": timm_rows,
+    }
+    (out / "int8.json").write_text(json.dumps(report, indent=1) + "\n")
+    _plot(out / "int8.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
+
+    print(f"int8 / fp32 latency on {report['tables']['device']} (medians; share at or under {BAR}x)")
+    print(f"{'':28s} {'n':>5s} {'median':>7s} {'p10':>6s} {'p90':>6s} {'<=0.6x':>7s}")
+    rows = [("blocks, all", report["blocks"]["all"])]
+    rows += [(f"  MACs {k}", v) for k, v in by_macs.items()]
+    rows += [(f"  {k}", v) for k, v in by_kind.items()]
+    rows += [(f"networks: {k}", v) for k, v in by_space.items()]
+    for label, s in rows:
+        print(f"{label:28s} {s['n']:5d} {s['median']:6.2f}x {s['p10']:5.2f}x {s['p90']:5.2f}x "
+              f"{100 * s['share_le_bar']:6.1f}%")
+    for r in timm_rows:
+        print(f"timm {r['model']:23s} {r['macs'] / 1e6:7.0f} MMACs  fp32 {r['fp32_ms']:.3f} ms  "
+              f"int8 {r['int8_ms']:.3f} ms  {r['ratio']:.2f}x")
+    print(f"\n-> {out / 'int8.json'}, {out / 'int8.png'}")
+
+
+def _networks(table: LatencyTable) -> dict:
+    from nas.latency.predictor import table_networks
+
+    return {a.digest(): (a, ms) for a, ms in table_networks(table)}
+
+
+def _plot(path: Path, macs, r_blocks, net_macs, r_nets, spaces, timm_rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax[0].scatter(macs / 1e6, r_blocks, s=6, alpha=0.5)
+    ax[0].set(xscale="log", xlabel="block MACs (M)", ylabel="int8 / fp32 latency", title="blocks")
+    for s in sorted(set(spaces)):
+        sel = spaces == s
+        ax[1].scatter(net_macs[sel] / 1e6, r_nets[sel], s=10, label=s)
+    if timm_rows:
+        ax[1].scatter([r["macs"] / 1e6 for r in timm_rows], [r["ratio"] for r in timm_rows], marker="x", c="k",
+                      label="timm")
+    ax[1].set(xscale="log", xlabel="network MACs (M)", title="whole networks")
+    ax[1].legend(fontsize=8)
+    for a in ax:
+        a.axhline(1.0, c="gray", lw=0.8)
+        a.axhline(BAR, c="red", lw=0.8, ls="--")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
