@@ -27,7 +27,11 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 class DeviceConfig:
     """The target device, and its published peak figures for the roofline estimate."""
 
-    name: str = MISSING  # e.g. "Jetson AGX Orin 64GB"
+    # e.g. "Jetson AGX Orin 64GB"; null = whatever machine runs the command (no identity check)
+    name: str | None = MISSING
+    # CPU ISA flags the device must have (e.g. [avx512f, avx512_vnni]), checked even when name is null;
+    # empty = the name alone identifies it
+    cpu_flags: list[str] = field(default_factory=list)
     kind: str = MISSING  # cpu | gpu | jetson
     description: str = ""
     peak_gflops: float = MISSING  # at the target precision, from the vendor's spec sheet
@@ -87,6 +91,8 @@ class ProfileAppConfig:
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
     calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
+    # + this many per space narrowed as nas.train's pruning narrows them (blocks and networks)
+    pruned_networks: int = 20
     models: list[str] | None = None  # timm:<name> models whose blocks are measured too (never calibrated on)
     # stems for these input channels and heads for these class counts too, beside each space's
     # own: a search deploys its networks with the dataset's (Fashion-MNIST: 1 channel, 10 classes)
@@ -115,6 +121,7 @@ class ValidateAppConfig:
     conf: TargetConfig = MISSING
     search_space: Any = None  # a name / path or a list; None = every shipped space
     n: int = 200  # held-out architectures in all, split evenly over the spaces
+    pruned: int = 0  # + this many held-out networks narrowed as nas.train's pruning narrows them
     models: list[str] | None = None  # timm:<name> models to validate on as well (or instead: n=0)
     resolution: int | None = None
     out: str = "validation/report.json"  # + .png scatter plot and a measurement cache beside it

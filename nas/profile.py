@@ -25,8 +25,9 @@ def run(cfg: DictConfig) -> dict:
         new_metadata,
         profile_blocks,
         profile_networks,
+        pruned_archs,
     )
-    from nas.latency.runtimes import device_identity, get_runtime
+    from nas.latency.runtimes import device_identity, device_mismatch, get_runtime
     from nas.latency.table import LatencyTable, resolve_table_path
     from nas.space import list_spaces, load_space
 
@@ -44,8 +45,13 @@ def run(cfg: DictConfig) -> dict:
         from nas.convert import arch_from_spec
 
         keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
+    # narrowed networks as structured pruning leaves them: their blocks and the networks themselves
+    pruned = [a for n in names for a in pruned_archs(load_space(n), cfg.pruned_networks, resolution=resolution)]
+    keys += [k for a in pruned for k in a.keys()]
     keys = list(dict.fromkeys(keys))
     where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
+    if pruned:
+        where += f" + the blocks of {len(pruned)} pruned networks"
     if cfg.models:
         where += f" + the blocks of {len(cfg.models)} timm models"
 
@@ -65,23 +71,30 @@ def run(cfg: DictConfig) -> dict:
         print(f"imported {cfg.import_bundle} into {out}: {table.describe()}")
         return {"table": str(out), "entries": len(table)}
 
-    here = device_identity((target.get("device") or {}).get("kind", "cpu"))["name"]
-    want = (target.get("device") or {}).get("name")
-    if want and here != want and not cfg.allow_mismatch:
+    ident = device_identity((target.get("device") or {}).get("kind", "cpu"))
+    here, want = ident["name"], (target.get("device") or {}).get("name")
+    why = device_mismatch(target.get("device"), ident)
+    if why and not cfg.allow_mismatch:
         raise ValueError(
-            f"this machine is {here!r} but target {target['name']!r} is {want!r}: run nas.profile on the device, "
+            f"{why}, so it is not target {target['name']!r}'s device: run nas.profile on the device, "
             f"or write a bundle for it (bundle=<dir>), or pass allow_mismatch=true to measure here anyway"
         )
     runtime = get_runtime(target)
     if table is None:
         table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=out)
-        if want and here != want:
-            table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} (allow_mismatch)"
+        if why:
+            table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} ({why}; allow_mismatch)"
     else:
         table.check_target({**target, "device": {"name": here}}, allow_mismatch=cfg.allow_mismatch)
+        why = device_mismatch(table.metadata.get("device"), ident, exact=True)
+        if why and not cfg.allow_mismatch:
+            raise ValueError(
+                f"{out} holds measurements from another processor: {why}. Adding to it would mix two machines' "
+                f"timings in one table; measure into a new file (out=<path>), or pass allow_mismatch=true"
+            )
     R = settings.rounds
     nets = [a for n in names for a in calibration_archs(load_space(n), cfg.calibration_networks,
-                                                        resolution=resolution)]
+                                                        resolution=resolution)] + pruned
     missing = len(table.missing(keys))
     print(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
           f"on {here} with {runtime.name} {runtime.version()} ({target.get('provider')}, {runtime.precision}, "

@@ -334,11 +334,11 @@ def precision_targets(target: dict[str, Any], names: Mapping[str, str | None] | 
 
 def runs_here(target: dict[str, Any]) -> bool:
     """Whether ``target`` is this machine's CPU with onnxruntime (so its latency can be measured here)."""
-    from nas.latency.runtimes import device_identity
+    from nas.latency.runtimes import device_identity, device_mismatch
 
     dev = target.get("device") or {}
     return (target.get("runtime") == "onnxruntime" and target.get("provider") == "CPUExecutionProvider"
-            and dev.get("kind") == "cpu" and dev.get("name") == device_identity("cpu")["name"])
+            and dev.get("kind") == "cpu" and device_mismatch(dev, device_identity("cpu")) is None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,17 +21,25 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.predictor import LatencyPredictor, load_latency_model, table_networks
     from nas.latency.profiler import ProfileSettings
     from nas.latency.roofline import Roofline
-    from nas.latency.runtimes import device_identity, get_runtime
-    from nas.latency.validate import METHODS, held_out_archs, measure_held_out, scatter_plot, validate
+    from nas.latency.runtimes import device_identity, device_mismatch, get_runtime
+    from nas.latency.validate import (
+        METHODS,
+        held_out_archs,
+        held_out_pruned,
+        measure_held_out,
+        scatter_plot,
+        validate,
+    )
     from nas.space import list_spaces, load_space
 
     target = OmegaConf.to_container(cfg.conf, resolve=True)
     model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target['name']!r} has no measured table to validate: {model.warning}")
-    here = device_identity((target.get("device") or {}).get("kind", "cpu"))["name"]
-    if here != model.device and not cfg.allow_mismatch:
-        raise ValueError(f"the table was measured on {model.device!r} but this machine is {here!r}: validate on "
+    ident = device_identity((target.get("device") or {}).get("kind", "cpu"))
+    why = device_mismatch({**(model.table_.metadata.get("device") or {}), "name": model.device}, ident, exact=True)
+    if why and not cfg.allow_mismatch:
+        raise ValueError(f"the table was measured on {model.device!r} but {why}: validate on "
                          f"the device the table describes (or pass allow_mismatch=true)")
     ss = cfg.search_space
     names = list_spaces() if not ss else [str(ss)] if isinstance(ss, str) else [str(n) for n in ss]
@@ -44,16 +52,20 @@ def run(cfg: DictConfig) -> dict:
         got = held_out_archs(sp, k, exclude=exclude, resolution=res, seed=cfg.seed)
         archs += got
         groups += [sp.name] * len(got)
+        k = cfg.pruned // len(names) + (i < cfg.pruned % len(names))
+        got = held_out_pruned(sp, k, exclude=exclude, resolution=res, seed=cfg.seed) if k else []
+        archs += got
+        groups += [f"{sp.name} pruned"] * len(got)
     for m in cfg.models or []:
         archs.append(arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=res))
         groups.append("timm")
     if not archs:
-        raise ValueError("nothing to validate: n=0 and no models")
+        raise ValueError("nothing to validate: n=0, pruned=0 and no models")
     out = Path(cfg.out)
     runtime = get_runtime(target)
     settings = ProfileSettings(**OmegaConf.to_container(cfg.profile))
     print(f"validating on {len(archs)} held-out networks ({', '.join(sorted(set(groups)))}) measured with "
-          f"{runtime.name} {runtime.version()} on {here}", flush=True)
+          f"{runtime.name} {runtime.version()} on {ident['name']}", flush=True)
     try:
         vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
                               progress=cfg.progress, table=model.table_)

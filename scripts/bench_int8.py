@@ -10,9 +10,11 @@ script measures nothing: it divides.
   * per whole network: the calibration networks of each space, and the timm models;
   * the share of each that meets the issue's bar (int8 <= 0.6x fp32).
 
-    python scripts/bench_int8.py [--fp32 latency_tables/cpu.json] [--int8 latency_tables/cpu_int8.json]
+    python scripts/bench_int8.py                              # conf=cpu / conf=cpu_int8 (the Xeon)
+    python scripts/bench_int8.py --targets epyc_zen5 epyc_zen5_int8    # the EPYC Zen 5's pair of tables
 
-Writes ``scripts/results/int8.json`` and ``int8.png`` (ratio against MACs) and prints a table.
+Writes ``scripts/results/int8.json`` and ``int8.png`` (ratio against MACs) for the default pair,
+``int8_<fp32 target>.json`` / ``.png`` for another, and prints a table.
 """
 
 from __future__ import annotations
@@ -55,12 +57,18 @@ def _summary(ratios: np.ndarray) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fp32", default=str(ROOT / "latency_tables" / "cpu.json"))
-    ap.add_argument("--int8", default=str(ROOT / "latency_tables" / "cpu_int8.json"))
+    ap.add_argument("--targets", nargs=2, default=["cpu", "cpu_int8"], metavar=("FP32", "INT8"),
+                    help="the fp32 and int8 targets whose tables are divided (default: cpu cpu_int8)")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    from nas.latency.table import resolve_table_path
+    from nas.train_lib import load_target
+
+    t32, t8 = args.targets
+    args.fp32, args.int8 = (resolve_table_path(load_target(t)["table"]) for t in args.targets)
+    stem = "int8" if t32 == "cpu" else f"int8_{t32}"
     f32, i8 = LatencyTable.load(args.fp32), LatencyTable.load(args.int8)
     for t, want in ((f32, "fp32"), (i8, "int8")):
         got = t.metadata.get("precision")
@@ -88,7 +96,7 @@ def main() -> None:
     # timm models: bench_predictor's held-out measurements, both precisions
     timm_rows = []
     res = ROOT / "scripts" / "results"
-    caches = [res / "predictor_cpu.measurements.json", res / "predictor_cpu_int8.measurements.json"]
+    caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
     if all(c.is_file() for c in caches):
         from nas.convert import from_timm
 
@@ -115,8 +123,8 @@ def main() -> None:
                      "macs_median": {s: float(np.median(net_macs[spaces == s])) for s in set(spaces)}},
         "timm": timm_rows,
     }
-    (out / "int8.json").write_text(json.dumps(report, indent=1) + "\n")
-    _plot(out / "int8.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    _plot(out / f"{stem}.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
 
     print(f"int8 / fp32 latency on {report['tables']['device']} (medians; share at or under {BAR}x)")
     print(f"{'':28s} {'n':>5s} {'median':>7s} {'p10':>6s} {'p90':>6s} {'<=0.6x':>7s}")
@@ -130,7 +138,7 @@ def main() -> None:
     for r in timm_rows:
         print(f"timm {r['model']:23s} {r['macs'] / 1e6:7.0f} MMACs  fp32 {r['fp32_ms']:.3f} ms  "
               f"int8 {r['int8_ms']:.3f} ms  {r['ratio']:.2f}x")
-    print(f"\n-> {out / 'int8.json'}, {out / 'int8.png'}")
+    print(f"\n-> {out / (stem + '.json')}, {out / (stem + '.png')}")
 
 
 def _networks(table: LatencyTable) -> dict:

@@ -1,15 +1,15 @@
 #!/usr/bin/env python
 """Predictor benchmark: accuracy on held-out networks, and throughput.
 
-For each target (default: cpu and cpu_int8) and each shipped space, measures held-out
+For each target (default: epyc_zen5 and epyc_zen5_int8, this machine's) and each shipped space, measures held-out
 architectures end to end on this machine (the same runtime, settings and interleaved rounds as
-the profiler), plus timm EfficientNet-family models, and scores the calibrated predictor, the
+the profiler), networks narrowed as nas.train's pruning narrows them (--pruned), plus timm EfficientNet-family models, and scores the calibrated predictor, the
 raw table sum, a FLOPs-linear fit and the roofline (see nas.latency.validate).  Then times the
 predictor: predictions per second batched (the compiled per-space predictor on index arrays,
 and the Arch path) and microseconds for one Arch.
 
     taskset -c 1 python scripts/bench_predictor.py                    # full run (~1 h here)
-    python scripts/bench_predictor.py --targets cpu --n 30 --timm 4    # a quick look
+    python scripts/bench_predictor.py --targets epyc_zen5 --n 30 --timm 4    # a quick look
 
 Writes scripts/results/predictor.json, predictor_<target>.png scatter plots, and measurement
 caches (a re-run resumes).  Clean figures want an idle core: other load shifts measurements.
@@ -32,9 +32,16 @@ from nas.convert import from_timm  # noqa: E402
 from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
 from nas.latency.profiler import ProfileSettings  # noqa: E402
 from nas.latency.roofline import Roofline  # noqa: E402
-from nas.latency.runtimes import get_runtime  # noqa: E402
+from nas.latency.runtimes import device_identity, device_mismatch, get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
-from nas.latency.validate import METHODS, held_out_archs, measure_held_out, scatter_plot, validate  # noqa: E402
+from nas.latency.validate import (  # noqa: E402
+    METHODS,
+    held_out_archs,
+    held_out_pruned,
+    measure_held_out,
+    scatter_plot,
+    validate,
+)
 from nas.space import list_spaces, load_space  # noqa: E402
 
 # The whole networks are never calibrated on.  The blocks of the first 8 are in the shipped tables
@@ -140,8 +147,11 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", nargs="+", default=["cpu", "cpu_int8"])
+    ap.add_argument("--targets", nargs="+", default=["epyc_zen5", "epyc_zen5_int8"],
+                    help="targets measured on this machine (default: epyc_zen5 epyc_zen5_int8)")
     ap.add_argument("--n", type=int, nargs="+", default=[200, 100], help="held-out networks per space, per target")
+    ap.add_argument("--pruned", type=int, nargs="+", default=[30, 15],
+                    help="held-out networks per space narrowed as pruning narrows them, per target")
     ap.add_argument("--timm", type=int, default=len(TIMM_MODELS), help="how many of the timm models")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
     ap.add_argument("--no-progress", action="store_true")
@@ -154,6 +164,10 @@ def main() -> None:
         target = load_target(tname)
         table = LatencyTable.load(resolve_table_path(target["table"]))
         table.check_target(target)
+        why = device_mismatch(table.metadata.get("device"), device_identity(), exact=True)
+        if why:
+            sys.exit(f"{tname}: its table was measured on another machine ({why}); this benchmark measures "
+                     "here, so run it on that machine, or pick this machine's targets with --targets")
         pred = LatencyPredictor().fit(table)
         runtime = get_runtime(target)
         settings = ProfileSettings()
@@ -163,6 +177,9 @@ def main() -> None:
             got = held_out_archs(load_space(name), n, exclude=exclude)
             archs += got
             groups += [name] * len(got)
+            got = held_out_pruned(load_space(name), args.pruned[min(i, len(args.pruned) - 1)], exclude=exclude)
+            archs += got
+            groups += [f"{name} pruned"] * len(got)
         for m in TIMM_MODELS[: args.timm]:
             archs.append(from_timm(m))
             groups.append("timm (profiled)" if TIMM_MODELS.index(m) < 8 else "timm (not profiled)")

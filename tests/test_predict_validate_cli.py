@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+# tests measure on whatever machine runs them: the target's device name and required ISA are cleared
+HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
 FAST = ["profile.warmup=1", "profile.repeats=5", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
 
 
@@ -17,7 +19,7 @@ def run(mod, *args, cwd):
 def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("table")
     out = d / "tiny.json"
-    r = run("nas.profile", "conf=cpu", "search_space=tiny", f"out={out}", "calibration_networks=25", *FAST, cwd=d)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={out}", "calibration_networks=25", "pruned_networks=5", *FAST, cwd=d)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -26,16 +28,16 @@ def test_predict_cli(table, tmp_path):
     from nas.space import load_space
 
     load_space("tiny").random(5).save(tmp_path / "a.json")
-    r = run("nas.predict", "conf=cpu", f"conf.table={table}", f"arch={tmp_path / 'a.json'}", "breakdown=true",
+    r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", f"arch={tmp_path / 'a.json'}", "breakdown=true",
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "measured table on" in r.stdout and "calibrated" in r.stdout and "layer" in r.stdout
-    r = run("nas.predict", "conf=cpu", f"conf.table={table}", "model=timm:lcnet_050", "resolution=32", cwd=tmp_path)
+    r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", "model=timm:lcnet_050", "resolution=32", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "learned" in r.stdout
     r = run("nas.predict", "conf=jetson", "model=timm:mobilenetv2_100", cwd=tmp_path)
     assert r.returncode == 0 and "ESTIMATE" in r.stdout and "python -m nas.profile conf=jetson" in r.stdout
-    r = run("nas.predict", "conf=cpu", f"conf.table={table}", cwd=tmp_path)
+    r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", cwd=tmp_path)
     assert r.returncode == 2 and "exactly one of arch=" in r.stderr
     r = run("nas.predict", "conf=cpu", "model=timm:resnet18", cwd=tmp_path)
     assert r.returncode == 2 and "resnet18" in r.stderr and "not a timm EfficientNet-family model" in r.stderr
@@ -45,15 +47,15 @@ def test_predict_cli(table, tmp_path):
 
 def test_validate_cli(table, tmp_path):
     out = tmp_path / "v" / "report.json"
-    args = ["conf=cpu", f"conf.table={table}", "search_space=tiny", "n=6", "models=[timm:lcnet_050]",
+    args = ["conf=cpu", *HERE, f"conf.table={table}", "search_space=tiny", "n=6", "pruned=2", "models=[timm:lcnet_050]",
             "resolution=32", f"out={out}", *FAST]
     r = run("nas.validate", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rep = json.loads(out.read_text())
     for m in ("predictor", "table_sum", "flops_linear", "roofline"):
         assert set(rep["methods"][m]) == {"within_5pct", "within_10pct", "mape", "kendall_tau", "n"}
-        assert rep["methods"][m]["n"] == 7
-    assert set(rep["groups"]) == {"tiny", "timm"}
+        assert rep["methods"][m]["n"] == 9
+    assert set(rep["groups"]) == {"tiny", "tiny pruned", "timm"} and rep["groups"]["tiny pruned"]["predictor"]["n"] == 2
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert "Kendall" in r.stdout and "report:" in r.stdout
     assert set(rep["drift"]) == {"tiny"} and rep["drift"]["tiny"]["n"] == 5  # the drift check ran

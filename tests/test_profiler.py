@@ -7,8 +7,23 @@ import torch
 
 from nas.latency import profiler as profiler_mod
 from nas.latency.bundle import import_bundle, write_bundle
-from nas.latency.profiler import ProfileSettings, calibration_archs, new_metadata, profile_blocks, profile_networks
-from nas.latency.runtimes import RUNTIMES, RuntimeUnavailable, get_runtime, measure, summarize_times
+from nas.latency.profiler import (
+    ProfileSettings,
+    calibration_archs,
+    new_metadata,
+    profile_blocks,
+    profile_networks,
+    pruned_archs,
+)
+from nas.latency.runtimes import (
+    RUNTIMES,
+    RuntimeUnavailable,
+    device_identity,
+    device_mismatch,
+    get_runtime,
+    measure,
+    summarize_times,
+)
 from nas.latency.table import LatencyTable, TableError
 from nas.space import load_space
 
@@ -105,6 +120,32 @@ def test_networks_for_calibration(tmp_path):
     assert set(back.networks) == set(archs) and all(e.median_ms > 0 for e in back.networks.values())
 
 
+def test_pruned_networks_leave_the_space_as_pruning_does():
+    """Narrowed networks: channel groups of the space's multiple, residuals kept, blocks the space lacks."""
+    from nas.build import build
+    from nas.compress.prune import channel_units
+
+    space = load_space("tiny")
+    archs = pruned_archs(space, 12)
+    assert archs == pruned_archs(space, 12)  # seeded
+    assert not set(archs) & set(calibration_archs(space, 40))
+    own = set(space.unique_blocks())
+    new_blocks = {k for a in archs for k in a.keys()} - own
+    assert len(new_blocks) > 20
+    narrow = [k for k in new_blocks if k.block.kind == "ir" and k.block.mid_ch < 2 * k.in_ch]  # expansion < 2
+    assert narrow, "pruning cuts expansion channels below the space's smallest expansion"
+    for a in archs:
+        for k in a.keys():
+            for f in ("out_ch", "mid_ch"):
+                v = getattr(k.block, f, None)
+                assert v is None or v % space.channel_multiple == 0, (a, k)
+            se = getattr(k.block, "se", None)
+            assert se is None or se.channels % space.channel_multiple == 0
+        assert all(u.size >= space.channel_multiple for u in channel_units(a))
+    x = torch.randn(1, 3, 32, 32)
+    assert build(archs[0]).eval()(x).shape == (1, 10)
+
+
 def test_bundle_round_trip(tmp_path, keys):
     """Write a bundle, measure it with the standalone script (numpy + onnxruntime only), import it."""
     manifest = write_bundle(keys[:3], CPU, tmp_path / "bundle", settings=FAST, progress=False)
@@ -189,6 +230,11 @@ def test_gpu_runtimes(runtime, keys):  # pragma: no cover - needs a GPU
     assert summarize_times(measure(rt.prepare(build_layer(k), k.in_shape), warmup=2, repeats=5))["median_ms"] > 0
 
 
+# the shipped `cpu` target names the machine its table was measured on; tests measure on whatever
+# machine runs them, so they clear the device name and its required ISA flags ("this machine, whatever it is")
+HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
+
+
 def _cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "nas.profile", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=600)
@@ -197,27 +243,67 @@ def _cli(*args, cwd):
 def test_cli_end_to_end(tmp_path):
     out = tmp_path / "t.json"
     fast = ["profile.warmup=1", "profile.repeats=3", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
-    r = _cli("conf=cpu", "search_space=tiny", f"out={out}", "limit=4", "calibration_networks=1", *fast, cwd=tmp_path)
+    r = _cli("conf=cpu", *HERE, "search_space=tiny", f"out={out}", "limit=4", "calibration_networks=1", "pruned_networks=1",
+             *fast, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    # tiny's 248 blocks + its 2 stems for 1-channel inputs (in_chans=[1,3] by default)
-    assert "250 unique blocks in tiny" in r.stdout and "4 block measurements" in r.stdout
+    # tiny's 248 blocks + its 2 stems for 1-channel inputs (in_chans=[1,3] by default) + the blocks
+    # of one narrowed network that the space lacks
+    space = load_space("tiny")
+    extra = {k for a in pruned_archs(space, 1) for k in a.keys()} - set(space.unique_blocks(in_chans=[1, 3]))
+    assert extra
+    assert f"{250 + len(extra)} unique blocks in tiny at their own resolutions + the blocks of 1 pruned networks" \
+        in r.stdout and "4 block measurements" in r.stdout
     t = LatencyTable.load(out)
-    assert len(t) == 4 and len(t.networks) == 1 and t.metadata["target"] == "cpu"
-    r = _cli("conf=cpu", "search_space=tiny", f"out={out}", "limit=2", "calibration_networks=1", *fast, cwd=tmp_path)
+    assert len(t) == 4 and len(t.networks) == 2 and t.metadata["target"] == "cpu"
+    assert set(t.networks) == {*calibration_archs(space, 1), *pruned_archs(space, 1)}
+    r = _cli("conf=cpu", *HERE, "search_space=tiny", f"out={out}", "limit=2", "calibration_networks=1", *fast, cwd=tmp_path)
     assert "4 already in" in r.stdout and "2 block measurements" in r.stdout
     # a target for another device is refused here, with the way out
     r = _cli("conf=jetson", "search_space=tiny", f"out={tmp_path / 'j.json'}", cwd=tmp_path)
-    assert r.returncode == 2 and "target 'jetson' is 'Jetson AGX Orin 64GB'" in r.stderr and "bundle=" in r.stderr
+    assert r.returncode == 2 and "not 'Jetson AGX Orin 64GB', so it is not target 'jetson'" in r.stderr
+    assert "bundle=" in r.stderr
+    # ... and so is one whose name matches but whose ISA flags this CPU lacks
+    r = _cli("conf=cpu", HERE[0], "conf.device.cpu_flags=[avx2,no_such_isa]", "search_space=tiny",
+             f"out={tmp_path / 'f.json'}", cwd=tmp_path)
+    assert r.returncode == 2 and "lacks ['no_such_isa']" in r.stderr and not (tmp_path / "f.json").exists()
     # a config typo fails at start
     r = _cli("conf=cpu", "conf.thredas=2", cwd=tmp_path)
     assert r.returncode != 0 and "thredas" in r.stderr
     # the table is checked against the target when resuming
-    r = _cli("conf=cpu_int8", "search_space=tiny", f"out={out}", "limit=1", cwd=tmp_path)
+    r = _cli("conf=cpu_int8", *HERE, "search_space=tiny", f"out={out}", "limit=1", cwd=tmp_path)
     assert r.returncode == 2 and "precision: table has 'fp32'" in r.stderr
+    # a table measured on another processor of the same name is not resumed here: two machines' timings
+    # would mix in one table
+    data = json.loads(out.read_text())
+    data["metadata"]["device"]["cpu_flags"] = ["avx", "avx2", "fma", "made_up_isa"]
+    out.write_text(json.dumps(data))
+    before = out.read_bytes()
+    r = _cli("conf=cpu", *HERE, "search_space=tiny", f"out={out}", "limit=1", *fast, cwd=tmp_path)
+    assert r.returncode == 2 and "another processor" in r.stderr and "made_up_isa" in r.stderr
+    assert out.read_bytes() == before
+
+
+def test_device_mismatch():
+    here = {"name": "AMD EPYC", "kind": "cpu", "cpu_flags": ["avx2", "avx512f", "fma"], "cpu_family": "26",
+            "cpu_model": "2"}
+    assert device_mismatch({"name": "AMD EPYC", "cpu_flags": ["avx512f"]}, here) is None
+    assert device_mismatch({"name": None}, here) is None and device_mismatch(None, here) is None
+    assert "not 'Intel" in device_mismatch({"name": "Intel Xeon"}, here)
+    assert "lacks ['avx512_vnni']" in device_mismatch({"name": "AMD EPYC", "cpu_flags": ["avx512_vnni"]}, here)
+    # against a table's recorded device, everything recorded must be the same
+    zen3 = {"name": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "cpu_family": "25", "cpu_model": "1"}
+    assert "ISA flags" in device_mismatch(zen3, here, exact=True)
+    assert "family 26" in device_mismatch({**here, "cpu_family": "25"}, here, exact=True)
+    assert device_mismatch(dict(here), here, exact=True) is None
+    old_table = {"name": "AMD EPYC", "cpu_flags": ["avx2", "avx512f", "fma"]}  # recorded before family/model were
+    assert device_mismatch(old_table, here, exact=True) is None
+    ident = device_identity()  # this machine is its own device
+    assert device_mismatch(ident, ident, exact=True) is None
 
 
 def test_cli_bundle(tmp_path):
-    r = _cli("conf=jetson", "search_space=tiny", f"bundle={tmp_path / 'b'}", "progress=false", cwd=tmp_path)
+    r = _cli("conf=jetson", "search_space=tiny", f"bundle={tmp_path / 'b'}", "pruned_networks=0", "progress=false",
+             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     man = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert man["bundle_runtime"] == "trtexec" and man["precision"] == "fp16" and len(man["blocks"]) == 250

@@ -16,20 +16,22 @@ def test_help(script):
     assert "usage:" in r.stdout
 
 
-def test_bench_int8_divides_the_shipped_tables(tmp_path):
+@pytest.mark.parametrize("fp32,int8,stem", [("cpu", "cpu_int8", "int8"),
+                                             ("epyc_zen5", "epyc_zen5_int8", "int8_epyc_zen5")])
+def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem):
     """bench_int8 measures nothing: its ratios are the int8 table over the fp32 table."""
     import json
 
     from nas.latency.table import LatencyTable
 
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_int8.py"), "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_int8.py"), "--out", str(tmp_path),
+                        "--targets", fp32, int8], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    rep = json.loads((tmp_path / "int8.json").read_text())
-    assert (tmp_path / "int8.png").is_file()
-    f32 = LatencyTable.load(root / "latency_tables" / "cpu.json")
-    i8 = LatencyTable.load(root / "latency_tables" / "cpu_int8.json")
+    rep = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert (tmp_path / f"{stem}.png").is_file()
+    f32 = LatencyTable.load(root / "latency_tables" / f"{fp32}.json")
+    i8 = LatencyTable.load(root / "latency_tables" / f"{int8}.json")
     common = [k for k in f32.entries if k in i8.entries]
     assert rep["blocks"]["all"]["n"] == len(common)
     import numpy as np

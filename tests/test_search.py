@@ -432,7 +432,7 @@ def _cli(args, cwd, timeout=300):
 def test_cli_help_lists_groups():
     r = _cli(["--help"], REPO)
     assert r.returncode == 0
-    for s in ("conf: cpu, cpu_int8, gpu, jetson", "data: cifar10, digits, fashion_mnist, imagefolder",
+    for s in ("conf: cpu, cpu_int8, epyc_zen5, epyc_zen5_int8, gpu, jetson", "data: cifar10, digits, fashion_mnist, imagefolder",
               "evaluator: train, zero_cost", "sampler: nsga2, random, tpe", "n_trials"):
         assert s in r.stdout, s
 

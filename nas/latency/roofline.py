@@ -45,7 +45,7 @@ class Roofline:
                              f"needs the device's published peak compute and memory bandwidth")
         return cls(peak_gflops=d["peak_gflops"], mem_bandwidth_gbs=d["mem_bandwidth_gbs"],
                    overhead_us=d.get("overhead_us", 5.0), precision=target.get("precision", "fp32"),
-                   device=d.get("name", ""), spec_source=d.get("spec_source", ""))
+                   device=d.get("name") or "this machine", spec_source=d.get("spec_source", ""))
 
     def _ms(self, macs: int, moved: int, ops: int) -> float:
         compute = 2.0 * macs / (self.peak_gflops * 1e9)

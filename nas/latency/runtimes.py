@@ -40,6 +40,7 @@ __all__ = [
     "TorchCompileRuntime",
     "TorchRuntime",
     "device_identity",
+    "device_mismatch",
     "get_runtime",
     "measure",
 ]
@@ -87,6 +88,21 @@ def _cpu_flags() -> list[str]:
     return sorted(set(m.group(2).split()) & interesting) if m else []
 
 
+def _cpu_model() -> dict[str, str]:
+    """x86 CPU family / model / stepping from /proc/cpuinfo (empty elsewhere): the same model name can hide
+    different microarchitectures on cloud machines (``AMD EPYC`` is Zen 3 at family 25, Zen 5 at 26)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    out = {}
+    for key, field in (("cpu family", "cpu_family"), ("model", "cpu_model"), ("stepping", "cpu_stepping")):
+        m = re.search(rf"^{key}\s*:\s*(\S+)\s*$", text, re.M)
+        if m:
+            out[field] = m.group(1)
+    return out
+
+
 def _nvidia_smi(query: str) -> str | None:
     try:
         out = subprocess.run(
@@ -111,6 +127,7 @@ def device_identity(kind: str = "cpu") -> dict[str, Any]:
         "kind": kind,
         "cpu": _cpu_name(),
         "cpu_flags": _cpu_flags(),
+        **_cpu_model(),
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "os": platform.platform(),
@@ -126,6 +143,31 @@ def device_identity(kind: str = "cpu") -> dict[str, Any]:
         ident["driver"] = _nvidia_smi("driver_version")
     ident["name"] = ident["gpu"] if kind in ("gpu", "jetson") and ident["gpu"] else ident["cpu"]
     return ident
+
+
+def device_mismatch(want: dict[str, Any] | None, here: dict[str, Any], *, exact: bool = False) -> str | None:
+    """Why the machine ``here`` (a ``device_identity``) is not the device ``want`` describes, or None.
+
+    ``want`` is a target's ``device`` config (its ``name`` and the ``cpu_flags`` it requires) or, with
+    ``exact=True``, a table's recorded ``device`` metadata, whose ISA flags and CPU family/model must all be
+    the same: one model name can cover processors of different speed (``AMD EPYC`` with and without AVX-512).
+    """
+    want = want or {}
+    name = want.get("name")
+    if name and here.get("name") != name:
+        return f"this machine is {here.get('name')!r}, not {name!r}"
+    if here.get("kind", "cpu") != "cpu" and want.get("kind", "cpu") != "cpu":
+        return None
+    need, have = set(want.get("cpu_flags") or ()), set(here.get("cpu_flags") or ())
+    if exact and want.get("cpu_flags") is not None and need != have:
+        return (f"this machine's CPU has ISA flags {sorted(have)}, the measured one had {sorted(need)} "
+                "(same name, different processor)")
+    if not exact and need - have:
+        return f"this machine's CPU lacks {sorted(need - have)} (it has {sorted(have)})"
+    for f in ("cpu_family", "cpu_model"):
+        if exact and want.get(f) is not None and here.get(f) is not None and str(want[f]) != str(here[f]):
+            return f"this machine's CPU is {f.replace('_', ' ')} {here[f]}, the measured one was {want[f]}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------

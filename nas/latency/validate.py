@@ -37,7 +37,7 @@ from nas.cost import arch_cost
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.roofline import Roofline
 
-__all__ = ["METHODS", "ValidationSet", "held_out_archs", "score", "scatter_plot", "validate"]
+__all__ = ["METHODS", "ValidationSet", "held_out_archs", "held_out_pruned", "score", "scatter_plot", "validate"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,17 @@ def held_out_archs(space, n: int, *, exclude: set[str], resolution: int | None =
         if d not in exclude:
             out.setdefault(d, a)
     return list(out.values())
+
+
+def held_out_pruned(space, n: int, *, exclude: set[str], resolution: int | None = None,
+                    seed: int = VALIDATION_SEED) -> list[Arch]:
+    """``n`` seeded networks of ``space`` narrowed as pruning narrows them
+    (``nas.latency.profiler.pruned_archs`` with the validation seed), none in ``exclude``."""
+    from nas.latency.profiler import pruned_archs
+
+    out = {a.digest(): a for a in pruned_archs(space, 2 * n, resolution=resolution, seed=seed)
+           if a.digest() not in exclude}
+    return list(out.values())[:n]
 
 
 @dataclass
