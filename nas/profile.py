@@ -37,16 +37,17 @@ def run(cfg: DictConfig) -> dict:
     ss = cfg.search_space
     names = list_spaces() if not ss else [str(ss)] if isinstance(ss, str) else [str(n) for n in ss]
     resolution = cfg.resolution or target.get("resolution")
+    spaces = [load_space(n) for n in names]
     keys = []
-    for n in names:
-        keys += load_space(n).unique_blocks(resolution=resolution, in_chans=list(cfg.in_chans or ()),
+    for sp in spaces:
+        keys += sp.unique_blocks(resolution=resolution, in_chans=list(cfg.in_chans or ()),
                                             num_classes=list(cfg.num_classes or ()))
     for m in cfg.models or []:
         from nas.convert import arch_from_spec
 
         keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
     # narrowed networks as structured pruning leaves them: their blocks and the networks themselves
-    pruned = [a for n in names for a in pruned_archs(load_space(n), cfg.pruned_networks, resolution=resolution)]
+    pruned = [a for sp in spaces for a in pruned_archs(sp, cfg.pruned_networks, resolution=resolution)]
     keys += [k for a in pruned for k in a.keys()]
     keys = list(dict.fromkeys(keys))
     where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
@@ -86,14 +87,14 @@ def run(cfg: DictConfig) -> dict:
             table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} ({why}; allow_mismatch)"
     else:
         table.check_target({**target, "device": {"name": here}}, allow_mismatch=cfg.allow_mismatch)
-        why = device_mismatch(table.metadata.get("device"), ident, exact=True)
+        why = table.measured_elsewhere(ident)
         if why and not cfg.allow_mismatch:
             raise ValueError(
                 f"{out} holds measurements from another processor: {why}. Adding to it would mix two machines' "
                 f"timings in one table; measure into a new file (out=<path>), or pass allow_mismatch=true"
             )
     R = settings.rounds
-    nets = [a for n in names for a in calibration_archs(load_space(n), cfg.calibration_networks,
+    nets = [a for sp in spaces for a in calibration_archs(sp, cfg.calibration_networks,
                                                         resolution=resolution)] + pruned
     missing = len(table.missing(keys))
     print(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "

@@ -21,7 +21,7 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.predictor import LatencyPredictor, load_latency_model, table_networks
     from nas.latency.profiler import ProfileSettings
     from nas.latency.roofline import Roofline
-    from nas.latency.runtimes import device_identity, device_mismatch, get_runtime
+    from nas.latency.runtimes import device_identity, get_runtime
     from nas.latency.validate import (
         METHODS,
         held_out_archs,
@@ -37,7 +37,7 @@ def run(cfg: DictConfig) -> dict:
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target['name']!r} has no measured table to validate: {model.warning}")
     ident = device_identity((target.get("device") or {}).get("kind", "cpu"))
-    why = device_mismatch({**(model.table_.metadata.get("device") or {}), "name": model.device}, ident, exact=True)
+    why = model.table_.measured_elsewhere(ident)
     if why and not cfg.allow_mismatch:
         raise ValueError(f"the table was measured on {model.device!r} but {why}: validate on "
                          f"the device the table describes (or pass allow_mismatch=true)")

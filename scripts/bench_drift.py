@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nas.latency.profiler import ProfileSettings, measure_arch, measure_key  # noqa: E402
-from nas.latency.runtimes import device_identity, device_mismatch, get_runtime  # noqa: E402
+from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.train_lib import load_target  # noqa: E402
 
@@ -46,7 +46,7 @@ def main() -> None:
     target = load_target(a.target)
     table = LatencyTable.load(resolve_table_path(target["table"]))
     table.check_target(target)
-    why = device_mismatch(table.metadata.get("device"), device_identity(), exact=True)
+    why = table.measured_elsewhere()
     if why:
         sys.exit(f"{a.target}: its table was measured on another machine ({why}); run this there")
     runtime, settings = get_runtime(target), ProfileSettings()

@@ -32,7 +32,7 @@ from nas.convert import from_timm  # noqa: E402
 from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
 from nas.latency.profiler import ProfileSettings  # noqa: E402
 from nas.latency.roofline import Roofline  # noqa: E402
-from nas.latency.runtimes import device_identity, device_mismatch, get_runtime  # noqa: E402
+from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.validate import (  # noqa: E402
     METHODS,
@@ -164,7 +164,7 @@ def main() -> None:
         target = load_target(tname)
         table = LatencyTable.load(resolve_table_path(target["table"]))
         table.check_target(target)
-        why = device_mismatch(table.metadata.get("device"), device_identity(), exact=True)
+        why = table.measured_elsewhere()
         if why:
             sys.exit(f"{tname}: its table was measured on another machine ({why}); this benchmark measures "
                      "here, so run it on that machine, or pick this machine's targets with --targets")

@@ -299,6 +299,11 @@ def test_device_mismatch():
     assert device_mismatch(old_table, here, exact=True) is None
     ident = device_identity()  # this machine is its own device
     assert device_mismatch(ident, ident, exact=True) is None
+    # a table answers for the machine it was measured on
+    t = LatencyTable(metadata={"device": dict(ident)})
+    assert t.measured_elsewhere() is None
+    t.metadata["device"]["cpu_flags"] = ["made_up_isa"]
+    assert "made_up_isa" in t.measured_elsewhere()
 
 
 def test_cli_bundle(tmp_path):

@@ -67,34 +67,30 @@ def _register(name: str):
 # device identity
 
 
-def _cpu_name() -> str:
+def _cpuinfo() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                return line.split(":", 1)[1].strip()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        return ""
+
+
+def _cpu_name(text: str) -> str:
+    for line in text.splitlines():
+        if line.lower().startswith(("model name", "hardware", "cpu model")):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
-def _cpu_flags() -> list[str]:
+def _cpu_flags(text: str) -> list[str]:
     interesting = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile",
                    "amx_int8", "amx_bf16", "asimd", "asimddp", "sve", "neon"}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
     m = re.search(r"^(flags|Features)\s*:\s*(.*)$", text, re.M)
     return sorted(set(m.group(2).split()) & interesting) if m else []
 
 
-def _cpu_model() -> dict[str, str]:
-    """x86 CPU family / model / stepping from /proc/cpuinfo (empty elsewhere): the same model name can hide
-    different microarchitectures on cloud machines (``AMD EPYC`` is Zen 3 at family 25, Zen 5 at 26)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
+def _cpu_model(text: str) -> dict[str, str]:
+    """x86 CPU family / model / stepping (empty elsewhere): the same model name can hide different
+    microarchitectures on cloud machines (``AMD EPYC`` is Zen 3 at family 25, Zen 5 at 26)."""
     out = {}
     for key, field in (("cpu family", "cpu_family"), ("model", "cpu_model"), ("stepping", "cpu_stepping")):
         m = re.search(rf"^{key}\s*:\s*(\S+)\s*$", text, re.M)
@@ -123,11 +119,12 @@ def _jetpack() -> str | None:
 
 def device_identity(kind: str = "cpu") -> dict[str, Any]:
     """What this machine is, for table metadata: CPU model and flags, GPU name, driver, JetPack."""
+    info = _cpuinfo()
     ident: dict[str, Any] = {
         "kind": kind,
-        "cpu": _cpu_name(),
-        "cpu_flags": _cpu_flags(),
-        **_cpu_model(),
+        "cpu": _cpu_name(info),
+        "cpu_flags": _cpu_flags(info),
+        **_cpu_model(info),
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "os": platform.platform(),

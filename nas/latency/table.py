@@ -255,6 +255,15 @@ class LatencyTable:
         return table
 
     # ------------------------------------------------------------------------------------
+    def measured_elsewhere(self, here: dict[str, Any] | None = None) -> str | None:
+        """Why this machine (``here``, default ``device_identity()`` of the table's device kind) is not the
+        processor the table was measured on, or None: name, ISA flags and CPU family/model must all be the same."""
+        from nas.latency.runtimes import device_identity, device_mismatch
+
+        dev = self.metadata.get("device") or {}
+        dev = {**dev, "name": str(dev.get("name", "?"))}
+        return device_mismatch(dev, here or device_identity(dev.get("kind", "cpu")), exact=True)
+
     def check_target(self, target: dict[str, Any], *, allow_mismatch: bool = False) -> list[str]:
         """Compare metadata with a target config; raise ``TableMismatchError`` on a difference.
 
