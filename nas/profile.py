@@ -31,6 +31,9 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.table import LatencyTable, resolve_table_path
     from nas.space import list_spaces, load_space
 
+    for opt in ("calibration_networks", "pruned_networks"):
+        if cfg[opt] < 0:
+            raise ValueError(f"{opt}={cfg[opt]}: a count of networks per space, 0 or more")
     target = OmegaConf.to_container(cfg.conf, resolve=True)
     settings = ProfileSettings(**OmegaConf.to_container(cfg.profile))
     out = Path(cfg.out) if cfg.out else resolve_table_path(target["table"] or f"{target['name']}.json")

@@ -32,6 +32,9 @@ def run(cfg: DictConfig) -> dict:
     )
     from nas.space import list_spaces, load_space
 
+    for opt in ("n", "pruned"):
+        if cfg[opt] < 0:
+            raise ValueError(f"{opt}={cfg[opt]}: a count of held-out networks, 0 or more")
     target = OmegaConf.to_container(cfg.conf, resolve=True)
     model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
     if not isinstance(model, LatencyPredictor):

@@ -69,3 +69,6 @@ def test_validate_cli(table, tmp_path):
     r2 = run("nas.validate", *args, cwd=tmp_path)
     assert r2.returncode == 0 and "measuring held-out" not in r2.stderr
     assert json.loads(out.read_text())["points"] == rep["points"]
+    r3 = run("nas.validate", "conf=cpu", *HERE, f"conf.table={table}", "pruned=-2", f"out={tmp_path / 'neg.json'}",
+             cwd=tmp_path)
+    assert r3.returncode == 2 and "pruned=-2" in r3.stderr and not (tmp_path / "neg.json").exists()

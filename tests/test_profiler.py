@@ -269,6 +269,8 @@ def test_cli_end_to_end(tmp_path):
     # a config typo fails at start
     r = _cli("conf=cpu", "conf.thredas=2", cwd=tmp_path)
     assert r.returncode != 0 and "thredas" in r.stderr
+    r = _cli("conf=cpu", "pruned_networks=-1", f"out={tmp_path / 'neg.json'}", cwd=tmp_path)
+    assert r.returncode == 2 and "pruned_networks=-1" in r.stderr and not (tmp_path / "neg.json").exists()
     # the table is checked against the target when resuming
     r = _cli("conf=cpu_int8", *HERE, "search_space=tiny", f"out={out}", "limit=1", cwd=tmp_path)
     assert r.returncode == 2 and "precision: table has 'fp32'" in r.stderr
