@@ -167,7 +167,7 @@ class PipelineSettings:
 
     PRUNE_DEFAULTS: ClassVar[dict[str, Any]] = {
         "enabled": True, "target_ms": None, "ratio": 0.7, "criterion": "l1", "multiple": None, "min_keep": 0.25,
-        "taylor_batches": 16, "epochs": 10, "lr": 0.002}
+        "lookahead": 4, "taylor_batches": 16, "epochs": 10, "lr": 0.002}
     QAT_DEFAULTS: ClassVar[dict[str, Any]] = {
         "enabled": True, "epochs": 4, "lr": 0.0005, "freeze_epochs": 1, "reduce_range": True, "ema": 0.01,
         "calib_batches": 16}
@@ -190,6 +190,7 @@ class PipelineSettings:
         _pos("prune.epochs", p["epochs"], integer=True, zero=True)
         _pos("prune.lr", p["lr"])
         _pos("prune.taylor_batches", p["taylor_batches"], integer=True)
+        _pos("prune.lookahead", p["lookahead"], integer=True)
         _pos("qat.epochs", q["epochs"], integer=True, zero=True)
         _pos("qat.lr", q["lr"])
         _pos("qat.freeze_epochs", q["freeze_epochs"], integer=True, zero=True)
@@ -711,7 +712,8 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
                 batches = [b for _, b in zip(range(p["taylor_batches"]), it)]
             imp = channel_importance(model, channel_units(arch0), p["criterion"], batches=batches)
             plan = plan_pruning(arch0, imp, ctx.guide.predict, target_ms=target_ms, multiple=ctx.multiple,
-                                se_ratio=ctx.se_ratio, criterion=p["criterion"], min_keep=p["min_keep"])
+                                se_ratio=ctx.se_ratio, criterion=p["criterion"], min_keep=p["min_keep"],
+                                lookahead=p["lookahead"])
             atomic_write_json(plan_path, plan.to_dict())
         pruned = apply_plan(model, plan)
         hist = fit(pruned, data, settings=s.train, epochs=p["epochs"], lr=p["lr"], ckpt=mdir / "pruned.ckpt",

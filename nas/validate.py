@@ -23,7 +23,7 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.roofline import Roofline
     from nas.latency.runtimes import device_identity, get_runtime
     from nas.latency.validate import (
-        METHODS,
+        RESCALED,
         held_out_archs,
         held_out_pruned,
         measure_held_out,
@@ -32,7 +32,7 @@ def run(cfg: DictConfig) -> dict:
     )
     from nas.space import list_spaces, load_space
 
-    for opt in ("n", "pruned"):
+    for opt in ("n", "pruned", "drift_anchors"):
         if cfg[opt] < 0:
             raise ValueError(f"{opt}={cfg[opt]}: a count of held-out networks, 0 or more")
     target = OmegaConf.to_container(cfg.conf, resolve=True)
@@ -71,7 +71,8 @@ def run(cfg: DictConfig) -> dict:
           f"{runtime.name} {runtime.version()} on {ident['name']}", flush=True)
     try:
         vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
-                              progress=cfg.progress, table=model.table_)
+                              progress=cfg.progress, table=model.table_ if cfg.drift_anchors else None,
+                              anchors_per_group=cfg.drift_anchors)
     except KeyboardInterrupt:
         print(f"\ninterrupted: measurements so far are cached beside {out}; run again to continue", file=sys.stderr)
         sys.exit(130)
@@ -82,8 +83,7 @@ def run(cfg: DictConfig) -> dict:
     atomic_write_json(out, report)
     png = scatter_plot(report, out.with_suffix(".png"), title=f"{target['name']}: {model.device}")
     rows = []
-    for m in METHODS:
-        s = report["methods"][m]
+    for m, s in report["methods"].items():
         rows.append([m, f"{100 * s['within_5pct']:.1f}%", f"{100 * s['within_10pct']:.1f}%", f"{s['mape']:.2f}%",
                      f"{s['kendall_tau']:.4f}", s["n"]])
     print(fmt_table(rows, ["method", "within ±5%", "within ±10%", "MAPE", "Kendall τ", "n"]))
@@ -93,6 +93,10 @@ def run(cfg: DictConfig) -> dict:
               f"MAPE {s['mape']:.2f}%, τ {s['kendall_tau']:.3f} (n={s['n']})")
     for g, d in report.get("drift", {}).items():
         print(f"  drift check on {g}: calibration networks now run at {d['now_over_table']:.3f}x their table figure")
+    if "drift_scale" in report:
+        d = report["drift_scale"]
+        print(f"  drift scale {d['now_over_table']:.3f} (median of {d['n']} calibration networks re-measured now): "
+              f"{RESCALED} = predictor x {d['now_over_table']:.3f}")
     if "drift_warning" in report:
         print(f"WARNING: {report['drift_warning']}")
     print(f"report: {out}\nplot:   {png}")

@@ -35,7 +35,6 @@ from nas.latency.roofline import Roofline  # noqa: E402
 from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.validate import (  # noqa: E402
-    METHODS,
     held_out_archs,
     held_out_pruned,
     measure_held_out,
@@ -198,11 +197,10 @@ def main() -> None:
         scatter_plot(report, out / f"predictor_{tname}.png", title=f"{tname}: {pred.device}")
         results[tname] = report
         print(f"\n== {tname}: {pred.describe()}")
-        print(f"{'group':24s} {'method':13s} {'±5%':>7s} {'±10%':>7s} {'MAPE':>7s} {'τ':>7s} {'n':>5s}")
+        print(f"{'group':24s} {'method':18s} {'±5%':>7s} {'±10%':>7s} {'MAPE':>7s} {'τ':>7s} {'n':>5s}")
         for g, per in [("all", report["methods"]), *report["groups"].items()]:
-            for m in METHODS:
-                s = per[m]
-                print(f"{g:24s} {m:13s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
+            for m, s in per.items():
+                print(f"{g:24s} {m:18s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
                       f"{s['mape']:6.2f}% {s['kendall_tau']:7.3f} {s['n']:5d}")
         for which, per in report["learned_model"].items():
             for name, st in per.items():
@@ -211,11 +209,17 @@ def main() -> None:
         for p in report["points"]:
             if p["group"].startswith("timm"):
                 err = 100 * (p["predictor"] / p["measured_ms"] - 1)
+                now = (f", rescaled {100 * (p['predictor_rescaled'] / p['measured_ms'] - 1):+5.1f}%"
+                       if "predictor_rescaled" in p else "")
                 print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
-                      f"{p['predictor']:.3f} ({err:+5.1f}%); layers: {p['layers_measured']} measured, "
+                      f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "
                       f"{p['layers_learned']} learned")
         for g, d in report.get("drift", {}).items():
             print(f"drift check {g}: calibration networks now at {d['now_over_table']:.3f}x their table latency")
+        if "drift_scale" in report:
+            d = report["drift_scale"]
+            print(f"predictor_rescaled = predictor x {d['now_over_table']:.3f} (median over {d['n']} re-measured "
+                  "calibration networks)")
         for name, t in report["throughput"].items():
             print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
                   f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "

@@ -58,8 +58,13 @@ def test_validate_cli(table, tmp_path):
     assert set(rep["groups"]) == {"tiny", "tiny pruned", "timm"} and rep["groups"]["tiny pruned"]["predictor"]["n"] == 2
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert "Kendall" in r.stdout and "report:" in r.stdout
-    assert set(rep["drift"]) == {"tiny"} and rep["drift"]["tiny"]["n"] == 5  # the drift check ran
+    assert set(rep["drift"]) == {"tiny"} and rep["drift"]["tiny"]["n"] == 10  # the drift check ran
     assert 0.5 < rep["drift"]["tiny"]["now_over_table"] < 2.0
+    # ... and the predictor rescaled by it is scored as a fifth method, on the same held-out networks
+    scale = rep["drift_scale"]["now_over_table"]
+    assert rep["drift_scale"]["n"] == 10 and scale == pytest.approx(rep["drift"]["tiny"]["now_over_table"])
+    assert rep["methods"]["predictor_rescaled"]["n"] == 9 and "predictor_rescaled" in r.stdout
+    assert all(p["predictor_rescaled"] == pytest.approx(p["predictor"] * scale) for p in rep["points"])
     # held out: none of the validation networks is in the calibration set
     from nas.latency.table import LatencyTable
 
@@ -69,6 +74,12 @@ def test_validate_cli(table, tmp_path):
     r2 = run("nas.validate", *args, cwd=tmp_path)
     assert r2.returncode == 0 and "measuring held-out" not in r2.stderr
     assert json.loads(out.read_text())["points"] == rep["points"]
+    # drift_anchors=0: no drift check, the four methods only
+    r4 = run("nas.validate", *args[:-len(FAST) - 1], f"out={tmp_path / 'nd.json'}", "drift_anchors=0", *FAST,
+             cwd=tmp_path)
+    assert r4.returncode == 0, r4.stderr
+    nd = json.loads((tmp_path / "nd.json").read_text())
+    assert set(nd["methods"]) == {"predictor", "table_sum", "flops_linear", "roofline"} and "drift" not in nd
     r3 = run("nas.validate", "conf=cpu", *HERE, f"conf.table={table}", "pruned=-2", f"out={tmp_path / 'neg.json'}",
              cwd=tmp_path)
     assert r3.returncode == 2 and "pruned=-2" in r3.stderr and not (tmp_path / "neg.json").exists()

@@ -146,6 +146,41 @@ def test_plan_reaches_target_aligned_and_keeps_residuals(criterion):
     assert PrunePlan.from_dict(plan.to_dict()) == plan
 
 
+def _tiled_ms(archs, tile=32):
+    """A device whose kernels work on channels padded to ``tile``: MACs with every channel count
+    rounded up to the tile, so narrowing a layer by one group of 8 often changes nothing."""
+    def up(c):
+        return -(-c // tile) * tile
+
+    out = []
+    for a in archs:
+        ms = 0.0
+        for k in a.keys():
+            b = k.block
+            mid = getattr(b, "mid_ch", 0) or 0
+            ms += (up(k.in_ch) * up(mid or b.out_ch) + up(mid) * up(b.out_ch)) * k.in_h * k.in_w / 1e6 \
+                if hasattr(b, "out_ch") else 1e-3
+        out.append(ms)
+    return np.array(out)
+
+
+def test_lookahead_gets_past_tiles_wider_than_the_channel_group():
+    arch = _arch()
+    model = build(arch)
+    _random_bn(model)
+    imp = channel_importance(model, channel_units(arch), "l1")
+    before = float(_tiled_ms([arch])[0])
+    stuck = plan_pruning(arch, imp, _tiled_ms, target_ms=0.7 * before, multiple=8, lookahead=1)
+    assert not stuck.reached  # one group of 8 at a time never crosses a 32-channel tile
+    plan = plan_pruning(arch, imp, _tiled_ms, target_ms=0.7 * before, multiple=8)  # default lookahead=4
+    assert plan.reached and plan.predicted_ms_after <= 0.7 * before
+    ms = [s.predicted_ms for s in plan.steps]
+    assert all(b < a for a, b in zip([before, *ms], ms))  # every step still lowers the prediction
+    assert all(getattr(b, "out_ch", 8) % 8 == 0 and getattr(b, "mid_ch", 0) % 8 == 0 for b in plan.arch.blocks)
+    with pytest.raises(ValueError, match="lookahead must be a positive integer"):
+        plan_pruning(arch, imp, _tiled_ms, target_ms=0.7 * before, multiple=8, lookahead=0)
+
+
 def test_importance_ranks_dead_channels_last():
     arch = _arch()
     model = build(arch).eval()

@@ -34,7 +34,10 @@ over the channel's parameters) squared, averaged over the batches.
 Planning (``plan_pruning``): greedily, among the units that can still shrink by one group,
 take the step with the largest predicted latency saving per unit of importance removed (the
 candidates are scored by the target's latency model, which fills block shapes its table lacks
-with its learned model), until the prediction reaches ``target_ms``.
+with its learned model), until the prediction reaches ``target_ms``.  A step may remove up to
+``lookahead`` groups from one unit: where the kernels work in tiles wider than the group
+(AVX-512 pads channels to 16, a GPU to 32 or 64), one group less is often no faster and the
+greedy would stop early (it stopped at 0.77x on small Fashion-MNIST networks before).
 
 Why not torch-pruning: it traces the module graph to find the same coupled groups that the
 explicit-channel ``Arch`` already names, and its output is a modified ``nn.Module``, not an
@@ -424,6 +427,7 @@ def plan_pruning(
     min_channels: int | None = None,
     min_keep: float = 0.25,
     max_steps: int = 10_000,
+    lookahead: int = 4,
 ) -> PrunePlan:
     """Greedy latency-aware plan (see the module docs).
 
@@ -433,6 +437,9 @@ def plan_pruning(
     group).  The cost of a step is the share of its unit's importance it removes (``l1``,
     ``bn``: magnitudes are comparable only within a layer) or, for ``taylor`` (an estimate of
     the loss change, comparable across layers), the removed importance over the mean of all.
+    Each unit is tried at its next ``lookahead`` lower multiples: on a device whose kernels
+    work in wider tiles than the channel multiple (channels padded to the SIMD width), removing
+    one group can leave the latency unchanged while removing two lowers it.
     """
     if not 0 <= min_keep <= 1:
         raise ValueError(f"prune.min_keep must be in [0, 1], got {min_keep}")
@@ -440,6 +447,8 @@ def plan_pruning(
         raise ValueError(f"channel multiple must be a positive integer, got {multiple}")
     if not target_ms > 0:
         raise ValueError(f"prune target must be > 0 ms, got {target_ms}")
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
+        raise ValueError(f"prune lookahead must be a positive integer (channel groups), got {lookahead}")
     min_channels = multiple if min_channels is None else min_channels
     units = [u for u in channel_units(arch) if u.prunable]
     for u in units:
@@ -461,16 +470,19 @@ def plan_pruning(
         for u in units:
             if u.name in blocked:
                 continue
-            new_size = _next_size(sizes[u.name], multiple)
-            if new_size < floor[u.name]:
+            new_size, tried = sizes[u.name], 0
+            while tried < lookahead:
+                new_size = _next_size(new_size, multiple)
+                if new_size < floor[u.name]:
+                    break
+                tried += 1
+                trial = resize_arch(arch, units, {**sizes, u.name: new_size}, multiple=multiple, se_ratio=se_ratio)
+                if _skip_pattern(trial) != pattern:  # would add a residual: not this width
+                    continue
+                removed = order[u.name][u.size - sizes[u.name]: u.size - new_size]
+                cands.append((u, new_size, trial, float(weight[u.name][removed].sum())))
+            if not tried:
                 blocked.add(u.name)
-                continue
-            trial = resize_arch(arch, units, {**sizes, u.name: new_size}, multiple=multiple, se_ratio=se_ratio)
-            if _skip_pattern(trial) != pattern:  # would add a residual: not this width
-                blocked.add(u.name)
-                continue
-            removed = order[u.name][u.size - sizes[u.name]: u.size - new_size]
-            cands.append((u, new_size, trial, float(weight[u.name][removed].sum())))
         if not cands:
             break
         preds = np.asarray(latency([c[2] for c in cands]), dtype=np.float64)
