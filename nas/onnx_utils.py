@@ -6,6 +6,7 @@ import io
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -97,10 +98,13 @@ QDQ_SETTINGS = {
 }
 
 
-def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input") -> bytes:
+def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", **overrides: Any) -> bytes:
     """Static post-training quantization to QDQ ONNX (the form onnxruntime and TensorRT consume).
 
-    ``calib``: a list of numpy input batches for calibration.  Settings: ``QDQ_SETTINGS``.
+    ``calib``: a list of numpy input batches for calibration.  Settings: ``QDQ_SETTINGS``;
+    ``overrides`` replace any of them (by the same names, values as strings: ``quant_format="QOperator"``,
+    ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
+    ``op_types_to_quantize``, ``extra_options``); ``scripts/bench_quant.py`` compares them.
     """
     import tempfile
 
@@ -121,6 +125,8 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input") -> byt
             x = next(self._it, None)
             return None if x is None else {input_name: x}
 
+    enums = {"quant_format": lambda v: QuantFormat[v], "activation_type": lambda v: QuantType[v],
+             "weight_type": lambda v: QuantType[v], "calibrate_method": lambda v: CalibrationMethod[v]}
     root = logging.getLogger()
     level = root.level
     with tempfile.TemporaryDirectory() as d:
@@ -138,12 +144,7 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input") -> byt
                 str(pre),
                 str(dst),
                 Reader(),
-                quant_format=QuantFormat.QDQ,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                reduce_range=True,
-                calibrate_method=CalibrationMethod.MinMax,
+                **{k: enums.get(k, lambda v: v)(v) for k, v in {**QDQ_SETTINGS, **overrides}.items()},
             )
         finally:
             root.setLevel(level)

@@ -57,6 +57,7 @@ class PruneConfig:
     multiple: int | None = None  # channel group; null: the search space's channel_multiple
     min_keep: float = 0.25  # every layer keeps at least this share of its channels
     lookahead: int = 4  # each step tries a layer 1..lookahead channel groups narrower
+    measure_steps: int = 3  # target is this machine: re-plan until measured <= ratio x unpruned (0: predicted)
     taylor_batches: int = 16  # training batches for the taylor criterion
     epochs: int = 10  # fine-tuning
     lr: float = 0.002

@@ -167,7 +167,7 @@ class PipelineSettings:
 
     PRUNE_DEFAULTS: ClassVar[dict[str, Any]] = {
         "enabled": True, "target_ms": None, "ratio": 0.7, "criterion": "l1", "multiple": None, "min_keep": 0.25,
-        "lookahead": 4, "taylor_batches": 16, "epochs": 10, "lr": 0.002}
+        "lookahead": 4, "measure_steps": 3, "taylor_batches": 16, "epochs": 10, "lr": 0.002}
     QAT_DEFAULTS: ClassVar[dict[str, Any]] = {
         "enabled": True, "epochs": 4, "lr": 0.0005, "freeze_epochs": 1, "reduce_range": True, "ema": 0.01,
         "calib_batches": 16}
@@ -191,6 +191,7 @@ class PipelineSettings:
         _pos("prune.lr", p["lr"])
         _pos("prune.taylor_batches", p["taylor_batches"], integer=True)
         _pos("prune.lookahead", p["lookahead"], integer=True)
+        _pos("prune.measure_steps", p["measure_steps"], integer=True, zero=True)
         _pos("qat.epochs", q["epochs"], integer=True, zero=True)
         _pos("qat.lr", q["lr"])
         _pos("qat.freeze_epochs", q["freeze_epochs"], integer=True, zero=True)
@@ -668,6 +669,49 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     return rec
 
 
+def _measure_arch_ms(ctx: _Context, arch: Arch) -> float:
+    """``arch``'s fp32 latency measured here (random weights: the latency does not depend on them)."""
+    from nas.onnx_utils import export_onnx
+
+    g = torch.Generator().manual_seed(0)
+    shape = (arch.in_chans, arch.resolution, arch.resolution)
+    data = export_onnx(build(arch).eval(), torch.randn(1, *shape, generator=g), exporter="torchscript")
+    return measure_onnx(data, shape, ctx.targets["fp32"], ctx.s.export)["median_ms"]
+
+
+def _measured_pruning(ctx: _Context, arch0: Arch, plan: PrunePlan, make_plan: Callable[[float], PrunePlan],
+                      ratio: float, steps: int) -> tuple[PrunePlan, dict[str, Any]]:
+    """When the target is this machine: measure the planned network against the unpruned one (same
+    session, as a ratio) and, while it misses ``ratio``, re-plan, at most ``steps`` times.  The
+    next predicted target comes from the secant through the last two (predicted ratio, measured
+    ratio) points, the unpruned network (1, 1) first: exact when the predictor misses by a scale
+    or an offset.  The prediction guides the plan; the measurement decides when it is done."""
+    base = _measure_arch_ms(ctx, arch0)
+    before = plan.predicted_ms_before
+    pts = [(1.0, 1.0)]
+    tries = []
+    for i in range(steps + 1):
+        got = _measure_arch_ms(ctx, plan.arch) / base
+        pr = plan.predicted_ms_after / before
+        pts.append((pr, got))
+        tries.append({"target_ms": plan.target_ms, "predicted_ms": plan.predicted_ms_after,
+                      "predicted_ratio": pr, "measured_ratio": got})
+        log.info("pruning: predicted %.3fx, measured %.3fx of the unpruned network (want <= %.2fx)", pr, got, ratio)
+        if got <= ratio or not plan.reached or i == steps:
+            break
+        (p0, m0), (p1, m1) = pts[-2], pts[-1]
+        nxt_pr = p1 + (ratio - m1) * (p1 - p0) / (m1 - m0) if m1 < m0 and p1 < p0 else p1 * ratio / m1
+        nxt = make_plan(before * min(max(nxt_pr, 0.05), 0.995 * p1))
+        if nxt.arch == plan.arch:
+            break
+        plan = nxt
+    if tries[-1]["measured_ratio"] > ratio:
+        log.warning("pruning: the measured latency is %.3fx the unpruned network's, above %.2fx",
+                    tries[-1]["measured_ratio"], ratio)
+    return plan, {"unpruned_ms": base, "ratio": ratio, "tries": tries,
+                  "reached": tries[-1]["measured_ratio"] <= ratio}
+
+
 def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     s, data = ctx.s, ctx.data
     entry = ctx.run.entries[index]
@@ -697,7 +741,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     # 2. pruning
     if s.prune["enabled"]:
         p = s.prune
-        plan_path = mdir / "prune_plan.json"
+        plan_path, loop_path = mdir / "prune_plan.json", mdir / "prune_measured.json"
         if plan_path.is_file():
             plan = PrunePlan.from_dict(json.loads(plan_path.read_text()))
             if plan.original != arch0:
@@ -711,15 +755,24 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
                 it = data.batches("train", batch_size=s.train.batch_size, shuffle=True, generator=g)
                 batches = [b for _, b in zip(range(p["taylor_batches"]), it)]
             imp = channel_importance(model, channel_units(arch0), p["criterion"], batches=batches)
-            plan = plan_pruning(arch0, imp, ctx.guide.predict, target_ms=target_ms, multiple=ctx.multiple,
-                                se_ratio=ctx.se_ratio, criterion=p["criterion"], min_keep=p["min_keep"],
-                                lookahead=p["lookahead"])
+
+            def make_plan(ms: float) -> PrunePlan:
+                return plan_pruning(arch0, imp, ctx.guide.predict, target_ms=ms, multiple=ctx.multiple,
+                                    se_ratio=ctx.se_ratio, criterion=p["criterion"], min_keep=p["min_keep"],
+                                    lookahead=p["lookahead"])
+
+            plan = make_plan(target_ms)
+            if p["measure_steps"] and p["target_ms"] is None and s.export.measure and ctx.measure_here.get("fp32"):
+                plan, loop = _measured_pruning(ctx, arch0, plan, make_plan, p["ratio"], p["measure_steps"])
+                atomic_write_json(loop_path, loop)
             atomic_write_json(plan_path, plan.to_dict())
         pruned = apply_plan(model, plan)
         hist = fit(pruned, data, settings=s.train, epochs=p["epochs"], lr=p["lr"], ckpt=mdir / "pruned.ckpt",
                    seed=seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
                    stage=f"{mid} pruned")
         res["prune"] = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
+        if loop_path.is_file():
+            res["prune"]["measured"] = json.loads(loop_path.read_text())
         res["history"]["pruned"] = hist
         res["torch_accuracy"]["pruned"] = accuracy(pruned, data, split)
         final, final_arch = pruned, plan.arch
@@ -868,6 +921,12 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
             lines.append(f"- {m['id']}: pruned {p['predicted_ms_before']:.4f} → {p['predicted_ms_after']:.4f} ms "
                          f"predicted (target {p['target_ms']:.4f}, criterion {p['criterion']}, "
                          f"{len(p['steps'])} steps{'' if p['reached'] else ', TARGET NOT REACHED'})")
+            if p.get("measured"):
+                ml = p["measured"]
+                tries = " → ".join(f"{t['measured_ratio']:.3f}x" for t in ml["tries"])
+                miss = "" if ml["reached"] else f", ABOVE {ml['ratio']:.2f}x"
+                lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): {tries}{miss}"
+                             " (re-planned while the measured ratio missed prune.ratio)")
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 

@@ -3,8 +3,10 @@
 
 For each target (default: epyc_zen5 and epyc_zen5_int8, this machine's) and each shipped space, measures held-out
 architectures end to end on this machine (the same runtime, settings and interleaved rounds as
-the profiler), networks narrowed as nas.train's pruning narrows them (--pruned), plus timm EfficientNet-family models, and scores the calibrated predictor, the
-raw table sum, a FLOPs-linear fit and the roofline (see nas.latency.validate).  Then times the
+the profiler), networks narrowed as nas.train's pruning narrows them (--pruned), plus 41 timm
+mobile models (8 profiled, 16 not, 17 added later as a blind check; 12 of the EfficientNet
+family), and scores the calibrated predictor, the raw table sum, a FLOPs-linear fit, the
+roofline, and the predictor rescaled by the drift check (see nas.latency.validate).  Then times the
 predictor: predictions per second batched (the compiled per-space predictor on index arrays,
 and the Arch path) and microseconds for one Arch.
 
@@ -53,7 +55,32 @@ TIMM_MODELS = [
     "lcnet_050", "lcnet_075", "spnasnet_100", "tinynet_e",
     "mobilenetv2_110d", "mobilenetv2_120d", "tinynet_c", "mnasnet_075",
     "semnasnet_100", "efficientnet_lite1", "efficientnet_es", "mobilenetv3_large_150d",
+    # added 2026-11-23, after every change to the predictor that the first 24 informed: a blind
+    # check, never profiled (6 more of the EfficientNet family, 11 other mobile models)
+    "efficientnet_b1", "efficientnet_b2", "efficientnet_lite2", "tinynet_a", "tinynet_b", "tinynet_d",
+    "mobilenetv3_small_050", "lcnet_035", "lcnet_150", "mnasnet_050", "mnasnet_small", "mobilenetv2_075",
+    "mobilenetv2_035", "semnasnet_075", "semnasnet_140", "mnasnet_140", "fbnetv3_b",
 ]
+N_BLIND = 17  # the last N_BLIND of TIMM_MODELS
+
+
+def timm_group(m: str) -> str:
+    i = TIMM_MODELS.index(m)
+    return ("timm (profiled)" if i < 8 else "timm (not profiled)" if i < len(TIMM_MODELS) - N_BLIND
+            else "timm (blind)")
+
+
+def efficientnet_family(report: dict) -> dict:
+    """The issue's EfficientNet-family figure: efficientnet_* and tinynet_* among the timm models."""
+    from nas.latency.validate import score
+
+    pts = [p for p in report["points"] if p["group"].startswith("timm")
+           and p["arch"].startswith(("efficientnet", "tinynet"))]
+    if not pts:
+        return {}
+    meas = [p["measured_ms"] for p in pts]
+    return {m: {**score([p[m] for p in pts], meas), "models": [p["arch"] for p in pts]}
+            for m in ("predictor", "predictor_rescaled") if m in pts[0]}
 
 
 def load_target(name: str) -> dict:
@@ -153,6 +180,11 @@ def main() -> None:
                     help="held-out networks per space narrowed as pruning narrows them, per target")
     ap.add_argument("--timm", type=int, default=len(TIMM_MODELS), help="how many of the timm models")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    ap.add_argument("--rounds", type=int, default=ProfileSettings().rounds,
+                    help="interleaved rounds per held-out network (median over rounds); more rounds, less of the "
+                         "machine's drift in the measured figures")
+    ap.add_argument("--fresh", action="store_true",
+                    help="ignore the measurement caches of a previous run (re-measure every held-out network now)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -169,7 +201,7 @@ def main() -> None:
                      "here, so run it on that machine, or pick this machine's targets with --targets")
         pred = LatencyPredictor().fit(table)
         runtime = get_runtime(target)
-        settings = ProfileSettings()
+        settings = ProfileSettings(rounds=args.rounds)
         exclude = {a.digest() for a, _ in table_networks(table)}
         archs, groups = [], []
         for name in list_spaces():
@@ -181,15 +213,20 @@ def main() -> None:
             groups += [f"{name} pruned"] * len(got)
         for m in TIMM_MODELS[: args.timm]:
             archs.append(from_timm(m))
-            groups.append("timm (profiled)" if TIMM_MODELS.index(m) < 8 else "timm (not profiled)")
+            groups.append(timm_group(m))
         t0 = time.time()
-        vs = measure_held_out(archs, groups, runtime, settings, cache=out / f"predictor_{tname}.measurements.json",
+        cache = out / f"predictor_{tname}.measurements.json"
+        if args.fresh and cache.is_file():
+            cache.unlink()
+        vs = measure_held_out(archs, groups, runtime, settings, cache=cache,
                               progress=not args.no_progress, table=table)
         report = validate(pred, Roofline.from_target(target), vs)
         report["measure_seconds"] = time.time() - t0
+        report["rounds"] = settings.rounds
         report["table"] = pred.describe()
         report["calibration"] = {"coef": list(pred.coef_), "intercept": pred.intercept_,
                                  "networks": pred.n_calibration_}
+        report["efficientnet_family"] = efficientnet_family(report)
         report["throughput"] = throughput(pred)
         report["learned_model"] = learned_model_report(
             table, runtime, settings, [m for m in TIMM_MODELS[: args.timm] if TIMM_MODELS.index(m) >= 8],
@@ -214,6 +251,9 @@ def main() -> None:
                 print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
                       f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "
                       f"{p['layers_learned']} learned")
+        for m, st in report["efficientnet_family"].items():
+            print(f"EfficientNet family ({st['n']} models), {m}: within ±10% {100 * st['within_10pct']:.1f}%, "
+                  f"±5% {100 * st['within_5pct']:.1f}%, MAPE {st['mape']:.2f}%")
         for g, d in report.get("drift", {}).items():
             print(f"drift check {g}: calibration networks now at {d['now_over_table']:.3f}x their table latency")
         if "drift_scale" in report:

@@ -235,3 +235,32 @@ def test_errors_name_the_problem():
     plan = plan_pruning(arch, imp, _macs_ms, target_ms=0.9 * float(_macs_ms([arch])[0]), multiple=8)
     with pytest.raises(ValueError, match="not the plan's original Arch"):
         apply_plan(other, plan)
+
+
+def test_measured_pruning_replans_until_the_measurement_meets_the_ratio(monkeypatch):
+    """nas.train's closed loop (the target is this machine): the 'measured' latency here carries a fixed
+    per-network cost that the predictor (MACs) does not see, so the predicted 0.7x measures ~0.75x;
+    the loop re-plans until the measurement is <= 0.7x."""
+    import nas.train_lib as tl
+
+    arch = _arch()
+    model = build(arch)
+    _random_bn(model)
+    imp = channel_importance(model, channel_units(arch), "l1")
+    before = float(_macs_ms([arch])[0])
+
+    def make(ms):
+        return plan_pruning(arch, imp, _macs_ms, target_ms=ms, multiple=8)
+
+    measured = []
+    monkeypatch.setattr(tl, "_measure_arch_ms",
+                        lambda ctx, a: measured.append(a) or float(_macs_ms([a])[0]) + 0.2 * before)
+    plan0 = make(0.7 * before)
+    plan, loop = tl._measured_pruning(None, arch, plan0, make, 0.7, 3)
+    assert loop["tries"][0]["measured_ratio"] > 0.72  # the prediction alone misses
+    assert loop["reached"] and loop["tries"][-1]["measured_ratio"] <= 0.7 and 1 < len(loop["tries"]) <= 4
+    assert plan.predicted_ms_after < plan0.predicted_ms_after and plan.original == arch
+    assert measured[0] == arch and loop["unpruned_ms"] == pytest.approx(1.2 * before)
+    # measure_steps=0: measured and reported, not re-planned
+    plan_b, loop_b = tl._measured_pruning(None, arch, plan0, make, 0.7, 0)
+    assert plan_b is plan0 and len(loop_b["tries"]) == 1 and not loop_b["reached"]

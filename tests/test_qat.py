@@ -164,3 +164,44 @@ def test_export_needs_calibration_and_settings_are_checked():
         set_observers(q, "sometimes")
     with pytest.raises(ValueError, match="needs a network built by nas.build"):
         prepare_qat(torch.nn.Conv2d(1, 1, 1))
+
+
+def test_quantize_overrides_and_bench_quant_variants():
+    """quantize_qdq's overrides reach onnxruntime (QOperator nodes, excluded convs stay fp32), and
+    scripts/bench_quant.py's variants build the graphs they name."""
+    import importlib.util
+    from pathlib import Path
+
+    import onnx
+
+    from nas.build import build
+    from nas.onnx_utils import export_onnx, quantize_qdq
+    from nas.space import load_space
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_quant", Path(__file__).resolve().parent.parent / "scripts" / "bench_quant.py")
+    bq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bq)
+    torch.manual_seed(0)
+    arch = load_space("tiny").random(3).with_head(in_chans=1).with_resolution(16)
+    x = torch.randn(1, 1, 16, 16)
+    fp32 = export_onnx(build(arch).eval(), x, exporter="torchscript")
+    calib = [torch.randn(1, 1, 16, 16).numpy() for _ in range(2)]
+
+    def ops(data):
+        return [n.op_type for n in onnx.load_from_string(data).graph.node]
+
+    assert "QuantizeLinear" in ops(quantize_qdq(fp32, calib)) and "QLinearConv" not in ops(quantize_qdq(fp32, calib))
+    assert "QLinearConv" in ops(quantize_qdq(fp32, calib, quant_format="QOperator"))
+    dw = bq._excluded(fp32, "depthwise")
+    spatial = bq._excluded(fp32, "spatial")
+    assert dw and set(dw) < set(spatial)
+    q = onnx.load_from_string(bq.quantize(fp32, calib, bq.VARIANTS["no_depthwise"]))
+    conv_w = {n.name: n.input[1] for n in q.graph.node if n.op_type == "Conv"}
+    dq_out = {n.output[0] for n in q.graph.node if n.op_type == "DequantizeLinear"}
+    inits = {i.name for i in q.graph.initializer}
+    for name in dw:  # an excluded depthwise conv reads its fp32 weight, not a dequantized one
+        w = next(v for k, v in conv_w.items() if k.startswith(name) or k == name)
+        assert w in inits and w not in dq_out
+    with pytest.raises(KeyError):
+        quantize_qdq(fp32, calib, activation_type="QInt3")
