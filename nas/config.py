@@ -93,6 +93,9 @@ class ProfileAppConfig:
     calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
     # + this many per space narrowed as nas.train's pruning narrows them (blocks and networks)
     pruned_networks: int = 20
+    # >0: measure nothing new; re-measure this many of the table's calibration networks per space and
+    # store their median now/table ratio (metadata.refresh), by which the predictor scales
+    refresh: int = 0
     models: list[str] | None = None  # timm:<name> models whose blocks are measured too (never calibrated on)
     # stems for these input channels and heads for these class counts too, beside each space's
     # own: a search deploys its networks with the dataset's (Fashion-MNIST: 1 channel, 10 classes)

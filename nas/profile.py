@@ -31,7 +31,7 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.table import LatencyTable, resolve_table_path
     from nas.space import list_spaces, load_space
 
-    for opt in ("calibration_networks", "pruned_networks"):
+    for opt in ("calibration_networks", "pruned_networks", "refresh"):
         if cfg[opt] < 0:
             raise ValueError(f"{opt}={cfg[opt]}: a count of networks per space, 0 or more")
     target = OmegaConf.to_container(cfg.conf, resolve=True)
@@ -96,6 +96,8 @@ def run(cfg: DictConfig) -> dict:
                 f"{out} holds measurements from another processor: {why}. Adding to it would mix two machines' "
                 f"timings in one table; measure into a new file (out=<path>), or pass allow_mismatch=true"
             )
+    if cfg.refresh:
+        return _refresh(table, out, runtime, settings, cfg.refresh, progress=cfg.progress)
     R = settings.rounds
     nets = [a for sp in spaces for a in calibration_archs(sp, cfg.calibration_networks,
                                                         resolution=resolution)] + pruned
@@ -123,6 +125,40 @@ def run(cfg: DictConfig) -> dict:
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "requested": rep.requested, "networks": len(table.networks),
             "network_seconds": nrep.seconds, "rounds": R}
+
+
+def _refresh(table, out: Path, runtime, settings, per_space: int, *, progress: bool) -> dict:
+    """Re-measure ``per_space`` of the table's calibration networks per space now and store the
+    median now/table ratio in its metadata (``refresh``); the predictor scales by it.  Entries
+    and networks are left as measured; only the ``refresh`` record is replaced."""
+    import numpy as np
+
+    from nas.latency.table import now_iso
+    from nas.latency.validate import anchor_archs, measure_held_out
+
+    if not table.networks:
+        raise ValueError(f"refresh={per_space}: {out} holds no calibration networks to re-measure; build the table "
+                         "first (nas.profile without refresh=)")
+    archs = anchor_archs(table, per_space)
+    groups = [a.name or "?" for a in archs]
+    print(f"refresh: re-measuring {len(archs)} of the table's calibration networks ({settings.rounds} round(s)) "
+          f"with {runtime.name} {runtime.version()}", flush=True)
+    try:
+        vs = measure_held_out(archs, groups, runtime, settings, cache=None, progress=progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {out} is unchanged", file=sys.stderr)
+        sys.exit(130)
+    ratios = np.array([now / table.networks[a].median_ms for a, now in zip(archs, vs.measured_ms)])
+    per = {g: float(np.median(ratios[[x == g for x in groups]])) for g in dict.fromkeys(groups)}
+    rec = {"now_over_table": float(np.median(ratios)), "networks": len(archs), "per_space": per,
+           "measured_at": now_iso(), "rounds": settings.rounds,
+           "previous": (table.metadata.get("refresh") or {}).get("now_over_table")}
+    table.metadata["refresh"] = rec
+    table.save(out)
+    print(f"refresh: the table's calibration networks now run at {rec['now_over_table']:.3f}x their table figures "
+          f"({', '.join(f'{g} {v:.3f}x' for g, v in per.items())}); predictions from {out} are scaled by it "
+          f"(the entries themselves are unchanged)")
+    return {"table": str(out), "refresh": rec}
 
 
 @hydra_app("profile")

@@ -36,7 +36,8 @@ def run(cfg: DictConfig) -> dict:
         if cfg[opt] < 0:
             raise ValueError(f"{opt}={cfg[opt]}: a count of held-out networks, 0 or more")
     target = OmegaConf.to_container(cfg.conf, resolve=True)
-    model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
+    # the table as built: a refresh record is not applied (predictor_rescaled is the drift check's)
+    model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target['name']!r} has no measured table to validate: {model.warning}")
     ident = device_identity((target.get("device") or {}).get("kind", "cpu"))

@@ -202,7 +202,7 @@ def main() -> None:
         if why:
             sys.exit(f"{tname}: its table was measured on another machine ({why}); this benchmark measures "
                      "here, so run it on that machine, or pick this machine's targets with --targets")
-        pred = LatencyPredictor().fit(table)
+        pred = LatencyPredictor(refresh=False).fit(table)  # the table as built
         runtime = get_runtime(target)
         settings = ProfileSettings(rounds=args.rounds)
         exclude = {a.digest() for a, _ in table_networks(table)}

@@ -83,3 +83,47 @@ def test_validate_cli(table, tmp_path):
     r3 = run("nas.validate", "conf=cpu", *HERE, f"conf.table={table}", "pruned=-2", f"out={tmp_path / 'neg.json'}",
              cwd=tmp_path)
     assert r3.returncode == 2 and "pruned=-2" in r3.stderr and not (tmp_path / "neg.json").exists()
+
+
+def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.table import LatencyTable
+    from nas.space import load_space
+
+    t = tmp_path / "t.json"
+    shutil.copy(table, t)
+    before = LatencyTable.load(t)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *FAST, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "now run at" in r.stdout and "unchanged" in r.stdout
+    after = LatencyTable.load(t)
+    rf = after.metadata["refresh"]
+    assert rf["networks"] == 3 and set(rf["per_space"]) == {"tiny"} and 0.5 < rf["now_over_table"] < 2.0
+    assert rf["previous"] is None and rf["measured_at"]
+    # measurements untouched: every entry and network as measured
+    assert {k: e.median_ms for k, e in after.entries.items()} == {k: e.median_ms for k, e in before.entries.items()}
+    assert {a: e.median_ms for a, e in after.networks.items()} == {a: e.median_ms for a, e in before.networks.items()}
+    archs = [load_space("tiny").random(s).with_resolution(32) for s in range(5)]
+    built = LatencyPredictor(refresh=False).fit(after)
+    now = LatencyPredictor().fit(after)
+    np.testing.assert_allclose(now.predict(archs), rf["now_over_table"] * built.predict(archs), rtol=1e-9)
+    np.testing.assert_allclose(built.predict(archs), LatencyPredictor().fit(before).predict(archs), rtol=1e-12)
+    sp = load_space("tiny")
+    P = sp.sample_indices(20, rng=1)
+    np.testing.assert_allclose(now.compile(sp).predict_indices(P),  # the vectorised path is rescaled too
+                               rf["now_over_table"] * built.compile(sp).predict_indices(P), rtol=1e-9)
+    assert "rescaled x" in now.describe() and "rescaled x" in now.explain(archs[0]).label()
+    assert "rescaled" not in built.describe() and "rescaled" not in built.explain(archs[0]).label()
+    load_space("tiny").random(5).save(tmp_path / "a.json")
+    r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={t}", f"arch={tmp_path / 'a.json'}", cwd=tmp_path)
+    assert r.returncode == 0 and "rescaled x" in r.stdout, r.stderr
+    # a table without calibration networks: a clear error, the file unchanged
+    empty = tmp_path / "empty.json"
+    LatencyTable(metadata=after.metadata, entries=dict(after.entries), path=empty).save(empty)
+    data = empty.read_bytes()
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={empty}", "refresh=3", *FAST, cwd=tmp_path)
+    assert r.returncode == 2 and "no calibration networks" in r.stderr and empty.read_bytes() == data

@@ -34,6 +34,7 @@ class Prediction:
     n_estimated: int = 0  # layers estimated by the roofline
     calibrated: bool = False
     mismatched: bool = False  # the table's metadata did not match the target (allowed explicitly)
+    rescale: float = 1.0  # the table's refresh: calibration networks re-measured now over their table figure
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -47,7 +48,8 @@ class Prediction:
             parts.append(f"{self.n_learned} learned")
         cal = ", calibrated" if self.calibrated else ""
         mm = ", TABLE MISMATCH allowed" if self.mismatched else ""
-        return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{mm})"
+        rs = f", rescaled x{self.rescale:.3f} by its refresh" if self.rescale != 1.0 else ""
+        return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{rs}{mm})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -143,12 +143,17 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         calibrate: fit the whole-network calibration when the table has network measurements.
         learned: fit the learned per-block model (else missing keys raise ``KeyError``).
         random_state: seed of the learned model.
+        refresh: apply the table's refresh (``python -m nas.profile refresh=N``: some of its
+            calibration networks re-measured later; every prediction is scaled by their median
+            now/table ratio, and says so).  ``nas.validate`` scores the table as built (False).
     """
 
     source = "measured"
 
-    def __init__(self, *, calibrate: bool = True, learned: bool = True, random_state: int = 0) -> None:
+    def __init__(self, *, calibrate: bool = True, learned: bool = True, random_state: int = 0,
+                 refresh: bool = True) -> None:
         self.calibrate, self.learned, self.random_state = calibrate, learned, random_state
+        self.refresh = refresh
 
     # -- fitting --------------------------------------------------------------------------
     def fit(self, table: LatencyTable, networks: Sequence[tuple[Arch, float]] | None = None,
@@ -184,6 +189,10 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         elif self.calibrate and nets:
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)
+        rf = table.metadata.get("refresh") if self.refresh else None
+        self.rescale_ = float(rf["now_over_table"]) if rf else 1.0
+        self.coef_ = self.coef_ * self.rescale_
+        self.intercept_ = self.intercept_ * self.rescale_
         return self
 
     # -- prediction -----------------------------------------------------------------------
@@ -230,7 +239,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             ms += v if v is not None else self._contribution(k)
             n_learn += k not in lookup
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
-                          0, self.calibration_ is not None, self.mismatched_)
+                          0, self.calibration_ is not None, self.mismatched_, self.rescale_)
 
     def predict(self, archs: Sequence[Arch] | Arch) -> np.ndarray:
         check_is_fitted(self, "lookup_")
@@ -271,6 +280,10 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
     def describe(self) -> str:
         check_is_fitted(self, "lookup_")
         cal = f"calibrated on {self.n_calibration_} measured networks" if self.calibration_ is not None else "uncalibrated"
+        rf = self.table_.metadata.get("refresh") if self.rescale_ != 1.0 else None
+        if rf:
+            cal += (f"; rescaled x{self.rescale_:.3f}: {rf['networks']} of them re-measured {rf['measured_at']} "
+                    f"(nas.profile refresh)")
         return f"latency predictor on table: {self.table_.describe()}; {cal}"
 
 
