@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nas.config import CONF_DIR, register_configs
 from nas.latency.runtimes import RuntimeUnavailable
 
-__all__ = ["fmt_table", "hydra_app", "user_errors"]
+__all__ = ["check_counts", "fmt_table", "hydra_app", "user_errors"]
 
 register_configs()
 
@@ -36,6 +36,13 @@ def hydra_app(config_name: str) -> Callable:
     import hydra
 
     return hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
+
+
+def check_counts(cfg: Any, counts: Mapping[str, str]) -> None:
+    """A clear error for a negative count option: ``counts`` maps option name -> what it counts."""
+    for opt, what in counts.items():
+        if cfg[opt] < 0:
+            raise ValueError(f"{opt}={cfg[opt]}: a count of {what}, 0 or more")
 
 
 def fmt_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:

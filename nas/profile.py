@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas._cli import hydra_app, user_errors
+from nas._cli import check_counts, hydra_app, user_errors
 
 log = logging.getLogger("nas.profile")
 
@@ -31,9 +31,7 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.table import LatencyTable, resolve_table_path
     from nas.space import list_spaces, load_space
 
-    for opt in ("calibration_networks", "pruned_networks", "refresh"):
-        if cfg[opt] < 0:
-            raise ValueError(f"{opt}={cfg[opt]}: a count of networks per space, 0 or more")
+    check_counts(cfg, dict.fromkeys(("calibration_networks", "pruned_networks", "refresh"), "networks per space"))
     target = OmegaConf.to_container(cfg.conf, resolve=True)
     settings = ProfileSettings(**OmegaConf.to_container(cfg.profile))
     out = Path(cfg.out) if cfg.out else resolve_table_path(target["table"] or f"{target['name']}.json")
@@ -131,26 +129,22 @@ def _refresh(table, out: Path, runtime, settings, per_space: int, *, progress: b
     """Re-measure ``per_space`` of the table's calibration networks per space now and store the
     median now/table ratio in its metadata (``refresh``); the predictor scales by it.  Entries
     and networks are left as measured; only the ``refresh`` record is replaced."""
-    import numpy as np
-
     from nas.latency.table import now_iso
-    from nas.latency.validate import anchor_archs, measure_held_out
+    from nas.latency.validate import drift_ratios, measure_held_out
 
     if not table.networks:
         raise ValueError(f"refresh={per_space}: {out} holds no calibration networks to re-measure; build the table "
                          "first (nas.profile without refresh=)")
-    archs = anchor_archs(table, per_space)
-    groups = [a.name or "?" for a in archs]
-    print(f"refresh: re-measuring {len(archs)} of the table's calibration networks ({settings.rounds} round(s)) "
-          f"with {runtime.name} {runtime.version()}", flush=True)
-    try:
-        vs = measure_held_out(archs, groups, runtime, settings, cache=None, progress=progress)
+    print(f"refresh: re-measuring {per_space} of the table's calibration networks per space ({settings.rounds} "
+          f"round(s)) with {runtime.name} {runtime.version()}", flush=True)
+    try:  # the drift check of nas.validate, without held-out networks
+        vs = measure_held_out([], [], runtime, settings, cache=None, progress=progress, table=table,
+                              anchors_per_group=per_space, desc="calibration networks")
     except KeyboardInterrupt:
         print(f"\ninterrupted: {out} is unchanged", file=sys.stderr)
         sys.exit(130)
-    ratios = np.array([now / table.networks[a].median_ms for a, now in zip(archs, vs.measured_ms)])
-    per = {g: float(np.median(ratios[[x == g for x in groups]])) for g in dict.fromkeys(groups)}
-    rec = {"now_over_table": float(np.median(ratios)), "networks": len(archs), "per_space": per,
+    scale, per, n = drift_ratios(vs.anchors or {})
+    rec = {"now_over_table": scale, "networks": n, "per_space": per,
            "measured_at": now_iso(), "rounds": settings.rounds,
            "previous": (table.metadata.get("refresh") or {}).get("now_over_table")}
     table.metadata["refresh"] = rec

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas._cli import fmt_table, hydra_app, user_errors
+from nas._cli import check_counts, fmt_table, hydra_app, user_errors
 
 
 @user_errors
@@ -32,9 +32,8 @@ def run(cfg: DictConfig) -> dict:
     )
     from nas.space import list_spaces, load_space
 
-    for opt in ("n", "pruned", "drift_anchors"):
-        if cfg[opt] < 0:
-            raise ValueError(f"{opt}={cfg[opt]}: a count of held-out networks, 0 or more")
+    check_counts(cfg, {"n": "held-out networks", "pruned": "held-out networks",
+                       "drift_anchors": "calibration networks per space"})
     target = OmegaConf.to_container(cfg.conf, resolve=True)
     # the table as built: a refresh record is not applied (predictor_rescaled is the drift check's)
     model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch, refresh=False)

@@ -114,8 +114,17 @@ def anchor_archs(table, per_group: int = 10) -> list[Arch]:
     return [a for g in sorted(by) for a in by[g][:per_group]]
 
 
+def drift_ratios(anchors: dict[str, list[tuple[float, float]]]) -> tuple[float, dict[str, float], int]:
+    """From ``ValidationSet.anchors`` (group -> (now, table) ms of re-measured calibration networks):
+    the median now/table ratio over all of them, the median per group, and how many there are."""
+    ratios = [now / then for pairs in anchors.values() for now, then in pairs]
+    per = {g: float(np.median([now / then for now, then in pairs])) for g, pairs in anchors.items()}
+    return float(np.median(ratios)), per, len(ratios)
+
+
 def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, settings, *, cache: Path | None,
-                     progress: bool = True, table=None, anchors_per_group: int = 10) -> ValidationSet:
+                     progress: bool = True, table=None, anchors_per_group: int = 10,
+                     desc: str = "held-out networks") -> ValidationSet:
     """Measure every network end to end, in the same interleaved rounds as the profiler; with
     ``table``, also re-measure a few of its calibration networks (the drift check)."""
     anchors = anchor_archs(table, anchors_per_group) if table is not None else []
@@ -141,7 +150,7 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
             if progress and todo:
                 from tqdm.auto import tqdm
 
-                it = tqdm(todo, desc=f"round {r}/{settings.rounds}: held-out networks", unit="net", dynamic_ncols=True)
+                it = tqdm(todo, desc=f"round {r}/{settings.rounds}: {desc}", unit="net", dynamic_ncols=True)
             for a in it:
                 done.setdefault(a.digest(), []).append(measure_arch(a, runtime, settings).median_ms)
                 save()
@@ -183,11 +192,10 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet)
     methods: tuple[str, ...] = METHODS
     report: dict[str, Any] = {"methods": {}, "groups": {}}
     if vs.anchors:
-        ratios = [now / then for pairs in vs.anchors.values() for now, then in pairs]
-        scale = float(np.median(ratios))
+        scale, per_group, n = drift_ratios(vs.anchors)
         preds[RESCALED] = preds["predictor"] * scale
         methods = (*METHODS, RESCALED)
-        report["drift_scale"] = {"now_over_table": scale, "n": len(ratios)}
+        report["drift_scale"] = {"now_over_table": scale, "n": n}
     meas = np.array(vs.measured_ms)
     groups = np.array(vs.groups)
     for m in methods:
@@ -196,10 +204,7 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet)
         sel = groups == g
         report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in methods}
     if vs.anchors:
-        report["drift"] = {
-            g: {"now_over_table": float(np.median([now / then for now, then in pairs])), "n": len(pairs)}
-            for g, pairs in vs.anchors.items()
-        }
+        report["drift"] = {g: {"now_over_table": per_group[g], "n": len(pairs)} for g, pairs in vs.anchors.items()}
         worst = max(report["drift"].items(), key=lambda kv: abs(kv[1]["now_over_table"] - 1))
         if abs(worst[1]["now_over_table"] - 1) > 0.02:
             report["drift_warning"] = (
