@@ -53,14 +53,18 @@ class PruneConfig:
     enabled: bool = True
     target_ms: float | None = None  # predicted latency to reach; null: ratio x the unpruned prediction
     ratio: float = 0.7
-    criterion: str = "l1"  # l1 | bn | taylor
+    criterion: str = "loss"  # loss (measured loss change; can also drop SE / residual blocks) | l1 | bn | taylor
     multiple: int | None = None  # channel group; null: the search space's channel_multiple
     min_keep: float = 0.25  # every layer keeps at least this share of its channels
     lookahead: int = 4  # each step tries a layer 1..lookahead channel groups narrower
     measure_steps: int = 3  # target is this machine: re-plan until measured <= ratio x unpruned (0: predicted)
     taylor_batches: int = 16  # training batches for the taylor criterion
+    loss_samples: int = 512  # training images the loss criterion measures each candidate step on
+    structural: bool = True  # loss criterion: steps may also drop a squeeze-excite or a residual block
     epochs: int = 10  # fine-tuning
     lr: float = 0.002
+    distill: float = 0.0  # fine-tune with knowledge distillation from the unpruned network (weight of the KD term)
+    temperature: float = 4.0  # distillation temperature
 
 
 @dataclass
@@ -74,6 +78,8 @@ class QATConfig:
     reduce_range: bool = True  # 7-bit weights, as nas.onnx_utils.QDQ_SETTINGS (the PTQ baseline)
     ema: float = 0.01  # activation range EMA momentum
     calib_batches: int = 16  # training batches for the initial min/max ranges
+    distill: float = 0.0  # knowledge distillation from the fp32 (unpruned) network: weight of the KD term
+    temperature: float = 4.0  # distillation temperature
 
 
 @dataclass

@@ -43,7 +43,15 @@ from torch import nn
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from nas.arch import Arch
 from nas.build import build
-from nas.compress.prune import PrunePlan, apply_plan, channel_importance, channel_units, plan_pruning
+from nas.compress.prune import (
+    CRITERIA,
+    LossProbe,
+    PrunePlan,
+    apply_plan,
+    channel_importance,
+    channel_units,
+    plan_pruning,
+)
 from nas.compress.qat import QATNet, QuantSettings, calibrate, export_qdq, prepare_qat, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
@@ -166,11 +174,12 @@ class PipelineSettings:
     targets: dict[str, str | None] = field(default_factory=dict)
 
     PRUNE_DEFAULTS: ClassVar[dict[str, Any]] = {
-        "enabled": True, "target_ms": None, "ratio": 0.7, "criterion": "l1", "multiple": None, "min_keep": 0.25,
-        "lookahead": 4, "measure_steps": 3, "taylor_batches": 16, "epochs": 10, "lr": 0.002}
+        "enabled": True, "target_ms": None, "ratio": 0.7, "criterion": "loss", "multiple": None, "min_keep": 0.25,
+        "lookahead": 4, "measure_steps": 3, "taylor_batches": 16, "loss_samples": 512, "structural": True,
+        "epochs": 10, "lr": 0.002, "distill": 0.0, "temperature": 4.0}
     QAT_DEFAULTS: ClassVar[dict[str, Any]] = {
         "enabled": True, "epochs": 4, "lr": 0.0005, "freeze_epochs": 1, "reduce_range": True, "ema": 0.01,
-        "calib_batches": 16}
+        "calib_batches": 16, "distill": 0.0, "temperature": 4.0}
 
     def __post_init__(self) -> None:
         for name, given, defaults in (("prune", self.prune, self.PRUNE_DEFAULTS), ("qat", self.qat, self.QAT_DEFAULTS)):
@@ -179,8 +188,8 @@ class PipelineSettings:
                 raise ValueError(f"{name}: unknown setting(s) {unknown}; valid settings: {sorted(defaults)}")
         p = {**self.PRUNE_DEFAULTS, **self.prune}
         q = {**self.QAT_DEFAULTS, **self.qat}
-        if p["criterion"] not in ("l1", "bn", "taylor"):
-            raise ValueError(f"prune.criterion must be l1, bn or taylor, got {p['criterion']!r}")
+        if p["criterion"] not in CRITERIA:
+            raise ValueError(f"prune.criterion must be one of {', '.join(CRITERIA)}, got {p['criterion']!r}")
         if p["target_ms"] is not None:
             _pos("prune.target_ms", p["target_ms"])
         if not 0 < p["ratio"] <= 1:
@@ -190,6 +199,9 @@ class PipelineSettings:
         _pos("prune.epochs", p["epochs"], integer=True, zero=True)
         _pos("prune.lr", p["lr"])
         _pos("prune.taylor_batches", p["taylor_batches"], integer=True)
+        _pos("prune.loss_samples", p["loss_samples"], integer=True)
+        if not isinstance(p["structural"], bool):
+            raise ValueError(f"prune.structural must be true or false, got {p['structural']!r}")
         _pos("prune.lookahead", p["lookahead"], integer=True)
         _pos("prune.measure_steps", p["measure_steps"], integer=True, zero=True)
         _pos("qat.epochs", q["epochs"], integer=True, zero=True)
@@ -197,6 +209,10 @@ class PipelineSettings:
         _pos("qat.freeze_epochs", q["freeze_epochs"], integer=True, zero=True)
         _pos("qat.calib_batches", q["calib_batches"], integer=True)
         QuantSettings(q["reduce_range"], q["ema"])
+        for name, d in (("prune", p), ("qat", q)):
+            if isinstance(d["distill"], bool) or not isinstance(d["distill"], (int, float)) or not 0 <= d["distill"] <= 1:
+                raise ValueError(f"{name}.distill must be a weight in [0, 1] (0: no distillation), got {d['distill']!r}")
+            _pos(f"{name}.temperature", d["temperature"])
         object.__setattr__(self, "prune", p)
         object.__setattr__(self, "qat", q)
         if self.max_ms is not None:
@@ -441,17 +457,28 @@ def fit(
     meta: Mapping[str, Any],
     on_epoch_start: Callable[[nn.Module, int], None] | None = None,
     stage: str = "train",
+    teacher: nn.Module | None = None,
+    distill: float = 0.0,
+    temperature: float = 4.0,
 ) -> list[dict[str, float]]:
     """Train ``model`` in place for ``epochs``, checkpointing after every epoch; resume from ``ckpt``.
 
     ``meta``: what defines this run (checked on resume).  Batches are shuffled by a generator
     seeded per epoch, so a resumed run sees exactly the batches an uninterrupted one would.
+    With a ``teacher`` and ``distill`` > 0, the loss is knowledge distillation (Hinton et al.
+    2015): ``(1 - distill) * cross-entropy + distill * T^2 * KL(teacher || student)`` at
+    temperature ``T``, the teacher (eval mode, frozen) seeing the same augmented batch.
     Returns the per-epoch history (train loss, val accuracy, seconds).
     """
     path = Path(ckpt)
     arch = model.arch
     fit_s = {k: v for k, v in settings.to_dict().items() if k != "epochs"}  # epochs and lr are per stage
-    meta = json.loads(json.dumps({**meta, "epochs": epochs, "lr": lr, "seed": seed, "fit": fit_s}))
+    if not 0.0 <= distill <= 1.0:
+        raise ValueError(f"distill must be in [0, 1], got {distill}")
+    if distill and teacher is None:
+        raise ValueError("distill > 0 needs a teacher network")
+    kd = {"distill": distill, "temperature": temperature} if distill else {}
+    meta = json.loads(json.dumps({**meta, "epochs": epochs, "lr": lr, "seed": seed, "fit": fit_s, **kd}))
     start, history = 0, []
     opt = _optimizer(model, settings, lr)
     if path.is_file():
@@ -478,6 +505,8 @@ def fit(
     total = steps_per_epoch * epochs
     warm = min(total - 1, int(round(settings.warmup_epochs * steps_per_epoch)))
     loss_fn = nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
+    if teacher is not None:
+        teacher.eval()
     for epoch in range(start, epochs):
         t0 = time.perf_counter()
         if on_epoch_start is not None:
@@ -490,7 +519,14 @@ def fit(
             f = _lr_factor(step, total, warm)
             for g in opt.param_groups:
                 g["lr"] = lr * f
-            loss = loss_fn(model(x), y)
+            out = model(x)
+            loss = loss_fn(out, y)
+            if distill:
+                with torch.no_grad():
+                    soft = nn.functional.log_softmax(teacher(x) / temperature, dim=1)
+                kl = nn.functional.kl_div(nn.functional.log_softmax(out / temperature, dim=1), soft,
+                                          reduction="batchmean", log_target=True)
+                loss = (1.0 - distill) * loss + distill * temperature**2 * kl
             if not torch.isfinite(loss):
                 raise TrainingDiverged(f"{stage}: training diverged (loss {loss.item()}) at epoch {epoch + 1}; "
                                        f"lower the learning rate")
@@ -755,11 +791,18 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
                 it = data.batches("train", batch_size=s.train.batch_size, shuffle=True, generator=g)
                 batches = [b for _, b in zip(range(p["taylor_batches"]), it)]
             imp = channel_importance(model, channel_units(arch0), p["criterion"], batches=batches)
+            probe = None
+            if p["criterion"] == "loss":
+                g = torch.Generator().manual_seed(seed + 19)
+                bs = min(s.train.eval_batch_size, p["loss_samples"])
+                it = data.batches("train", batch_size=bs, shuffle=True, generator=g)
+                imgs = [b for _, b in zip(range(-(-p["loss_samples"] // bs)), it)]
+                probe = LossProbe(model, imgs)
 
             def make_plan(ms: float) -> PrunePlan:
                 return plan_pruning(arch0, imp, ctx.guide.predict, target_ms=ms, multiple=ctx.multiple,
                                     se_ratio=ctx.se_ratio, criterion=p["criterion"], min_keep=p["min_keep"],
-                                    lookahead=p["lookahead"])
+                                    lookahead=p["lookahead"], probe=probe, structural=p["structural"])
 
             plan = make_plan(target_ms)
             if p["measure_steps"] and p["target_ms"] is None and s.export.measure and ctx.measure_here.get("fp32"):
@@ -769,7 +812,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
         pruned = apply_plan(model, plan)
         hist = fit(pruned, data, settings=s.train, epochs=p["epochs"], lr=p["lr"], ckpt=mdir / "pruned.ckpt",
                    seed=seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
-                   stage=f"{mid} pruned")
+                   stage=f"{mid} pruned", teacher=model, distill=p["distill"], temperature=p["temperature"])
         res["prune"] = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
         if loop_path.is_file():
             res["prune"]["measured"] = json.loads(loop_path.read_text())
@@ -796,7 +839,8 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
         hist = fit(qat_model, data, settings=s.train, epochs=q["epochs"], lr=q["lr"], ckpt=ck, seed=seed + 2,
                    meta={**base_meta, "stage": "qat", "float": final_arch.digest(), "quant": dataclasses.asdict(qs),
                          "freeze_epochs": q["freeze_epochs"], "calib_batches": q["calib_batches"]},
-                   on_epoch_start=observers, stage=f"{mid} qat")
+                   on_epoch_start=observers, stage=f"{mid} qat", teacher=model, distill=q["distill"],
+                   temperature=q["temperature"])
         set_observers(qat_model, "frozen")
         res["history"]["qat"] = hist
         res["torch_accuracy"]["qat_int8_fakequant"] = accuracy(qat_model, data, split)
@@ -925,8 +969,9 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
                 ml = p["measured"]
                 tries = " → ".join(f"{t['measured_ratio']:.3f}x" for t in ml["tries"])
                 miss = "" if ml["reached"] else f", ABOVE {ml['ratio']:.2f}x"
-                lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): {tries}{miss}"
-                             " (re-planned while the measured ratio missed prune.ratio)")
+                again = " (re-planned while the measured ratio missed prune.ratio)" if len(ml["tries"]) > 1 else ""
+                lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
+                             f"{tries}{miss}{again}")
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 

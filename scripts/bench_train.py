@@ -131,7 +131,9 @@ def main() -> None:
     ap.add_argument("--prune-epochs", type=int, default=10)
     ap.add_argument("--qat-epochs", type=int, default=4)
     ap.add_argument("--ratio", type=float, default=0.7, help="prune to this x the predicted latency")
-    ap.add_argument("--criterion", default="l1", choices=["l1", "bn", "taylor"])
+    ap.add_argument("--criterion", default="loss", choices=["loss", "l1", "bn", "taylor"])
+    ap.add_argument("--distill", type=float, default=0.0,
+                    help="knowledge-distillation weight for pruning's fine-tuning and QAT (teacher: the fp32 network)")
     ap.add_argument("--train-samples", type=int, default=None, help="training images (default: all 54k)")
     ap.add_argument("--search-trials", type=int, default=24)
     ap.add_argument("--search-epochs", type=int, default=2)
@@ -163,8 +165,9 @@ def main() -> None:
     s = PipelineSettings(
         run=str(run), target=load_target(a.targets[0]), out=a.train_dir, select=a.select if a.select else "all",
         train_samples=a.train_samples, seed=a.seed, train=FitSettings(epochs=a.epochs),
-        prune={"enabled": True, "ratio": a.ratio, "criterion": a.criterion, "epochs": a.prune_epochs},
-        qat={"enabled": True, "epochs": a.qat_epochs}, export=ExportSettings(),
+        prune={"enabled": True, "ratio": a.ratio, "criterion": a.criterion, "epochs": a.prune_epochs,
+               "distill": a.distill},
+        qat={"enabled": True, "epochs": a.qat_epochs, "distill": a.distill}, export=ExportSettings(),
         targets={"fp32": a.targets[0], "int8": a.targets[1]},
     )
     report = train_front(s)

@@ -187,3 +187,28 @@ def test_contributions_never_negative():
     far = [load_space("mbv3").random(i) for i in range(5)]  # far outside the calibration data
     assert (p.predict(far) > 0).all()
     assert all(p._contribution(k) >= 0 for a in far for k in a.keys())
+
+
+def test_calibration_recovers_a_concave_relation():
+    """A network whose layers cost more in it than alone by a term concave in their time (a fixed
+    per-operator share): the log-time feature carries it, and the predictor extrapolates it to
+    networks far smaller than its calibration set's (a constant per layer cannot)."""
+    import math
+
+    from nas.latency.predictor import LOG_FLOOR_MS
+
+    t = synth_table(networks=0)
+    sp = load_space("tiny")
+    rng = np.random.default_rng(5)
+
+    def truth(a):
+        return sum(s + 0.002 * math.log(max(s, LOG_FLOOR_MS)) + 0.015 for s in (synth_ms(k) - 0.004 for k in a.keys()))
+
+    archs = sorted({sp.random(rng) for _ in range(200)}, key=truth)
+    for a in archs[-40:]:  # calibrated on the slowest 40
+        t.networks[a] = Entry(truth(a), 0, 0, 50)
+    p = LatencyPredictor().fit(t)
+    assert p.coef_[6] == pytest.approx(0.002, rel=1e-4) and p.coef_[1] == pytest.approx(0.015, rel=1e-4)
+    small = archs[:10]  # predicted: the fastest 10, below the calibration set's range
+    assert max(truth(a) for a in small) < min(truth(a) for a in archs[-40:])
+    np.testing.assert_allclose(p.predict(small), [truth(a) for a in small], rtol=1e-6)

@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,6 +145,37 @@ def test_pruned_networks_leave_the_space_as_pruning_does():
         assert all(u.size >= space.channel_multiple for u in channel_units(a))
     x = torch.randn(1, 3, 32, 32)
     assert build(archs[0]).eval()(x).shape == (1, 10)
+
+
+def test_pruned_networks_are_cut_deep_and_take_the_structural_steps(monkeypatch):
+    """Every other network has every unit cut to <= 60% (as pruning a fast network to 0.7x does), and,
+    as prune.criterion=loss does, some lose a squeeze-excite, some a residual block."""
+    import nas.compress.prune as prune
+
+    resized, dropped = [], []
+    real_resize, real_drop = prune.resize_arch, prune.drop_layers
+
+    def spy_resize(arch, units, sizes, **kw):
+        resized.append(({u.name: u.size for u in units}, dict(sizes)))
+        return real_resize(arch, units, sizes, **kw)
+
+    def spy_drop(arch, *, se=(), blocks=()):
+        dropped.append((list(se), list(blocks)))
+        return real_drop(arch, se=se, blocks=blocks)
+
+    monkeypatch.setattr(prune, "resize_arch", spy_resize)
+    monkeypatch.setattr(prune, "drop_layers", spy_drop)
+    space = load_space("mbv3")
+    archs = pruned_archs(space, 16)
+    assert len(resized) == len(dropped) == 16
+    m = space.channel_multiple
+    for full, sizes in resized[1::2]:
+        for name, size in full.items():
+            floor = max(m, -(-int(np.ceil(0.25 * size)) // m) * m)
+            if floor < size:  # a unit that can shrink at all is cut to at most 60% (or to its floor)
+                assert sizes[name] <= max(floor, int(0.6 * size) // m * m), (name, size, sizes[name])
+    assert any(se for se, _ in dropped) and any(b for _, b in dropped)
+    assert min(len(a.blocks) for a in archs) < max(len(a.blocks) for a in archs)
 
 
 def test_bundle_round_trip(tmp_path, keys):

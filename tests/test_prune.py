@@ -7,11 +7,15 @@ import torch
 from nas.arch import SE, Arch, ConvBlock, DSConvBlock, FusedMBConvBlock, Head, MBConvBlock
 from nas.build import build
 from nas.compress.prune import (
+    LossProbe,
     PrunePlan,
     apply_plan,
     channel_importance,
     channel_units,
+    drop_layers,
+    droppable,
     plan_pruning,
+    prune_model,
     resize_arch,
 )
 from nas.cost import arch_cost
@@ -264,3 +268,152 @@ def test_measured_pruning_replans_until_the_measurement_meets_the_ratio(monkeypa
     # measure_steps=0: measured and reported, not re-planned
     plan_b, loop_b = tl._measured_pruning(None, arch, plan0, make, 0.7, 0)
     assert plan_b is plan0 and len(loop_b["tries"]) == 1 and not loop_b["reached"]
+
+
+def _batches(arch, n=2, bs=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(bs, arch.in_chans, arch.resolution, arch.resolution, generator=g),
+             torch.randint(0, 10, (bs,), generator=g)) for _ in range(n)]
+
+
+def _ce(model, batches):
+    with torch.no_grad():
+        return float(sum(torch.nn.functional.cross_entropy(model(x), y, reduction="sum") for x, y in batches)
+                     / sum(len(y) for _, y in batches))
+
+
+def test_loss_probe_measures_what_apply_plan_builds():
+    """The probe masks; apply_plan slices, folds the dropped SE's mean gate and removes the dropped
+    block: the two networks must compute the same loss (channels, SE and blocks at once)."""
+    arch = _arch()
+    model = build(arch).eval()
+    _random_bn(model, 3)
+    batches = _batches(arch)
+    units = [u for u in channel_units(arch) if u.prunable]
+    imp = channel_importance(model, units, "loss")
+    order = {u.name: np.argsort(imp[u.name], kind="stable") for u in units}
+    probe = LossProbe(model, batches, order=order)
+    assert probe.loss({}) == pytest.approx(_ce(model, batches), rel=1e-5)
+    se_ok, blocks_ok = droppable(arch)
+    assert se_ok == [1, 4, 6] and blocks_ok == [1, 4, 5]
+    sizes = {"mid:blocks.2": 64, "chain2:blocks.2..blocks.4": 40, "mid:blocks.5": 64}  # (32 would add a residual)
+    _, gates = probe.gates(sizes, blocks=[5])
+    assert set(gates) == {1, 4, 6} and gates[4].shape == (144,) and np.all((gates[4] >= 0) & (gates[4] <= 1))
+    loss = probe.loss(sizes, {4: gates[4], 1: gates[1]}, [5])
+    new = drop_layers(_freeze_se(resize_arch(arch, units, sizes, multiple=8), arch), se=[1, 4], blocks=[5])
+    assert len(new.blocks) == len(arch.blocks) - 1 and new.blocks[0].se is None and new.blocks[3].se is None
+    keep = tuple((u, tuple(sorted(int(i) for i in order[u][-s:]))) for u, s in sizes.items())
+    plan = PrunePlan(arch, new, keep, "loss", 8, None, 1.0, 1.0, 1.0, True, (),
+                     ((1, tuple(gates[1])), (4, tuple(gates[4]))), (5,))
+    pruned = apply_plan(model, plan)
+    assert pruned.arch == new
+    skips = [k.block.has_skip(k.in_ch) for k in arch.keys()]
+    assert [k.block.has_skip(k.in_ch) for k in pruned.arch.keys()] == skips[:5] + skips[6:]  # residuals kept
+    assert _ce(pruned, batches) == pytest.approx(loss, rel=1e-5)
+    assert PrunePlan.from_dict(plan.to_dict()) == plan
+    old = plan.to_dict()
+    del old["dropped_se"], old["dropped_blocks"]  # a plan written before structural steps existed
+    assert PrunePlan.from_dict(old).dropped_blocks == ()
+    with pytest.raises(ValueError, match="layers \\[2\\] have no squeeze-excite"):
+        drop_layers(arch, se=[2])
+    with pytest.raises(ValueError, match="not residual blocks"):
+        drop_layers(arch, blocks=[6])
+
+
+def _per_op_ms(archs):
+    """MACs plus a fixed cost per layer and per squeeze-excite: a small network on a CPU."""
+    return np.array([arch_cost(a).macs / 1e6 + sum(1.0 + 2.0 * (getattr(b, "se", None) is not None)
+                                                   for b in a.layers()) for a in archs])
+
+
+def test_loss_criterion_takes_free_structural_steps_first():
+    """A squeeze-excite whose gate is constant and a residual block whose branch is dead cost nothing
+    to drop (the probe measures exactly that); the planner, given those costs, drops them before
+    narrowing anything; l1 cannot drop them at all."""
+    arch = _arch()
+    model = build(arch).eval()
+    _random_bn(model, 4)
+    with torch.no_grad():
+        model.blocks[3].se.conv_expand.weight.zero_()  # layer 4's SE: a constant gate
+        model.blocks[4].bn3.weight.zero_()  # layer 5: its branch outputs 0
+        model.blocks[4].bn3.bias.zero_()
+    batches = _batches(arch, seed=1)
+    units = channel_units(arch)
+    imp = channel_importance(model, units, "loss")
+    probe = LossProbe(model, batches, order={u.name: np.argsort(imp[u.name]) for u in units})
+    base, gates = probe.gates({})
+    assert probe.loss({}, {4: gates[4]}) == pytest.approx(base, abs=1e-6)
+    assert probe.loss({}, blocks=[5]) == pytest.approx(base, abs=1e-6)
+
+    class Costs(LossProbe):  # the real probe, but every step other than the two free ones costs 1
+        def loss(self, sizes, se=None, blocks=()):
+            real = super().loss(sizes, se, blocks)
+            free = any(s < self.units[n].size for n, s in sizes.items()) or set(se or {}) - {4} or set(blocks) - {5}
+            return real + (1.0 if free else 0.0)
+
+    before = float(_per_op_ms([arch])[0])
+    plan = plan_pruning(arch, imp, _per_op_ms, target_ms=0.7 * before, multiple=8, criterion="loss",
+                        probe=Costs(model, batches))
+    names = [s.unit for s in plan.steps]
+    assert set(names[:2]) == {"se:blocks.3", "block:blocks.4"}, names
+    assert [s.importance_removed for s in plan.steps[:2]] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert plan.reached and 5 in plan.dropped_blocks and 4 in dict(plan.dropped_se)
+    assert len(plan.arch.blocks) == len(arch.blocks) - len(plan.dropped_blocks)
+    pruned = apply_plan(model, plan)
+    assert pruned(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    # re-planning with the same probe (nas.train's measured loop) passes no image twice
+    probe = LossProbe(model, batches)
+    first = plan_pruning(arch, imp, _per_op_ms, target_ms=0.8 * before, multiple=8, criterion="loss", probe=probe)
+    n = probe.evaluations
+    assert plan_pruning(arch, imp, _per_op_ms, target_ms=0.8 * before, multiple=8, criterion="loss",
+                        probe=probe) == first and probe.evaluations == n
+    deeper = plan_pruning(arch, imp, _per_op_ms, target_ms=0.7 * before, multiple=8, criterion="loss", probe=probe)
+    assert deeper.steps[:len(first.steps)] == first.steps and probe.evaluations > n
+    # prune_model builds the probe from batches
+    pruned, plan2 = prune_model(model, _per_op_ms, target_ms=0.7 * before, multiple=8, criterion="loss",
+                                batches=batches)
+    assert plan2.reached and pruned.arch == plan2.arch
+    l1 = plan_pruning(arch, channel_importance(model, units, "l1"), _per_op_ms, target_ms=0.7 * before, multiple=8)
+    assert not l1.dropped_se and not l1.dropped_blocks and len(l1.arch.blocks) == len(arch.blocks)
+    with pytest.raises(ValueError, match="criterion=loss needs a LossProbe"):
+        plan_pruning(arch, imp, _per_op_ms, target_ms=1.0, multiple=8, criterion="loss")
+
+
+def test_loss_probe_is_exact_for_fused_blocks_too():
+    arch = Arch(in_chans=3, resolution=16, stem=ConvBlock(32, 3, 2, "relu"),
+                blocks=(FusedMBConvBlock(32, 64, 3, 1, "relu", se=SE(16)),  # residual, with SE
+                        FusedMBConvBlock(32, 96, 3, 1, "relu", se=SE(24, "hard_sigmoid")),  # residual, with SE
+                        MBConvBlock(48, 96, 3, 2, "relu")),
+                head=Head(10, 0, "pool", "relu"))
+    model = build(arch).eval()
+    _random_bn(model, 5)
+    batches = _batches(arch, seed=2)
+    units = [u for u in channel_units(arch) if u.prunable]
+    imp = channel_importance(model, units, "loss")
+    order = {u.name: np.argsort(imp[u.name], kind="stable") for u in units}
+    probe = LossProbe(model, batches, order=order)
+    assert droppable(arch) == ([1, 2], [1, 2])
+    sizes = {"mid:blocks.0": 32}
+    _, gates = probe.gates(sizes)
+    for se, blocks in (({1: gates[1]}, [2]), ({2: gates[2]}, [1]), ({1: gates[1], 2: gates[2]}, [])):
+        loss = probe.loss(sizes, se, blocks)
+        new = drop_layers(_freeze_se(resize_arch(arch, units, sizes, multiple=8), arch), se=list(se), blocks=blocks)
+        keep = tuple((u, tuple(sorted(int(i) for i in order[u][-s:]))) for u, s in sizes.items())
+        plan = PrunePlan(arch, new, keep, "loss", 8, None, 1.0, 1.0, 1.0, True, (),
+                         tuple((i, tuple(g)) for i, g in sorted(se.items())), tuple(blocks))
+        assert _ce(apply_plan(model, plan), batches) == pytest.approx(loss, rel=1e-4), (se.keys(), blocks)
+
+
+def test_last_step_is_the_cheapest_that_reaches_the_target():
+    """Narrowing layer 2 saves 5 ms for 1/8 of its importance, layer 3 1.5 ms for 1/12: the first has the
+    better ratio but overshoots a target 1 ms away, which the second reaches for less."""
+    arch = _arch()
+    imp = {u.name: np.ones(u.size) for u in channel_units(arch) if u.prunable}
+
+    def ms(archs):
+        return np.array([10.0 - 5.0 * (a.blocks[1].mid_ch < 64) - 1.5 * (a.blocks[2].mid_ch < 96) for a in archs])
+
+    plan = plan_pruning(arch, imp, ms, target_ms=9.0, multiple=8, lookahead=1)
+    assert [s.unit for s in plan.steps] == ["mid:blocks.2"] and plan.predicted_ms_after == 8.5
+    far = plan_pruning(arch, imp, ms, target_ms=6.0, multiple=8, lookahead=1)  # out of one step's reach:
+    assert far.steps[0].unit == "mid:blocks.1"  # the best ratio goes first

@@ -88,6 +88,7 @@ def test_train_cli_writes_checkpoints_exports_and_report(trained):
     assert v["fp32"]["predicted"]["source"] == "estimated"  # conf.table=null: the labelled roofline
     plan = json.loads((mdir / "prune_plan.json").read_text())
     assert plan["reached"] and plan["predicted_ms_after"] <= 0.9 * plan["predicted_ms_before"] + 1e-12
+    assert plan["criterion"] == "loss"  # the default
     assert v["fp32"]["accuracy"] > 0.3  # 2 epochs on digits learn something (chance is 0.1)
     md = (out / "report.md").read_text()
     assert "| model | variant | acc %" in md and "qat_int8" in md and "quantize_static" in md
@@ -162,7 +163,7 @@ def test_select_errors(search_run, capsys):
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "max_ms=1e-9", *FAST], capsys)
     assert code == 2 and "no selected architecture is predicted that fast" in err
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "prune.criterion=random", *FAST], capsys)
-    assert code == 2 and "prune.criterion must be l1, bn or taylor" in err
+    assert code == 2 and "prune.criterion must be one of l1, bn, taylor, loss" in err
 
 
 def test_export_cli_verifies(trained, tmp_path, capsys):
@@ -221,3 +222,67 @@ def test_export_bad_input_overwrites_nothing(trained, tmp_path, capsys):
                                            f"out={dst}", f"weights={mdir / 'qat.ckpt'}", "overwrite=true"], capsys)
     assert code == 2 and "QAT (int8) checkpoint" in err
     assert dst.read_bytes() == b"keep me" and not dst.with_suffix(".json").exists()
+
+
+@pytest.mark.parametrize("criterion", ["loss", "l1"])
+def test_each_criterion_prunes_through_the_pipeline(search_run, tmp_path, capsys, criterion):
+    """Deeper than the default test's 0.9: the plan's steps carry their costs (measured loss changes
+    for loss), the pruned network is exported and its plan reloads; bad settings are named."""
+    out = tmp_path / criterion
+    code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "select=0", f"out={out}", *FAST,
+                                             "prune.ratio=0.6", f"prune.criterion={criterion}",
+                                             "prune.loss_samples=64", "qat.enabled=false"], capsys)
+    assert code == 0, err
+    (mdir,) = [p for p in out.iterdir() if p.is_dir()]
+    plan = json.loads((mdir / "prune_plan.json").read_text())
+    assert plan["criterion"] == criterion and plan["steps"]
+    assert all(s["importance_removed"] >= 0 for s in plan["steps"])
+    if criterion == "l1":
+        assert not plan["dropped_se"] and not plan["dropped_blocks"]
+    assert (mdir / "export" / "pruned.onnx").is_file()
+    from nas.arch import Arch
+    from nas.compress.prune import PrunePlan
+
+    p = PrunePlan.from_dict(plan)
+    assert p.arch == Arch.from_dict(json.loads((mdir / "results.json").read_text())["prune"]["arch"])
+    code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "prune.loss_samples=0", *FAST], capsys)
+    assert code == 2 and "prune.loss_samples" in err
+
+
+def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
+    """distill=1: the labels do not enter the loss, the student learns the teacher's answers (here a
+    teacher that answers something else than the labels); the KD settings are part of the
+    checkpoint's meta; bad weights are named."""
+    from nas.build import build
+    from nas.data import DataSettings, load_data
+    from nas.space import load_space
+    from nas.train_lib import FitSettings, fit
+
+    data = load_data(DataSettings(name="digits", resolution=16, train_samples=512, val_samples=64))
+    arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
+    torch.manual_seed(7)
+    teacher = build(load_space("tiny").random(9).with_head(in_chans=1).with_resolution(16)).eval()
+    s = FitSettings(batch_size=64, bn_recalibration_batches=2)
+    kw = dict(settings=s, epochs=4, lr=0.01, seed=3, meta={"x": 1})
+    x = next(iter(data.batches("val", batch_size=64)))[0]
+
+    def agreement(m):
+        with torch.no_grad():
+            return float((m.eval()(x).argmax(1) == teacher(x).argmax(1)).float().mean())
+
+    torch.manual_seed(0)
+    plain = build(arch)
+    fit(plain, data, ckpt=tmp_path / "plain.ckpt", **kw)
+    torch.manual_seed(0)
+    student = build(arch)
+    fit(student, data, ckpt=tmp_path / "kd.ckpt", teacher=teacher, distill=1.0, **kw)
+    a_kd, a_plain = agreement(student), agreement(plain)
+    assert a_kd > a_plain + 0.2
+    with pytest.raises(ValueError, match="resuming with other settings.*distill"):
+        fit(build(arch), data, ckpt=tmp_path / "kd.ckpt", teacher=teacher, distill=0.5, **kw)
+    with pytest.raises(ValueError, match="distill > 0 needs a teacher"):
+        fit(build(arch), data, ckpt=tmp_path / "x.ckpt", distill=0.5, **kw)
+    with pytest.raises(ValueError, match="distill must be in"):
+        fit(build(arch), data, ckpt=tmp_path / "x.ckpt", teacher=teacher, distill=1.5, **kw)
+    code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "qat.distill=2", *FAST], capsys)
+    assert code == 2 and "qat.distill must be a weight in [0, 1]" in err

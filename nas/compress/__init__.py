@@ -1,16 +1,19 @@
 """Compression of trained networks: latency-aware structured pruning and quantization-aware training.
 
-``nas.compress.prune``: channel groups of the space's multiple, removed in spec space (an
-``Arch`` in, a smaller ``Arch`` out), guided by the target's latency model.
+``nas.compress.prune``: channel groups of the space's multiple (and, with the measured-loss
+criterion, whole squeeze-excites and residual blocks), removed in spec space (an ``Arch`` in, a
+smaller ``Arch`` out), guided by the target's latency model.
 ``nas.compress.qat``: BN folding, fake-quant fine-tuning and export to QDQ ONNX.
 """
 
 from nas.compress.prune import (
     ChannelUnit,
+    LossProbe,
     PrunePlan,
     apply_plan,
     channel_importance,
     channel_units,
+    drop_layers,
     plan_pruning,
     prune_model,
 )
@@ -18,6 +21,7 @@ from nas.compress.qat import QATNet, QuantSettings, calibrate, export_qdq, fold_
 
 __all__ = [
     "ChannelUnit",
+    "LossProbe",
     "PrunePlan",
     "QATNet",
     "QuantSettings",
@@ -25,6 +29,7 @@ __all__ = [
     "calibrate",
     "channel_importance",
     "channel_units",
+    "drop_layers",
     "export_qdq",
     "fold_bn",
     "plan_pruning",

@@ -31,6 +31,20 @@ over every tensor of the unit (writers and readers, as torch-pruning's group imp
 ``taylor`` first-order Taylor (Molchanov et al. 2019): per batch, (sum of weight x gradient
 over the channel's parameters) squared, averaged over the batches.
 
+``loss`` (``LossProbe``, sensitivity analysis as in Distiller or AMC's layer probing): channels go
+in L1 order, but what a step costs is measured: the increase of the cross-entropy on a fixed set
+of training images when the step is applied to the network as pruned so far, before any
+fine-tuning.  A removed channel is masked exactly (every tensor of its unit zeroed at that index,
+which is what slicing it out does), so the probe sees the network ``apply_plan`` will build.
+Because a measured loss compares any two changes, this criterion also offers whole-structure
+steps (``structural=True``), which pay off where fixed per-operator costs dominate (a 50 us
+network on a CPU: an SE module is five small operators, ~8% of it here):
+
+``se:<block>``    drop a block's squeeze-excite; its gate becomes its mean over the probe images,
+                  a per-channel constant folded into the next 1x1 convolution's weights.
+``block:<block>`` drop a residual block (its branch becomes zero, the block an identity); the
+                  stage gets one block shallower.
+
 Planning (``plan_pruning``): greedily, among the units that can still shrink by one group,
 take the step with the largest predicted latency saving per unit of importance removed (the
 candidates are scored by the target's latency model, which fills block shapes its table lacks
@@ -72,11 +86,14 @@ from nas.space import make_divisible
 __all__ = [
     "CRITERIA",
     "ChannelUnit",
+    "LossProbe",
     "PrunePlan",
     "PruneStep",
     "apply_plan",
     "channel_importance",
     "channel_units",
+    "drop_layers",
+    "droppable",
     "plan_pruning",
     "prune_model",
     "resize_arch",
@@ -84,7 +101,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CRITERIA = ("l1", "bn", "taylor")
+CRITERIA = ("l1", "bn", "taylor", "loss")
 _BN_SUFFIXES = ("weight", "bias", "running_mean", "running_var")
 
 
@@ -280,6 +297,52 @@ def _next_size(size: int, multiple: int) -> int:
     return (size - 1) // multiple * multiple
 
 
+_STRUCTURAL_KINDS = (DSConvBlock, MBConvBlock, FusedMBConvBlock)
+
+
+def _branch_bn(block: Block, p: str) -> str:
+    """The BatchNorm that ends a block's residual branch (zeroing it makes the block an identity)."""
+    return f"{p}.bn3" if isinstance(block, MBConvBlock) else f"{p}.bn2"
+
+
+def _after_se_conv(block: Block, p: str) -> str:
+    """The 1x1 convolution that reads what a block's squeeze-excite gates."""
+    return f"{p}.conv_pw.weight" if isinstance(block, DSConvBlock) else f"{p}.conv_pwl.weight"
+
+
+def droppable(arch: Arch) -> tuple[list[int], list[int]]:
+    """Layer indices whose squeeze-excite can be dropped, and residual blocks that can be dropped."""
+    keys = arch.keys()
+    se, blocks = [], []
+    for i, b in enumerate(arch.layers()[1:-1], start=1):
+        if not isinstance(b, _STRUCTURAL_KINDS):
+            continue
+        if b.se is not None:
+            se.append(i)
+        if b.has_skip(keys[i].in_ch):
+            blocks.append(i)
+    return se, blocks
+
+
+def drop_layers(arch: Arch, *, se: Iterable[int] = (), blocks: Iterable[int] = ()) -> Arch:
+    """``arch`` without the squeeze-excite of layers ``se`` and without the residual blocks
+    ``blocks`` (indices into ``arch.layers()``, as ``droppable`` gives them)."""
+    se, blocks = set(se), set(blocks)
+    if not se and not blocks:
+        return arch
+    ok_se, ok_blocks = droppable(arch)
+    bad = sorted((se - set(ok_se)) | (blocks - set(ok_blocks)))
+    if bad:
+        raise ValueError(f"layers {bad} have no squeeze-excite / are not residual blocks that can be dropped")
+    layers = list(arch.layers())
+    kept = []
+    for i in range(1, len(layers) - 1):
+        if i in blocks:
+            continue
+        kept.append(dataclasses.replace(layers[i], se=None) if i in se else layers[i])
+    return dataclasses.replace(arch, blocks=tuple(kept))
+
+
 # --------------------------------------------------------------------------------------------
 # importance
 
@@ -310,9 +373,12 @@ def channel_importance(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]] | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-channel importance of every unit (higher = keep).  ``taylor`` needs ``batches``."""
+    """Per-channel importance of every unit (higher = keep).  ``taylor`` needs ``batches``;
+    ``loss`` orders channels as ``l1`` does (its step costs come from a ``LossProbe``)."""
     if criterion not in CRITERIA:
         raise ValueError(f"prune.criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
+    if criterion == "loss":
+        criterion = "l1"
     state = dict(model.state_dict())
     for u in units:
         for key, _ in u.tensors:
@@ -359,6 +425,126 @@ def channel_importance(
     return out
 
 
+class LossProbe:
+    """The cross-entropy of ``model`` on fixed ``batches`` with pruning steps applied by masking.
+
+    ``loss(sizes, se, blocks)``: units at ``sizes`` (their lowest-``order`` channels removed),
+    the squeeze-excite of layers in ``se`` (a mapping layer -> mean gate) replaced by that
+    constant gate, the residual blocks in ``blocks`` reduced to identities.  Each is exact for
+    what ``apply_plan`` builds: a removed channel's tensors are zeroed in every tensor of its unit
+    (its BatchNorm outputs zero, its readers ignore it), a dropped block's last BatchNorm is
+    zeroed, a dropped SE's gate is held at its constant (only the squeeze-excite's own reduced
+    channels, which follow their block's width, are not masked).  ``gates(...)`` measures the mean gate of
+    every squeeze-excite in the network as masked.  The model is used in eval mode, unchanged.
+    """
+
+    def __init__(self, model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+                 order: Mapping[str, np.ndarray] | None = None, chunk: int = 256) -> None:
+        arch = getattr(model, "arch", None)
+        if not isinstance(arch, Arch):
+            raise ValueError("LossProbe needs a model built by nas.build.build (with an .arch)")
+        xs, ys = zip(*batches) if batches else ((), ())
+        if not xs:
+            raise ValueError("prune.criterion=loss got no images to measure the loss on")
+        x, y = torch.cat(list(xs)), torch.cat(list(ys))
+        self.model, self.arch = model, arch
+        self.chunks = list(zip(x.split(chunk), y.split(chunk)))
+        self.n_images = len(y)
+        self.units = {u.name: u for u in channel_units(arch)}
+        self.order = dict(order) if order is not None else None
+        self.state = {k: v.detach() for k, v in model.state_dict().items()}
+        self.evaluations = 0  # forward passes over the images (memoised states are not passed again)
+        self._memo: dict[tuple, tuple[float, dict[int, np.ndarray]]] = {}
+        n = len(arch.layers())
+        self._prefix = {i: _prefix(i, n) for i in range(n)}
+
+    def set_order(self, order: Mapping[str, np.ndarray]) -> None:
+        order = {k: np.asarray(v) for k, v in order.items()}
+        if self.order is None or order.keys() != self.order.keys() or any(
+                not np.array_equal(v, self.order[k]) for k, v in order.items()):
+            self._memo.clear()
+        self.order = order
+
+    def _overrides(self, sizes: Mapping[str, int], blocks: Iterable[int]) -> dict[str, torch.Tensor]:
+        if self.order is None:
+            raise ValueError("LossProbe: set the channel order (set_order) before probing")
+        out: dict[str, torch.Tensor] = {}
+        for name, size in sizes.items():
+            u = self.units[name]
+            if size >= u.size:
+                continue
+            idx = torch.as_tensor(np.asarray(self.order[name][: u.size - size], dtype=np.int64))
+            for key, dim in u.tensors:
+                t = out.get(key)
+                if t is None:
+                    t = out[key] = self.state[key].clone()
+                t.index_fill_(dim, idx, 1.0 if key.endswith("running_var") else 0.0)
+        layers = self.arch.layers()
+        for i in blocks:
+            bn = _branch_bn(layers[i], self._prefix[i])
+            for suffix in ("weight", "bias"):
+                out[f"{bn}.{suffix}"] = torch.zeros_like(self.state[f"{bn}.{suffix}"])
+        return out
+
+    def _run(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray], blocks: Iterable[int],
+             record: bool = False) -> tuple[float, dict[int, np.ndarray]]:
+        blocks = tuple(sorted(set(blocks)))
+        key = (tuple(sorted((n, v) for n, v in sizes.items() if v < self.units[n].size)),
+               tuple((i, np.asarray(se[i], dtype=np.float64).tobytes()) for i in sorted(se)), blocks, record)
+        hit = self._memo.get(key)
+        if hit is None:  # (nas.train re-plans with the same probe: the shared prefix costs nothing again)
+            hit = self._memo[key] = self._forward(sizes, se, blocks, record)
+        return hit[0], dict(hit[1])
+
+    def _forward(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray], blocks: tuple[int, ...],
+                 record: bool) -> tuple[float, dict[int, np.ndarray]]:
+        from torch.func import functional_call
+
+        params = self._overrides(sizes, blocks)
+        hooks, sums = [], {}
+
+        def fix(g: np.ndarray):
+            const = torch.as_tensor(g, dtype=torch.float32).view(1, -1, 1, 1)
+            return lambda mod, inp, out: const.expand_as(out)
+
+        def keep(i: int):
+            def hook(mod, inp, out):
+                sums[i] = sums.get(i, 0.0) + out.detach().double().sum(0).flatten()
+            return hook
+
+        for i, b in enumerate(self.arch.layers()):
+            if getattr(b, "se", None) is None or not isinstance(b, _STRUCTURAL_KINDS):
+                continue
+            gate = self.model.get_submodule(f"{self._prefix[i]}.se.gate")
+            if i in se:
+                hooks.append(gate.register_forward_hook(fix(se[i])))
+            elif record:
+                hooks.append(gate.register_forward_hook(keep(i)))
+        was_training = self.model.training
+        self.model.eval()
+        total = 0.0
+        try:
+            with torch.no_grad():
+                for x, y in self.chunks:
+                    logits = functional_call(self.model, params, (x,), strict=False)
+                    total += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
+        finally:
+            for h in hooks:
+                h.remove()
+            self.model.train(was_training)
+        self.evaluations += 1
+        return total / self.n_images, {i: (v / self.n_images).numpy() for i, v in sums.items()}
+
+    def loss(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray] | None = None,
+             blocks: Iterable[int] = ()) -> float:
+        return self._run(sizes, se or {}, blocks)[0]
+
+    def gates(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray] | None = None,
+              blocks: Iterable[int] = ()) -> tuple[float, dict[int, np.ndarray]]:
+        """The loss, and the mean gate of every squeeze-excite not yet dropped."""
+        return self._run(sizes, se or {}, blocks, record=True)
+
+
 # --------------------------------------------------------------------------------------------
 # planning
 
@@ -386,6 +572,10 @@ class PrunePlan:
     target_ms: float
     reached: bool
     steps: tuple[PruneStep, ...] = field(default=())
+    # structural steps (criterion loss): layer index (into original.layers()) -> the mean gate its
+    # dropped squeeze-excite is replaced with; the residual blocks dropped
+    dropped_se: tuple[tuple[int, tuple[float, ...]], ...] = field(default=())
+    dropped_blocks: tuple[int, ...] = field(default=())
 
     def keep_map(self) -> dict[str, tuple[int, ...]]:
         return dict(self.keep)
@@ -403,6 +593,8 @@ class PrunePlan:
             "target_ms": self.target_ms,
             "reached": self.reached,
             "steps": [dataclasses.asdict(s) for s in self.steps],
+            "dropped_se": {str(i): list(g) for i, g in self.dropped_se},
+            "dropped_blocks": list(self.dropped_blocks),
         }
 
     @classmethod
@@ -412,6 +604,8 @@ class PrunePlan:
             tuple((k, tuple(int(i) for i in v)) for k, v in d["keep"].items()), d["criterion"], int(d["multiple"]),
             d["se_ratio"], float(d["predicted_ms_before"]), float(d["predicted_ms_after"]), float(d["target_ms"]),
             bool(d["reached"]), tuple(PruneStep(**s) for s in d.get("steps", ())),
+            tuple((int(i), tuple(float(v) for v in g)) for i, g in d.get("dropped_se", {}).items()),
+            tuple(int(i) for i in d.get("dropped_blocks", ())),
         )
 
 
@@ -428,6 +622,8 @@ def plan_pruning(
     min_keep: float = 0.25,
     max_steps: int = 10_000,
     lookahead: int = 4,
+    probe: LossProbe | None = None,
+    structural: bool = True,
 ) -> PrunePlan:
     """Greedy latency-aware plan (see the module docs).
 
@@ -436,7 +632,9 @@ def plan_pruning(
     keeps at least ``min_keep`` of its channels and at least ``min_channels`` (default: one
     group).  The cost of a step is the share of its unit's importance it removes (``l1``,
     ``bn``: magnitudes are comparable only within a layer) or, for ``taylor`` (an estimate of
-    the loss change, comparable across layers), the removed importance over the mean of all.
+    the loss change, comparable across layers), the removed importance over the mean of all;
+    for ``loss``, the increase of ``probe``'s measured loss, and with ``structural`` the
+    candidates include dropping a squeeze-excite or a residual block.
     Each unit is tried at its next ``lookahead`` lower multiples: on a device whose kernels
     work in wider tiles than the channel multiple (channels padded to the SIMD width), removing
     one group can leave the latency unchanged while removing two lowers it.
@@ -449,6 +647,10 @@ def plan_pruning(
         raise ValueError(f"prune target must be > 0 ms, got {target_ms}")
     if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
         raise ValueError(f"prune lookahead must be a positive integer (channel groups), got {lookahead}")
+    if criterion == "loss" and probe is None:
+        raise ValueError("prune.criterion=loss needs a LossProbe (training images to measure the loss on)")
+    if probe is not None and probe.arch != arch:
+        raise ValueError("the LossProbe's model is not the Arch being pruned")
     min_channels = multiple if min_channels is None else min_channels
     units = [u for u in channel_units(arch) if u.prunable]
     for u in units:
@@ -457,18 +659,33 @@ def plan_pruning(
             raise ValueError(f"importance for unit {u.name} must have {u.size} values, got "
                              f"{None if imp is None else len(imp)}")
     order = {u.name: np.argsort(np.asarray(importance[u.name], dtype=np.float64), kind="stable") for u in units}
+    use_loss = criterion == "loss"
+    if use_loss:
+        probe.set_order(order)
     weight = _step_costs(units, importance, criterion)
     floor = {u.name: max(min_channels, int(np.ceil(min_keep * u.size))) for u in units}
     sizes = {u.name: u.size for u in units}
     pattern = _skip_pattern(arch)
+    se_ok, blocks_ok = droppable(arch) if use_loss and structural else ([], [])
+    n_layers = len(arch.layers())
+    dropped_se: dict[int, np.ndarray] = {}
+    dropped_blocks: set[int] = set()
+
+    def shape(sz: Mapping[str, int], se: Iterable[int], blocks: Iterable[int]) -> Arch:
+        return drop_layers(resize_arch(arch, units, sz, multiple=multiple, se_ratio=se_ratio), se=se, blocks=blocks)
+
+    def gone(u: ChannelUnit) -> bool:  # a unit that lives only in dropped blocks
+        return all(i in dropped_blocks for i in u.layers)
+
     before = float(latency([arch])[0])
     current, ms = arch, before
     steps: list[PruneStep] = []
     blocked: set[str] = set()
     while ms > target_ms and len(steps) < max_steps:
-        cands: list[tuple[ChannelUnit, int, Arch, float]] = []
+        # candidate: (step name, new sizes, se dropped, blocks dropped, trial arch, cost of l1/bn/taylor)
+        cands: list[tuple[str, int, dict[str, int], tuple[int, ...], tuple[int, ...], Arch, float]] = []
         for u in units:
-            if u.name in blocked:
+            if u.name in blocked or gone(u):
                 continue
             new_size, tried = sizes[u.name], 0
             while tried < lookahead:
@@ -476,32 +693,65 @@ def plan_pruning(
                 if new_size < floor[u.name]:
                     break
                 tried += 1
-                trial = resize_arch(arch, units, {**sizes, u.name: new_size}, multiple=multiple, se_ratio=se_ratio)
-                if _skip_pattern(trial) != pattern:  # would add a residual: not this width
+                sz = {**sizes, u.name: new_size}
+                resized = resize_arch(arch, units, sz, multiple=multiple, se_ratio=se_ratio)
+                if _skip_pattern(resized) != pattern:  # would add a residual: not this width
                     continue
                 removed = order[u.name][u.size - sizes[u.name]: u.size - new_size]
-                cands.append((u, new_size, trial, float(weight[u.name][removed].sum())))
+                cands.append((u.name, new_size, sz, tuple(dropped_se), tuple(dropped_blocks),
+                              drop_layers(resized, se=dropped_se, blocks=dropped_blocks),
+                              float(weight[u.name][removed].sum())))
             if not tried:
                 blocked.add(u.name)
+        for i in se_ok:
+            if i not in dropped_se and i not in dropped_blocks:
+                cands.append((f"se:{_prefix(i, n_layers)}", 0, sizes, (*dropped_se, i), tuple(dropped_blocks),
+                              shape(sizes, (*dropped_se, i), dropped_blocks), 0.0))
+        for i in blocks_ok:
+            if i not in dropped_blocks:
+                se_left = tuple(j for j in dropped_se if j != i)
+                cands.append((f"block:{_prefix(i, n_layers)}", 0, sizes, se_left, (*dropped_blocks, i),
+                              shape(sizes, se_left, (*dropped_blocks, i)), 0.0))
         if not cands:
             break
-        preds = np.asarray(latency([c[2] for c in cands]), dtype=np.float64)
+        preds = np.asarray(latency([c[5] for c in cands]), dtype=np.float64)
         savings = ms - preds
-        best, best_score = -1, -np.inf
-        for j, (_, _, _, cost) in enumerate(cands):
+        gates: dict[int, np.ndarray] = {}
+        if use_loss:
+            base, gates = probe.gates(sizes, dropped_se, dropped_blocks)
+            gates.update(dropped_se)
+        best, best_score, best_cost = -1, -np.inf, np.inf
+        finish, finish_cost = -1, np.inf  # the cheapest step that reaches the target on its own
+        for j, c in enumerate(cands):
             if savings[j] <= 0:
                 continue
-            score = savings[j] / (cost + 1e-9)
+            if use_loss:
+                cost = max(probe.loss(c[2], {i: gates[i] for i in c[3]}, c[4]) - base, 0.0)
+                cands[j] = (*c[:6], cost)
+            else:
+                cost = c[6]
+            score = savings[j] / (cost + (1e-6 if use_loss else 1e-9))
             if score > best_score:
-                best, best_score = j, score
+                best, best_score, best_cost = j, score, cost
+            if preds[j] <= target_ms and (cost, -savings[j]) < (finish_cost, -savings[finish] if finish >= 0 else 0):
+                finish, finish_cost = j, cost
+        if finish >= 0 and finish_cost <= best_cost:  # the last step: a cheaper one that reaches the target
+            best = finish  # beats a big one that overshoots it (a dropped block)
+
         if best < 0:
             log.info("no pruning step lowers the predicted latency further (%.4f ms)", ms)
             break
-        u, new_size, current, cost = cands[best]
-        sizes[u.name] = new_size
+        name, new_size, sz, se_now, blocks_now, current, cost = cands[best]
+        sizes = dict(sz)
+        dropped_se = {i: gates[i] for i in se_now}
+        dropped_blocks = set(blocks_now)
         ms = float(preds[best])
-        steps.append(PruneStep(u.name, new_size, ms, cost))
-        log.debug("prune %s -> %d: %.4f ms", u.name, new_size, ms)
+        steps.append(PruneStep(name, new_size, ms, cost))
+        if use_loss:
+            log.info("prune step %d: %s%s, %.4f ms predicted, loss +%.4f (%d probe passes so far)", len(steps),
+                     name, f" -> {new_size}" if new_size else " dropped", ms, cost, probe.evaluations)
+        else:
+            log.debug("prune %s -> %d: %.4f ms", name, new_size, ms)
     keep = tuple(
         (u.name, tuple(sorted(int(i) for i in order[u.name][u.size - sizes[u.name]:])))
         for u in units if sizes[u.name] != u.size
@@ -510,7 +760,8 @@ def plan_pruning(
     if not reached:
         log.warning("pruning stopped at %.4f ms predicted, above the target %.4f ms", ms, target_ms)
     return PrunePlan(arch, current, keep, criterion, multiple, se_ratio, before, ms, float(target_ms), reached,
-                     tuple(steps))
+                     tuple(steps), tuple((i, tuple(float(v) for v in g)) for i, g in sorted(dropped_se.items())),
+                     tuple(sorted(dropped_blocks)))
 
 
 def _step_costs(units: Sequence[ChannelUnit], importance: Mapping[str, np.ndarray],
@@ -541,7 +792,10 @@ def _se_keep(old: nn.Module | None, new_channels: int, kept_in: torch.Tensor | N
 
 
 def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
-    """``build(plan.arch)`` carrying ``model``'s weights for the kept channels (eval mode)."""
+    """``build(plan.arch)`` carrying ``model``'s weights for the kept channels (eval mode).
+
+    A dropped squeeze-excite's mean gate is folded into the 1x1 convolution after it; a dropped
+    residual block's tensors are left out and the blocks after it move up one index."""
     from nas.build import build
 
     if getattr(model, "arch", plan.original) != plan.original:
@@ -555,9 +809,19 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
         idx = torch.tensor(kept, dtype=torch.long)
         for key, dim in u.tensors:
             index.setdefault(key, {})[dim] = idx
+    old_layers = plan.original.layers()
+    n = len(old_layers)
+    dropped_se = dict(plan.dropped_se)
+    survivors = [i for i in range(n) if i not in plan.dropped_blocks]
+    new_of = {i: j for j, i in enumerate(survivors)}  # old layer index -> new
+    new_layers = plan.arch.layers()
+    if len(new_layers) != len(survivors):
+        raise ValueError("the plan's Arch does not have the layers its dropped blocks leave")
     # squeeze-excite channels
-    n = len(plan.original.layers())
-    for i, (ob, nb) in enumerate(zip(plan.original.layers(), plan.arch.layers())):
+    for i, ob in enumerate(old_layers):
+        if i not in new_of:
+            continue
+        nb = new_layers[new_of[i]]
         ose, nse = getattr(ob, "se", None), getattr(nb, "se", None)
         if ose is None or nse is None or ose.channels == nse.channels:
             continue
@@ -569,12 +833,30 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
         for key, dim in ((f"{p}.se.conv_reduce.weight", 0), (f"{p}.se.conv_reduce.bias", 0),
                          (f"{p}.se.conv_expand.weight", 1)):
             index.setdefault(key, {})[dim] = sel
+    state = dict(model.state_dict())
+    for i, gate in dropped_se.items():  # x * gate -> the next 1x1 conv's input channels scaled by the gate
+        key = _after_se_conv(old_layers[i], _prefix(i, n))
+        g = torch.as_tensor(gate, dtype=state[key].dtype)
+        if g.numel() != state[key].shape[1]:
+            raise ValueError(f"plan's mean gate for layer {i} has {g.numel()} channels, {key} reads "
+                             f"{state[key].shape[1]}")
+        state[key] = state[key] * g.view(1, -1, 1, 1)
+    gone = tuple(f"{_prefix(i, n)}.se." for i in dropped_se) + tuple(f"{_prefix(i, n)}." for i in plan.dropped_blocks)
+    rename = {f"{_prefix(i, n)}.": f"{_prefix(new_of[i], len(survivors))}." for i in survivors
+              if _prefix(i, n) != _prefix(new_of[i], len(survivors))}
     new = build(plan.arch)
     target = new.state_dict()
     out = {}
-    for key, t in model.state_dict().items():
+    for key, t in state.items():
+        if key.startswith(gone):
+            continue
         for dim, idx in index.get(key, {}).items():
             t = t.index_select(dim, idx)
+        head, _, rest = key.partition(".")
+        if head == "blocks":
+            blk, _, rest = rest.partition(".")
+            pre = f"blocks.{blk}."
+            key = rename.get(pre, pre) + rest
         if key in target and t.shape != target[key].shape:
             raise ValueError(f"pruned tensor {key} has shape {tuple(t.shape)}, the pruned Arch wants "
                              f"{tuple(target[key].shape)}")
@@ -599,7 +881,9 @@ def prune_model(
     if not isinstance(arch, Arch):
         raise ValueError("prune_model needs a model built by nas.build.build (with an .arch)")
     units = channel_units(arch)
+    batches = list(batches) if batches is not None else None
     imp = channel_importance(model, units, criterion, batches=batches)
+    probe = LossProbe(model, batches or []) if criterion == "loss" else None
     plan = plan_pruning(arch, imp, latency, target_ms=target_ms, multiple=multiple, se_ratio=se_ratio,
-                        criterion=criterion, min_keep=min_keep)
+                        criterion=criterion, min_keep=min_keep, probe=probe)
     return apply_plan(model, plan), plan
