@@ -212,3 +212,17 @@ def test_calibration_recovers_a_concave_relation():
     small = archs[:10]  # predicted: the fastest 10, below the calibration set's range
     assert max(truth(a) for a in small) < min(truth(a) for a in archs[-40:])
     np.testing.assert_allclose(p.predict(small), [truth(a) for a in small], rtol=1e-6)
+
+
+def test_predictions_outside_the_calibration_range_say_so():
+    t = synth_table(networks=30)
+    p = LatencyPredictor().fit(t)
+    lo, hi = p.calibration_range_
+    inside = next(a for a in t.networks if lo < p.raw_sum(a) < hi)
+    assert p.explain(inside).outside == "" and "EXTRAPOLATED" not in p.explain(inside).label()
+    tiny = load_space("tiny").random(3).with_resolution(8)  # 16x fewer pixels than any calibration network
+    e = p.explain(tiny)
+    assert p.raw_sum(tiny) < 0.8 * lo
+    assert "below the calibration networks'" in e.outside and "EXTRAPOLATED" in e.label()
+    assert e.to_dict()["outside"] == e.outside
+    assert LatencyPredictor(calibrate=False).fit(t).explain(tiny).outside == ""  # no calibration, nothing to leave

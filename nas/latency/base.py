@@ -35,6 +35,7 @@ class Prediction:
     calibrated: bool = False
     mismatched: bool = False  # the table's metadata did not match the target (allowed explicitly)
     rescale: float = 1.0  # the table's refresh: calibration networks re-measured now over their table figure
+    outside: str = ""  # set when the network lies outside what the calibration was fitted on (an extrapolation)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -49,7 +50,8 @@ class Prediction:
         cal = ", calibrated" if self.calibrated else ""
         mm = ", TABLE MISMATCH allowed" if self.mismatched else ""
         rs = f", rescaled x{self.rescale:.3f} by its refresh" if self.rescale != 1.0 else ""
-        return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{rs}{mm})"
+        out = f", EXTRAPOLATED: {self.outside}" if self.outside else ""
+        return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{rs}{mm}{out})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

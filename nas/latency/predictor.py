@@ -176,6 +176,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         nets = table_networks(table) if networks is None else list(networks)
         self.calibration_ = None
         self.n_calibration_ = 0
+        self.calibration_range_ = None  # (smallest, largest) raw table sum of the calibration networks
         # uncalibrated: every layer's block figure (less the call overhead), plus one call overhead
         self.coef_ = np.array([1.0] + [0.0] * (N_FEATURES - 1))
         self.intercept_ = self.overhead_ms_
@@ -186,6 +187,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             self.coef_ = self.calibration_.coef_.astype(np.float64)
             self.intercept_ = float(self.calibration_.intercept_)
             self.n_calibration_ = len(nets)
+            raw = [self.raw_sum(a) for a, _ in nets]
+            self.calibration_range_ = (float(min(raw)), float(max(raw)))
         elif self.calibrate and nets:
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)
@@ -233,13 +236,30 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         keys = arch.keys()
         contrib, lookup = self._contrib, self.lookup_
         ms = self.intercept_
+        raw = self.overhead_ms_
         n_learn = 0
         for k in keys:
             v = contrib.get(k)
             ms += v if v is not None else self._contribution(k)
-            n_learn += k not in lookup
+            b = lookup.get(k)
+            if b is None:
+                n_learn += 1
+                b = self._block_ms(k)[0]
+            raw += b
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
-                          0, self.calibration_ is not None, self.mismatched_, self.rescale_)
+                          0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw))
+
+    def _outside(self, raw: float) -> str:
+        """Why a network whose raw table sum is ``raw`` lies outside the calibration set (well below
+        the smallest calibration network's raw sum or above the largest's), or ""."""
+        if self.calibration_range_ is None:
+            return ""
+        lo, hi = self.calibration_range_
+        if raw < EXTRAPOLATION_MARGIN * lo:
+            return f"its raw table sum {raw:.4f} ms is below the calibration networks' ({lo:.4f}-{hi:.4f} ms)"
+        if raw > hi / EXTRAPOLATION_MARGIN:
+            return f"its raw table sum {raw:.4f} ms is above the calibration networks' ({lo:.4f}-{hi:.4f} ms)"
+        return ""
 
     def predict(self, archs: Sequence[Arch] | Arch) -> np.ndarray:
         check_is_fitted(self, "lookup_")
@@ -323,6 +343,9 @@ def _boundary(key: BlockKey) -> float:
 
 
 N_FEATURES = 7
+EXTRAPOLATION_MARGIN = 0.8  # a raw table sum below 0.8x the smallest calibration network's (or above
+# 1/0.8 x the largest) makes the prediction an extrapolation, and its label says so: 16-px digits
+# networks of 16 us (all their layers learned) were over-predicted by 50% there
 LOG_FLOOR_MS = 1e-3  # the log-time feature's floor (1 us: below it a lone block is call-overhead noise)
 
 
