@@ -748,6 +748,12 @@ def _measured_pruning(ctx: _Context, arch0: Arch, plan: PrunePlan, make_plan: Ca
                   "reached": tries[-1]["measured_ratio"] <= ratio}
 
 
+def _train_batches(data: Dataset, n: int, batch_size: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The first ``n`` shuffled (not augmented) training batches of a generator seeded with ``seed``."""
+    it = data.batches("train", batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
+    return [b for _, b in zip(range(n), it)]
+
+
 def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     s, data = ctx.s, ctx.data
     entry = ctx.run.entries[index]
@@ -787,17 +793,12 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
             target_ms = p["target_ms"] if p["target_ms"] is not None else p["ratio"] * before
             batches = None
             if p["criterion"] == "taylor":
-                g = torch.Generator().manual_seed(seed + 17)
-                it = data.batches("train", batch_size=s.train.batch_size, shuffle=True, generator=g)
-                batches = [b for _, b in zip(range(p["taylor_batches"]), it)]
+                batches = _train_batches(data, p["taylor_batches"], s.train.batch_size, seed + 17)
             imp = channel_importance(model, channel_units(arch0), p["criterion"], batches=batches)
             probe = None
             if p["criterion"] == "loss":
-                g = torch.Generator().manual_seed(seed + 19)
                 bs = min(s.train.eval_batch_size, p["loss_samples"])
-                it = data.batches("train", batch_size=bs, shuffle=True, generator=g)
-                imgs = [b for _, b in zip(range(-(-p["loss_samples"] // bs)), it)]
-                probe = LossProbe(model, imgs)
+                probe = LossProbe(model, _train_batches(data, -(-p["loss_samples"] // bs), bs, seed + 19))
 
             def make_plan(ms: float) -> PrunePlan:
                 return plan_pruning(arch0, imp, ctx.guide.predict, target_ms=ms, multiple=ctx.multiple,
@@ -828,9 +829,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
         qat_model = prepare_qat(final, qs)
         ck = mdir / "qat.ckpt"
         if not ck.is_file():
-            g = torch.Generator().manual_seed(seed + 29)
-            it = data.batches("train", batch_size=s.train.batch_size, shuffle=True, generator=g)
-            calibrate(qat_model, [b for _, b in zip(range(q["calib_batches"]), it)])
+            calibrate(qat_model, _train_batches(data, q["calib_batches"], s.train.batch_size, seed + 29))
         freeze_from = q["epochs"] - q["freeze_epochs"]
 
         def observers(m: nn.Module, epoch: int) -> None:

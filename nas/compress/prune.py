@@ -64,7 +64,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -486,18 +486,22 @@ class LossProbe:
                 out[f"{bn}.{suffix}"] = torch.zeros_like(self.state[f"{bn}.{suffix}"])
         return out
 
-    def _run(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray], blocks: Iterable[int],
-             record: bool = False) -> tuple[float, dict[int, np.ndarray]]:
+    def _run(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray],
+             blocks: Iterable[int]) -> tuple[float, dict[int, np.ndarray]]:
+        """Memoised: the state a planning step chose is the next step's base, and nas.train re-plans
+        with the same probe, so no state is passed over the images twice."""
         blocks = tuple(sorted(set(blocks)))
         key = (tuple(sorted((n, v) for n, v in sizes.items() if v < self.units[n].size)),
-               tuple((i, np.asarray(se[i], dtype=np.float64).tobytes()) for i in sorted(se)), blocks, record)
+               tuple((i, np.asarray(se[i], dtype=np.float64).tobytes()) for i in sorted(se)), blocks)
         hit = self._memo.get(key)
-        if hit is None:  # (nas.train re-plans with the same probe: the shared prefix costs nothing again)
-            hit = self._memo[key] = self._forward(sizes, se, blocks, record)
+        if hit is None:
+            hit = self._memo[key] = self._forward(sizes, se, blocks)
         return hit[0], dict(hit[1])
 
-    def _forward(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray], blocks: tuple[int, ...],
-                 record: bool) -> tuple[float, dict[int, np.ndarray]]:
+    def _forward(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray],
+                 blocks: tuple[int, ...]) -> tuple[float, dict[int, np.ndarray]]:
+        """One pass over the images: the loss, and the mean gate of every squeeze-excite not held
+        constant (recorded on every pass: a hook summing a few numbers per image)."""
         from torch.func import functional_call
 
         params = self._overrides(sizes, blocks)
@@ -516,10 +520,7 @@ class LossProbe:
             if getattr(b, "se", None) is None or not isinstance(b, _STRUCTURAL_KINDS):
                 continue
             gate = self.model.get_submodule(f"{self._prefix[i]}.se.gate")
-            if i in se:
-                hooks.append(gate.register_forward_hook(fix(se[i])))
-            elif record:
-                hooks.append(gate.register_forward_hook(keep(i)))
+            hooks.append(gate.register_forward_hook(fix(se[i]) if i in se else keep(i)))
         was_training = self.model.training
         self.model.eval()
         total = 0.0
@@ -542,11 +543,23 @@ class LossProbe:
     def gates(self, sizes: Mapping[str, int], se: Mapping[int, np.ndarray] | None = None,
               blocks: Iterable[int] = ()) -> tuple[float, dict[int, np.ndarray]]:
         """The loss, and the mean gate of every squeeze-excite not yet dropped."""
-        return self._run(sizes, se or {}, blocks, record=True)
+        return self._run(sizes, se or {}, blocks)
 
 
 # --------------------------------------------------------------------------------------------
 # planning
+
+
+class _Candidate(NamedTuple):
+    """One step the greedy planner may take, and the state after it."""
+
+    name: str  # unit name, se:<block> or block:<block>
+    size: int  # the unit's size after the step (0 for a structural step)
+    sizes: Mapping[str, int]  # every unit's size after the step
+    se: tuple[int, ...]  # layers whose squeeze-excite is dropped after the step
+    blocks: tuple[int, ...]  # residual blocks dropped after the step
+    arch: Arch
+    cost: float  # importance removed (l1 / bn / taylor) or measured loss increase (loss)
 
 
 @dataclass(frozen=True)
@@ -682,8 +695,7 @@ def plan_pruning(
     steps: list[PruneStep] = []
     blocked: set[str] = set()
     while ms > target_ms and len(steps) < max_steps:
-        # candidate: (step name, new sizes, se dropped, blocks dropped, trial arch, cost of l1/bn/taylor)
-        cands: list[tuple[str, int, dict[str, int], tuple[int, ...], tuple[int, ...], Arch, float]] = []
+        cands: list[_Candidate] = []
         for u in units:
             if u.name in blocked or gone(u):
                 continue
@@ -698,60 +710,56 @@ def plan_pruning(
                 if _skip_pattern(resized) != pattern:  # would add a residual: not this width
                     continue
                 removed = order[u.name][u.size - sizes[u.name]: u.size - new_size]
-                cands.append((u.name, new_size, sz, tuple(dropped_se), tuple(dropped_blocks),
-                              drop_layers(resized, se=dropped_se, blocks=dropped_blocks),
-                              float(weight[u.name][removed].sum())))
+                cands.append(_Candidate(u.name, new_size, sz, tuple(dropped_se), tuple(dropped_blocks),
+                                        drop_layers(resized, se=dropped_se, blocks=dropped_blocks),
+                                        float(weight[u.name][removed].sum())))
             if not tried:
                 blocked.add(u.name)
         for i in se_ok:
             if i not in dropped_se and i not in dropped_blocks:
-                cands.append((f"se:{_prefix(i, n_layers)}", 0, sizes, (*dropped_se, i), tuple(dropped_blocks),
-                              shape(sizes, (*dropped_se, i), dropped_blocks), 0.0))
+                cands.append(_Candidate(f"se:{_prefix(i, n_layers)}", 0, sizes, (*dropped_se, i),
+                                        tuple(dropped_blocks), shape(sizes, (*dropped_se, i), dropped_blocks), 0.0))
         for i in blocks_ok:
             if i not in dropped_blocks:
                 se_left = tuple(j for j in dropped_se if j != i)
-                cands.append((f"block:{_prefix(i, n_layers)}", 0, sizes, se_left, (*dropped_blocks, i),
-                              shape(sizes, se_left, (*dropped_blocks, i)), 0.0))
+                cands.append(_Candidate(f"block:{_prefix(i, n_layers)}", 0, sizes, se_left, (*dropped_blocks, i),
+                                        shape(sizes, se_left, (*dropped_blocks, i)), 0.0))
         if not cands:
             break
-        preds = np.asarray(latency([c[5] for c in cands]), dtype=np.float64)
+        preds = np.asarray(latency([c.arch for c in cands]), dtype=np.float64)
         savings = ms - preds
         gates: dict[int, np.ndarray] = {}
         if use_loss:
             base, gates = probe.gates(sizes, dropped_se, dropped_blocks)
             gates.update(dropped_se)
-        best, best_score, best_cost = -1, -np.inf, np.inf
-        finish, finish_cost = -1, np.inf  # the cheapest step that reaches the target on its own
+        best, best_score = -1, -np.inf
+        finish, finish_key = -1, (np.inf, 0.0)  # the cheapest step that reaches the target on its own
         for j, c in enumerate(cands):
             if savings[j] <= 0:
                 continue
             if use_loss:
-                cost = max(probe.loss(c[2], {i: gates[i] for i in c[3]}, c[4]) - base, 0.0)
-                cands[j] = (*c[:6], cost)
-            else:
-                cost = c[6]
-            score = savings[j] / (cost + (1e-6 if use_loss else 1e-9))
+                c = cands[j] = c._replace(cost=max(probe.loss(c.sizes, {i: gates[i] for i in c.se}, c.blocks) - base,
+                                                   0.0))
+            score = savings[j] / (c.cost + (1e-6 if use_loss else 1e-9))
             if score > best_score:
-                best, best_score, best_cost = j, score, cost
-            if preds[j] <= target_ms and (cost, -savings[j]) < (finish_cost, -savings[finish] if finish >= 0 else 0):
-                finish, finish_cost = j, cost
-        if finish >= 0 and finish_cost <= best_cost:  # the last step: a cheaper one that reaches the target
-            best = finish  # beats a big one that overshoots it (a dropped block)
-
+                best, best_score = j, score
+            if preds[j] <= target_ms and (c.cost, -savings[j]) < finish_key:
+                finish, finish_key = j, (c.cost, -savings[j])
+        if finish >= 0 and cands[finish].cost <= cands[best].cost:  # the last step: a cheaper one that
+            best = finish  # reaches the target beats a big one that overshoots it (a dropped block)
         if best < 0:
             log.info("no pruning step lowers the predicted latency further (%.4f ms)", ms)
             break
-        name, new_size, sz, se_now, blocks_now, current, cost = cands[best]
-        sizes = dict(sz)
-        dropped_se = {i: gates[i] for i in se_now}
-        dropped_blocks = set(blocks_now)
+        c = cands[best]
+        current, sizes, dropped_blocks = c.arch, dict(c.sizes), set(c.blocks)
+        dropped_se = {i: gates[i] for i in c.se}
         ms = float(preds[best])
-        steps.append(PruneStep(name, new_size, ms, cost))
+        steps.append(PruneStep(c.name, c.size, ms, c.cost))
         if use_loss:
             log.info("prune step %d: %s%s, %.4f ms predicted, loss +%.4f (%d probe passes so far)", len(steps),
-                     name, f" -> {new_size}" if new_size else " dropped", ms, cost, probe.evaluations)
+                     c.name, f" -> {c.size}" if c.size else " dropped", ms, c.cost, probe.evaluations)
         else:
-            log.debug("prune %s -> %d: %.4f ms", name, new_size, ms)
+            log.debug("prune %s -> %d: %.4f ms", c.name, c.size, ms)
     keep = tuple(
         (u.name, tuple(sorted(int(i) for i in order[u.name][u.size - sizes[u.name]:])))
         for u in units if sizes[u.name] != u.size

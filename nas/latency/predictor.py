@@ -187,8 +187,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             self.coef_ = self.calibration_.coef_.astype(np.float64)
             self.intercept_ = float(self.calibration_.intercept_)
             self.n_calibration_ = len(nets)
-            raw = [self.raw_sum(a) for a, _ in nets]
-            self.calibration_range_ = (float(min(raw)), float(max(raw)))
+            raw = X[:, 0] + self.overhead_ms_  # feature 0 sums the block figures: raw_sum of each network
+            self.calibration_range_ = (float(raw.min()), float(raw.max()))
         elif self.calibrate and nets:
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)
