@@ -37,6 +37,7 @@ from nas.latency.roofline import Roofline  # noqa: E402
 from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.validate import (  # noqa: E402
+    VALIDATION_SEED,
     held_out_archs,
     held_out_pruned,
     measure_held_out,
@@ -188,6 +189,9 @@ def main() -> None:
                          "machine's drift in the measured figures")
     ap.add_argument("--fresh", action="store_true",
                     help="ignore the measurement caches of a previous run (re-measure every held-out network now)")
+    ap.add_argument("--seed", type=int, default=VALIDATION_SEED,
+                    help="seed of the held-out space samples (another seed: a blind set never looked at; "
+                         "give it its own --out)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -208,10 +212,11 @@ def main() -> None:
         exclude = {a.digest() for a, _ in table_networks(table)}
         archs, groups = [], []
         for name in list_spaces():
-            got = held_out_archs(load_space(name), n, exclude=exclude)
+            got = held_out_archs(load_space(name), n, exclude=exclude, seed=args.seed)
             archs += got
             groups += [name] * len(got)
-            got = held_out_pruned(load_space(name), args.pruned[min(i, len(args.pruned) - 1)], exclude=exclude)
+            got = held_out_pruned(load_space(name), args.pruned[min(i, len(args.pruned) - 1)], exclude=exclude,
+                                  seed=args.seed)
             archs += got
             groups += [f"{name} pruned"] * len(got)
         for m in TIMM_MODELS[: args.timm]:
@@ -226,6 +231,7 @@ def main() -> None:
         report = validate(pred, Roofline.from_target(target), vs)
         report["measure_seconds"] = time.time() - t0
         report["rounds"] = settings.rounds
+        report["seed"] = args.seed
         report["table"] = pred.describe()
         report["calibration"] = {"coef": list(pred.coef_), "intercept": pred.intercept_,
                                  "networks": pred.n_calibration_}

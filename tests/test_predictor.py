@@ -226,3 +226,84 @@ def test_predictions_outside_the_calibration_range_say_so():
     assert "below the calibration networks'" in e.outside and "EXTRAPOLATED" in e.label()
     assert e.to_dict()["outside"] == e.outside
     assert LatencyPredictor(calibrate=False).fit(t).explain(tiny).outside == ""  # no calibration, nothing to leave
+
+
+def _residual_table(n_nets=160, seed=3):
+    """A device whose networks cost 8% more when over a third of their time is in 5x5 kernels: a
+    network-level effect no sum of per-layer terms can carry."""
+    from nas.latency.predictor import MIN_RESIDUAL_NETWORKS
+
+    assert n_nets >= MIN_RESIDUAL_NETWORKS
+    t = synth_table(networks=0)
+    sp = load_space("tiny")
+    rng = np.random.default_rng(seed)
+
+    def truth(a):
+        ms = [synth_ms(k) - 0.004 for k in a.keys()]
+        k5 = sum(m for m, k in zip(ms, a.keys()) if getattr(k.block, "kernel", 3) >= 5) / sum(ms)
+        return (sum(ms) + 0.01) * (1.08 if k5 > 1 / 3 else 1.0)
+
+    archs = list({sp.random(rng) for _ in range(2 * n_nets)})
+    for a in archs[:n_nets]:
+        t.networks[a] = Entry(truth(a), 0, 0, 50)
+    return t, archs[n_nets:], truth
+
+
+def test_network_residual_carries_a_network_level_effect():
+    t, held, truth = _residual_table()
+    y = np.array([truth(a) for a in held])
+    linear = LatencyPredictor(residual=False).fit(t)
+    full = LatencyPredictor().fit(t)
+    assert linear.residual_ is None and full.residual_ is not None
+    assert "network residual" in full.describe()
+    err_lin = np.abs(linear.predict(held) / y - 1)
+    err = np.abs(full.predict(held) / y - 1)
+    assert err_lin.mean() > 0.02  # the linear calibration alone cannot express it
+    assert err.mean() < 0.5 * err_lin.mean(), (err.mean(), err_lin.mean())
+    # below MIN_RESIDUAL_NETWORKS calibration networks: the linear calibration alone
+    few = synth_table(networks=0)
+    for a in list(t.networks)[:40]:
+        few.networks[a] = t.networks[a]
+    assert LatencyPredictor().fit(few).residual_ is None
+
+
+def test_network_residual_is_the_same_on_every_path():
+    """One Arch, a batch (scikit-learn's predict), explain, and the compiled space predictor agree."""
+    t, held, _ = _residual_table()
+    p = LatencyPredictor().fit(t)
+    assert p.residual_.packed
+    batch = p.predict(held)  # >= 64 rows: scikit-learn
+    assert len(held) >= p.residual_.BATCH
+    one = np.array([p.predict(a)[0] for a in held])  # packed trees
+    np.testing.assert_allclose(one, batch, rtol=1e-12)
+    np.testing.assert_allclose([p.explain(a).ms for a in held[:10]], batch[:10], rtol=1e-12)
+    space = load_space("tiny")
+    P = space.sample_indices(300, rng=4)
+    np.testing.assert_allclose(p.compile(space).predict_indices(P),
+                               p.predict([space.decode_indices(r) for r in P]), rtol=1e-9)
+
+
+def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from nas.latency.predictor import _CompiledTrees
+
+    rng = np.random.default_rng(0)
+    X = rng.random((300, 6))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] * X[:, 2]
+    gbm = HistGradientBoostingRegressor(max_iter=50, max_depth=3, min_samples_leaf=10, random_state=0).fit(X, y)
+    c = _CompiledTrees(gbm)
+    Xt = rng.random((40, 6))
+    assert c.packed
+    np.testing.assert_allclose(c.predict(Xt), gbm.predict(Xt), rtol=1e-12)
+    X_check = rng.random((32, 6))
+
+    def bad_pack(self):  # a scikit-learn whose trees are laid out otherwise: the check catches it
+        good_pack(self)
+        self.thr = self.thr + 0.25
+
+    good_pack = _CompiledTrees._pack
+    monkeypatch.setattr(_CompiledTrees, "_pack", bad_pack)
+    c = _CompiledTrees(gbm, check=X_check)
+    assert not c.packed
+    np.testing.assert_allclose(c.predict(Xt), gbm.predict(Xt), rtol=1e-12)  # scikit-learn's own

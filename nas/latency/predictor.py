@@ -18,8 +18,15 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
    padding, log block time), fitted by least squares on *relative* error (weights 1/ms^2).  Why these:
    a block measured on its own converts its input and output between layouts (onnxruntime's
    NCHWc) and keeps its weights in cache; inside a network it does neither.
+4. **Network residual** (with >= ``MIN_RESIDUAL_NETWORKS`` calibration networks): gradient
+   boosting (scikit-learn) on ``log(measured / calibrated)`` of the calibration networks, from
+   the network's mix (``network_mix``: the share of its table time in each block kind, in SE
+   blocks, in 5x5+ kernels and under each activation; its layer count, log time, log MACs and
+   weight megabytes).  It carries what is not additive over layers (how kinds of kernel
+   interleave); shallow trees saturate outside the data, so the factor stays bounded.  On the
+   EPYC fp32 table, 5-fold CV within ±5%: 85.0% -> 90.6%.
 
-Throughput: ``predict`` on Arch objects costs ~30 us an Arch; ``compile(space)`` returns a
+Throughput: ``predict`` on Arch objects costs ~30-50 us an Arch; ``compile(space)`` returns a
 ``SpacePredictor`` that predicts straight from parameter-index arrays, vectorised over
 hundreds of thousands of architectures.
 
@@ -146,14 +153,16 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         refresh: apply the table's refresh (``python -m nas.profile refresh=N``: some of its
             calibration networks re-measured later; every prediction is scaled by their median
             now/table ratio, and says so).  ``nas.validate`` scores the table as built (False).
+        residual: fit the network residual (step 4 of the module docs) when the table has at
+            least ``MIN_RESIDUAL_NETWORKS`` calibration networks.
     """
 
     source = "measured"
 
     def __init__(self, *, calibrate: bool = True, learned: bool = True, random_state: int = 0,
-                 refresh: bool = True) -> None:
+                 refresh: bool = True, residual: bool = True) -> None:
         self.calibrate, self.learned, self.random_state = calibrate, learned, random_state
-        self.refresh = refresh
+        self.refresh, self.residual = refresh, residual
 
     # -- fitting --------------------------------------------------------------------------
     def fit(self, table: LatencyTable, networks: Sequence[tuple[Arch, float]] | None = None,
@@ -172,7 +181,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             y = np.array([table.entries[k].median_ms for k in keys])
             self.block_model_ = make_block_model(self.random_state).fit(keys, y)
         self._learned_cache: dict[BlockKey, float] = {}
-        self._contrib: dict[BlockKey, float] = {}
+        self._reset_rows()
+        self.residual_ = None
         nets = table_networks(table) if networks is None else list(networks)
         self.calibration_ = None
         self.n_calibration_ = 0
@@ -189,6 +199,13 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             self.n_calibration_ = len(nets)
             raw = X[:, 0] + self.overhead_ms_  # feature 0 sums the block figures: raw_sum of each network
             self.calibration_range_ = (float(raw.min()), float(raw.max()))
+            if self.residual and len(nets) >= MIN_RESIDUAL_NETWORKS:
+                archs = [a for a, _ in nets]
+                tab = self._sums(archs)
+                lin, Z = self.intercept_ + tab[:, 0], network_mix(tab[:, 2:])
+                gbm = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.05, max_depth=3,
+                                                    min_samples_leaf=20, random_state=self.random_state)
+                self.residual_ = _CompiledTrees(gbm.fit(Z, np.log(y / lin)), check=Z[:64])
         elif self.calibrate and nets:
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)
@@ -196,7 +213,13 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         self.rescale_ = float(rf["now_over_table"]) if rf else 1.0
         self.coef_ = self.coef_ * self.rescale_
         self.intercept_ = self.intercept_ * self.rescale_
+        self._reset_rows()  # the residual's fit cached contributions before the rescale
         return self
+
+    def _reset_rows(self) -> None:
+        # per layer key, a row of self._rows_: [calibrated contribution, 1 if learned, *layer_mix]
+        self._row: dict[BlockKey, int] = {}
+        self._rows_ = np.zeros((256, 2 + N_MIX))
 
     # -- prediction -----------------------------------------------------------------------
     def _block_ms(self, key: BlockKey) -> tuple[float, bool]:
@@ -218,34 +241,67 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
 
     def _contribution(self, key: BlockKey) -> float:
         """One layer's calibrated share, ``max(layer_features . coef_, 0)`` (cached per key)."""
-        v = self._contrib.get(key)
-        if v is None:
-            # a layer never costs less than nothing: far outside the calibration data (another
-            # resolution, learned blocks) the linear terms could otherwise add up below zero
-            v = max(float(layer_features(key, self._block_ms(key)[0]) @ self.coef_), 0.0)
-            self._contrib[key] = v
-        return v
+        return float(self._rows_[self._rows([key])[0], 0])
+
+    def _rows(self, keys: Sequence[BlockKey]) -> list[int]:
+        """Each key's row of ``self._rows_`` (computed once per key): its calibrated contribution,
+        1 if its block figure is learned, then its ``layer_mix``.  Index ``self._rows_`` only
+        after calling this (it may grow)."""
+        idx = self._row
+        rows = list(map(idx.get, keys))
+        if None not in rows:  # every key seen before: the common case in a search
+            return rows
+        rows = []
+        for k in keys:
+            r = idx.get(k)
+            if r is None:
+                r = len(idx)
+                if r == len(self._rows_):
+                    self._rows_ = np.concatenate([self._rows_, np.zeros_like(self._rows_)])
+                ms, measured = self._block_ms(k)
+                # a layer never costs less than nothing: far outside the calibration data (another
+                # resolution, learned blocks) the linear terms could otherwise add up below zero
+                self._rows_[r, 0] = max(float(layer_features(k, ms) @ self.coef_), 0.0)
+                self._rows_[r, 1] = 0.0 if measured else 1.0
+                self._rows_[r, 2:] = layer_mix(k, ms)
+                idx[k] = r
+            rows.append(r)
+        return rows
+
+    def _sums(self, archs: Sequence[Arch]) -> np.ndarray:
+        """Per network, the sum of its layers' rows: [calibrated sum less the intercept, learned
+        layers, *mix]."""
+        if len(archs) == 1:
+            rows = self._rows(archs[0].keys())
+            return self._rows_[rows].sum(axis=0, keepdims=True)
+        new = [k for k in dict.fromkeys(k for a in archs for k in a.keys()) if k not in self._row]
+        if new:
+            self.layer_ms(new)  # learned figures of unseen blocks in one vectorised call
+        flat: list[int] = []
+        starts = np.empty(len(archs), dtype=np.intp)
+        for i, a in enumerate(archs):
+            starts[i] = len(flat)
+            flat += self._rows(a.keys())
+        return np.add.reduceat(self._rows_[flat], starts, axis=0)
 
     def raw_sum(self, arch: Arch) -> float:
         """Uncalibrated: sum of blocks (less per-call overheads) plus one call overhead."""
         check_is_fitted(self, "lookup_")
         return sum(self._block_ms(k)[0] for k in arch.keys()) + self.overhead_ms_
 
+    def residual_factor(self, mix: np.ndarray) -> np.ndarray:
+        """The network residual's factor for rows of summed ``layer_mix`` (1 without one)."""
+        if self.residual_ is None:
+            return np.ones(len(mix))
+        return np.exp(self.residual_.predict(network_mix(mix)))
+
     def explain(self, arch: Arch) -> Prediction:
         check_is_fitted(self, "lookup_")
         keys = arch.keys()
-        contrib, lookup = self._contrib, self.lookup_
-        ms = self.intercept_
-        raw = self.overhead_ms_
-        n_learn = 0
-        for k in keys:
-            v = contrib.get(k)
-            ms += v if v is not None else self._contribution(k)
-            b = lookup.get(k)
-            if b is None:
-                n_learn += 1
-                b = self._block_ms(k)[0]
-            raw += b
+        tab = self._sums([arch])
+        n_learn = round(tab[0, 1])
+        ms = float((self.intercept_ + tab[0, 0]) * self.residual_factor(tab[:, 2:])[0])
+        raw = self.overhead_ms_ + float(tab[0, 2])  # layer_mix's first column: the block figure
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
                           0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw))
 
@@ -265,24 +321,26 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         check_is_fitted(self, "lookup_")
         if isinstance(archs, Arch):
             archs = [archs]
-        contrib, get = self._contrib, self._contribution
-        out = np.empty(len(archs))
-        for i, a in enumerate(archs):
-            ms = self.intercept_
-            for k in a.keys():
-                v = contrib.get(k)
-                ms += v if v is not None else get(k)
-            out[i] = ms
-        return out
+        tab = self._sums(archs)
+        return (self.intercept_ + tab[:, 0]) * self.residual_factor(tab[:, 2:])
 
     def layer_ms(self, keys: Sequence[BlockKey]) -> np.ndarray:
-        """Calibrated per-layer contributions (a network adds ``intercept_``)."""
+        """Calibrated per-layer contributions (a network adds ``intercept_``, then the residual
+        factor of its summed ``layer_mixes``)."""
         check_is_fitted(self, "lookup_")
         missing = [k for k in dict.fromkeys(keys) if k not in self.lookup_ and k not in self._learned_cache]
         if missing and self.block_model_ is not None:  # one vectorised call for all unseen keys
             for k, v in zip(missing, self.block_model_.predict(missing)):
                 self._learned_cache[k] = float(v) - self.overhead_ms_
-        return np.array([self._contribution(k) for k in keys])
+        rows = self._rows(keys)
+        return self._rows_[rows, 0]
+
+    def layer_mixes(self, keys: Sequence[BlockKey]) -> np.ndarray:
+        """Each layer's ``layer_mix`` row (a network's residual reads their sum)."""
+        check_is_fitted(self, "lookup_")
+        self.layer_ms(keys)  # learned figures in one vectorised call
+        rows = self._rows(keys)
+        return self._rows_[rows, 2:]
 
     def compile(self, space) -> SpacePredictor:
         """A vectorised predictor for ``space``'s parameter encoding (see ``SpacePredictor``)."""
@@ -300,6 +358,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
     def describe(self) -> str:
         check_is_fitted(self, "lookup_")
         cal = f"calibrated on {self.n_calibration_} measured networks" if self.calibration_ is not None else "uncalibrated"
+        if self.residual_ is not None:
+            cal += " (linear per layer, then a network residual)"
         rf = self.table_.metadata.get("refresh") if self.rescale_ != 1.0 else None
         if rf:
             cal += (f"; rescaled x{self.rescale_:.3f}: {rf['networks']} of them re-measured {rf['measured_at']} "
@@ -377,6 +437,125 @@ def layer_features(key: BlockKey, ms: float) -> np.ndarray:
     return f
 
 
+MIN_RESIDUAL_NETWORKS = 100  # fewer calibration networks: the linear calibration alone
+_MIX_KINDS = KINDS
+_MIX_ACTS = tuple(ACTIVATIONS)
+# layer_mix columns: ms, ms per block kind, ms in SE blocks, ms in 5x5+ kernels, ms per activation,
+# then 1 (layers), weight MB and MMACs
+N_MIX = 1 + len(_MIX_KINDS) + 2 + len(_MIX_ACTS) + 3
+
+
+def layer_mix(key: BlockKey, ms: float) -> np.ndarray:
+    """A layer's additive share of ``network_mix`` (a network's mix is a function of their sum)."""
+    b = key.block
+    c = block_cost(key)
+    f = np.zeros(N_MIX)
+    f[0] = ms
+    f[1 + _MIX_KINDS.index(b.kind)] = ms
+    i = 1 + len(_MIX_KINDS)
+    f[i] = ms if getattr(b, "se", None) is not None else 0.0
+    f[i + 1] = ms if getattr(b, "kernel", 1) >= 5 else 0.0
+    act = getattr(b, "act", None)
+    if act in _MIX_ACTS:
+        f[i + 2 + _MIX_ACTS.index(act)] = ms
+    f[-3:] = (1.0, c.weight_bytes / 1e6, c.macs / 1e6)
+    return f
+
+
+def network_mix(mix: np.ndarray) -> np.ndarray:
+    """Rows of summed ``layer_mix`` -> the residual's features: each time column as a share of
+    the network's table time, then layers, log time, log MACs, weight MB.
+
+    Rounded to 1e-9, so that sums taken in another order (``SpacePredictor``, a batch) fall on
+    the same side of every split: a network all under one activation has a share of 1 or of
+    1 - 1 ulp otherwise."""
+    mix = np.atleast_2d(mix)
+    if len(mix) == 1:  # one Arch: fewer numpy calls (the same arithmetic)
+        v = mix[0].tolist()
+        ms = max(v[0], 1e-6)
+        lg = np.log([ms, max(v[-1], 1e-6)]).tolist()
+        return np.round([[*(x / ms for x in v[1:-3]), v[-3], lg[0], lg[1], v[-2]]], 9)
+    ms = np.maximum(mix[:, 0], 1e-6)
+    z = np.empty((len(mix), N_MIX))
+    np.divide(mix[:, 1:-3], ms[:, None], out=z[:, :-4])
+    z[:, -4] = mix[:, -3]
+    z[:, -3] = np.log(ms)
+    z[:, -2] = np.log(np.maximum(mix[:, -1], 1e-6))
+    z[:, -1] = mix[:, -2]
+    return np.round(z, 9, out=z)
+
+
+class _CompiledTrees:
+    """A fitted ``HistGradientBoostingRegressor``, evaluated in numpy for a few rows at a time.
+
+    scikit-learn's ``predict`` costs ~0.5 ms a call whatever the rows, which one Arch cannot
+    afford.  Packed as complete binary trees, every inner node's test of every tree is one
+    comparison; the tests' bits of a tree index its leaf in a lookup table (~5 us a row).  Batches of ``BATCH`` rows or more go to scikit-learn.  The packing reads the
+    estimator's fitted trees (``_predictors``, a private attribute): it is checked against
+    ``predict`` on random rows when built, and where it is missing or disagrees, every call
+    goes to scikit-learn.
+    """
+
+    BATCH = 64
+
+    def __init__(self, gbm: HistGradientBoostingRegressor, check: np.ndarray | None = None) -> None:
+        self.gbm = gbm
+        self.depth = int(gbm.max_depth)
+        try:
+            self._pack()
+            rng = np.random.default_rng(0)
+            X = check if check is not None else rng.random((32, gbm.n_features_in_))
+            self.packed = bool(np.allclose(self._walk(X), gbm.predict(X), rtol=1e-9, atol=1e-12))
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+            self.packed = False
+        if not self.packed:
+            log.debug("network residual: scikit-learn's predict for every call")
+
+    def _pack(self) -> None:
+        d = self.depth
+        inner, leaves = 2**d - 1, 2**d
+        trees = [p[0].nodes for p in self.gbm._predictors]
+        T = len(trees)
+        feat = np.zeros((T, inner), np.intp)
+        thr = np.full((T, inner), np.inf)
+        val = np.zeros((T, leaves))
+        for t, nodes in enumerate(trees):
+            stack = [(0, 0, 0)]  # (node in sklearn's tree, position in the complete tree, depth)
+            while stack:
+                i, pos, depth = stack.pop()
+                n = nodes[i]
+                if depth == d:
+                    if not n["is_leaf"]:
+                        raise ValueError("tree deeper than max_depth")
+                    val[t, pos - inner] = n["value"]
+                elif n["is_leaf"]:  # a shallow leaf: both children are itself (threshold inf: left)
+                    stack += [(i, 2 * pos + 1, depth + 1), (i, 2 * pos + 2, depth + 1)]
+                else:
+                    feat[t, pos], thr[t, pos] = n["feature_idx"], n["num_threshold"]
+                    stack += [(int(n["left"]), 2 * pos + 1, depth + 1), (int(n["right"]), 2 * pos + 2, depth + 1)]
+        # every inner node's test at once: the tests' bits (node j -> bit j) index the leaf
+        self.leaf_of = np.empty(2**inner, np.intp)
+        for code in range(2**inner):
+            pos = 0
+            for _ in range(d):
+                pos = 2 * pos + 1 + ((code >> pos) & 1)
+            self.leaf_of[code] = pos - inner
+        self.feat, self.thr, self.pow2 = feat, thr, 1 << np.arange(inner)
+        self.val = val.ravel()
+        self.leaf_offsets = np.arange(T) * leaves
+        self.base = float(np.ravel(self.gbm._baseline_prediction)[0])
+
+    def _walk(self, X: np.ndarray) -> np.ndarray:
+        codes = (X[:, self.feat] > self.thr) @ self.pow2  # (rows, trees)
+        return self.val[self.leaf_offsets + self.leaf_of[codes]].sum(axis=1) + self.base
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """``X``: finite features (``network_mix`` rows; no missing values to route)."""
+        if self.packed and len(X) < self.BATCH:
+            return self._walk(X)
+        return self.gbm.predict(X)
+
+
 class SpacePredictor:
     """Predict straight from parameter-index arrays of one search space, vectorised.
 
@@ -402,7 +581,11 @@ class SpacePredictor:
         stem_keys = [BlockKey(ConvBlock(w, space.stem_kernel, space.stem_stride, space.stem_act), space.in_chans, r, r)
                      for w in space.stem_widths]
         self.stem = predictor.layer_ms(stem_keys)
-        self.slots: list[tuple[int, int, int, int | None, list[int], np.ndarray]] = []
+        self.predictor = predictor
+        self.residual = predictor.residual_ is not None
+        mixes = predictor.layer_mixes if self.residual else (lambda keys: np.zeros((len(keys), 0)))
+        self.stem_mix = mixes(stem_keys)
+        self.slots: list[tuple[int, int, int, int | None, list[int], np.ndarray, np.ndarray]] = []
         prev_widths, prev_col = space.stem_widths, self.col["stem_width"]
         for i, (st, h) in enumerate(zip(space.stages, hs)):
             h2 = (h - 1) // 2 + 1 if st.stride == 2 else h
@@ -417,35 +600,53 @@ class SpacePredictor:
                         for o in combos:
                             hh = h if j == 0 else h2
                             keys.append(BlockKey(space._make_block(st, c, w, st.stride if j == 0 else 1, o), c, hh, hh))
-                vals = predictor.layer_ms(keys).reshape(len(st.width), len(in_opts) if j == 0 else 1, len(combos))
+                shape = (len(st.width), len(in_opts) if j == 0 else 1, len(combos))
+                vals = predictor.layer_ms(keys).reshape(shape)
                 opt_cols = [self.col[f"s{i}_b{j}_{o}"] for o in opts]
                 self.slots.append((i, j, self.col[f"s{i}_width"], prev_col if j == 0 else None,
-                                   opt_cols, vals))
+                                   opt_cols, vals, mixes(keys).reshape(*shape, -1)))
             self._sizes = sizes
             prev_widths, prev_col = st.width, self.col[f"s{i}_width"]
         hf = hs[-1] if space.stages[-1].stride == 1 else (hs[-1] - 1) // 2 + 1
         head_keys = [BlockKey(Head(space.num_classes, hid, space.head_style, space.head_act, space.head_bias), c, hf, hf)
                      for c in prev_widths for hid in space.head_hidden]
         self.head = predictor.layer_ms(head_keys).reshape(len(prev_widths), len(space.head_hidden))
+        self.head_mix = mixes(head_keys).reshape(len(prev_widths), len(space.head_hidden), -1)
         self.head_cols = (prev_col, self.col["head_hidden"])
         self.depth_cols = [self.col[f"s{i}_depth"] for i in range(len(space.stages))]
         self.depths = [np.array(st.depth) for st in space.stages]
         self.opt_sizes = {i: [len(st.options[o]) for o in STAGE_KINDS[st.kind]] for i, st in enumerate(space.stages)}
 
+    CHUNK = 65_536  # rows at a time when the residual sums per-layer mixes (memory: rows x N_MIX)
+
     def predict_indices(self, P: np.ndarray) -> np.ndarray:
         P = np.asarray(P)
         if P.ndim != 2 or P.shape[1] != self.n_params:
             raise ValueError(f"expected an index array of shape (n, {self.n_params}), got {P.shape}")
-        out = self.stem[P[:, self.col["stem_width"]]] + self.intercept
+        if not self.residual:
+            return self._predict(P)[0]
+        out = np.empty(len(P))
+        for s in range(0, len(P), self.CHUNK):
+            ms, mix = self._predict(P[s:s + self.CHUNK])
+            out[s:s + self.CHUNK] = ms * self.predictor.residual_factor(mix)
+        return out
+
+    def _predict(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        stem, head = P[:, self.col["stem_width"]], (P[:, self.head_cols[0]], P[:, self.head_cols[1]])
+        out = self.stem[stem] + self.intercept
+        mix = self.stem_mix[stem] + self.head_mix[head] if self.residual else None
         depth = [d[P[:, c]] for d, c in zip(self.depths, self.depth_cols)]
-        for i, j, wcol, incol, opt_cols, vals in self.slots:
+        for i, j, wcol, incol, opt_cols, vals, mixes in self.slots:
             combo = np.zeros(len(P), dtype=np.int64)
             for c, size in zip(opt_cols, self.opt_sizes[i]):
                 combo = combo * size + P[:, c]
-            v = vals[P[:, wcol], P[:, incol] if incol is not None else 0, combo]
-            out += np.where(j < depth[i], v, 0.0)
-        out += self.head[P[:, self.head_cols[0]], P[:, self.head_cols[1]]]
-        return out
+            at = (P[:, wcol], P[:, incol] if incol is not None else 0, combo)
+            on = j < depth[i]
+            out += np.where(on, vals[at], 0.0)
+            if mix is not None:
+                mix += np.where(on[:, None], mixes[at], 0.0)
+        out += self.head[head]
+        return out, mix
 
 
 def table_networks(table: LatencyTable) -> list[tuple[Arch, float]]:
