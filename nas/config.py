@@ -130,6 +130,7 @@ class ValidateAppConfig:
     out: str = "validation/report.json"  # + .png scatter plot and a measurement cache beside it
     seed: int = 7_000_001
     drift_anchors: int = 10  # calibration networks per space re-measured beside the held-out set; 0 = none
+    recalibrate: bool = False  # re-measure every calibration network and score the predictor calibrated on them
     allow_mismatch: bool = False
     progress: bool = True
     profile: MeasureConfig = field(default_factory=MeasureConfig)

@@ -906,6 +906,7 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
                      "export": dataclasses.asdict(s.export), "seed": s.seed, "multiple": multiple,
                      "se_ratio": se_ratio},
         "models": results,
+        "deploy": {m["id"]: deployment_choice(m) for m in results},
     }
     write_report(out, report)
     return report
@@ -941,6 +942,34 @@ def report_rows(report: Mapping[str, Any]) -> list[list[str]]:
 REPORT_HEADER = ["model", "variant", "acc %", "params", "KiB", "predicted ms", "measured ms", "pred. error"]
 
 
+DEPLOY_TOLERANCE = 0.01  # accuracy a deployment may give up against the unpruned fp32 network (1 point)
+
+
+def deployment_choice(model: Mapping[str, Any], tolerance: float = DEPLOY_TOLERANCE) -> dict[str, Any] | None:
+    """The variant to deploy: the fastest whose accuracy is within ``tolerance`` of the fp32
+    variant's, by measured latency where every candidate was measured here, else by prediction.
+
+    int8 does not always pay: on small networks onnxruntime's int8 kernels can be slower than its
+    fp32 ones, and the report should say which to ship rather than leave it to a reader.
+    """
+    vs = {v["variant"]: v for v in model.get("variants", [])}
+    base = vs.get("fp32")
+    if base is None:
+        return None
+    ok = [v for v in vs.values() if v["accuracy"] >= base["accuracy"] - tolerance]
+    measured = all(v.get("measured") for v in ok)
+    if not measured and not all(v.get("predicted") for v in ok):
+        return None
+
+    def ms(v: Mapping[str, Any]) -> float:
+        return float(v["measured"]["median_ms"] if measured else v["predicted"]["ms"])
+
+    best = min(ok, key=ms)
+    return {"variant": best["variant"], "accuracy": best["accuracy"], "ms": ms(best),
+            "by": "measured" if measured else "predicted", "tolerance": tolerance,
+            "vs_fp32": {v["variant"]: ms(v) / ms(base) for v in ok}}
+
+
 def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     """``report.json`` and ``report.md`` in ``out``."""
     out = Path(out)
@@ -971,6 +1000,14 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
                 again = " (re-planned while the measured ratio missed prune.ratio)" if len(ml["tries"]) > 1 else ""
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
+    deploy = [(m["id"], d) for m in report["models"] if (d := deployment_choice(m))]
+    if deploy:
+        lines += ["", f"Deploy (the fastest variant within {100 * deploy[0][1]['tolerance']:.0f} point of the "
+                      "fp32 accuracy):", ""]
+        for mid, d in deploy:
+            rel = ", ".join(f"{k} {r:.2f}x" for k, r in d["vs_fp32"].items() if k != "fp32")
+            lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']} "
+                         f"(latency vs fp32: {rel or 'no other variant within tolerance'})")
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 

@@ -71,12 +71,13 @@ def run(cfg: DictConfig) -> dict:
           f"{runtime.name} {runtime.version()} on {ident['name']}", flush=True)
     try:
         vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
-                              progress=cfg.progress, table=model.table_ if cfg.drift_anchors else None,
-                              anchors_per_group=cfg.drift_anchors)
+                              progress=cfg.progress,
+                              table=model.table_ if cfg.drift_anchors or cfg.recalibrate else None,
+                              anchors_per_group=None if cfg.recalibrate else cfg.drift_anchors)
     except KeyboardInterrupt:
         print(f"\ninterrupted: measurements so far are cached beside {out}; run again to continue", file=sys.stderr)
         sys.exit(130)
-    report = validate(model, Roofline.from_target(target), vs)
+    report = validate(model, Roofline.from_target(target), vs, recalibrate=cfg.recalibrate)
     report["target"] = target["name"]
     report["table"] = model.describe()
     report["calibration_networks"] = model.n_calibration_
@@ -97,6 +98,10 @@ def run(cfg: DictConfig) -> dict:
         d = report["drift_scale"]
         print(f"  drift scale {d['now_over_table']:.3f} (median of {d['n']} calibration networks re-measured now): "
               f"{RESCALED} = predictor x {d['now_over_table']:.3f}")
+    for how, s in report.get("reproducibility", {}).items():
+        print(f"  reproducibility ({how}): the table's own figure of the {s['n']} re-measured calibration networks is "
+              f"within ±5% of the new measurement for {100 * s['within_5pct']:.1f}%, ±10% for "
+              f"{100 * s['within_10pct']:.1f}% (the ceiling of predictor and predictor_rescaled)")
     if "drift_warning" in report:
         print(f"WARNING: {report['drift_warning']}")
     print(f"report: {out}\nplot:   {png}")

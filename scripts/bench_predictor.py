@@ -6,11 +6,14 @@ architectures end to end on this machine (the same runtime, settings and interle
 the profiler), networks narrowed as nas.train's pruning narrows them (--pruned), plus 41 timm
 mobile models (8 profiled, 16 not, 17 added later as a blind check, 8 of those with their blocks
 in the table; 12 of the EfficientNet family), and scores the calibrated predictor, the raw table sum, a FLOPs-linear fit, the
-roofline, and the predictor rescaled by the drift check (see nas.latency.validate).  Then times the
+roofline, and the predictor rescaled by the drift check (see nas.latency.validate); with --recalibrate,
+every calibration network of the table is re-measured in the same rounds and the predictor calibrated
+on them is scored too (predictor_recalibrated), beside the table's reproducibility.  Then times the
 predictor: predictions per second batched (the compiled per-space predictor on index arrays,
 and the Arch path) and microseconds for one Arch.
 
     taskset -c 1 python scripts/bench_predictor.py                    # full run (~1 h here)
+    taskset -c 1 python scripts/bench_predictor.py --n 100 50 --rounds 5 --fresh --seed 7000003 --recalibrate
     python scripts/bench_predictor.py --targets epyc_zen5 --n 30 --timm 4    # a quick look
 
 Writes scripts/results/predictor.json, predictor_<target>.png scatter plots, and measurement
@@ -84,7 +87,7 @@ def efficientnet_family(report: dict) -> dict:
         return {}
     meas = [p["measured_ms"] for p in pts]
     return {m: {**score([p[m] for p in pts], meas), "models": [p["arch"] for p in pts]}
-            for m in ("predictor", "predictor_rescaled") if m in pts[0]}
+            for m in ("predictor", "predictor_rescaled", "predictor_recalibrated") if m in pts[0]}
 
 
 def load_target(name: str) -> dict:
@@ -192,6 +195,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=VALIDATION_SEED,
                     help="seed of the held-out space samples (another seed: a blind set never looked at; "
                          "give it its own --out)")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="re-measure every calibration network of the table beside the held-out set and also score "
+                         "the predictor calibrated on them (predictor_recalibrated)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -226,9 +232,9 @@ def main() -> None:
         cache = out / f"predictor_{tname}.measurements.json"
         if args.fresh and cache.is_file():
             cache.unlink()
-        vs = measure_held_out(archs, groups, runtime, settings, cache=cache,
-                              progress=not args.no_progress, table=table)
-        report = validate(pred, Roofline.from_target(target), vs)
+        vs = measure_held_out(archs, groups, runtime, settings, cache=cache, progress=not args.no_progress,
+                              table=table, anchors_per_group=None if args.recalibrate else 10)
+        report = validate(pred, Roofline.from_target(target), vs, recalibrate=args.recalibrate)
         report["measure_seconds"] = time.time() - t0
         report["rounds"] = settings.rounds
         report["seed"] = args.seed
@@ -237,9 +243,12 @@ def main() -> None:
                                  "networks": pred.n_calibration_}
         report["efficientnet_family"] = efficientnet_family(report)
         report["throughput"] = throughput(pred)
+        blocks_cache = out / f"predictor_{tname}.blocks.json"
+        if args.fresh and blocks_cache.is_file():
+            blocks_cache.unlink()
         report["learned_model"] = learned_model_report(
             table, runtime, settings, [m for m in TIMM_MODELS[: args.timm] if TIMM_MODELS.index(m) >= 8],
-            out / f"predictor_{tname}.blocks.json")
+            blocks_cache)
         scatter_plot(report, out / f"predictor_{tname}.png", title=f"{tname}: {pred.device}")
         results[tname] = report
         print(f"\n== {tname}: {pred.describe()}")
@@ -255,8 +264,9 @@ def main() -> None:
         for p in report["points"]:
             if p["group"].startswith("timm"):
                 err = 100 * (p["predictor"] / p["measured_ms"] - 1)
-                now = (f", rescaled {100 * (p['predictor_rescaled'] / p['measured_ms'] - 1):+5.1f}%"
-                       if "predictor_rescaled" in p else "")
+                now = "".join(f", {how} {100 * (p[m] / p['measured_ms'] - 1):+5.1f}%"
+                              for how, m in (("rescaled", "predictor_rescaled"), ("recalibrated", "predictor_recalibrated"))
+                              if m in p)
                 print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
                       f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "
                       f"{p['layers_learned']} learned")
@@ -269,6 +279,9 @@ def main() -> None:
             d = report["drift_scale"]
             print(f"predictor_rescaled = predictor x {d['now_over_table']:.3f} (median over {d['n']} re-measured "
                   "calibration networks)")
+        for how, st in report.get("reproducibility", {}).items():
+            print(f"reproducibility ({how}): the table's figure of {st['n']} re-measured calibration networks within "
+                  f"±5% {100 * st['within_5pct']:.1f}%, ±10% {100 * st['within_10pct']:.1f}% (the ceiling of predictor / predictor_rescaled)")
         for name, t in report["throughput"].items():
             print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
                   f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "

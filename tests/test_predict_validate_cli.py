@@ -65,6 +65,9 @@ def test_validate_cli(table, tmp_path):
     assert rep["drift_scale"]["n"] == 10 and scale == pytest.approx(rep["drift"]["tiny"]["now_over_table"])
     assert rep["methods"]["predictor_rescaled"]["n"] == 9 and "predictor_rescaled" in r.stdout
     assert all(p["predictor_rescaled"] == pytest.approx(p["predictor"] * scale) for p in rep["points"])
+    # the measurement's own reproducibility: the table's figure of the re-measured calibration networks
+    assert set(rep["reproducibility"]) == {"as_built", "rescaled"} and rep["reproducibility"]["as_built"]["n"] == 10
+    assert "reproducibility (as_built)" in r.stdout
     # held out: none of the validation networks is in the calibration set
     from nas.latency.table import LatencyTable
 
@@ -80,6 +83,14 @@ def test_validate_cli(table, tmp_path):
     assert r4.returncode == 0, r4.stderr
     nd = json.loads((tmp_path / "nd.json").read_text())
     assert set(nd["methods"]) == {"predictor", "table_sum", "flops_linear", "roofline"} and "drift" not in nd
+    # recalibrate=true: every calibration network of the table re-measured, a sixth method
+    r5 = run("nas.validate", *args[:-len(FAST) - 1], f"out={tmp_path / 'rc.json'}", "recalibrate=true", *FAST,
+             cwd=tmp_path)
+    assert r5.returncode == 0, r5.stderr
+    rc = json.loads((tmp_path / "rc.json").read_text())
+    assert rc["methods"]["predictor_recalibrated"]["n"] == 9 and rc["drift"]["tiny"]["n"] == 30
+    # the space's networks (lcnet_050 at 32 px lies far outside this 30-network table, for every method)
+    assert all(0.7 < p["predictor_recalibrated"] / p["measured_ms"] < 1.4 for p in rc["points"] if p["group"] != "timm")
     r3 = run("nas.validate", "conf=cpu", *HERE, f"conf.table={table}", "pruned=-2", f"out={tmp_path / 'neg.json'}",
              cwd=tmp_path)
     assert r3.returncode == 2 and "pruned=-2" in r3.stderr and not (tmp_path / "neg.json").exists()

@@ -307,3 +307,51 @@ def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
     c = _CompiledTrees(gbm, check=X_check)
     assert not c.packed
     np.testing.assert_allclose(c.predict(Xt), gbm.predict(Xt), rtol=1e-12)  # scikit-learn's own
+
+
+def test_reproducibility_scores_the_table_against_its_own_re_measurement():
+    from nas.latency.validate import drift_ratios, reproducibility
+
+    # (now, table) ms: one network 3% slower now, two 9-10% off, one unchanged
+    anchors = {"a": [(1.03, 1.0), (1.1, 1.0)], "b": [(0.9, 1.0), (2.0, 2.0)]}
+    scale, _, _ = drift_ratios(anchors)
+    r = reproducibility(anchors, scale)
+    assert r["as_built"]["n"] == 4
+    assert r["as_built"]["within_5pct"] == pytest.approx(0.5)  # 1.03 and 2.0 only
+    assert r["as_built"]["within_10pct"] == pytest.approx(0.75)  # 1.1 is 9.1% off, 0.9 is 11.1% off
+    assert scale == pytest.approx(1.015)  # the median ratio
+    # rescaled: the table's figures x 1.015, so 1.1 is now 7.7% off and 0.9 12.8% off
+    assert r["rescaled"]["within_5pct"] == pytest.approx(0.5) and r["rescaled"]["within_10pct"] == pytest.approx(0.75)
+
+
+def test_recalibration_absorbs_an_uneven_drift():
+    """The machine moved since the table was measured: 20% faster, less so for small networks.
+    Calibrated on the calibration networks re-measured now, the predictor follows; as built it cannot."""
+    from nas.latency.validate import RECALIBRATED, ValidationSet, validate
+
+    t = synth_table(networks=40)
+    sp = load_space("tiny")
+    rng = np.random.default_rng(11)
+
+    def truth(a):  # the table's own calibration relation (synth_table)
+        return 1.1 * sum(synth_ms(k) - 0.004 for k in a.keys()) + 0.01 * len(a.keys()) + 0.05
+
+    def now(ms):
+        return 0.8 * ms + 0.01
+
+    held = [a for a in {sp.random(rng) for _ in range(60)} if a not in t.networks][:30]
+    nets = list(t.networks.items())
+    vs = ValidationSet(held, [now(truth(a)) for a in held], ["tiny"] * len(held),
+                       anchors={"tiny": [(now(e.median_ms), e.median_ms) for _, e in nets]},
+                       remeasured=[(a, now(e.median_ms)) for a, e in nets])
+    p = LatencyPredictor(refresh=False).fit(t)
+    rep = validate(p, SYNTH, vs, recalibrate=True)
+    assert rep["methods"]["predictor"]["mape"] > 15  # as built: the table's state, not the machine's now
+    assert rep["methods"][RECALIBRATED]["mape"] < 0.5, rep["methods"][RECALIBRATED]
+    assert rep["methods"][RECALIBRATED]["mape"] < rep["methods"]["predictor_rescaled"]["mape"]  # uneven: one factor is not enough
+    assert all(RECALIBRATED in pt for pt in rep["points"])
+    # without the re-measured calibration networks: a clear error, not a silent skip
+    few = ValidationSet(held, vs.measured_ms, vs.groups, anchors=vs.anchors, remeasured=vs.remeasured[:10])
+    with pytest.raises(ValueError, match="recalibrate needs every calibration network"):
+        validate(p, SYNTH, few, recalibrate=True)
+    assert RECALIBRATED not in validate(p, SYNTH, vs)["methods"]  # only when asked

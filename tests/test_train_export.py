@@ -92,6 +92,9 @@ def test_train_cli_writes_checkpoints_exports_and_report(trained):
     assert v["fp32"]["accuracy"] > 0.3  # 2 epochs on digits learn something (chance is 0.1)
     md = (out / "report.md").read_text()
     assert "| model | variant | acc %" in md and "qat_int8" in md and "quantize_static" in md
+    d = rep["deploy"][m["id"]]
+    assert d["variant"] in v and v[d["variant"]]["accuracy"] >= v["fp32"]["accuracy"] - 0.01
+    assert f"- {m['id']}: **{d['variant']}**" in md
     assert "predicted ms" in r.stdout and "report:" in r.stdout
 
 
@@ -286,3 +289,26 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
         fit(build(arch), data, ckpt=tmp_path / "x.ckpt", teacher=teacher, distill=1.5, **kw)
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "qat.distill=2", *FAST], capsys)
     assert code == 2 and "qat.distill must be a weight in [0, 1]" in err
+
+
+def test_deployment_choice_is_the_fastest_within_tolerance():
+    from nas.train_lib import deployment_choice
+
+    def var(name, acc, measured, predicted=None):
+        return {"variant": name, "accuracy": acc, "measured": {"median_ms": measured} if measured else None,
+                "predicted": {"ms": predicted or measured}}
+
+    # int8 slower than fp32 on a small network: the pruned fp32 network is the one to ship
+    m = {"variants": [var("fp32", 0.90, 1.0), var("pruned", 0.895, 0.7), var("ptq_int8", 0.893, 1.3),
+                      var("qat_int8", 0.896, 1.2)]}
+    d = deployment_choice(m)
+    assert d["variant"] == "pruned" and d["by"] == "measured" and d["vs_fp32"]["qat_int8"] == pytest.approx(1.2)
+    # a faster variant that loses more than a point is not a candidate
+    m["variants"][3] = var("qat_int8", 0.88, 0.4)
+    assert deployment_choice(m)["variant"] == "pruned" and "qat_int8" not in deployment_choice(m)["vs_fp32"]
+    assert deployment_choice(m, tolerance=0.05)["variant"] == "qat_int8"
+    # not every candidate measured here: chosen by prediction, and it says so
+    m["variants"][1] = var("pruned", 0.9, None, predicted=0.5)
+    d = deployment_choice(m)
+    assert d["by"] == "predicted" and d["variant"] == "pruned"
+    assert deployment_choice({"variants": [var("pruned", 0.9, 0.5)]}) is None  # no fp32 to compare with
