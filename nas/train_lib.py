@@ -931,7 +931,8 @@ def report_rows(report: Mapping[str, Any]) -> list[list[str]]:
     for m in report["models"]:
         for v in m["variants"]:
             pred, meas = v.get("predicted"), v.get("measured")
-            src = "" if not pred else (" (est.)" if pred.get("source") == "estimated" else "")
+            src = "" if not pred else (" (est.)" if pred.get("source") == "estimated" else
+                                       " (extrap.)" if pred.get("outside") else "")
             rows.append([m["id"], v["variant"], f"{100 * v['accuracy']:.2f}", f"{v['params']:,}",
                          f"{v['file_bytes'] / 1024:.1f}", (_f(pred["ms"]) + src) if pred else "—",
                          _f(meas["median_ms"]) if meas else "—",
@@ -981,7 +982,9 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     lines += ["| " + " | ".join(r) + " |" for r in report_rows(report)]
     lines += ["", "Predicted latency: " + ", ".join(f"{p} by target `{n}`" for p, n in
                                                    report["latency_targets"].items() if n)
-              + "; *(est.)* marks a roofline estimate.  Error = (predicted − measured) / measured.",
+              + "; *(est.)* marks a roofline estimate, *(extrap.)* a network outside the range of the table's "
+              "calibration networks (the calibration extrapolates: profile at this resolution).  "
+              "Error = (predicted − measured) / measured.",
               f"Measured on this machine: {', '.join(p for p, h in report['measured_here'].items() if h) or 'none'}.",
               "", "Quantization:", ""]
     q = report["quantization"]

@@ -312,3 +312,22 @@ def test_deployment_choice_is_the_fastest_within_tolerance():
     d = deployment_choice(m)
     assert d["by"] == "predicted" and d["variant"] == "pruned"
     assert deployment_choice({"variants": [var("pruned", 0.9, 0.5)]}) is None  # no fp32 to compare with
+
+
+def test_report_marks_estimates_and_extrapolations(tmp_path):
+    from nas.train_lib import report_rows, write_report
+
+    def var(name, pred):
+        return {"variant": name, "accuracy": 0.9, "params": 10, "file_bytes": 2048, "measured": {"median_ms": 0.01},
+                "predicted": pred, "error_pct": 1.0}
+
+    rep = {"run": "r", "target": "t", "data": "d", "accuracy_split": "val", "latency_targets": {"fp32": "t"},
+           "measured_here": {"fp32": True}, "quantization": {"qat": {}, "ptq": {}},
+           "models": [{"id": "m", "variants": [
+               var("fp32", {"ms": 0.02, "source": "measured", "outside": "its raw table sum is below ..."}),
+               var("pruned", {"ms": 0.02, "source": "estimated", "outside": ""}),
+               var("ptq_int8", {"ms": 0.02, "source": "measured", "outside": ""})]}]}
+    cols = {r[1]: r[5] for r in report_rows(rep)}
+    assert cols == {"fp32": "0.0200 (extrap.)", "pruned": "0.0200 (est.)", "ptq_int8": "0.0200"}
+    write_report(tmp_path, rep)
+    assert "*(extrap.)* a network outside the range" in (tmp_path / "report.md").read_text()
