@@ -189,13 +189,15 @@ def test_contributions_never_negative():
     assert all(p._contribution(k) >= 0 for a in far for k in a.keys())
 
 
-def test_calibration_recovers_a_concave_relation():
+def test_calibration_recovers_a_concave_relation_and_falls_back_below_its_range():
     """A network whose layers cost more in it than alone by a term concave in their time (a fixed
-    per-operator share): the log-time feature carries it, and the predictor extrapolates it to
-    networks far smaller than its calibration set's (a constant per layer cannot)."""
+    per-operator share): the log-time feature carries it.  Far below the calibration networks'
+    range the prediction is the raw table sum times the smallest calibration networks' measured /
+    raw ratio instead (on real networks the concave terms doubled a 15 us one), blended in
+    continuously, and labelled an extrapolation; every path agrees."""
     import math
 
-    from nas.latency.predictor import LOG_FLOOR_MS
+    from nas.latency.predictor import EXTRAPOLATION_MARGIN, LOG_FLOOR_MS, LOW_NETWORKS
 
     t = synth_table(networks=0)
     sp = load_space("tiny")
@@ -205,13 +207,32 @@ def test_calibration_recovers_a_concave_relation():
         return sum(s + 0.002 * math.log(max(s, LOG_FLOOR_MS)) + 0.015 for s in (synth_ms(k) - 0.004 for k in a.keys()))
 
     archs = sorted({sp.random(rng) for _ in range(200)}, key=truth)
-    for a in archs[-40:]:  # calibrated on the slowest 40
+    calib, inside = archs[-80::2], archs[-79::2]  # calibrated on every other of the slowest 80
+    for a in calib:
         t.networks[a] = Entry(truth(a), 0, 0, 50)
     p = LatencyPredictor().fit(t)
     assert p.coef_[6] == pytest.approx(0.002, rel=1e-4) and p.coef_[1] == pytest.approx(0.015, rel=1e-4)
-    small = archs[:10]  # predicted: the fastest 10, below the calibration set's range
-    assert max(truth(a) for a in small) < min(truth(a) for a in archs[-40:])
-    np.testing.assert_allclose(p.predict(small), [truth(a) for a in small], rtol=1e-6)
+    lo = p.calibration_range_[0]
+    raw = np.array([p.raw_sum(a) for a in archs])
+    within = [a for a, r in zip(inside, raw[-79::2]) if r >= lo]
+    np.testing.assert_allclose(p.predict(within), [truth(a) for a in within], rtol=1e-6)  # the calibration itself
+    small = sorted(calib, key=p.raw_sum)[:LOW_NETWORKS]
+    assert p.low_ratio_ == pytest.approx(np.median([truth(a) / p.raw_sum(a) for a in small]))
+    below = [a for a, r in zip(archs, raw) if r < EXTRAPOLATION_MARGIN * lo]
+    assert len(below) > 10
+    np.testing.assert_allclose(p.predict(below), [p.raw_sum(a) * p.low_ratio_ for a in below], rtol=1e-9)
+    assert all("EXTRAPOLATED" in p.explain(a).label() for a in below[:5])
+    # continuous: a blend between EXTRAPOLATION_MARGIN * lo and lo
+    cal = (p.intercept_ + p._sums(below[:1])[:, 0])
+    for f, w in ((1.0, 1.0), (EXTRAPOLATION_MARGIN, 0.0), (0.9, 0.5)):
+        r = np.array([f * lo])
+        assert p.below_range(cal, r)[0] == pytest.approx(w * cal[0] + (1 - w) * r[0] * p.low_ratio_)
+    # the Arch path, explain and the compiled space predictor agree, below the range too
+    P = sp.sample_indices(300, rng=6)
+    decoded = [sp.decode_indices(row) for row in P]
+    assert sum(p.raw_sum(a) < lo for a in decoded) > 50
+    np.testing.assert_allclose(p.compile(sp).predict_indices(P), p.predict(decoded), rtol=1e-9)
+    np.testing.assert_allclose([p.explain(a).ms for a in decoded[:20]], p.predict(decoded[:20]), rtol=1e-12)
 
 
 def test_predictions_outside_the_calibration_range_say_so():

@@ -187,6 +187,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         self.calibration_ = None
         self.n_calibration_ = 0
         self.calibration_range_ = None  # (smallest, largest) raw table sum of the calibration networks
+        self.low_ratio_ = 1.0  # measured / raw sum of the smallest calibration networks (below the range)
         # uncalibrated: every layer's block figure (less the call overhead), plus one call overhead
         self.coef_ = np.array([1.0] + [0.0] * (N_FEATURES - 1))
         self.intercept_ = self.overhead_ms_
@@ -199,6 +200,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             self.n_calibration_ = len(nets)
             raw = X[:, 0] + self.overhead_ms_  # feature 0 sums the block figures: raw_sum of each network
             self.calibration_range_ = (float(raw.min()), float(raw.max()))
+            small = np.argsort(raw)[:LOW_NETWORKS]
+            self.low_ratio_ = float(np.median(y[small] / raw[small]))
             if self.residual and len(nets) >= MIN_RESIDUAL_NETWORKS:
                 archs = [a for a, _ in nets]
                 tab = self._sums(archs)
@@ -300,8 +303,9 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         keys = arch.keys()
         tab = self._sums([arch])
         n_learn = round(tab[0, 1])
-        ms = float((self.intercept_ + tab[0, 0]) * self.residual_factor(tab[:, 2:])[0])
         raw = self.overhead_ms_ + float(tab[0, 2])  # layer_mix's first column: the block figure
+        ms = float(self.below_range((self.intercept_ + tab[:1, 0]) * self.residual_factor(tab[:, 2:]),
+                                    np.array([raw]))[0])
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
                           0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw))
 
@@ -322,7 +326,27 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if isinstance(archs, Arch):
             archs = [archs]
         tab = self._sums(archs)
-        return (self.intercept_ + tab[:, 0]) * self.residual_factor(tab[:, 2:])
+        return self.below_range((self.intercept_ + tab[:, 0]) * self.residual_factor(tab[:, 2:]),
+                                self.overhead_ms_ + tab[:, 2])
+
+    def below_range(self, ms: np.ndarray, raw: np.ndarray) -> np.ndarray:
+        """Calibrated predictions ``ms`` of networks whose raw table sums are ``raw``, with those
+        below the calibration networks' range taken from the raw sum instead.
+
+        Below the smallest calibration network the calibration extrapolates, and its concave
+        per-layer terms (log time, the per-layer constant) can double a 15 us network (a 16-px
+        digits network: raw sum +11%, calibrated +84% here).  So under ``EXTRAPOLATION_MARGIN``
+        times the smallest calibration network's raw sum a prediction is the raw sum times
+        ``low_ratio_`` (measured / raw of the ``LOW_NETWORKS`` smallest calibration networks,
+        and the refresh's rescale), blended linearly up to that smallest raw sum so that it stays
+        continuous.  Such predictions are labelled EXTRAPOLATED (``Prediction.outside``)."""
+        if self.calibration_range_ is None:
+            return ms
+        lo = self.calibration_range_[0]
+        w = np.clip((raw - EXTRAPOLATION_MARGIN * lo) / ((1.0 - EXTRAPOLATION_MARGIN) * lo), 0.0, 1.0)
+        if w.min() >= 1.0:
+            return ms
+        return w * ms + (1.0 - w) * raw * self.low_ratio_ * self.rescale_
 
     def layer_ms(self, keys: Sequence[BlockKey]) -> np.ndarray:
         """Calibrated per-layer contributions (a network adds ``intercept_``, then the residual
@@ -406,6 +430,7 @@ N_FEATURES = 7
 EXTRAPOLATION_MARGIN = 0.8  # a raw table sum below 0.8x the smallest calibration network's (or above
 # 1/0.8 x the largest) makes the prediction an extrapolation, and its label says so: 16-px digits
 # networks of 16 us (all their layers learned) were over-predicted by 50% there
+LOW_NETWORKS = 10  # the smallest calibration networks whose measured / raw ratio predicts below the range
 LOG_FLOOR_MS = 1e-3  # the log-time feature's floor (1 us: below it a lone block is call-overhead noise)
 
 
@@ -583,7 +608,9 @@ class SpacePredictor:
         self.stem = predictor.layer_ms(stem_keys)
         self.predictor = predictor
         self.residual = predictor.residual_ is not None
-        mixes = predictor.layer_mixes if self.residual else (lambda keys: np.zeros((len(keys), 0)))
+        # per layer: its layer_mix (the residual's input), or just its first column, the block
+        # figure, whose sum is the raw table sum that predictions below the calibration range use
+        mixes = predictor.layer_mixes if self.residual else (lambda keys: predictor.layer_mixes(keys)[:, :1])
         self.stem_mix = mixes(stem_keys)
         self.slots: list[tuple[int, int, int, int | None, list[int], np.ndarray, np.ndarray]] = []
         prev_widths, prev_col = space.stem_widths, self.col["stem_width"]
@@ -617,24 +644,25 @@ class SpacePredictor:
         self.depths = [np.array(st.depth) for st in space.stages]
         self.opt_sizes = {i: [len(st.options[o]) for o in STAGE_KINDS[st.kind]] for i, st in enumerate(space.stages)}
 
-    CHUNK = 65_536  # rows at a time when the residual sums per-layer mixes (memory: rows x N_MIX)
+    CHUNK = 65_536  # rows at a time (the per-layer mixes summed: rows x N_MIX floats)
 
     def predict_indices(self, P: np.ndarray) -> np.ndarray:
         P = np.asarray(P)
         if P.ndim != 2 or P.shape[1] != self.n_params:
             raise ValueError(f"expected an index array of shape (n, {self.n_params}), got {P.shape}")
-        if not self.residual:
-            return self._predict(P)[0]
+        pred = self.predictor
         out = np.empty(len(P))
         for s in range(0, len(P), self.CHUNK):
             ms, mix = self._predict(P[s:s + self.CHUNK])
-            out[s:s + self.CHUNK] = ms * self.predictor.residual_factor(mix)
+            if self.residual:
+                ms = ms * pred.residual_factor(mix)
+            out[s:s + self.CHUNK] = pred.below_range(ms, pred.overhead_ms_ + mix[:, 0])
         return out
 
-    def _predict(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _predict(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         stem, head = P[:, self.col["stem_width"]], (P[:, self.head_cols[0]], P[:, self.head_cols[1]])
         out = self.stem[stem] + self.intercept
-        mix = self.stem_mix[stem] + self.head_mix[head] if self.residual else None
+        mix = self.stem_mix[stem] + self.head_mix[head]
         depth = [d[P[:, c]] for d, c in zip(self.depths, self.depth_cols)]
         for i, j, wcol, incol, opt_cols, vals, mixes in self.slots:
             combo = np.zeros(len(P), dtype=np.int64)
@@ -643,8 +671,7 @@ class SpacePredictor:
             at = (P[:, wcol], P[:, incol] if incol is not None else 0, combo)
             on = j < depth[i]
             out += np.where(on, vals[at], 0.0)
-            if mix is not None:
-                mix += np.where(on[:, None], mixes[at], 0.0)
+            mix += np.where(on[:, None], mixes[at], 0.0)
         out += self.head[head]
         return out, mix
 
