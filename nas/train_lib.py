@@ -1003,7 +1003,7 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
                 again = " (re-planned while the measured ratio missed prune.ratio)" if len(ml["tries"]) > 1 else ""
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
-    deploy = [(m["id"], d) for m in report["models"] if (d := deployment_choice(m))]
+    deploy = [(mid, d) for mid, d in (report.get("deploy") or {}).items() if d]  # train_front's choice
     if deploy:
         lines += ["", f"Deploy (the fastest variant within {100 * deploy[0][1]['tolerance']:.0f} point of the "
                       "fp32 accuracy):", ""]

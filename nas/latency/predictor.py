@@ -304,8 +304,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         tab = self._sums([arch])
         n_learn = round(tab[0, 1])
         raw = self.overhead_ms_ + float(tab[0, 2])  # layer_mix's first column: the block figure
-        ms = float(self.below_range((self.intercept_ + tab[:1, 0]) * self.residual_factor(tab[:, 2:]),
-                                    np.array([raw]))[0])
+        ms = float(self.finish(self.intercept_ + tab[:, 0], tab[:, 2:])[0])
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
                           0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw))
 
@@ -326,8 +325,15 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if isinstance(archs, Arch):
             archs = [archs]
         tab = self._sums(archs)
-        return self.below_range((self.intercept_ + tab[:, 0]) * self.residual_factor(tab[:, 2:]),
-                                self.overhead_ms_ + tab[:, 2])
+        return self.finish(self.intercept_ + tab[:, 0], tab[:, 2:])
+
+    def finish(self, ms: np.ndarray, mix: np.ndarray) -> np.ndarray:
+        """Networks' predictions from their calibrated sums ``ms`` (intercept included) and their
+        summed ``layer_mix`` rows ``mix`` (at least the first column, the block figures): the
+        network residual's factor, then ``below_range``.  Every prediction path ends here."""
+        if self.residual_ is not None:
+            ms = ms * self.residual_factor(mix)
+        return self.below_range(ms, self.overhead_ms_ + mix[:, 0])
 
     def below_range(self, ms: np.ndarray, raw: np.ndarray) -> np.ndarray:
         """Calibrated predictions ``ms`` of networks whose raw table sums are ``raw``, with those
@@ -650,13 +656,9 @@ class SpacePredictor:
         P = np.asarray(P)
         if P.ndim != 2 or P.shape[1] != self.n_params:
             raise ValueError(f"expected an index array of shape (n, {self.n_params}), got {P.shape}")
-        pred = self.predictor
         out = np.empty(len(P))
         for s in range(0, len(P), self.CHUNK):
-            ms, mix = self._predict(P[s:s + self.CHUNK])
-            if self.residual:
-                ms = ms * pred.residual_factor(mix)
-            out[s:s + self.CHUNK] = pred.below_range(ms, pred.overhead_ms_ + mix[:, 0])
+            out[s:s + self.CHUNK] = self.predictor.finish(*self._predict(P[s:s + self.CHUNK]))
         return out
 
     def _predict(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
