@@ -96,6 +96,9 @@ class ProfileAppConfig:
     # >0: measure nothing new; re-measure this many of the table's calibration networks per space and
     # store their median now/table ratio (metadata.refresh), by which the predictor scales
     refresh: int = 0
+    # true: measure nothing new; re-measure every calibration network of the table and store those
+    # figures (metadata.recalibration), on which the predictor then fits its calibration
+    recalibrate: bool = False
     models: list[str] | None = None  # timm:<name> models whose blocks are measured too (never calibrated on)
     # stems for these input channels and heads for these class counts too, beside each space's
     # own: a search deploys its networks with the dataset's (Fashion-MNIST: 1 channel, 10 classes)

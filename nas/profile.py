@@ -94,6 +94,11 @@ def run(cfg: DictConfig) -> dict:
                 f"{out} holds measurements from another processor: {why}. Adding to it would mix two machines' "
                 f"timings in one table; measure into a new file (out=<path>), or pass allow_mismatch=true"
             )
+    if cfg.recalibrate and cfg.refresh:
+        raise ValueError(f"refresh={cfg.refresh} and recalibrate=true: pick one (recalibrate re-measures every "
+                         "calibration network, refresh a few of them for one scale factor)")
+    if cfg.recalibrate:
+        return _recalibrate(table, out, runtime, settings, progress=cfg.progress)
     if cfg.refresh:
         return _refresh(table, out, runtime, settings, cfg.refresh, progress=cfg.progress)
     R = settings.rounds
@@ -153,6 +158,52 @@ def _refresh(table, out: Path, runtime, settings, per_space: int, *, progress: b
           f"({', '.join(f'{g} {v:.3f}x' for g, v in per.items())}); predictions from {out} are scaled by it "
           f"(the entries themselves are unchanged)")
     return {"table": str(out), "refresh": rec}
+
+
+def _recalibrate(table, out: Path, runtime, settings, *, progress: bool) -> dict:
+    """Re-measure every calibration network of the table now (interleaved rounds, resumable from
+    ``<table>.recalibrate.json``) and store their figures in its metadata (``recalibration``); the
+    predictor fits its calibration (linear and network residual) on them instead of the table's
+    figures.  Entries and networks are left as measured."""
+    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.table import now_iso
+    from nas.latency.validate import drift_ratios, measure_held_out, score
+
+    if not table.networks:
+        raise ValueError(f"recalibrate=true: {out} holds no calibration networks to re-measure; build the table "
+                         "first (nas.profile without recalibrate=)")
+    cache = out.with_suffix(".recalibrate.json")
+    print(f"recalibrate: re-measuring all {len(table.networks)} calibration networks ({settings.rounds} round(s)) "
+          f"with {runtime.name} {runtime.version()}; progress kept in {cache}", flush=True)
+    try:
+        vs = measure_held_out([], [], runtime, settings, cache=cache, progress=progress, table=table,
+                              anchors_per_group=None, desc="calibration networks")
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {out} is unchanged; the networks measured so far are kept in {cache}: run the same "
+              "command again to continue", file=sys.stderr)
+        sys.exit(130)
+    scale, per, n = drift_ratios(vs.anchors or {})
+    figs = {a.digest(): ms for a, ms in vs.remeasured or []}
+    rec = {"measured_at": now_iso(), "rounds": settings.rounds, "networks": len(figs), "now_over_table": scale,
+           "per_space": per, "runtime": runtime.info(), "network_ms": figs}
+    previous = table.metadata.get("recalibration")
+    if previous:
+        rec["previous"] = {k: previous.get(k) for k in ("measured_at", "now_over_table")}
+    as_built = LatencyPredictor(refresh=False).fit(table)
+    table.metadata["recalibration"] = rec
+    now = LatencyPredictor().fit(table)
+    archs, y = [a for a, _ in vs.remeasured], [ms for _, ms in vs.remeasured]
+    before, after = score(as_built.predict(archs), y), score(now.predict(archs), y)
+    table.save(out)
+    cache.unlink(missing_ok=True)
+    print(f"recalibrate: the table's calibration networks now run at {scale:.3f}x their table figures "
+          f"({', '.join(f'{g} {v:.3f}x' for g, v in per.items())}); on them (in-sample) the predictor as built was "
+          f"within ±5% for {100 * before['within_5pct']:.1f}%, recalibrated {100 * after['within_5pct']:.1f}% "
+          f"(MAPE {before['mape']:.2f}% -> {after['mape']:.2f}%). Predictions from {out} now use this calibration "
+          "(the entries and networks themselves are unchanged); `nas.validate recalibrate=true` scores it on "
+          "held-out networks", flush=True)
+    return {"table": str(out), "recalibration": {k: v for k, v in rec.items() if k != "network_ms"},
+            "in_sample": {"as_built": before, "recalibrated": after}}
 
 
 @hydra_app("profile")

@@ -23,6 +23,7 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.roofline import Roofline
     from nas.latency.runtimes import device_identity, get_runtime
     from nas.latency.validate import (
+        CEILING_OF,
         RESCALED,
         held_out_archs,
         held_out_pruned,
@@ -98,10 +99,15 @@ def run(cfg: DictConfig) -> dict:
         d = report["drift_scale"]
         print(f"  drift scale {d['now_over_table']:.3f} (median of {d['n']} calibration networks re-measured now): "
               f"{RESCALED} = predictor x {d['now_over_table']:.3f}")
+    if "stored" in report:
+        st = report["stored"]
+        print(f"  predictor_stored: the predictor as nas.predict / search / train use it, with the table's "
+              f"{st['record']} of {st['measured_at']} applied")
     for how, s in report.get("reproducibility", {}).items():
-        print(f"  reproducibility ({how}): the table's own figure of the {s['n']} re-measured calibration networks is "
-              f"within ±5% of the new measurement for {100 * s['within_5pct']:.1f}%, ±10% for "
-              f"{100 * s['within_10pct']:.1f}% (the ceiling of predictor and predictor_rescaled)")
+        print(f"  reproducibility ({how}): the {'recalibration' if how == 'recalibration' else 'table'}'s own figure "
+              f"of the {s['n']} re-measured calibration networks is within ±5% of the new measurement for "
+              f"{100 * s['within_5pct']:.1f}%, ±10% for {100 * s['within_10pct']:.1f}% (the ceiling of "
+              f"{CEILING_OF[how]})")
     if "drift_warning" in report:
         print(f"WARNING: {report['drift_warning']}")
     print(f"report: {out}\nplot:   {png}")

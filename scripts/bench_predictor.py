@@ -8,12 +8,15 @@ mobile models (8 profiled, 16 not, 17 added later as a blind check, 8 of those w
 in the table; 12 of the EfficientNet family), and scores the calibrated predictor, the raw table sum, a FLOPs-linear fit, the
 roofline, and the predictor rescaled by the drift check (see nas.latency.validate); with --recalibrate,
 every calibration network of the table is re-measured in the same rounds and the predictor calibrated
-on them is scored too (predictor_recalibrated), beside the table's reproducibility.  Then times the
+on them is scored too (predictor_recalibrated), beside the table's reproducibility; a table holding a
+refresh / recalibration record (nas.profile refresh=N / recalibrate=true) is also scored with it applied
+(predictor_stored).  Every round measures the networks in its own seeded random order.  Then times the
 predictor: predictions per second batched (the compiled per-space predictor on index arrays,
 and the Arch path) and microseconds for one Arch.
 
     taskset -c 1 python scripts/bench_predictor.py                    # full run (~1 h here)
-    taskset -c 1 python scripts/bench_predictor.py --n 100 50 --rounds 5 --fresh --seed 7000003 --recalibrate
+    taskset -c 1 python scripts/bench_predictor.py --targets epyc_zen5 --n 100 --pruned 30 --rounds 5 --fresh \
+        --seed 7000004 --recalibrate        # then --rounds 9 without --fresh adds 4 rounds to the same cache
     python scripts/bench_predictor.py --targets epyc_zen5 --n 30 --timm 4    # a quick look
 
 Writes scripts/results/predictor.json, predictor_<target>.png scatter plots, and measurement
@@ -40,6 +43,7 @@ from nas.latency.roofline import Roofline  # noqa: E402
 from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.validate import (  # noqa: E402
+    CEILING_OF,
     VALIDATION_SEED,
     held_out_archs,
     held_out_pruned,
@@ -87,7 +91,7 @@ def efficientnet_family(report: dict) -> dict:
         return {}
     meas = [p["measured_ms"] for p in pts]
     return {m: {**score([p[m] for p in pts], meas), "models": [p["arch"] for p in pts]}
-            for m in ("predictor", "predictor_rescaled", "predictor_recalibrated") if m in pts[0]}
+            for m in ("predictor", "predictor_rescaled", "predictor_stored", "predictor_recalibrated") if m in pts[0]}
 
 
 def load_target(name: str) -> dict:
@@ -265,7 +269,8 @@ def main() -> None:
             if p["group"].startswith("timm"):
                 err = 100 * (p["predictor"] / p["measured_ms"] - 1)
                 now = "".join(f", {how} {100 * (p[m] / p['measured_ms'] - 1):+5.1f}%"
-                              for how, m in (("rescaled", "predictor_rescaled"), ("recalibrated", "predictor_recalibrated"))
+                              for how, m in (("rescaled", "predictor_rescaled"), ("stored", "predictor_stored"),
+                                             ("recalibrated", "predictor_recalibrated"))
                               if m in p)
                 print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
                       f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "
@@ -275,13 +280,16 @@ def main() -> None:
                   f"±5% {100 * st['within_5pct']:.1f}%, MAPE {st['mape']:.2f}%")
         for g, d in report.get("drift", {}).items():
             print(f"drift check {g}: calibration networks now at {d['now_over_table']:.3f}x their table latency")
+        if "stored" in report:
+            print(f"predictor_stored: with the table's {report['stored']['record']} of "
+                  f"{report['stored']['measured_at']} applied (as nas.predict / search / train use it)")
         if "drift_scale" in report:
             d = report["drift_scale"]
             print(f"predictor_rescaled = predictor x {d['now_over_table']:.3f} (median over {d['n']} re-measured "
                   "calibration networks)")
         for how, st in report.get("reproducibility", {}).items():
             print(f"reproducibility ({how}): the table's figure of {st['n']} re-measured calibration networks within "
-                  f"±5% {100 * st['within_5pct']:.1f}%, ±10% {100 * st['within_10pct']:.1f}% (the ceiling of predictor / predictor_rescaled)")
+                  f"±5% {100 * st['within_5pct']:.1f}%, ±10% {100 * st['within_10pct']:.1f}% (the ceiling of {CEILING_OF[how]})")
         for name, t in report["throughput"].items():
             print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
                   f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "

@@ -138,3 +138,117 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
     data = empty.read_bytes()
     r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={empty}", "refresh=3", *FAST, cwd=tmp_path)
     assert r.returncode == 2 and "no calibration networks" in r.stderr and empty.read_bytes() == data
+
+
+def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(table, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.table import LatencyTable
+    from nas.space import load_space
+
+    t = tmp_path / "t.json"
+    shutil.copy(table, t)
+    before = LatencyTable.load(t)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "recalibrate=true", *FAST,
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "recalibrate: the table's calibration networks now run at" in r.stdout and "within ±5%" in r.stdout
+    assert not t.with_suffix(".recalibrate.json").exists()  # the progress file goes once the record is saved
+    after = LatencyTable.load(t)
+    rc = after.metadata["recalibration"]
+    figs = rc["network_ms"]
+    assert set(figs) == {a.digest() for a in before.networks} and all(v > 0 for v in figs.values())
+    assert rc["networks"] == len(before.networks) == 30 and rc["rounds"] == 1 and rc["measured_at"]
+    # measurements untouched: every entry and network as measured
+    assert {k: e.median_ms for k, e in after.entries.items()} == {k: e.median_ms for k, e in before.entries.items()}
+    assert {a: e.median_ms for a, e in after.networks.items()} == {a: e.median_ms for a, e in before.networks.items()}
+    archs = [load_space("tiny").random(s).with_resolution(32) for s in range(5)]
+    now = LatencyPredictor().fit(after)
+    by_hand = LatencyPredictor(refresh=False).fit(after, [(a, figs[a.digest()]) for a in after.networks])
+    built = LatencyPredictor(refresh=False).fit(after)
+    np.testing.assert_allclose(now.predict(archs), by_hand.predict(archs), rtol=1e-12)
+    assert not np.allclose(now.predict(archs), built.predict(archs), rtol=1e-6)
+    assert now.rescale_ == 1.0 and now.recalibrated_ == rc["measured_at"]
+    assert "nas.profile recalibrate" in now.describe() and "recalibrated" in now.explain(archs[0]).label()
+    assert "recalibrat" not in built.describe() and "recalibrated" not in built.explain(archs[0]).label()
+    load_space("tiny").random(5).save(tmp_path / "a.json")
+    r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={t}", f"arch={tmp_path / 'a.json'}", cwd=tmp_path)
+    assert r.returncode == 0 and "recalibrated" in r.stdout, r.stderr
+    # a later refresh=N is newer: its ratio (over the table's figures) applies, on the calibration as built
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *FAST, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    later = LatencyTable.load(t)
+    p = LatencyPredictor().fit(later)
+    assert p.recalibrated_ == "" and p.rescale_ == later.metadata["refresh"]["now_over_table"]
+    np.testing.assert_allclose(p.predict(archs), p.rescale_ * built.predict(archs), rtol=1e-9)
+    # both at once: a clear error
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", "recalibrate=true",
+            *FAST, cwd=tmp_path)
+    assert r.returncode == 2 and "pick one" in r.stderr
+
+
+def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, monkeypatch):
+    import shutil
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import nas.latency.profiler as profiler
+    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.table import LatencyTable, TableError
+    from nas.profile import _recalibrate
+
+    t = tmp_path / "t.json"
+    shutil.copy(table, t)
+    data = t.read_bytes()
+    calls = []
+
+    def fake(a, runtime, settings):
+        calls.append(a.digest())
+        if len(calls) == 12:
+            raise KeyboardInterrupt
+        return SimpleNamespace(median_ms=0.5 * LatencyTable.load(table).networks[a].median_ms)
+
+    monkeypatch.setattr(profiler, "measure_arch", fake)
+    rt = SimpleNamespace(name="fake", version=lambda: "0", info=lambda: {"runtime": "fake"}, precision="fp32")
+    settings = SimpleNamespace(rounds=1)
+    with pytest.raises(SystemExit) as e:
+        _recalibrate(LatencyTable.load(t), t, rt, settings, progress=False)
+    assert e.value.code == 130 and t.read_bytes() == data and t.with_suffix(".recalibrate.json").is_file()
+    out = _recalibrate(LatencyTable.load(t), t, rt, settings, progress=False)
+    assert len(calls) == 31  # 11 kept, the interrupted one again, then the other 19
+    assert abs(out["recalibration"]["now_over_table"] - 0.5) < 1e-9
+    tab = LatencyTable.load(t)
+    half = LatencyPredictor().fit(tab).predict(list(tab.networks))
+    built = LatencyPredictor(refresh=False).fit(tab).predict(list(tab.networks))
+    assert abs(float(np.median(half / built)) - 0.5) < 0.02  # the machine now runs twice as fast
+    # nas.validate scores the table as built and, beside it, as nas.predict / search / train use it
+    from nas.latency.roofline import Roofline
+    from nas.latency.validate import STORED, ValidationSet, validate
+    from nas.space import load_space
+
+    held = [load_space("tiny").random(s).with_resolution(32) for s in range(100, 110)]
+    now = LatencyPredictor().fit(tab).predict(held)
+    rep = validate(LatencyPredictor(refresh=False).fit(tab), Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0),
+                   ValidationSet(held, list(now), ["tiny"] * 10))
+    assert rep["methods"][STORED]["mape"] < 1e-9 and rep["methods"]["predictor"]["mape"] > 40
+    assert rep["stored"]["record"] == "recalibration"
+    # with the calibration networks re-measured (now 7% slower than the record): the record's ceiling
+    figs = tab.metadata["recalibration"]["network_ms"]
+    again = [(a, 1.07 * figs[a.digest()]) for a in tab.networks]
+    anchors = {"tiny": [(ms, tab.networks[a].median_ms) for a, ms in again]}
+    rep = validate(LatencyPredictor(refresh=False).fit(tab), Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0),
+                   ValidationSet(held, list(now), ["tiny"] * 10, anchors, again))
+    ceiling = rep["reproducibility"]["recalibration"]
+    assert ceiling["n"] == 30 and ceiling["within_5pct"] == 0.0 and ceiling["within_10pct"] == 1.0
+    assert abs(ceiling["mape"] - 100 * (1 - 1 / 1.07)) < 1e-6
+    # a record that lacks networks (added since) is not applied; a corrupt one is a clear error
+    rc = tab.metadata["recalibration"]
+    rc["network_ms"].pop(next(iter(rc["network_ms"])))
+    assert LatencyPredictor().fit(tab).recalibrated_ == ""
+    rc["network_ms"] = [1.0]
+    with pytest.raises(TableError, match="corrupt recalibration"):
+        LatencyPredictor().fit(tab)

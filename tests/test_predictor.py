@@ -376,3 +376,44 @@ def test_recalibration_absorbs_an_uneven_drift():
     with pytest.raises(ValueError, match="recalibrate needs every calibration network"):
         validate(p, SYNTH, few, recalibrate=True)
     assert RECALIBRATED not in validate(p, SYNTH, vs)["methods"]  # only when asked
+
+
+def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tmp_path):
+    """Every round measures in its own seeded order, held-out and calibration networks mixed (a
+    fixed order gave them different shares of the machine's drift within a round), and an
+    interrupted validation resumes without re-measuring."""
+    from types import SimpleNamespace
+
+    import nas.latency.profiler as profiler
+    from nas.latency.validate import measure_held_out, round_order
+
+    rng = np.random.default_rng(3)
+    sp = load_space("tiny")
+    archs = list({a.digest(): a for a in (sp.random(rng) for _ in range(40))}.values())
+    held, calib = archs[:20], archs[20:]
+    table = SimpleNamespace(networks={a: SimpleNamespace(median_ms=1.0) for a in calib})
+    seen: list[str] = []
+
+    def fake(a, runtime, settings):
+        seen.append(a.digest())
+        if len(seen) == 50:
+            raise KeyboardInterrupt
+        return SimpleNamespace(median_ms=float(len(seen)))
+
+    monkeypatch.setattr(profiler, "measure_arch", fake)
+    rt = SimpleNamespace(info=lambda: {"runtime": "fake"}, precision="fp32")
+    settings, cache = SimpleNamespace(rounds=3), tmp_path / "m.json"
+    with pytest.raises(KeyboardInterrupt):
+        measure_held_out(held, ["tiny"] * 20, rt, settings, cache=cache, progress=False, table=table,
+                         anchors_per_group=None)
+    vs = measure_held_out(held, ["tiny"] * 20, rt, settings, cache=cache, progress=False, table=table,
+                          anchors_per_group=None)
+    assert len(seen) == 3 * 40 + 1  # the interrupted measurement is the only one repeated
+    everything = [a.digest() for a in held + calib]
+    rounds = [seen[:40], seen[40:49] + seen[50:81], seen[81:]]
+    for r, order in enumerate(rounds, 1):
+        assert order == [everything[i] for i in round_order(40, r)]
+        first = {d for d in order[:20]}
+        assert 5 <= len(first & {a.digest() for a in held}) <= 15  # mixed, not held-out first
+    assert rounds[0] != rounds[1] != rounds[2]
+    assert len(vs.remeasured) == 20 and len(vs.measured_ms) == 20

@@ -36,6 +36,7 @@ class Prediction:
     mismatched: bool = False  # the table's metadata did not match the target (allowed explicitly)
     rescale: float = 1.0  # the table's refresh: calibration networks re-measured now over their table figure
     outside: str = ""  # set when the network lies outside what the calibration was fitted on (an extrapolation)
+    recalibrated: str = ""  # when the calibration networks were re-measured (nas.profile recalibrate), if they were
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -50,6 +51,7 @@ class Prediction:
         cal = ", calibrated" if self.calibrated else ""
         mm = ", TABLE MISMATCH allowed" if self.mismatched else ""
         rs = f", rescaled x{self.rescale:.3f} by its refresh" if self.rescale != 1.0 else ""
+        rs += f", recalibrated {self.recalibrated}" if self.recalibrated else ""
         out = f", EXTRAPOLATED: {self.outside}" if self.outside else ""
         return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{rs}{mm}{out})"
 

@@ -17,7 +17,9 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
    activations crossing layer boundaries, weight bytes, time in SE blocks, depthwise channel
    padding, log block time), fitted by least squares on *relative* error (weights 1/ms^2).  Why these:
    a block measured on its own converts its input and output between layouts (onnxruntime's
-   NCHWc) and keeps its weights in cache; inside a network it does neither.
+   NCHWc) and keeps its weights in cache; inside a network it does neither.  After
+   ``python -m nas.profile recalibrate=true`` (every calibration network re-measured later, a
+   ``recalibration`` record in the table's metadata) steps 3 and 4 are fitted on those figures.
 4. **Network residual** (with >= ``MIN_RESIDUAL_NETWORKS`` calibration networks): gradient
    boosting (scikit-learn) on ``log(measured / calibrated)`` of the calibration networks, from
    the network's mix (``network_mix``: the share of its table time in each block kind, in SE
@@ -150,9 +152,12 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         calibrate: fit the whole-network calibration when the table has network measurements.
         learned: fit the learned per-block model (else missing keys raise ``KeyError``).
         random_state: seed of the learned model.
-        refresh: apply the table's refresh (``python -m nas.profile refresh=N``: some of its
-            calibration networks re-measured later; every prediction is scaled by their median
-            now/table ratio, and says so).  ``nas.validate`` scores the table as built (False).
+        refresh: apply the table's latest re-measurement of its calibration networks, and say so:
+            ``python -m nas.profile refresh=N`` (some of them re-measured later; every prediction is
+            scaled by their median now/table ratio) or ``recalibrate=true`` (all of them
+            re-measured; the calibration is fitted on those figures instead of the table's, so it
+            also follows a machine that moved unevenly).  The newer record applies.
+            ``nas.validate`` scores the table as built (False).
         residual: fit the network residual (step 4 of the module docs) when the table has at
             least ``MIN_RESIDUAL_NETWORKS`` calibration networks.
     """
@@ -183,6 +188,10 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         self._learned_cache: dict[BlockKey, float] = {}
         self._reset_rows()
         self.residual_ = None
+        self.recalibrated_ = ""  # when the calibration networks were re-measured (recalibration record)
+        rf, rc = (recorded(table) if self.refresh and networks is None else (None, None))
+        if rc is not None and (networks := recalibrated_networks(table, rc)) is not None:
+            self.recalibrated_ = str(rc.get("measured_at", "?"))
         nets = table_networks(table) if networks is None else list(networks)
         self.calibration_ = None
         self.n_calibration_ = 0
@@ -212,7 +221,6 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         elif self.calibrate and nets:
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)
-        rf = table.metadata.get("refresh") if self.refresh else None
         self.rescale_ = float(rf["now_over_table"]) if rf else 1.0
         self.coef_ = self.coef_ * self.rescale_
         self.intercept_ = self.intercept_ * self.rescale_
@@ -306,7 +314,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         raw = self.overhead_ms_ + float(tab[0, 2])  # layer_mix's first column: the block figure
         ms = float(self.finish(self.intercept_ + tab[:, 0], tab[:, 2:])[0])
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
-                          0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw))
+                          0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw),
+                          self.recalibrated_)
 
     def _outside(self, raw: float) -> str:
         """Why a network whose raw table sum is ``raw`` lies outside the calibration set (well below
@@ -394,6 +403,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if rf:
             cal += (f"; rescaled x{self.rescale_:.3f}: {rf['networks']} of them re-measured {rf['measured_at']} "
                     f"(nas.profile refresh)")
+        if self.recalibrated_:
+            cal += f"; as re-measured {self.recalibrated_} (nas.profile recalibrate)"
         return f"latency predictor on table: {self.table_.describe()}; {cal}"
 
 
@@ -681,6 +692,35 @@ class SpacePredictor:
 def table_networks(table: LatencyTable) -> list[tuple[Arch, float]]:
     """The whole-network measurements stored in a table (for calibration)."""
     return [(a, e.median_ms) for a, e in table.networks.items()]
+
+
+def recorded(table: LatencyTable) -> tuple[dict | None, dict | None]:
+    """The table's re-measurement that applies, as ``(refresh, recalibration)`` with at most one
+    set: the newer of its ``refresh`` record (``nas.profile refresh=N``: a ratio) and its
+    ``recalibration`` record (``nas.profile recalibrate=true``: every calibration network's
+    figure now).  ISO timestamps compare as strings."""
+    rf, rc = table.metadata.get("refresh"), table.metadata.get("recalibration")
+    if rf and rc:
+        return (rf, None) if str(rf.get("measured_at", "")) > str(rc.get("measured_at", "")) else (None, rc)
+    return rf or None, rc or None
+
+
+def recalibrated_networks(table: LatencyTable, rc: dict) -> list[tuple[Arch, float]] | None:
+    """The table's calibration networks with their figures from the recalibration record ``rc``;
+    ``None`` (with a warning) when it does not cover them all: the table gained networks since."""
+    figs = rc.get("network_ms")
+    if not isinstance(figs, dict):
+        raise TableError(f"{table.path}: corrupt recalibration record (no 'network_ms' mapping)")
+    missing = [a for a in table.networks if a.digest() not in figs]
+    if missing:
+        log.warning("%s: its recalibration (%s) lacks %d of its %d calibration networks (networks were added "
+                    "since), so it is not applied: run `python -m nas.profile conf=<target> recalibrate=true` "
+                    "again", table.path, rc.get("measured_at"), len(missing), len(table.networks))
+        return None
+    bad = [d for d, v in figs.items() if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
+    if bad:
+        raise TableError(f"{table.path}: corrupt recalibration record: {len(bad)} figures are not positive numbers")
+    return [(a, float(figs[a.digest()])) for a in table.networks]
 
 
 def load_latency_model(target: dict[str, Any], *, allow_mismatch: bool = False,

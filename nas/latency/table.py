@@ -13,7 +13,9 @@ One table per (device, runtime, provider, precision, batch, threads).  A table f
         "precision": "fp32", "batch": 1, "threads": 1,
         "measurement": {"warmup": ..., "repeats": ..., "min_time_s": ..., "max_spread": ..., ...},
         "call_overhead_ms": ...,              # cost of one runtime call on an empty graph
-        "created": ..., "updated": ..., "tool": {"name": "hwnas", "version": ...}, "host": {...}
+        "created": ..., "updated": ..., "tool": {"name": "hwnas", "version": ...}, "host": {...},
+        "refresh": {"now_over_table": ..., "networks": N, "measured_at": ..., ...},   # nas.profile refresh=N
+        "recalibration": {"network_ms": {digest: ms, ...}, "measured_at": ..., ...}  # nas.profile recalibrate=true
       },
       "entries": [
         {"key": {"block": {...}, "in": [C, H, W]}, "label": "ir_k3_s1_m96_c32_re@32x28x28",
