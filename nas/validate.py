@@ -23,11 +23,11 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.roofline import Roofline
     from nas.latency.runtimes import device_identity, get_runtime
     from nas.latency.validate import (
-        CEILING_OF,
         RESCALED,
         held_out_archs,
         held_out_pruned,
         measure_held_out,
+        reproducibility_lines,
         scatter_plot,
         validate,
     )
@@ -103,11 +103,8 @@ def run(cfg: DictConfig) -> dict:
         st = report["stored"]
         print(f"  predictor_stored: the predictor as nas.predict / search / train use it, with the table's "
               f"{st['record']} of {st['measured_at']} applied")
-    for how, s in report.get("reproducibility", {}).items():
-        print(f"  reproducibility ({how}): the {'recalibration' if how == 'recalibration' else 'table'}'s own figure "
-              f"of the {s['n']} re-measured calibration networks is within ±5% of the new measurement for "
-              f"{100 * s['within_5pct']:.1f}%, ±10% for {100 * s['within_10pct']:.1f}% (the ceiling of "
-              f"{CEILING_OF[how]})")
+    for line in reproducibility_lines(report):
+        print(f"  {line}")
     if "drift_warning" in report:
         print(f"WARNING: {report['drift_warning']}")
     print(f"report: {out}\nplot:   {png}")

@@ -43,11 +43,11 @@ from nas.latency.roofline import Roofline  # noqa: E402
 from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.validate import (  # noqa: E402
-    CEILING_OF,
     VALIDATION_SEED,
     held_out_archs,
     held_out_pruned,
     measure_held_out,
+    reproducibility_lines,
     scatter_plot,
     validate,
 )
@@ -287,9 +287,8 @@ def main() -> None:
             d = report["drift_scale"]
             print(f"predictor_rescaled = predictor x {d['now_over_table']:.3f} (median over {d['n']} re-measured "
                   "calibration networks)")
-        for how, st in report.get("reproducibility", {}).items():
-            print(f"reproducibility ({how}): the table's figure of {st['n']} re-measured calibration networks within "
-                  f"±5% {100 * st['within_5pct']:.1f}%, ±10% {100 * st['within_10pct']:.1f}% (the ceiling of {CEILING_OF[how]})")
+        for line in reproducibility_lines(report):
+            print(line)
         for name, t in report["throughput"].items():
             print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
                   f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "

@@ -156,7 +156,8 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             ``python -m nas.profile refresh=N`` (some of them re-measured later; every prediction is
             scaled by their median now/table ratio) or ``recalibrate=true`` (all of them
             re-measured; the calibration is fitted on those figures instead of the table's, so it
-            also follows a machine that moved unevenly).  The newer record applies.
+            also follows a machine that moved unevenly).  The newer record applies, and only when
+            ``fit`` calibrates on the table's own networks (no ``networks`` passed).
             ``nas.validate`` scores the table as built (False).
         residual: fit the network residual (step 4 of the module docs) when the table has at
             least ``MIN_RESIDUAL_NETWORKS`` calibration networks.

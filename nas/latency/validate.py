@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
 
 from nas._io import atomic_write_json
 from nas.arch import Arch
@@ -61,7 +62,8 @@ from nas.cost import arch_cost
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.roofline import Roofline
 
-__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "ValidationSet", "held_out_archs", "held_out_pruned", "round_order", "score",
+__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
+           "round_order", "score",
            "scatter_plot", "validate"]
 
 log = logging.getLogger(__name__)
@@ -204,13 +206,29 @@ def round_order(n: int, round_: int) -> list[int]:
     return np.random.default_rng([VALIDATION_SEED, round_]).permutation(n).tolist()
 
 
-def reproducibility(anchors: dict[str, list[tuple[float, float]]], scale: float) -> dict[str, dict[str, float]]:
+def reproducibility(anchors: dict[str, list[tuple[float, float]]], scale: float,
+                    remeasured: Sequence[tuple[Arch, float]] = (), record: dict | None = None) -> dict[str, dict[str, float]]:
     """The table's own figure of each re-measured calibration network as its "prediction" of
     the measurement now: ``as_built`` and ``rescaled`` (times the drift ``scale``, the median over
-    these same networks): the ceilings of ``predictor`` and ``predictor_rescaled``."""
+    these same networks): the ceilings of ``predictor`` and ``predictor_rescaled``.  With a
+    recalibration ``record``, also ``recalibration``: its figure of each of the ``remeasured``
+    networks it holds, the ceiling of ``predictor_stored`` (keys: ``CEILING_OF``)."""
     now = np.array([n for pairs in anchors.values() for n, _ in pairs])
     then = np.array([t for pairs in anchors.values() for _, t in pairs])
-    return {"as_built": score(then, now), "rescaled": score(then * scale, now)}
+    out = {"as_built": score(then, now), "rescaled": score(then * scale, now)}
+    figs = (record or {}).get("network_ms") or {}
+    pairs = [(figs[a.digest()], ms) for a, ms in remeasured if a.digest() in figs]
+    if pairs:
+        out["recalibration"] = score([t for t, _ in pairs], [n for _, n in pairs])
+    return out
+
+
+def reproducibility_lines(report: dict[str, Any]) -> list[str]:
+    """The report's reproducibility figures as sentences (``nas.validate`` and bench_predictor)."""
+    return [f"reproducibility ({how}): the {'recalibration' if how == 'recalibration' else 'table'}'s own figure of "
+            f"the {s['n']} re-measured calibration networks is within ±5% of the new measurement for "
+            f"{100 * s['within_5pct']:.1f}%, ±10% for {100 * s['within_10pct']:.1f}% (the ceiling of {CEILING_OF[how]})"
+            for how, s in report.get("reproducibility", {}).items()]
 
 
 def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet) -> dict[str, np.ndarray]:
@@ -257,16 +275,14 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
             raise ValueError(f"recalibrate needs every calibration network of the table re-measured "
                              f"({len(predictor.table_.networks)}), got {len(nets)}: measure with "
                              f"anchors_per_group=None")
-        again = predictor.get_params()
-        again["refresh"] = False  # the calibration now sees the machine's state; no stored ratio on top
-        preds[RECALIBRATED] = (type(predictor)(**again).fit(predictor.table_, nets, mismatched=predictor.mismatched_)
-                               .predict(vs.archs))
+        # the calibration now sees the machine's state; no stored ratio on top
+        again = clone(predictor).set_params(refresh=False)
+        preds[RECALIBRATED] = again.fit(predictor.table_, nets, mismatched=predictor.mismatched_).predict(vs.archs)
         methods = (*methods, RECALIBRATED)
     rf, rc = recorded(predictor.table_)
     if (rf or rc) and not predictor.refresh:
-        again = predictor.get_params()
-        again["refresh"] = True
-        preds[STORED] = type(predictor)(**again).fit(predictor.table_, mismatched=predictor.mismatched_).predict(vs.archs)
+        stored = clone(predictor).set_params(refresh=True)
+        preds[STORED] = stored.fit(predictor.table_, mismatched=predictor.mismatched_).predict(vs.archs)
         methods = (*methods, STORED)
         report["stored"] = {"record": "recalibration" if rc else "refresh",
                             "measured_at": (rc or rf or {}).get("measured_at")}
@@ -279,11 +295,7 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
         report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in methods}
     if vs.anchors:
         report["drift"] = {g: {"now_over_table": per_group[g], "n": len(pairs)} for g, pairs in vs.anchors.items()}
-        report["reproducibility"] = reproducibility(vs.anchors, scale)
-        figs = (rc or {}).get("network_ms") or {}
-        pairs = [(figs[a.digest()], ms) for a, ms in vs.remeasured or [] if a.digest() in figs]
-        if pairs:  # the recalibration's own figures against now: the ceiling of predictor_stored
-            report["reproducibility"]["recalibration"] = score([t for t, _ in pairs], [n for _, n in pairs])
+        report["reproducibility"] = reproducibility(vs.anchors, scale, vs.remeasured or (), rc)
         worst = max(report["drift"].items(), key=lambda kv: abs(kv[1]["now_over_table"] - 1))
         if abs(worst[1]["now_over_table"] - 1) > 0.02:
             report["drift_warning"] = (
