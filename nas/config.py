@@ -93,6 +93,10 @@ class ProfileAppConfig:
     calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
     # + this many per space narrowed as nas.train's pruning narrows them (blocks and networks)
     pruned_networks: int = 20
+    # calibration-only spaces (search_spaces/calibration/) whose blocks and calibration_networks +
+    # pruned_networks seeded networks are measured too; None = all of them when profiling all shipped
+    # spaces at their own resolutions (no search_space=, no resolution=), else none
+    calibration_spaces: list[str] | None = None
     # >0: measure nothing new; re-measure this many of the table's calibration networks per space and
     # store their median now/table ratio (metadata.refresh), by which the predictor scales
     refresh: int = 0

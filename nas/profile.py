@@ -39,19 +39,25 @@ def run(cfg: DictConfig) -> dict:
     names = list_spaces() if not ss else [str(ss)] if isinstance(ss, str) else [str(n) for n in ss]
     resolution = cfg.resolution or target.get("resolution")
     spaces = [load_space(n) for n in names]
+    cal_spaces = [load_space(n) for n in calibration_space_names(cfg.calibration_spaces, default=not ss and
+                                                                 not resolution)]
     keys = []
     for sp in spaces:
         keys += sp.unique_blocks(resolution=resolution, in_chans=list(cfg.in_chans or ()),
                                             num_classes=list(cfg.num_classes or ()))
+    for sp in cal_spaces:  # calibration only: their own stems and heads
+        keys += sp.unique_blocks(resolution=resolution)
     for m in cfg.models or []:
         from nas.convert import arch_from_spec
 
         keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
     # narrowed networks as structured pruning leaves them: their blocks and the networks themselves
-    pruned = [a for sp in spaces for a in pruned_archs(sp, cfg.pruned_networks, resolution=resolution)]
+    pruned = [a for sp in spaces + cal_spaces for a in pruned_archs(sp, cfg.pruned_networks, resolution=resolution)]
     keys += [k for a in pruned for k in a.keys()]
     keys = list(dict.fromkeys(keys))
     where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
+    if cal_spaces:
+        where += f" + calibration-only spaces {', '.join(sp.name for sp in cal_spaces)}"
     if pruned:
         where += f" + the blocks of {len(pruned)} pruned networks"
     if cfg.models:
@@ -102,7 +108,7 @@ def run(cfg: DictConfig) -> dict:
     if cfg.refresh:
         return _refresh(table, out, runtime, settings, cfg.refresh, progress=cfg.progress)
     R = settings.rounds
-    nets = [a for sp in spaces for a in calibration_archs(sp, cfg.calibration_networks,
+    nets = [a for sp in spaces + cal_spaces for a in calibration_archs(sp, cfg.calibration_networks,
                                                         resolution=resolution)] + pruned
     missing = len(table.missing(keys))
     print(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
@@ -128,6 +134,25 @@ def run(cfg: DictConfig) -> dict:
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "requested": rep.requested, "networks": len(table.networks),
             "network_seconds": nrep.seconds, "rounds": R}
+
+
+def calibration_space_names(given, *, default: bool) -> list[str]:
+    """The calibration-only spaces to profile: ``given`` (names as in search_spaces/calibration/, or
+    YAML paths; a bare name means ``calibration/<name>``), or when it is None every one of them if
+    ``default`` (all shipped spaces at their own resolutions), else none."""
+    from nas.space import list_calibration_spaces
+
+    if given is None:
+        return list_calibration_spaces() if default else []
+    names = [str(given)] if isinstance(given, str) else [str(n) for n in given]
+    out = [n if "/" in n or n.endswith((".yaml", ".yml")) else f"calibration/{n}" for n in names]
+    known = list_calibration_spaces()
+    for n in out:
+        if n.startswith("calibration/") and n not in known and not Path(n).is_file():
+            raise ValueError(f"calibration_spaces: unknown calibration space {n.split('/', 1)[1]!r}; the shipped "
+                             f"ones are {', '.join(k.split('/', 1)[1] for k in known)} (search_spaces/calibration/), "
+                             "or give a YAML path")
+    return out
 
 
 def _refresh(table, out: Path, runtime, settings, per_space: int, *, progress: bool) -> dict:

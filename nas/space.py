@@ -66,6 +66,7 @@ __all__ = [
     "SearchSpace",
     "SpaceError",
     "StageSpec",
+    "list_calibration_spaces",
     "list_spaces",
     "load_space",
     "make_divisible",
@@ -454,6 +455,14 @@ class SearchSpace:
 def list_spaces() -> list[str]:
     """Names of the spaces shipped in search_spaces/."""
     return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def list_calibration_spaces() -> list[str]:
+    """Names (``calibration/<name>``, as ``load_space`` takes them) of the calibration-only spaces in
+    search_spaces/calibration/: ``nas.profile`` measures their blocks and seeded networks for the
+    predictor's calibration, so that it also covers networks unlike the search spaces' (deep ReLU
+    networks, depthwise-separable-only ones).  Nothing searches them and nothing validates on them."""
+    return sorted(f"calibration/{p.stem}" for p in (SPACES_DIR / "calibration").glob("*.yaml"))
 
 
 def load_space(name_or_path: str | Path) -> SearchSpace:

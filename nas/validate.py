@@ -103,6 +103,10 @@ def run(cfg: DictConfig) -> dict:
         st = report["stored"]
         print(f"  predictor_stored: the predictor as nas.predict / search / train use it, with the table's "
               f"{st['record']} of {st['measured_at']} applied")
+    if "calibration_spaces" in report:
+        c = report["calibration_spaces"]
+        print(f"  recalibrated_search_spaces_only: recalibrated without the {c['networks']} of {c['of']} calibration "
+              f"networks from calibration-only spaces ({', '.join(c['spaces'])})")
     for line in reproducibility_lines(report):
         print(f"  {line}")
     if "drift_warning" in report:

@@ -44,6 +44,7 @@ from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.validate import (  # noqa: E402
     VALIDATION_SEED,
+    WITHOUT_EXTRA,
     held_out_archs,
     held_out_pruned,
     measure_held_out,
@@ -91,7 +92,8 @@ def efficientnet_family(report: dict) -> dict:
         return {}
     meas = [p["measured_ms"] for p in pts]
     return {m: {**score([p[m] for p in pts], meas), "models": [p["arch"] for p in pts]}
-            for m in ("predictor", "predictor_rescaled", "predictor_stored", "predictor_recalibrated") if m in pts[0]}
+            for m in ("predictor", "predictor_rescaled", "predictor_stored", "predictor_recalibrated", WITHOUT_EXTRA)
+            if m in pts[0]}
 
 
 def load_target(name: str) -> dict:
@@ -256,10 +258,10 @@ def main() -> None:
         scatter_plot(report, out / f"predictor_{tname}.png", title=f"{tname}: {pred.device}")
         results[tname] = report
         print(f"\n== {tname}: {pred.describe()}")
-        print(f"{'group':24s} {'method':18s} {'±5%':>7s} {'±10%':>7s} {'MAPE':>7s} {'τ':>7s} {'n':>5s}")
+        print(f"{'group':24s} {'method':32s} {'±5%':>7s} {'±10%':>7s} {'MAPE':>7s} {'τ':>7s} {'n':>5s}")
         for g, per in [("all", report["methods"]), *report["groups"].items()]:
             for m, s in per.items():
-                print(f"{g:24s} {m:18s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
+                print(f"{g:24s} {m:32s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
                       f"{s['mape']:6.2f}% {s['kendall_tau']:7.3f} {s['n']:5d}")
         for which, per in report["learned_model"].items():
             for name, st in per.items():
@@ -270,7 +272,8 @@ def main() -> None:
                 err = 100 * (p["predictor"] / p["measured_ms"] - 1)
                 now = "".join(f", {how} {100 * (p[m] / p['measured_ms'] - 1):+5.1f}%"
                               for how, m in (("rescaled", "predictor_rescaled"), ("stored", "predictor_stored"),
-                                             ("recalibrated", "predictor_recalibrated"))
+                                             ("recalibrated", "predictor_recalibrated"),
+                                             ("without calibration spaces", WITHOUT_EXTRA))
                               if m in p)
                 print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
                       f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "

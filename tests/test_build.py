@@ -9,15 +9,16 @@ from hypothesis import strategies as st
 from nas.arch import Arch, BlockKey
 from nas.build import build, build_layer
 from nas.onnx_utils import export_onnx, ort_session
-from nas.space import list_spaces, load_space
+from nas.space import list_calibration_spaces, list_spaces, load_space
 
 SPACES = {n: load_space(n) for n in list_spaces()}
+CALIBRATION = {n: load_space(n) for n in list_calibration_spaces()}  # measured by nas.profile, never searched
 
 
-@pytest.mark.parametrize("name", sorted(SPACES))
+@pytest.mark.parametrize("name", sorted(SPACES) + sorted(CALIBRATION))
 @given(seed=st.integers(0, 2**32 - 1))
 def test_sample_build_forward_onnx_roundtrip(name, seed):
-    space = SPACES[name]
+    space = SPACES.get(name) or CALIBRATION[name]
     arch = space.random(seed)
     torch.manual_seed(0)
     model = build(arch).eval()

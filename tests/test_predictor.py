@@ -417,3 +417,28 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
         assert 5 <= len(first & {a.digest() for a in held}) <= 15  # mixed, not held-out first
     assert rounds[0] != rounds[1] != rounds[2]
     assert len(vs.remeasured) == 20 and len(vs.measured_ms) == 20
+
+
+def test_recalibration_ablation_without_calibration_spaces():
+    """With networks of calibration-only spaces in the table, validate also scores the recalibration
+    fitted on the search spaces' networks alone, on the same re-measured figures."""
+    from nas.latency.validate import RECALIBRATED, WITHOUT_EXTRA, ValidationSet, validate
+
+    t = synth_table(("tiny", "calibration/lcnetlike"), networks=25)
+    sp = load_space("tiny")
+    held = [a for a in {sp.random(s) for s in range(1000, 1020)} if a not in t.networks]
+    nets = [(a, 0.9 * e.median_ms) for a, e in t.networks.items()]
+    vs = ValidationSet(held, [1.0] * len(held), ["tiny"] * len(held), remeasured=nets)
+    p = LatencyPredictor(refresh=False).fit(t)
+    rep = validate(p, SYNTH, vs, recalibrate=True)
+    assert rep["calibration_spaces"] == {"networks": 25, "of": 50, "spaces": ["lcnetlike"]}
+    own = [(a, ms) for a, ms in nets if a.name == "tiny"]
+    expect = LatencyPredictor(refresh=False).fit(t, own).predict(held)
+    np.testing.assert_allclose([pt[WITHOUT_EXTRA] for pt in rep["points"]], expect)
+    assert RECALIBRATED in rep["methods"] and WITHOUT_EXTRA in rep["methods"]
+    # a table without such networks: no ablation
+    t2 = synth_table(networks=25)
+    vs2 = ValidationSet(held, [1.0] * len(held), ["tiny"] * len(held),
+                        remeasured=[(a, e.median_ms) for a, e in t2.networks.items()])
+    rep2 = validate(LatencyPredictor(refresh=False).fit(t2), SYNTH, vs2, recalibrate=True)
+    assert WITHOUT_EXTRA not in rep2["methods"] and "calibration_spaces" not in rep2

@@ -317,6 +317,31 @@ def test_cli_end_to_end(tmp_path):
     assert out.read_bytes() == before
 
 
+def test_cli_calibration_spaces(tmp_path):
+    # calibration-only spaces add their blocks and seeded networks (calibration and pruned) to the table
+    out = tmp_path / "t.json"
+    fast = ["profile.warmup=1", "profile.repeats=3", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
+    r = _cli("conf=cpu", *HERE, "search_space=tiny", "calibration_spaces=[lcnetlike]", f"out={out}", "limit=2",
+             "calibration_networks=1", "pruned_networks=1", *fast, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "tiny at their own resolutions + calibration-only spaces lcnetlike" in r.stdout
+    cal = load_space("calibration/lcnetlike")
+    t = LatencyTable.load(out)
+    assert {*calibration_archs(cal, 1), *pruned_archs(cal, 1)} <= set(t.networks) and len(t.networks) == 4
+    r = _cli("conf=cpu", *HERE, "calibration_spaces=[nope]", f"out={tmp_path / 'n.json'}", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown calibration space 'nope'" in r.stderr and "mbv2like" in r.stderr
+    assert not (tmp_path / "n.json").exists()
+
+
+def test_calibration_space_names():
+    from nas.profile import calibration_space_names
+
+    assert calibration_space_names(None, default=True) == ["calibration/lcnetlike", "calibration/mbv2like"]
+    assert calibration_space_names(None, default=False) == []  # search_space= or resolution= given
+    assert calibration_space_names([], default=True) == []
+    assert calibration_space_names("mbv2like", default=False) == ["calibration/mbv2like"]
+
+
 def test_device_mismatch():
     here = {"name": "AMD EPYC", "kind": "cpu", "cpu_flags": ["avx2", "avx512f", "fma"], "cpu_family": "26",
             "cpu_model": "2"}

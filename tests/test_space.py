@@ -7,9 +7,10 @@ import pytest
 import yaml
 
 from nas.arch import Arch
-from nas.space import SPACES_DIR, SpaceError, list_spaces, load_space
+from nas.space import SPACES_DIR, SpaceError, list_calibration_spaces, list_spaces, load_space
 
 SHIPPED = list_spaces()
+CALIBRATION = list_calibration_spaces()
 
 MINI = {
     "name": "mini",
@@ -119,7 +120,7 @@ def test_size_matches_brute_force(tmp_path):
     assert set(space.unique_blocks()) == keys
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", SHIPPED + CALIBRATION)
 def test_unique_blocks_cover_samples(name):
     space = load_space(name)
     unique = set(space.unique_blocks())
@@ -191,7 +192,7 @@ def test_decode_baseline_params_and_enqueue():
 
 
 def test_channels_stay_multiples():
-    for name in SHIPPED:
+    for name in SHIPPED + CALIBRATION:
         space = load_space(name)
         m = space.channel_multiple
         for s in range(20):
@@ -206,3 +207,14 @@ def test_channels_stay_multiples():
 
 def test_shipped_files_are_in_search_spaces():
     assert all((SPACES_DIR / f"{n}.yaml").is_file() for n in SHIPPED)
+
+
+def test_calibration_spaces_are_apart_from_the_search_spaces():
+    # search_spaces/calibration/ holds spaces nas.profile calibrates on: not listed as search spaces,
+    # loaded by their calibration/ name, and unlike the shipped spaces (ReLU(6), depthwise-only)
+    assert set(CALIBRATION) == {"calibration/lcnetlike", "calibration/mbv2like"}
+    assert not {n.split("/")[1] for n in CALIBRATION} & set(SHIPPED)
+    acts = {st.act for n in CALIBRATION for st in load_space(n).stages}
+    assert {"relu", "relu6"} <= acts
+    assert all(st.kind == "ds" for st in load_space("calibration/lcnetlike").stages)
+    assert load_space("calibration/mbv2like").name == "mbv2like"

@@ -62,7 +62,7 @@ from nas.cost import arch_cost
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.roofline import Roofline
 
-__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
+__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
            "round_order", "score",
            "scatter_plot", "validate"]
 
@@ -72,6 +72,9 @@ METHODS = ("predictor", "table_sum", "flops_linear", "roofline")
 RESCALED = "predictor_rescaled"  # scored too when the drift check ran
 RECALIBRATED = "predictor_recalibrated"  # scored too when every calibration network was re-measured
 STORED = "predictor_stored"  # scored too when the table holds a refresh / recalibration record
+# scored beside RECALIBRATED when the table holds networks of calibration-only spaces: the same
+# re-measured figures, calibrated on the search spaces' networks alone (what those spaces add)
+WITHOUT_EXTRA = "recalibrated_search_spaces_only"
 # what each reproducibility figure bounds: a method reading those figures cannot agree with now more often
 CEILING_OF = {"as_built": "predictor", "rescaled": RESCALED, "recalibration": STORED}
 VALIDATION_SEED = 7_000_001
@@ -250,6 +253,13 @@ def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationS
     }
 
 
+def calibration_space_names() -> set[str]:
+    """The ``name`` of the calibration-only spaces' networks (search_spaces/calibration/)."""
+    from nas.space import list_calibration_spaces
+
+    return {n.split("/", 1)[1] for n in list_calibration_spaces()}
+
+
 def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet, *,
              recalibrate: bool = False) -> dict[str, Any]:
     """The report: per method overall and per group; never fitted on the held-out set.
@@ -279,6 +289,14 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
         again = clone(predictor).set_params(refresh=False)
         preds[RECALIBRATED] = again.fit(predictor.table_, nets, mismatched=predictor.mismatched_).predict(vs.archs)
         methods = (*methods, RECALIBRATED)
+        extra = calibration_space_names()
+        own = [(a, ms) for a, ms in nets if a.name not in extra]
+        if len(own) < len(nets):
+            again = clone(predictor).set_params(refresh=False)
+            preds[WITHOUT_EXTRA] = again.fit(predictor.table_, own, mismatched=predictor.mismatched_).predict(vs.archs)
+            methods = (*methods, WITHOUT_EXTRA)
+            report["calibration_spaces"] = {"networks": len(nets) - len(own), "of": len(nets),
+                                            "spaces": sorted({a.name for a, _ in nets if a.name in extra})}
     rf, rc = recorded(predictor.table_)
     if (rf or rc) and not predictor.refresh:
         stored = clone(predictor).set_params(refresh=True)
