@@ -442,3 +442,21 @@ def test_recalibration_ablation_without_calibration_spaces():
                         remeasured=[(a, e.median_ms) for a, e in t2.networks.items()])
     rep2 = validate(LatencyPredictor(refresh=False).fit(t2), SYNTH, vs2, recalibrate=True)
     assert WITHOUT_EXTRA not in rep2["methods"] and "calibration_spaces" not in rep2
+
+
+def test_fit_runs_gradient_boosting_on_one_openmp_thread(monkeypatch):
+    """Two processes fitting at once with a thread per core each stalled for minutes on 2 cores."""
+    from threadpoolctl import threadpool_info
+
+    from nas.latency import predictor as mod
+
+    seen = []
+    real = mod.HistGradientBoostingRegressor.fit
+
+    def fit(self, *a, **k):
+        seen.append([p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"])
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(mod.HistGradientBoostingRegressor, "fit", fit)
+    LatencyPredictor().fit(synth_table(networks=10))
+    assert seen and all(n and n == [1] * len(n) for n in seen), seen  # openmp is loaded, on one thread
