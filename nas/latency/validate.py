@@ -253,11 +253,12 @@ def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationS
     }
 
 
-def calibration_space_names() -> set[str]:
-    """The ``name`` of the calibration-only spaces' networks (search_spaces/calibration/)."""
-    from nas.space import list_calibration_spaces
+def _calibration_only_names() -> set[str]:
+    """The space names (``Arch.name`` of their networks) of the calibration-only spaces in
+    search_spaces/calibration/."""
+    from nas.space import list_calibration_spaces, load_space
 
-    return {n.split("/", 1)[1] for n in list_calibration_spaces()}
+    return {load_space(n).name for n in list_calibration_spaces()}
 
 
 def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet, *,
@@ -289,11 +290,10 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
         again = clone(predictor).set_params(refresh=False)
         preds[RECALIBRATED] = again.fit(predictor.table_, nets, mismatched=predictor.mismatched_).predict(vs.archs)
         methods = (*methods, RECALIBRATED)
-        extra = calibration_space_names()
+        extra = _calibration_only_names()
         own = [(a, ms) for a, ms in nets if a.name not in extra]
         if len(own) < len(nets):
-            again = clone(predictor).set_params(refresh=False)
-            preds[WITHOUT_EXTRA] = again.fit(predictor.table_, own, mismatched=predictor.mismatched_).predict(vs.archs)
+            preds[WITHOUT_EXTRA] = clone(again).fit(predictor.table_, own, mismatched=predictor.mismatched_).predict(vs.archs)
             methods = (*methods, WITHOUT_EXTRA)
             report["calibration_spaces"] = {"networks": len(nets) - len(own), "of": len(nets),
                                             "spaces": sorted({a.name for a, _ in nets if a.name in extra})}
