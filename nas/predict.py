@@ -1,46 +1,6 @@
-"""``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``: one prediction."""
+"""``python -m nas.predict``: the command lives in ``nas.cli.predict``."""
 
-from __future__ import annotations
-
-from omegaconf import DictConfig, OmegaConf
-
-from nas._cli import fmt_table, hydra_app, user_errors
-
-
-@user_errors
-def run(cfg: DictConfig) -> dict:
-    from nas.convert import arch_from_spec
-    from nas.latency import load_latency_model
-
-    if bool(cfg.arch) == bool(cfg.model):
-        raise ValueError("give exactly one of arch=<arch.json> or model=timm:<name>")
-    spec = cfg.arch or cfg.model
-    if cfg.model and not cfg.model.startswith("timm:"):
-        raise ValueError(f"model must look like timm:<name>, got {cfg.model!r}")
-    target = OmegaConf.to_container(cfg.conf, resolve=True)
-    arch = arch_from_spec(spec)
-    res = cfg.resolution or target.get("resolution")
-    if res:
-        arch = arch.with_resolution(res)
-    model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
-    if model.warning:
-        print(f"WARNING: {model.warning}")
-    p = model.explain(arch)
-    print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target['name']}: {p.label()}")
-    if cfg.breakdown:
-        if hasattr(model, "breakdown"):
-            rows = [[r["layer"], f"{r['ms']:.4f}", r["source"]] for r in model.breakdown(arch)]
-        else:
-            rows = [[str(k), f"{model.roofline.predict_key(k):.4f}", "estimated"] for k in arch.keys()]
-        print(fmt_table(rows, ["layer", "ms", "source"]))
-        print("(per-layer figures are before calibration; the total above is calibrated when marked so)")
-    return {"arch": arch.name or spec, **p.to_dict()}
-
-
-@hydra_app("predict")
-def main(cfg: DictConfig) -> None:
-    run(cfg)
-
+from nas.cli.predict import main
 
 if __name__ == "__main__":
     main()

@@ -60,6 +60,7 @@ from nas.arch import (
     Head,
     MBConvBlock,
 )
+from nas.resources import spaces_dir
 
 __all__ = [
     "SPACES_DIR",
@@ -72,7 +73,7 @@ __all__ = [
     "make_divisible",
 ]
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = spaces_dir()
 
 STAGE_KINDS: dict[str, tuple[str, ...]] = {
     # kind -> per-block option keys
@@ -510,6 +511,6 @@ def summarize(space: SearchSpace, *, samples: int = 200, seed: int = 0) -> dict[
 
 
 if __name__ == "__main__":
-    from nas._space_cli import main
+    from nas.cli.space import main
 
     main()

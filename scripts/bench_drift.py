@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from nas.latency.profiler import ProfileSettings, measure_arch, measure_key  # noqa: E402
 from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
-from nas.train_lib import load_target  # noqa: E402
+from nas.train.pipeline import load_target  # noqa: E402
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ streaming all its weights cannot.
     taskset -c 1 python scripts/bench_in_network.py --target epyc_zen5 --models timm:mobilenetv2_100 calib:mbv3:0
     python scripts/bench_in_network.py --models timm:mobilenetv3_small_100 --runs 100      # a quick look
 
-A model is ``timm:<name>`` (converted with ``nas.convert``) or ``calib:<space>:<i>`` (the table's
+A model is ``timm:<name>`` (converted with ``nas.from_timm``) or ``calib:<space>:<i>`` (the table's
 i-th calibration network of that space).  Profiling adds a little per node, the same to both
 sides.  Writes scripts/results/in_network_<target>.json.
 """
@@ -106,7 +106,7 @@ def study(arch, runtime, table, runs: int) -> dict:
 def main() -> None:
     from bench_predictor import load_target
 
-    from nas.convert import from_timm
+    from nas.from_timm import from_timm
     from nas.latency.predictor import table_networks
     from nas.latency.runtimes import get_runtime
     from nas.latency.table import LatencyTable, resolve_table_path

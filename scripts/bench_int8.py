@@ -64,7 +64,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from nas.latency.table import resolve_table_path
-    from nas.train_lib import load_target
+    from nas.train.pipeline import load_target
 
     t32, t8 = args.targets
     args.fp32, args.int8 = (resolve_table_path(load_target(t)["table"]) for t in args.targets)
@@ -98,7 +98,7 @@ def main() -> None:
     res = ROOT / "scripts" / "results"
     caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
     if all(c.is_file() for c in caches):
-        from nas.convert import from_timm
+        from nas.from_timm import from_timm
 
         sys.path.insert(0, str(ROOT / "scripts"))
         from bench_predictor import TIMM_MODELS

@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nas.convert import from_timm  # noqa: E402
+from nas.from_timm import from_timm  # noqa: E402
 from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
 from nas.latency.profiler import ProfileSettings  # noqa: E402
 from nas.latency.roofline import Roofline  # noqa: E402
@@ -97,15 +97,12 @@ def efficientnet_family(report: dict) -> dict:
 
 
 def load_target(name: str) -> dict:
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from nas.config import CONF_DIR, register_configs
+    from nas.config import compose_app
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="predict", overrides=[f"conf={name}"])
-    return OmegaConf.to_container(cfg.conf, resolve=True)
+    cfg = compose_app("predict", [f"conf={name}"])
+    return OmegaConf.to_container(cfg.target, resolve=True)
 
 
 def throughput(pred: LatencyPredictor) -> dict:

@@ -8,7 +8,7 @@
     predicted latency of 2000 random architectures of the space), and normalised by the area of
     that box, so 1.0 would be a 100%-accurate network at zero latency.
 (b) Found networks against timm's hand-designed mobile networks (mobilenetv3_small_050/075/100,
-    lcnet_050/075, mobilenetv2_035/050, converted with ``nas.convert.from_timm`` to one input
+    lcnet_050/075, mobilenetv2_035/050, converted with ``nas.from_timm.from_timm`` to one input
     channel and 10 classes at the same 32 px input): the Pareto front of (a)'s NSGA-II and TPE
     searches and every baseline are trained from scratch with the same final recipe, scored on the
     official test split, and their latency is *measured* on this CPU with onnxruntime (same
@@ -50,14 +50,9 @@ SAMPLERS = ("nsga2", "tpe", "random")
 
 
 def _compose(target: str, data: str) -> Any:
-    from hydra import compose, initialize_config_dir
+    from nas.config import compose_app
 
-    from nas.config import CONF_DIR
-    from nas.search_config import register_search_configs
-
-    register_search_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="search", overrides=[f"conf={target}", f"data={data}"])
+    return compose_app("search", [f"conf={target}", f"data={data}"])
 
 
 def hypervolume_2d(points: list[tuple[float, float]], ref: tuple[float, float]) -> float:
@@ -85,10 +80,10 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
 
     from nas.data import load_data
     from nas.latency import load_latency_model
+    from nas.search.study import Budgets, prepare_search, run_search
     from nas.space import load_space
-    from nas.study import Budgets, prepare_search, run_search
 
-    target = OmegaConf.to_container(cfg.conf, resolve=True)
+    target = OmegaConf.to_container(cfg.target, resolve=True)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args)}
     data = load_data(data_cfg)
     space = load_space(args.space)
@@ -192,14 +187,14 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     from omegaconf import OmegaConf
 
     from nas.build import build
-    from nas.convert import from_timm
     from nas.data import adapt_arch, load_data
-    from nas.evaluate import TrainEvaluator
+    from nas.from_timm import from_timm
     from nas.latency import load_latency_model
     from nas.latency.runtimes import get_runtime, measure, summarize_times
-    from nas.study import pareto_front, trial_records
+    from nas.search.evaluate import TrainEvaluator
+    from nas.search.study import pareto_front, trial_records
 
-    target = OmegaConf.to_container(cfg.conf, resolve=True)
+    target = OmegaConf.to_container(cfg.target, resolve=True)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args),
                 "train_samples": args.final_train_samples, "val_samples": 10}
     ds = load_data(data_cfg)
@@ -214,7 +209,7 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     # the found front: the union of the (a) searches, by validation accuracy and predicted latency
     import optuna
 
-    from nas.study import make_storage
+    from nas.search.study import make_storage
 
     records = []
     for j in sorted((out / "studies").glob("*.journal")):
@@ -307,7 +302,7 @@ def _plot_b(rows, path: Path, *, title: str) -> None:
 
 
 def _table(rows: list[list[Any]], header: list[str]) -> str:
-    from nas._cli import fmt_table
+    from nas.cli._common import fmt_table
 
     return fmt_table(rows, header)
 

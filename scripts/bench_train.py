@@ -3,7 +3,7 @@
 
 1. A search run: ``--run <dir>`` (an existing ``python -m nas.search`` run dir), or, without it,
    a small search made here through the CLI (``nas.search conf=<fp32 target> data=fashion_mnist``).
-2. The pipeline (``nas.train_lib.train_front``): full training, pruning to ``--ratio`` x the
+2. The pipeline (``nas.train.pipeline.train_front``): full training, pruning to ``--ratio`` x the
    predicted latency on the fp32 target's table, QAT, ONNX fp32 / PTQ-int8 / QAT-int8 exports, each
    scored by onnxruntime on the 10k test images and measured on this CPU (onnxruntime, 1 thread,
    batch 1) where the targets are this machine, predicted by the fp32 and int8 targets' tables
@@ -152,9 +152,9 @@ def main() -> None:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from nas._cli import fmt_table
+    from nas.cli._common import fmt_table
     from nas.latency.runtimes import device_identity
-    from nas.train_lib import ExportSettings, FitSettings, PipelineSettings, load_target, train_front
+    from nas.train.pipeline import ExportSettings, FitSettings, PipelineSettings, load_target, train_front
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,3 +28,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_targets(tmp_path_factory):
+    """The tests see the shipped targets and tables only, whatever the user keeps in ~/.hwnas."""
+    home = tmp_path_factory.mktemp("hwnas_home")
+    old = os.environ.get("HWNAS_HOME")
+    os.environ["HWNAS_HOME"] = str(home)
+    yield
+    if old is None:
+        os.environ.pop("HWNAS_HOME", None)
+    else:
+        os.environ["HWNAS_HOME"] = old

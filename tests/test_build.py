@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from nas.arch import Arch, BlockKey
 from nas.build import build, build_layer
-from nas.onnx_utils import export_onnx, ort_session
+from nas.export.onnx import export_onnx, ort_session
 from nas.space import list_calibration_spaces, list_spaces, load_space
 
 SPACES = {n: load_space(n) for n in list_spaces()}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nas.data import adapt_arch, load_data
-from nas.evaluate import (
+from nas.search.evaluate import (
     TrainEvaluator,
     TrainingDiverged,
     ZeroCostEvaluator,

@@ -111,7 +111,7 @@ def test_entry_spread_and_missing():
 
 
 def test_resolve_table_path(tmp_path):
-    assert resolve_table_path("cpu.json") == TABLES_DIR / "cpu.json"
+    assert resolve_table_path("cpu.json") == TABLES_DIR / "cpu.json"  # not in $HWNAS_HOME/latency_tables
     assert resolve_table_path(tmp_path / "t.json") == tmp_path / "t.json"
 
 

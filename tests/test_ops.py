@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nas.arch import SE, BlockKey, ConvBlock, DSConvBlock, MBConvBlock
-from nas.convert import from_timm
 from nas.cost import block_cost
+from nas.from_timm import from_timm
 from nas.latency.ops import OP_FEATURES, op_features, padding_elems, trailing_act_elems
 from nas.space import list_spaces, load_space
 

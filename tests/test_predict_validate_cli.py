@@ -197,9 +197,9 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     import numpy as np
 
     import nas.latency.profiler as profiler
+    from nas.cli.profile import _recalibrate
     from nas.latency.predictor import LatencyPredictor
     from nas.latency.table import LatencyTable, TableError
-    from nas.profile import _recalibrate
 
     t = tmp_path / "t.json"
     shutil.copy(table, t)

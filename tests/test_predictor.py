@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
 
-from nas.convert import from_timm
+from nas.from_timm import from_timm
 from nas.latency import LatencyPredictor, RooflineModel, load_latency_model
 from nas.latency.roofline import Roofline
 from nas.latency.table import Entry, LatencyTable, TableMismatchError
@@ -142,16 +142,13 @@ def test_load_latency_model(tmp_path):
 
 
 def test_shipped_jetson_and_gpu_targets_are_estimates():
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from nas.config import CONF_DIR, register_configs
+    from nas.config import compose_app
 
-    register_configs()
     for name in ("jetson", "gpu"):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="predict", overrides=[f"conf={name}"])
-        target = OmegaConf.to_container(cfg.conf, resolve=True)
+        cfg = compose_app("predict", [f"conf={name}"])
+        target = OmegaConf.to_container(cfg.target, resolve=True)
         m = load_latency_model(target)
         assert m.source == "estimated" and f"conf={name}" in m.warning
 

@@ -334,7 +334,7 @@ def test_cli_calibration_spaces(tmp_path):
 
 
 def test_calibration_space_names():
-    from nas.profile import calibration_space_names
+    from nas.cli.profile import calibration_space_names
 
     assert calibration_space_names(None, default=True) == ["calibration/lcnetlike", "calibration/mbv2like"]
     assert calibration_space_names(None, default=False) == []  # search_space= or resolution= given

@@ -207,7 +207,7 @@ def test_importance_ranks_dead_channels_last():
 
 def test_pruned_arch_is_scored_by_the_latency_model():
     from nas.latency import RooflineModel
-    from nas.train_lib import load_target
+    from nas.train.pipeline import load_target
 
     lm = RooflineModel(load_target("cpu"))  # the labelled estimate: deterministic, needs no table
     arch = _arch("pool_conv")
@@ -245,7 +245,7 @@ def test_measured_pruning_replans_until_the_measurement_meets_the_ratio(monkeypa
     """nas.train's closed loop (the target is this machine): the 'measured' latency here carries a fixed
     per-network cost that the predictor (MACs) does not see, so the predicted 0.7x measures ~0.75x;
     the loop re-plans until the measurement is <= 0.7x."""
-    import nas.train_lib as tl
+    import nas.train.pipeline as tl
 
     arch = _arch()
     model = build(arch)

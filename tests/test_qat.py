@@ -175,7 +175,7 @@ def test_quantize_overrides_and_bench_quant_variants():
     import onnx
 
     from nas.build import build
-    from nas.onnx_utils import export_onnx, quantize_qdq
+    from nas.export.onnx import export_onnx, quantize_qdq
     from nas.space import load_space
 
     spec = importlib.util.spec_from_file_location(

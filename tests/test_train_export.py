@@ -10,9 +10,8 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from nas.config import CONF_DIR
+from nas.config import compose_app
 
 torch.set_num_threads(1)
 
@@ -45,11 +44,7 @@ def trained(search_run):
 
 
 def _compose(app, overrides):
-    import nas.train_config
-
-    nas.train_config.register_train_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name=app, overrides=overrides)
+    return compose_app(app, overrides)
 
 
 def _run_in_process(app, overrides, capsys):
@@ -66,7 +61,7 @@ def _run_in_process(app, overrides, capsys):
 
 
 def test_train_cli_writes_checkpoints_exports_and_report(trained):
-    from nas.train_lib import load_target, runs_here
+    from nas.train.pipeline import load_target, runs_here
 
     out, r = trained
     rep = json.loads((out / "report.json").read_text())
@@ -119,7 +114,7 @@ def test_interrupted_fit_resumes_to_the_same_weights(tmp_path):
     from nas.build import build
     from nas.data import DataSettings, load_data
     from nas.space import load_space
-    from nas.train_lib import FitSettings, fit, load_checkpoint
+    from nas.train.pipeline import FitSettings, fit, load_checkpoint
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=256, val_samples=64))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
@@ -259,7 +254,7 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
     from nas.build import build
     from nas.data import DataSettings, load_data
     from nas.space import load_space
-    from nas.train_lib import FitSettings, fit
+    from nas.train.pipeline import FitSettings, fit
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=512, val_samples=64))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
@@ -292,7 +287,7 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
 
 
 def test_deployment_choice_is_the_fastest_within_tolerance():
-    from nas.train_lib import deployment_choice
+    from nas.train.pipeline import deployment_choice
 
     def var(name, acc, measured, predicted=None):
         return {"variant": name, "accuracy": acc, "measured": {"median_ms": measured} if measured else None,
@@ -315,7 +310,7 @@ def test_deployment_choice_is_the_fastest_within_tolerance():
 
 
 def test_report_marks_estimates_and_extrapolations(tmp_path):
-    from nas.train_lib import report_rows, write_report
+    from nas.train.pipeline import report_rows, write_report
 
     def var(name, pred):
         return {"variant": name, "accuracy": 0.9, "params": 10, "file_bytes": 2048, "measured": {"median_ms": 0.01},

@@ -1,7 +1,7 @@
 """Quantization-aware training with our own fake-quant modules, exported as QDQ ONNX.
 
 Why own modules (and not ``torch.ao.quantization`` FX / pt2e): the deployment form is fixed —
-QDQ ONNX with the same quantization as ``nas.onnx_utils.QDQ_SETTINGS`` (the onnxruntime
+QDQ ONNX with the same quantization as ``nas.export.onnx.QDQ_SETTINGS`` (the onnxruntime
 post-training baseline and the ``cpu_int8`` latency table) — and a few explicit modules give
 exactly that, on timm's blocks, without depending on quantization APIs that torch is moving
 around (eager/FX are deprecated in favour of torchao's pt2e flow, whose ONNX export path does
@@ -83,7 +83,7 @@ _RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.Identity)
 
 @dataclass(frozen=True)
 class QuantSettings:
-    """How QAT quantizes (defaults: ``nas.onnx_utils.QDQ_SETTINGS``)."""
+    """How QAT quantizes (defaults: ``nas.export.onnx.QDQ_SETTINGS``)."""
 
     reduce_range: bool = True  # 7-bit weights ([-64, 64]) as onnxruntime's reduce_range
     ema: float = 0.01  # activation range EMA momentum during fine-tuning
@@ -428,7 +428,7 @@ def _materialize(model: QATNet) -> nn.Module:
 
 def export_qdq(model: QATNet, in_shape: tuple[int, int, int], *, batch: int = 1) -> bytes:
     """The QAT network as QDQ ONNX (see the module docs)."""
-    from nas.onnx_utils import export_onnx
+    from nas.export.onnx import export_onnx
 
     m = _materialize(model)
     x = torch.zeros(batch, *in_shape)

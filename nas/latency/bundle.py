@@ -40,7 +40,7 @@ def write_bundle(
 ) -> Path:
     """Write the blocks, manifest and measuring script into ``out_dir``; return the manifest path."""
     settings = settings or ProfileSettings()
-    from nas.onnx_utils import export_onnx, quantize_qdq
+    from nas.export.onnx import export_onnx, quantize_qdq
 
     out = Path(out_dir)
     (out / "blocks").mkdir(parents=True, exist_ok=True)

@@ -282,7 +282,7 @@ class OnnxRuntime(Runtime):
 
     def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
         """The graph onnxruntime runs (QDQ-quantized for int8); cached per ``key`` when given."""
-        from nas.onnx_utils import export_onnx, quantize_qdq
+        from nas.export.onnx import export_onnx, quantize_qdq
 
         cache: dict = self.__dict__.setdefault("_onnx_cache", {})
         if key is not None and (key, in_shape) in cache:
@@ -296,7 +296,7 @@ class OnnxRuntime(Runtime):
         return data
 
     def session(self, data: bytes):
-        from nas.onnx_utils import ort_session
+        from nas.export.onnx import ort_session
 
         providers: list[Any] = [self.provider]
         if self.provider == "TensorrtExecutionProvider":
@@ -405,7 +405,7 @@ class TensorRTRuntime(Runtime):
                 key: Any = None) -> Callable[[], Any]:
         import tensorrt as trt
 
-        from nas.onnx_utils import export_onnx
+        from nas.export.onnx import export_onnx
 
         x = self._input(in_shape)
         data = export_onnx(module, x)

@@ -46,6 +46,7 @@ from typing import Any
 
 from nas._io import atomic_write_json
 from nas.arch import Arch, BlockKey
+from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
 
 __all__ = [
     "SCHEMA",
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "hwnas.latency_table"
 SCHEMA_VERSION = 1
-TABLES_DIR = Path(__file__).resolve().parent.parent.parent / "latency_tables"
+TABLES_DIR = tables_dir()
 _REQUIRED_META = ("source", "device", "runtime", "precision", "batch", "threads", "measurement")
 # metadata fields that must agree with the target for a table to be used for it
 MATCH_FIELDS = ("runtime.name", "runtime.provider", "precision", "batch", "threads", "device.name")
@@ -315,9 +316,14 @@ class Throttle:
             self._last, self._dirty = time.monotonic(), False
 
 
-def resolve_table_path(name: str | Path) -> Path:
-    """A bare file name is looked up in latency_tables/; anything else is a path."""
+def resolve_table_path(name: str | Path, *, for_writing: bool = False) -> Path:
+    """A bare file name is looked up in the user's tables (``$HWNAS_HOME/latency_tables``), then in
+    the shipped ones; anything else is a path.  ``for_writing``: where a new table of that name goes
+    when none exists yet (``nas.resources.writable_tables_dir``)."""
     p = Path(name)
-    if p.parent == Path(".") and not p.exists():
-        return TABLES_DIR / p.name
-    return p
+    if p.parent != Path(".") or p.exists():
+        return p
+    for d in (user_tables_dir(), TABLES_DIR):
+        if (d / p.name).is_file():
+            return d / p.name
+    return (writable_tables_dir() if for_writing else TABLES_DIR) / p.name

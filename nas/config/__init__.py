@@ -1,26 +1,29 @@
 """Hydra config schemas (dataclasses): typos and wrong types fail when the config is composed.
 
-Hydra's config root is the repository's ``conf/`` folder.  Targets are the ``conf`` group
-(``conf/conf/<name>.yaml``), selected with ``conf=<name>``; each is checked against
-``TargetConfig``.  Primary configs (``conf/space.yaml``, ...) start from a schema stored here.
+Hydra's config root is the package's ``nas/conf/`` folder.  Targets are the ``target`` group
+(``nas/conf/target/<name>.yaml``, and the user's ``$HWNAS_HOME/target/<name>.yaml``), selected with
+``conf=<name>`` (or ``target=<name>``); each is checked against ``TargetConfig``.  Primary configs
+(``nas/conf/space.yaml``, ...) start from a schema stored here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from nas.resources import conf_dir, user_home
+
 __all__ = [
     "CONF_DIR", "DeviceConfig", "MeasureConfig", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
     "TargetConfig", "ValidateAppConfig",
-    "register_configs",
+    "compose_app", "normalize_overrides", "register_configs",
 ]
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = conf_dir()
 
 
 @dataclass
@@ -82,7 +85,7 @@ class MeasureConfig:
 class ProfileAppConfig:
     """``python -m nas.profile conf=<target>``: measure the blocks of the spaces into a table."""
 
-    conf: TargetConfig = MISSING
+    target: TargetConfig = MISSING
     search_space: Any = None  # a name or YAML path, or a list of them ([mbv3,tiny]); None = all shipped
     resolution: int | None = None  # overrides the target's deployment resolution
     out: str | None = None  # table path; None = latency_tables/<conf.table>
@@ -116,9 +119,9 @@ class ProfileAppConfig:
 class PredictAppConfig:
     """``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``."""
 
-    conf: TargetConfig = MISSING
+    target: TargetConfig = MISSING
     arch: str | None = None  # an Arch JSON file
-    model: str | None = None  # timm:<name>, converted with nas.convert.from_timm
+    model: str | None = None  # timm:<name>, converted with nas.from_timm.from_timm
     resolution: int | None = None  # default: the target's deployment resolution, else the Arch's own
     breakdown: bool = False  # print a per-block table
     allow_mismatch: bool = False
@@ -128,7 +131,7 @@ class PredictAppConfig:
 class ValidateAppConfig:
     """``python -m nas.validate conf=<target> [n=200] [models=[timm:a,...]] [out=report.json]``."""
 
-    conf: TargetConfig = MISSING
+    target: TargetConfig = MISSING
     search_space: Any = None  # a name / path or a list; None = every shipped space
     n: int = 200  # held-out architectures in all, split evenly over the spaces
     pruned: int = 0  # + this many held-out networks narrowed as nas.train's pruning narrows them
@@ -141,6 +144,42 @@ class ValidateAppConfig:
     allow_mismatch: bool = False
     progress: bool = True
     profile: MeasureConfig = field(default_factory=MeasureConfig)
+
+
+_ALIASES = {"conf": "target"}  # what users type -> the Hydra group
+
+
+def normalize_overrides(args: Sequence[str]) -> list[str]:
+    """Command-line overrides as Hydra reads them: ``conf=cpu`` / ``conf.threads=2`` (the form the
+    docs use) become ``target=cpu`` / ``target.threads=2``, and the user's own config dir
+    (``$HWNAS_HOME``, holding ``target/<name>.yaml``) joins Hydra's search path when it exists."""
+    out = []
+    for a in args:
+        prefix = a[: len(a) - len(a.lstrip("+~"))]
+        body = a[len(prefix):]
+        for old, new in _ALIASES.items():
+            if body.startswith((f"{old}=", f"{old}.")):
+                body = new + body[len(old):]
+        out.append(prefix + body)
+    home = user_home()
+    if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
+        out.append(f"hydra.searchpath=[file://{home}]")
+    return out
+
+
+def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
+    """The composed config of one command (``"search"``, ``"train"``, ...) for the overrides a user
+    would type: Hydra's compose API behind the same aliases as the command line."""
+    from hydra import compose, initialize_config_dir
+
+    from nas.config.search import register_search_configs
+    from nas.config.train import register_train_configs
+
+    register_configs()
+    register_search_configs()
+    register_train_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name=app, overrides=normalize_overrides(list(overrides)))
 
 
 def register_configs() -> None:

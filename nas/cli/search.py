@@ -1,6 +1,6 @@
 """``python -m nas.search conf=<target>``: hardware-aware search, accuracy vs latency on the target.
 
-Thin Hydra entry point: parse the config, call ``nas.study``, show progress and the final table.
+Thin Hydra entry point: parse the config, call ``nas.search.study``, show progress and the final table.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas._cli import fmt_table, hydra_app, user_errors
-from nas.search_config import register_search_configs
+from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.config.search import register_search_configs
 
 register_search_configs()
 log = logging.getLogger("nas.search")
@@ -29,10 +29,10 @@ def _fmt_score(metric: str, v: float | None) -> str:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     import optuna
 
-    from nas.study import Budgets, SearchAborted, count_trials, prepare_search, run_search, write_outputs
+    from nas.search.study import Budgets, SearchAborted, count_trials, prepare_search, run_search, write_outputs
 
     t_start = time.perf_counter()
-    target = OmegaConf.to_container(cfg.conf, resolve=True)
+    target = OmegaConf.to_container(cfg.target, resolve=True)
     if run_dir is None:
         from hydra.core.hydra_config import HydraConfig
 

@@ -1,6 +1,6 @@
 """Hydra schemas of ``python -m nas.train`` and ``python -m nas.export``, registered in the ConfigStore.
 
-The groups mirror the library's settings (``nas.train_lib``): ``train`` (full training),
+The groups mirror the library's settings (``nas.train.pipeline``): ``train`` (full training),
 ``prune`` (latency-aware structured pruning + fine-tuning), ``qat`` (fake-quant fine-tuning),
 ``export`` (ONNX, PTQ baseline, verification, latency measurement).  A typo or a wrong type fails
 when the config is composed; values are checked again by the library (``ValueError`` naming the
@@ -75,7 +75,7 @@ class QATConfig:
     epochs: int = 4
     lr: float = 0.0005
     freeze_epochs: int = 1  # the last epochs train with frozen activation ranges
-    reduce_range: bool = True  # 7-bit weights, as nas.onnx_utils.QDQ_SETTINGS (the PTQ baseline)
+    reduce_range: bool = True  # 7-bit weights, as nas.export.onnx.QDQ_SETTINGS (the PTQ baseline)
     ema: float = 0.01  # activation range EMA momentum
     calib_batches: int = 16  # training batches for the initial min/max ranges
     distill: float = 0.0  # knowledge distillation from the fp32 (unpruned) network: weight of the KD term
@@ -108,7 +108,7 @@ class PrecisionTargets:
 class TrainAppConfig:
     """``python -m nas.train conf=<target> run=<search run dir> [select=...] [epochs=...]``."""
 
-    conf: TargetConfig = MISSING
+    target: TargetConfig = MISSING
     run: str = MISSING  # a search run dir (pareto.json)
     select: Any = "all"  # all | an index | a list of indices into pareto.json's front
     max_ms: float | None = None  # only architectures predicted at or under this latency (ms)
@@ -129,7 +129,7 @@ class TrainAppConfig:
 class ExportAppConfig:
     """``python -m nas.export arch=<arch.json> weights=<ckpt> precision=fp32|int8 [out=...]``."""
 
-    conf: TargetConfig = MISSING
+    target: TargetConfig = MISSING
     arch: str = MISSING
     weights: str = MISSING
     precision: str = "fp32"  # fp32 | int8
@@ -142,7 +142,7 @@ class ExportAppConfig:
 
 
 def register_train_configs() -> None:
-    from nas.search_config import register_search_configs
+    from nas.config.search import register_search_configs
 
     register_configs()
     register_search_configs()  # the `data` group's schema: nas.export data=<dataset>

@@ -60,8 +60,8 @@ from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.data import Dataset, adapt_arch
-from nas.evaluate import Evaluator
 from nas.latency.base import LatencyModel
+from nas.search.evaluate import Evaluator
 from nas.space import SearchSpace
 
 __all__ = [
@@ -873,8 +873,8 @@ def prepare_search(
 ) -> Search:
     """Load the space, data, evaluator and latency model; open (or create) the study in its storage."""
     from nas.data import load_data
-    from nas.evaluate import make_evaluator
     from nas.latency import load_latency_model
+    from nas.search.evaluate import make_evaluator
     from nas.space import load_space
 
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)

@@ -55,7 +55,7 @@ from nas.compress.prune import (
 from nas.compress.qat import QATNet, QuantSettings, calibrate, export_qdq, prepare_qat, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
-from nas.evaluate import TrainingDiverged
+from nas.search.evaluate import TrainingDiverged
 
 __all__ = [
     "CKPT_FORMAT",
@@ -314,9 +314,9 @@ def load_target(name: str) -> dict[str, Any]:
 
     from nas.config import CONF_DIR, TargetConfig
 
-    path = CONF_DIR / "conf" / f"{name}.yaml"
+    path = CONF_DIR / "target" / f"{name}.yaml"
     if not path.is_file():
-        have = ", ".join(sorted(p.stem for p in (CONF_DIR / "conf").glob("*.yaml")))
+        have = ", ".join(sorted(p.stem for p in (CONF_DIR / "target").glob("*.yaml")))
         raise ValueError(f"unknown target {name!r}: no {path}; targets: {have}")
     raw = OmegaConf.load(path)
     raw.pop("defaults", None)
@@ -555,8 +555,8 @@ def fit(
 
 
 def _recalibrate_bn(model: nn.Module, data: Dataset, s: FitSettings, gen: torch.Generator) -> None:
-    """BatchNorm statistics re-estimated with the current weights (``nas.evaluate``'s routine)."""
-    from nas.evaluate import recalibrate_batchnorm
+    """BatchNorm statistics re-estimated with the current weights (``nas.search.evaluate``'s routine)."""
+    from nas.search.evaluate import recalibrate_batchnorm
 
     recalibrate_batchnorm(model, data, batches=s.bn_recalibration_batches, batch_size=min(s.batch_size, len(data.train)),
                           generator=gen, device="cpu")
@@ -590,7 +590,7 @@ def _batch1(data: Dataset, split: str, limit: int | None) -> Iterator[tuple[np.n
 
 def onnx_accuracy(model: bytes, data: Dataset, split: str, *, limit: int | None = None) -> float:
     """Top-1 accuracy of an ONNX model (batch 1, as deployed) with onnxruntime on the CPU."""
-    from nas.onnx_utils import ort_session
+    from nas.export.onnx import ort_session
 
     sess = ort_session(model, threads=1)
     name = sess.get_inputs()[0].name
@@ -707,7 +707,7 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
 
 def _measure_arch_ms(ctx: _Context, arch: Arch) -> float:
     """``arch``'s fp32 latency measured here (random weights: the latency does not depend on them)."""
-    from nas.onnx_utils import export_onnx
+    from nas.export.onnx import export_onnx
 
     g = torch.Generator().manual_seed(0)
     shape = (arch.in_chans, arch.resolution, arch.resolution)
@@ -845,7 +845,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
         res["torch_accuracy"]["qat_int8_fakequant"] = accuracy(qat_model, data, split)
 
     # 4. export
-    from nas.onnx_utils import export_onnx, quantize_qdq
+    from nas.export.onnx import export_onnx, quantize_qdq
 
     def onnx_of(m: nn.Module, a: Arch) -> bytes:
         return export_onnx(m.eval(), torch.zeros(1, a.in_chans, a.resolution, a.resolution), exporter="torchscript")
@@ -913,7 +913,7 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
 
 
 def _qdq_settings() -> dict[str, Any]:
-    from nas.onnx_utils import QDQ_SETTINGS
+    from nas.export.onnx import QDQ_SETTINGS
 
     return dict(QDQ_SETTINGS)
 
@@ -1036,8 +1036,8 @@ def export_checkpoint(
     Every input is checked before anything is written: an unsupported precision, a checkpoint
     that does not match the Arch, an existing output without ``overwrite``.
     """
+    from nas.export.onnx import export_onnx, ort_session, quantize_qdq
     from nas.latency import load_latency_model
-    from nas.onnx_utils import export_onnx, ort_session, quantize_qdq
 
     export = export or ExportSettings()
     if precision not in PRECISIONS:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from nas.config import CONF_DIR, register_configs
+from nas.config import CONF_DIR, normalize_overrides, register_configs
 from nas.latency.runtimes import RuntimeUnavailable
 
 __all__ = ["check_counts", "fmt_table", "hydra_app", "user_errors"]
@@ -32,10 +32,21 @@ def user_errors(fn: Callable) -> Callable:
 
 
 def hydra_app(config_name: str) -> Callable:
-    """``hydra.main`` with the repository's conf/ as the config root."""
+    """``hydra.main`` over the package's conf/, with the user's targets ($HWNAS_HOME/target/) on
+    the search path and ``conf=<name>`` / ``conf.<key>=`` accepted for ``target=`` / ``target.<key>=``."""
     import hydra
 
-    return hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
+    def deco(fn: Callable) -> Callable:
+        app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(fn)
+
+        @functools.wraps(fn)
+        def main() -> Any:
+            sys.argv[1:] = normalize_overrides(sys.argv[1:])
+            return app()
+
+        return main
+
+    return deco
 
 
 def check_counts(cfg: Any, counts: Mapping[str, str]) -> None:

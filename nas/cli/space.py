@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from nas._cli import fmt_table, hydra_app, user_errors
+from nas.cli._common import fmt_table, hydra_app, user_errors
 from nas.space import list_spaces, load_space, summarize
 
 

@@ -1,6 +1,6 @@
 """``python -m nas.train conf=<target> run=<search run dir>``: train the Pareto front, prune, QAT, export.
 
-Thin Hydra entry point: parse the config, call ``nas.train_lib.train_front``, print the report
+Thin Hydra entry point: parse the config, call ``nas.train.pipeline.train_front``, print the report
 table.  Everything goes to ``<run>/train/`` (or ``out=``): per model its checkpoints (every
 epoch), pruning plan and ONNX exports; ``report.md`` and ``report.json`` for all of them.
 Re-running the same command resumes; Ctrl-C is safe.
@@ -12,21 +12,21 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas._cli import fmt_table, hydra_app, user_errors
-from nas.train_config import register_train_configs
+from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.config.train import register_train_configs
 
 register_train_configs()
 
 
 def settings_from_config(cfg: DictConfig):
-    from nas.train_lib import ExportSettings, FitSettings, PipelineSettings
+    from nas.train.pipeline import ExportSettings, FitSettings, PipelineSettings
 
     c = OmegaConf.to_container(cfg, resolve=True)
     train = dict(c["train"])
     if c["epochs"] is not None:
         train["epochs"] = c["epochs"]
     return PipelineSettings(
-        run=c["run"], target=c["conf"], out=c["out"], select=c["select"], max_ms=c["max_ms"],
+        run=c["run"], target=c["target"], out=c["out"], select=c["select"], max_ms=c["max_ms"],
         data_root=c["data_root"], train_samples=c["train_samples"], seed=c["seed"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=c["prune"], qat=c["qat"],
         export=ExportSettings(**c["export"]), targets=c["targets"],
@@ -37,7 +37,7 @@ def settings_from_config(cfg: DictConfig):
 def run(cfg: DictConfig) -> dict:
     from pathlib import Path
 
-    from nas.train_lib import REPORT_HEADER, report_rows, train_front
+    from nas.train.pipeline import REPORT_HEADER, report_rows, train_front
 
     s = settings_from_config(cfg)
     try:

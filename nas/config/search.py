@@ -1,8 +1,8 @@
 """Hydra schemas of ``python -m nas.search`` and its groups, registered in the ConfigStore.
 
 The group schemas are generated from the library's own settings dataclasses
-(``nas.data.DataSettings``, the evaluators in ``nas.evaluate``, the sampler settings in
-``nas.study``), plus a ``name`` field, so names, types and defaults live in one place; a typo or a
+(``nas.data.DataSettings``, the evaluators in ``nas.search.evaluate``, the sampler settings in
+``nas.search.study``), plus a ``name`` field, so names, types and defaults live in one place; a typo or a
 wrong type in any group fails when the config is composed.  Group options (``conf/data/*.yaml``,
 ``conf/evaluator/*.yaml``, ``conf/sampler/*.yaml``) start from these schemas.
 """
@@ -19,8 +19,8 @@ from omegaconf import MISSING
 
 from nas.config import TargetConfig, register_configs
 from nas.data import DataSettings
-from nas.evaluate import TrainEvaluator, ZeroCostEvaluator
-from nas.study import NSGA2Settings, RandomSettings, TPESettings
+from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator
+from nas.search.study import NSGA2Settings, RandomSettings, TPESettings
 
 __all__ = [
     "DataConfig",
@@ -63,7 +63,7 @@ RandomSamplerConfig = _schema(RandomSettings, "random", "RandomSamplerConfig")
 class SearchAppConfig:
     """``python -m nas.search conf=<target> [search_space=..] [data=..] [evaluator=..] [sampler=..] ...``."""
 
-    conf: TargetConfig = MISSING
+    target: TargetConfig = MISSING
     data: Any = MISSING  # group `data`: DataConfig
     evaluator: Any = MISSING  # group `evaluator`: one of the evaluator schemas
     sampler: Any = MISSING  # group `sampler`: one of the sampler schemas

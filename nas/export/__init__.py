@@ -1,0 +1,1 @@
+"""Export: ONNX (fp32) and QDQ (int8) files, verified against torch and timed."""

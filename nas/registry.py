@@ -1,0 +1,65 @@
+"""One registry helper for every name -> object registry (block kinds, costs, datasets,
+evaluators, samplers, runtimes).
+
+A name registered twice is an error; an unknown name is a ``ValueError`` that lists the valid
+ones.  Written here because the registries need exactly this and nothing more (timm's and
+Hydra's registries are tied to models and configs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """``reg = Registry("runtime")``; ``@reg.register("onnxruntime")``; ``reg["onnxruntime"]``."""
+
+    def __init__(self, what: str, *, plural: str | None = None) -> None:
+        self.what = what
+        self.plural = plural or f"{what}s"
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator registering an object under ``name``."""
+
+        def deco(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return deco
+
+    def add(self, name: str, obj: T) -> None:
+        if name in self._items:
+            have = getattr(self._items[name], "__name__", repr(self._items[name]))
+            raise ValueError(f"{self.what} {name!r} is already registered by {have}")
+        self._items[name] = obj
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._items)
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown {self.what} {name!r}; valid {self.plural}: {', '.join(self.names())}") from None
+
+    def get(self, name: str, default: T | None = None) -> T | None:
+        return self._items.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> list[tuple[str, T]]:
+        return [(n, self._items[n]) for n in self.names()]

@@ -1,0 +1,1 @@
+"""Search: the Optuna study (samplers, storage, budgets as constraints), the evaluators and the results."""

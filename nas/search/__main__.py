@@ -1,0 +1,5 @@
+"""``python -m nas.search``: the command lives in ``nas.cli.search``."""
+
+from nas.cli.search import main
+
+main()

@@ -1,0 +1,170 @@
+"""Targets: the device, runtime and precision a network is deployed on, and the table measured there.
+
+``Target`` is what every library function takes; the Hydra schema of the ``target`` group
+(``nas/conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it.
+``load_target(name)`` reads one by name (the user's ``$HWNAS_HOME/target/`` first, then the
+shipped ones); ``Target.coerce`` accepts a Target, a dict or a Hydra node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nas.resources import conf_dir, user_home
+
+__all__ = ["PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "precision_targets", "runs_here",
+           "target_names"]
+
+PRECISIONS = ("fp32", "int8")
+DEVICE_KINDS = ("cpu", "gpu", "jetson")
+RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The target device, and its published peak figures for the roofline estimate."""
+
+    # e.g. "Jetson AGX Orin 64GB"; None = whatever machine runs the command (no identity check)
+    name: str | None
+    kind: str  # cpu | gpu | jetson
+    peak_gflops: float  # at the target precision, from the vendor's spec sheet or the microbenchmark
+    mem_bandwidth_gbs: float
+    # CPU ISA flags the device must have (e.g. [avx512f, avx512_vnni]), checked even when name is None
+    cpu_flags: tuple[str, ...] = ()
+    description: str = ""
+    overhead_us: float = 5.0  # fixed cost per layer (kernel launch, dispatch)
+    spec_source: str = ""  # where the peak figures come from
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise ValueError(f"device.kind must be one of {', '.join(DEVICE_KINDS)}, got {self.kind!r}")
+        for f in ("peak_gflops", "mem_bandwidth_gbs"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"device.{f} must be a positive number, got {v!r}")
+        object.__setattr__(self, "cpu_flags", tuple(self.cpu_flags or ()))
+
+
+@dataclass(frozen=True)
+class Target:
+    """One deployment target (``conf=<name>``)."""
+
+    name: str
+    device: Device
+    latency_budget_ms: float
+    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt
+    provider: str = "CPUExecutionProvider"  # onnxruntime execution provider
+    precision: str = "fp32"  # fp32 | fp16 | int8
+    batch: int = 1
+    threads: int = 1
+    resolution: int | None = None  # deployment resolution; None = the space's own
+    table: str | None = None  # a file in the tables dirs (or a path); None = roofline estimate
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "fp16", "int8"):
+            raise ValueError(f"target.precision must be fp32, fp16 or int8, got {self.precision!r}")
+        for f in ("batch", "threads"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"target.{f} must be a positive integer, got {v!r}")
+        if isinstance(self.device, Mapping):
+            object.__setattr__(self, "device", Device(**dict(self.device)))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Target:
+        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"target: unknown field(s) {unknown}; valid fields: {sorted(known)}")
+        dev = d.get("device")
+        if isinstance(dev, Mapping):
+            dknown = {f.name for f in dataclasses.fields(Device)}
+            bad = sorted(set(dev) - dknown)
+            if bad:
+                raise ValueError(f"target.device: unknown field(s) {bad}; valid fields: {sorted(dknown)}")
+            d["device"] = Device(**dict(dev))
+        return cls(**d)
+
+    @classmethod
+    def coerce(cls, t: Target | Mapping[str, Any] | Any) -> Target:
+        """A Target from a Target, a dict or a Hydra/OmegaConf node."""
+        if isinstance(t, Target):
+            return t
+        if not isinstance(t, Mapping):
+            from omegaconf import OmegaConf
+
+            t = OmegaConf.to_container(t, resolve=True)
+        return cls.from_dict(t)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["device"]["cpu_flags"] = list(self.device.cpu_flags)
+        return d
+
+    def replace(self, **changes: Any) -> Target:
+        return dataclasses.replace(self, **changes)
+
+
+def _target_dirs() -> list[Path]:
+    return [user_home() / "target", conf_dir() / "target"]
+
+
+def target_names() -> list[str]:
+    """Every target name: the shipped ones and the user's own ($HWNAS_HOME/target/)."""
+    return sorted({p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def load_target(name: str) -> Target:
+    """A target by name (the user's ``$HWNAS_HOME/target/<name>.yaml`` first, then the shipped
+    ``nas/conf/target/<name>.yaml``), checked against the ``target`` schema."""
+    from omegaconf import OmegaConf
+
+    from nas.config import TargetConfig
+
+    path = next((d / f"{name}.yaml" for d in _target_dirs() if (d / f"{name}.yaml").is_file()), None)
+    if path is None:
+        raise ValueError(f"unknown target {name!r}; targets: {', '.join(target_names())}")
+    raw = OmegaConf.load(path)
+    raw.pop("defaults", None)
+    cfg = OmegaConf.merge(OmegaConf.structured(TargetConfig), raw)
+    return Target.coerce(cfg)
+
+
+def precision_targets(target: Target, names: Mapping[str, str | None] | None = None) -> dict[str, Target | None]:
+    """The target predicting each exported precision: ``names[prec]`` when given, else ``target``
+    itself when its precision matches, else its sibling by name (cpu <-> cpu_int8) if there is one."""
+    names = dict(names or {})
+    out: dict[str, Target | None] = {}
+    for prec in PRECISIONS:
+        name = names.get(prec)
+        if name:
+            t = load_target(name)
+            if t.precision != prec:
+                raise ValueError(f"targets.{prec}={name!r} is a {t.precision} target; name a {prec} one")
+            out[prec] = t
+            continue
+        if target.precision == prec:
+            out[prec] = target
+            continue
+        sib = f"{target.name}_int8" if prec == "int8" else target.name.removesuffix("_int8")
+        try:
+            t = load_target(sib)
+        except ValueError:
+            out[prec] = None
+            continue
+        out[prec] = t if t.precision == prec else None
+    return out
+
+
+def runs_here(target: Target) -> bool:
+    """Whether ``target`` is this machine's CPU with onnxruntime (so its latency can be measured here)."""
+    from nas.latency.runtimes import device_identity, device_mismatch
+
+    return (target.runtime == "onnxruntime" and target.provider == "CPUExecutionProvider"
+            and target.device.kind == "cpu"
+            and device_mismatch(target.to_dict()["device"], device_identity("cpu")) is None)

@@ -1,0 +1,1 @@
+"""Train the Pareto front of a search: full training, pruning, QAT, export and the report."""

@@ -1,0 +1,5 @@
+"""``python -m nas.train``: the command lives in ``nas.cli.train``."""
+
+from nas.cli.train import main
+
+main()
