@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from nas.arch import Arch
+from nas.registry import Registry
 
 __all__ = [
     "AUGMENTS",
@@ -232,23 +233,16 @@ class _Raw:
     val_y: np.ndarray | None = None
 
 
-_DATASETS: dict[str, Callable[[DataSettings], _Raw]] = {}
+_DATASETS: Registry[Callable[[DataSettings], _Raw]] = Registry("dataset")
 
 
 def register_dataset(name: str) -> Callable:
     """Decorator registering a loader ``fn(settings) -> _Raw`` under ``name``."""
-
-    def deco(fn: Callable[[DataSettings], _Raw]) -> Callable[[DataSettings], _Raw]:
-        if name in _DATASETS:
-            raise ValueError(f"dataset {name!r} is already registered")
-        _DATASETS[name] = fn
-        return fn
-
-    return deco
+    return _DATASETS.register(name)
 
 
 def dataset_names() -> list[str]:
-    return sorted(_DATASETS)
+    return _DATASETS.names()
 
 
 def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
