@@ -1,3 +1,64 @@
-"""hwnas: hardware-aware neural architecture search."""
+"""hwnas: hardware-aware neural architecture search.
+
+The public API, imported on first use (``import nas`` stays light: no torch, timm or Optuna until a
+name is used)::
+
+    nas.Arch, nas.load_space, nas.SearchSpace        the architecture spec and search spaces
+    nas.build, nas.from_timm, nas.arch_cost          Arch -> nn.Module, timm model -> Arch, costs
+    nas.Target, nas.load_target                      deployment targets (conf/target/*.yaml)
+    nas.load_latency_model, nas.profile_target,      latency: predictor for a target, measuring a
+    nas.validate_target                              target's blocks, validating the predictor
+    nas.prepare_search, nas.run_search               the Optuna search
+    nas.train_front, nas.export_checkpoint           train the Pareto front, export a checkpoint
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# name -> the modules that may define it, first importable one wins (a name moving between modules
+# keeps working during the move)
+_HOMES: dict[str, tuple[str, ...]] = {
+    "Arch": ("nas.arch",),
+    "SearchSpace": ("nas.space",),
+    "load_space": ("nas.space",),
+    "build": ("nas.build",),
+    "from_timm": ("nas.from_timm",),
+    "arch_cost": ("nas.cost",),
+    "Target": ("nas.target",),
+    "load_target": ("nas.target",),
+    "load_latency_model": ("nas.latency.predictor",),
+    "profile_target": ("nas.latency.profiler",),
+    "validate_target": ("nas.latency.validate",),
+    "prepare_search": ("nas.search.study",),
+    "run_search": ("nas.search.study",),
+    "train_front": ("nas.train.pipeline",),
+    "export_checkpoint": ("nas.export.checkpoint", "nas.train.pipeline"),
+}
+
+__all__ = ["__version__", *_HOMES]
+
+
+def __getattr__(name: str) -> Any:
+    homes = _HOMES.get(name)
+    if homes is None:
+        raise AttributeError(f"module 'nas' has no attribute {name!r}")
+    for i, home in enumerate(homes):
+        try:
+            module = importlib.import_module(home)
+        except ModuleNotFoundError as e:
+            if e.name != home or i == len(homes) - 1:  # a missing dependency, or the last home: a real error
+                raise
+            continue
+        if hasattr(module, name) or i == len(homes) - 1:
+            value = getattr(module, name)
+            globals()[name] = value  # cache: later lookups skip __getattr__
+            return value
+    raise AttributeError(f"module 'nas' has no attribute {name!r}")  # pragma: no cover
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

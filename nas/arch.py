@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from nas.registry import Registry
+
 __all__ = [
     "ACTIVATIONS",
     "GATES",
@@ -57,17 +59,15 @@ ACTIVATIONS: dict[str, str] = {
 GATES: tuple[str, ...] = ("sigmoid", "hard_sigmoid")
 HEAD_STYLES: tuple[str, ...] = ("conv_pool", "pool_conv", "pool")
 
-_BLOCKS: dict[str, type[Block]] = {}
+_BLOCKS: Registry[type[Block]] = Registry("block kind", plural="kinds")
 
 
 def register_block(kind: str):
     """Class decorator registering a block kind under ``kind`` (used in JSON and YAML)."""
 
     def deco(cls: type[Block]) -> type[Block]:
-        if kind in _BLOCKS:
-            raise ValueError(f"block kind {kind!r} is already registered by {_BLOCKS[kind].__name__}")
+        _BLOCKS.add(kind, cls)
         cls.kind = kind
-        _BLOCKS[kind] = cls
         return cls
 
     return deco
@@ -75,14 +75,11 @@ def register_block(kind: str):
 
 def block_kinds() -> list[str]:
     """The registered block kinds, sorted."""
-    return sorted(_BLOCKS)
+    return _BLOCKS.names()
 
 
 def block_class(kind: str) -> type[Block]:
-    try:
-        return _BLOCKS[kind]
-    except KeyError:
-        raise ValueError(f"unknown block kind {kind!r}; valid kinds: {', '.join(block_kinds())}") from None
+    return _BLOCKS[kind]
 
 
 # --------------------------------------------------------------------------------------------

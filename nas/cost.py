@@ -91,6 +91,7 @@ from nas.arch import (
     Head,
     MBConvBlock,
 )
+from nas.registry import Registry
 
 __all__ = [
     "ArchCost",
@@ -156,16 +157,17 @@ class Cost:
 # activation elements moved, primitive ops).
 
 _Counts = tuple[int, int, int, int, int]
-_COUNTERS: dict[type[Block], Callable[[Any, int, int, int], _Counts]] = {}
+_COUNTERS: Registry[Callable[[Any, int, int, int], _Counts]] = Registry("cost model")  # by block kind
 
 
 def register_cost(cls: type[Block]):
-    """Decorator registering ``fn(block, in_ch, in_h, in_w) -> (params, macs, peak, moved, ops)``.
+    """Decorator registering ``fn(block, in_ch, in_h, in_w) -> (params, macs, peak, moved, ops)`` for the
+    block class ``cls`` (under its kind; subclasses of ``cls`` use it too unless they register their own).
 
     ``peak`` and ``moved`` are activation element counts (see the module docs)."""
 
     def deco(fn: Callable[[Any, int, int, int], _Counts]) -> Callable[[Any, int, int, int], _Counts]:
-        _COUNTERS[cls] = fn
+        _COUNTERS.add(cls.kind, fn)
         return fn
 
     return deco
@@ -302,18 +304,13 @@ def _head_cost(b: Head, c: int, h: int, w: int) -> _Counts:
 
 
 def _counter(block: Block) -> Callable[[Any, int, int, int], _Counts]:
-    fn = _COUNTERS.get(type(block))
-    if fn is None:
-        for cls in type(block).__mro__[1:]:
-            fn = _COUNTERS.get(cls)
-            if fn is not None:
-                break
-        else:
-            raise ValueError(
-                f"no cost model for block kind {block.kind!r} ({type(block).__name__}); "
-                f"known: {', '.join(sorted(c.kind for c in _COUNTERS))}"
-            )
-    return fn
+    for cls in type(block).__mro__:  # the class's own kind first, then its bases' (a subclass reuses a counter)
+        kind = cls.__dict__.get("kind")
+        if isinstance(kind, str) and kind in _COUNTERS:
+            return _COUNTERS[kind]
+    raise ValueError(
+        f"no cost model for block kind {block.kind!r} ({type(block).__name__}); known: {', '.join(_COUNTERS.names())}"
+    )
 
 
 def block_cost(key: BlockKey, *, bytes_per_param: int = 4, bytes_per_act: int = 4) -> Cost:

@@ -192,7 +192,7 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     from nas.latency import load_latency_model
     from nas.latency.runtimes import get_runtime, measure, summarize_times
     from nas.search.evaluate import TrainEvaluator
-    from nas.search.study import pareto_front, trial_records
+    from nas.search.results import pareto_front, trial_records
 
     target = OmegaConf.to_container(cfg.target, resolve=True)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args),
@@ -209,7 +209,7 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     # the found front: the union of the (a) searches, by validation accuracy and predicted latency
     import optuna
 
-    from nas.search.study import make_storage
+    from nas.search.storage import make_storage
 
     records = []
     for j in sorted((out / "studies").glob("*.journal")):

@@ -1,0 +1,256 @@
+"""Search results: one record per trial, the Pareto front, trials.csv, pareto.json and pareto.png."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from nas.arch import Arch
+from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
+
+__all__ = ["pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+
+
+def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
+    """One flat record per trial (the rows of trials.csv)."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        ua = t.user_attrs
+        status = ua.get("status") or ("interrupted" if t.state == TrialState.FAIL else t.state.name.lower())
+        lat = ua.get("latency") or {}
+        cost = ua.get("cost") or {}
+        cons = t.constraints
+        score = t.values[0] if t.values is not None and status in ("evaluated", "cached") else None
+        ms = t.values[1] if t.values is not None else lat.get("ms")
+        arch = ua.get("arch")
+        rows.append({
+            "number": t.number,
+            "state": t.state.name,
+            "status": status,
+            "score": score,
+            "latency_ms": ms,
+            "latency_source": lat.get("source"),
+            "feasible": (all(v <= 0 for v in cons.values()) if cons else True) if ua.get("digest") else None,
+            "params": cost.get("params"),
+            "macs": cost.get("macs"),
+            "peak_activation_kb": (cost["peak_activation_bytes"] / 1024.0) if "peak_activation_bytes" in cost else None,
+            "latency_violation": cons.get("latency"),
+            "memory_violation": cons.get("memory"),
+            "eval_seconds": (ua.get("metrics") or {}).get("seconds") if status == "evaluated" else None,
+            "duration_s": t.duration.total_seconds() if t.duration is not None else None,
+            "cached_from": ua.get("cached_from"),
+            "worker": ua.get("worker"),
+            "digest": ua.get("digest"),
+            "error": ua.get("error"),
+            "arch": _compact(Arch.from_dict(arch)) if arch else None,
+            "_arch": arch,
+            "_latency": lat,
+            "_metrics": ua.get("metrics"),
+        })
+    return rows
+
+
+def _compact(arch: Arch) -> str:
+    """A one-line summary: stem width, then each run of same-kind same-width blocks as kind+width[xdepth]."""
+    parts = [f"c{arch.stem.out_ch}"]
+    prev, n = None, 0
+    for b in arch.blocks:
+        key = (b.kind, b.out_ch)  # type: ignore[attr-defined]
+        if key == prev:
+            n += 1
+            continue
+        if prev is not None:
+            parts.append(f"{prev[0]}{prev[1]}" + (f"x{n}" if n > 1 else ""))
+        prev, n = key, 1
+    if prev is not None:
+        parts.append(f"{prev[0]}{prev[1]}" + (f"x{n}" if n > 1 else ""))
+    if arch.head.hidden:
+        parts.append(f"head{arch.head.hidden}")
+    return " ".join(parts)
+
+
+def pareto_front(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The non-dominated feasible evaluated trials (max score, min latency), one per Arch, by latency."""
+    cands: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r["state"] == "COMPLETE" and r["score"] is not None and r["feasible"]:
+            d = r["digest"] or str(r["number"])
+            if d not in cands:  # the first trial of each Arch
+                cands[d] = r
+    pts = list(cands.values())
+    front = [p for p in pts if not any(
+        (q["score"] >= p["score"] and q["latency_ms"] <= p["latency_ms"])
+        and (q["score"] > p["score"] or q["latency_ms"] < p["latency_ms"]) for q in pts)]
+    return sorted(front, key=lambda r: (r["latency_ms"], -r["score"]))
+
+
+_CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_source", "feasible", "params", "macs",
+                "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "duration_s",
+                "cached_from", "worker", "digest", "error", "arch")
+
+
+def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([metric if c == "score" else c for c in _CSV_COLUMNS])
+    for r in records:
+        row = []
+        for c in _CSV_COLUMNS:
+            v = r[c]
+            row.append("" if v is None else f"{v:.6g}" if isinstance(v, float) else v)
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def write_outputs(study: optuna.Study, run_dir: str | Path, *, info: dict[str, Any] | None = None,
+                  plot: bool = True) -> dict[str, Any]:
+    """Write pareto.json, trials.csv and pareto.png for the whole study into ``run_dir`` (atomically)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rec = dict(study.user_attrs.get(STUDY_ATTR) or {})
+    metric = (rec.get("objectives") or ["score"])[0]
+    records = trial_records(study)
+    front = pareto_front(records)
+    statuses: dict[str, int] = {}
+    for r in records:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    pareto = []
+    for r in front:
+        lat = r["_latency"]
+        pareto.append({
+            "trial": r["number"],
+            metric: r["score"],
+            "latency_ms": r["latency_ms"],
+            "latency_source": lat.get("source"),
+            "latency": lat,
+            "params": r["params"],
+            "macs": r["macs"],
+            "peak_activation_bytes": int(round(r["peak_activation_kb"] * 1024)) if r["peak_activation_kb"] else None,
+            "peak_activation_kb": r["peak_activation_kb"],
+            "digest": r["digest"],
+            "summary": r["arch"],
+            "metrics": r["_metrics"],
+            "arch": r["_arch"],
+        })
+    out = {
+        "schema": "hwnas.pareto",
+        "version": SCHEMA_VERSION,
+        "study": study.study_name,
+        "metric": metric,
+        "objectives": {metric: "maximize", "latency_ms": "minimize"},
+        "search": rec,
+        **(info or {}),
+        "trials": {"total": len(records), **statuses},
+        "pareto": pareto,
+        "notes": ("arch: the deployed network (the dataset's classes and input channels at the target's deployment "
+                  "resolution); latency is predicted for it, params / MACs / peak memory counted on it; "
+                  f"{metric} was measured with the same body at the dataset's resolution "
+                  f"({(rec.get('data') or {}).get('resolution')} px)"),
+    }
+    paths: dict[str, Any] = {"pareto_json": run_dir / "pareto.json", "trials_csv": run_dir / "trials.csv"}
+    atomic_write_json(paths["pareto_json"], _jsonable(out))
+    atomic_write_text(paths["trials_csv"], _csv_text(records, metric))
+    if plot:
+        budget = (rec.get("budgets") or {}).get("latency_ms")
+        target = rec.get("target") or {}
+        title = (f"{rec.get('search_space', {}).get('name', '?')} on {(rec.get('data') or {}).get('name', '?')} "
+                 f"for {target.get('name', '?')} ({(target.get('device') or {}).get('name', '?')})")
+        paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, budget_ms=budget,
+                                          title=title, source=rec.get("latency_source", "measured"))
+    paths["front"] = front
+    paths["records"] = records
+    paths["statuses"] = statuses
+    return paths
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], path: str | Path, *,
+                metric: str, budget_ms: float | None, title: str, source: str) -> Path:
+    """Score vs predicted latency: every evaluated trial faded, the front highlighted, the budget line."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    acc = metric == "val_accuracy"
+    scale = 100.0 if acc else 1.0
+    ev = [r for r in records if r["score"] is not None and r["latency_ms"] is not None]
+    over = [r for r in records if r["status"] == "over_budget" and r["latency_ms"] is not None]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=150)
+    handles = []
+    xs_all = [r["latency_ms"] for r in ev + over]
+    if ev:
+        ax.scatter([r["latency_ms"] for r in ev], [r["score"] * scale for r in ev], s=18, color="0.55", alpha=0.35,
+                   linewidths=0, zorder=2)
+        handles.append(Line2D([], [], ls="", marker="o", color="0.55", alpha=0.5, label=f"trials ({len(ev)})"))
+    if front:
+        fx = [r["latency_ms"] for r in front]
+        fy = [r["score"] * scale for r in front]
+        ax.step(fx, fy, where="post", color="tab:blue", lw=1.6, zorder=3)
+        ax.scatter(fx, fy, s=46, color="tab:blue", edgecolors="white", linewidths=0.8, zorder=4)
+        for r, x, y in zip(front, fx, fy):
+            ax.annotate(f"#{r['number']}", (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7,
+                        color="tab:blue")
+        handles.append(Line2D([], [], color="tab:blue", marker="o", label=f"Pareto front ({len(front)})"))
+    if ev:
+        ys = sorted(r["score"] * scale for r in ev)
+        lo_data = ys[max(0, int(0.1 * len(ys)) - 1)]
+        lo = min(lo_data, min((r["score"] * scale for r in front), default=lo_data))
+        hi = ys[-1]
+        pad = max(1e-6, (hi - lo) * 0.08)
+        ax.set_ylim(lo - pad, hi + pad)
+        hidden = sum(1 for y in ys if y < lo - pad)
+        if hidden:
+            handles.append(Line2D([], [], ls="", label=f"({hidden} low-scoring trials below the axis)"))
+    if over:
+        ymin = ax.get_ylim()[0]
+        ax.scatter([r["latency_ms"] for r in over], [ymin] * len(over), marker="|", s=80, color="tab:red",
+                   alpha=0.5, zorder=2, clip_on=False)
+        handles.append(Line2D([], [], ls="", marker="|", markersize=9, color="tab:red",
+                              label=f"over budget, not trained ({len(over)})"))
+    if xs_all:
+        x0, x1 = min(xs_all), max(xs_all)
+        span = max(x1 - x0, 1e-6)
+        xl = (max(0.0, x0 - 0.06 * span), x1 + 0.06 * span)
+        if budget_ms is not None and budget_ms <= xl[1] + 0.5 * span:
+            xl = (xl[0], max(xl[1], budget_ms + 0.06 * span))
+            ax.axvline(budget_ms, color="tab:red", ls="--", lw=1.2, zorder=1)
+            handles.append(Line2D([], [], color="tab:red", ls="--", label=f"latency budget {budget_ms:g} ms"))
+        elif budget_ms is not None:
+            handles.append(Line2D([], [], color="tab:red", ls="--",
+                                  label=f"latency budget {budget_ms:g} ms (off the chart, right)"))
+        ax.set_xlim(*xl)
+    est = source == "estimated"
+    ax.set_xlabel("predicted latency (ms)" + (" — ESTIMATE (roofline), no measured table" if est
+                                              else " — from the measured latency table"))
+    ax.set_ylabel("validation accuracy (%)" if acc else f"{metric} (zero-cost proxy, higher is better)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.25, zorder=0)
+    if not ev:
+        ax.text(0.5, 0.5, "no evaluated trials yet", transform=ax.transAxes, ha="center", va="center", color="0.4")
+    ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    p = Path(path)
+    atomic_write_bytes(p, buf.getvalue())
+    return p

@@ -1,0 +1,136 @@
+"""Where a study lives: Optuna storages (journal file, RDB, Redis), opening a study and checking its
+settings, and failing the trials that dead processes left running."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "make_storage", "open_study"]
+
+log = logging.getLogger(__name__)
+
+STUDY_ATTR = "hwnas"  # study user attribute holding the settings that define the study
+SCHEMA_VERSION = 1
+
+
+def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.storages.BaseStorage, str]:
+    """The Optuna storage ``spec`` names, and a description for the user.
+
+    ``None``: a journal file ``<run_dir>/study.journal``.  A URL: ``redis://`` -> journal on Redis;
+    ``postgresql://``, ``mysql://``, ``sqlite:///`` ... -> RDB storage (with a heartbeat, so a dead
+    worker's trial is failed and redone).  Anything else is a journal file path (on a shared disk
+    for many machines).
+    """
+    from optuna.storages import JournalStorage, RDBStorage
+    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+
+    if not spec:
+        path = Path(run_dir) / "study.journal"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path))), str(path)
+    if "://" in spec:
+        if spec.startswith("redis"):
+            return JournalStorage(JournalRedisBackend(spec)), spec
+        if spec.startswith("sqlite"):
+            log.warning("SQLite storage locks under parallel workers; prefer the default journal file or a "
+                        "PostgreSQL / MySQL URL for more than one worker")
+        try:
+            with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 5.0
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(spec, heartbeat_interval=60, grace_period=180), spec
+        except ImportError as e:
+            raise ValueError(f"storage={spec!r} needs a database driver that is not installed: {e}") from None
+    p = Path(spec).expanduser()
+    if p.suffix in (".db", ".sqlite", ".sqlite3"):
+        raise ValueError(f"storage={spec!r} looks like a SQLite file: write sqlite:///{spec} for SQLite, or use a "
+                         f"journal file (storage=<path>.journal), which is safe under parallel workers")
+    if p.is_dir():
+        raise ValueError(f"storage={spec!r} is a folder; give a journal file path (e.g. {p / 'study.journal'}) "
+                         f"or a storage URL")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(p))), str(p)
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def open_study(
+    *,
+    storage: optuna.storages.BaseStorage,
+    study_name: str,
+    sampler: optuna.samplers.BaseSampler,
+    record: dict[str, Any],
+) -> optuna.Study:
+    """Create the study, or load it and check it was made with the same ``record`` (except its seed)."""
+    if not study_name:
+        raise ValueError("study_name must be a non-empty string")
+    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+                                directions=["maximize", "minimize"], load_if_exists=True)
+    if len(study.directions) != 2 or study.directions[0] != optuna.study.StudyDirection.MAXIMIZE:
+        raise ValueError(f"study {study_name!r} exists in the storage but is not an hwnas search (directions "
+                         f"{[d.name for d in study.directions]}); pick another study_name")
+    have = study.user_attrs.get(STUDY_ATTR)
+    if have is None:
+        study.set_user_attr(STUDY_ATTR, record)
+        with warnings.catch_warnings():  # experimental in Optuna 5.0, stable enough for labels
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(record["objectives"]))
+        return study
+    a = {k: v for k, v in _flatten(have).items() if not k.startswith("train_seed")}
+    b = {k: v for k, v in _flatten(json.loads(json.dumps(record))).items() if not k.startswith("train_seed")}
+    diffs = [f"{k}: {a.get(k, '<absent>')!r} in the study, {b.get(k, '<absent>')!r} now"
+             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if diffs:
+        shown = "; ".join(diffs[:8]) + (f"; and {len(diffs) - 8} more" if len(diffs) > 8 else "")
+        raise ValueError(f"study {study_name!r} was created with different settings ({shown}). Resume it with the "
+                         f"same settings, or start a new study: study_name=<new name> (or a new out= folder)")
+    return study
+
+
+# --------------------------------------------------------------------------------------------
+# trials left running by dead processes
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_stale_trials(study: optuna.Study, storage: optuna.storages.BaseStorage) -> list[int]:
+    """Mark FAIL (``status=stale``) the RUNNING trials of dead processes on this host; their numbers."""
+    host = socket.gethostname()
+    stale = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        w = str(t.user_attrs.get("worker", ""))
+        h, _, pid = w.rpartition(":")
+        if h != host or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            continue
+        try:
+            storage.set_trial_user_attr(t._trial_id, "status", "stale")
+            if storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                stale.append(t.number)
+        except Exception:  # another worker got there first
+            log.debug("could not fail stale trial %d", t.number, exc_info=True)
+    if stale:
+        log.warning("marked %d trial(s) left running by dead processes as failed (stale): %s", len(stale), stale)
+    return stale

@@ -1,0 +1,34 @@
+"""The public API in nas/__init__.py: every name resolves, and ``import nas`` stays light."""
+
+import subprocess
+import sys
+
+import pytest
+
+import nas
+
+# written in other modules that do not define them yet (nas.latency.profiler / validate)
+PENDING = {"profile_target", "validate_target"}
+
+
+@pytest.mark.parametrize("name", sorted(set(nas.__all__) - PENDING))
+def test_public_name_resolves(name):
+    assert getattr(nas, name) is not None
+
+
+def test_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        nas.nope  # noqa: B018
+
+
+def test_import_nas_is_light():
+    code = "import sys, nas; print(sorted(m for m in ('torch', 'timm', 'optuna', 'sklearn') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_names_are_the_library_objects():
+    from nas.arch import Arch
+    from nas.search.study import run_search
+
+    assert nas.Arch is Arch and nas.run_search is run_search

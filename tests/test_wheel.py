@@ -1,0 +1,68 @@
+"""The built wheel works outside the repository: package data inside it, commands runnable from a venv.
+
+Builds the wheel (no network: ``--no-build-isolation`` uses the installed setuptools), installs it
+with ``--no-deps`` into a fresh venv that sees the system's torch, timm, Optuna ..., and runs two
+commands from a folder outside the repository.
+"""
+
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(REPO)], check=True, cwd=out)
+    (whl,) = out.glob("hwnas-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def venv_python(wheel, tmp_path_factory) -> Path:
+    env_dir = tmp_path_factory.mktemp("venv") / "env"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
+    return py
+
+
+def test_wheel_holds_package_data(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for prefix in ("nas/conf/", "nas/conf/target/", "nas/search_spaces/", "nas/latency_tables/"):
+        assert any(n.startswith(prefix) for n in names), f"no {prefix} files in {wheel.name}"
+    assert "nas/conf/target/epyc_zen5.yaml" in names
+    assert any(n.startswith("nas/latency_tables/") and n.endswith(".json") for n in names)
+    assert not any(n.startswith(("tests/", "scripts/")) for n in names)
+
+
+def _run(py: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env["HWNAS_HOME"] = str(cwd / "hwnas_home")
+    env["MPLBACKEND"] = "Agg"
+    return subprocess.run([str(py), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_installed_package_runs_outside_the_repo(venv_python, tmp_path):
+    r = _run(venv_python, tmp_path, "-c", "import nas; print(nas.__file__)")
+    assert r.returncode == 0, r.stderr
+    where = Path(r.stdout.strip()).resolve()
+    assert venv_python.parent.parent.resolve() in where.parents, f"nas imported from {where}, not the venv"
+    assert REPO not in where.parents
+    r = _run(venv_python, tmp_path, "-m", "nas.space")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run(venv_python, tmp_path, "-m", "nas.predict", "conf=epyc_zen5", "model=timm:mobilenetv2_100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ms" in r.stdout
