@@ -25,7 +25,7 @@ from nas.target import Device, Target
 __all__ = [
     "CONF_DIR", "DeviceConfig", "MeasureConfig", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
     "TargetConfig", "ValidateAppConfig",
-    "compose_app", "normalize_overrides", "register_configs", "schema_from",
+    "alias_override", "compose_app", "normalize_overrides", "register_configs", "schema_from",
 ]
 
 CONF_DIR = conf_dir()
@@ -175,18 +175,21 @@ class ValidateAppConfig:
 _ALIASES = {"conf": "target"}  # what users type -> the Hydra group
 
 
+def alias_override(arg: str) -> str:
+    """One override as Hydra reads it: ``conf=cpu`` / ``+conf.x=1`` -> ``target=cpu`` / ``+target.x=1``."""
+    prefix = arg[: len(arg) - len(arg.lstrip("+~"))]
+    body = arg[len(prefix):]
+    for old, new in _ALIASES.items():
+        if body.startswith((f"{old}=", f"{old}.")):
+            body = new + body[len(old):]
+    return prefix + body
+
+
 def normalize_overrides(args: Sequence[str]) -> list[str]:
     """Command-line overrides as Hydra reads them: ``conf=cpu`` / ``conf.threads=2`` (the form the
     docs use) become ``target=cpu`` / ``target.threads=2``, and the user's own config dir
     (``$HWNAS_HOME``, holding ``target/<name>.yaml``) joins Hydra's search path when it exists."""
-    out = []
-    for a in args:
-        prefix = a[: len(a) - len(a.lstrip("+~"))]
-        body = a[len(prefix):]
-        for old, new in _ALIASES.items():
-            if body.startswith((f"{old}=", f"{old}.")):
-                body = new + body[len(old):]
-        out.append(prefix + body)
+    out = [alias_override(a) for a in args]
     home = user_home()
     if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
         out.append(f"hydra.searchpath=[file://{home}]")
@@ -208,8 +211,38 @@ def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
         return compose(config_name=app, overrides=normalize_overrides(list(overrides)))
 
 
+# `--help` of the commands that take a target but none of search's groups (data, evaluator, sampler):
+# Hydra's own template would list every group in nas/conf/.  ($$ is a literal $ for string.Template.)
+_HELP_TARGET = """${hydra.help.header}
+== Targets ==
+conf=<name>, one of: ${hwnas_targets:}
+(or your own: $$HWNAS_HOME/target/<name>.yaml, default ~/.hwnas)
+
+== Config ==
+Override anything in the config (foo.bar=value)
+
+$CONFIG
+
+${hydra.help.footer}"""
+_HELP_PLAIN = """${hydra.help.header}
+== Config ==
+Override anything in the config (foo.bar=value)
+
+$CONFIG
+
+${hydra.help.footer}"""
+
+
 def register_configs() -> None:
+    from omegaconf import OmegaConf
+
+    from nas.target import target_names
+
+    OmegaConf.register_new_resolver("hwnas_targets", lambda: ", ".join(target_names()), replace=True)
     cs = ConfigStore.instance()
+    for name, template in (("hwnas_target", _HELP_TARGET), ("hwnas_plain", _HELP_PLAIN)):
+        cs.store(group="hydra/help", name=name, node={"app_name": "${hydra.job.name}", "header": "", "footer": "",
+                                                     "template": template})
     cs.store(name="_target_schema", node=TargetConfig)
     cs.store(name="_space_schema", node=SpaceAppConfig)
     cs.store(name="_profile_schema", node=ProfileAppConfig)
