@@ -9,11 +9,13 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from nas.cli._common import fmt_table, hydra_app, user_errors
 from nas.config.search import register_search_configs
+from nas.target import Target
 
 register_search_configs()
 log = logging.getLogger("nas.search")
@@ -25,41 +27,39 @@ def _fmt_score(metric: str, v: float | None) -> str:
     return f"{100 * v:.2f}%" if metric == "val_accuracy" else f"{v:.2f}"
 
 
-@user_errors
-def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
+def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any:
+    """The study and search problem the config names (``nas.search.study.prepare_search``)."""
     import optuna
 
-    from nas.search.study import Budgets, SearchAborted, count_trials, prepare_search, run_search, write_outputs
+    from nas.search.study import Budgets, prepare_search
 
-    t_start = time.perf_counter()
-    target = OmegaConf.to_container(cfg.target, resolve=True)
     if run_dir is None:
         from hydra.core.hydra_config import HydraConfig
 
         run_dir = HydraConfig.get().runtime.output_dir
-    budgets = Budgets(latency_ms=cfg.latency_budget_ms, memory_kb=cfg.memory_budget_kb)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    search = prepare_search(
-        target=target,
+    return prepare_search(
+        target=target.to_dict(),
         search_space=cfg.search_space,
         data=OmegaConf.to_container(cfg.data, resolve=True),
         evaluator=OmegaConf.to_container(cfg.evaluator, resolve=True),
         sampler=OmegaConf.to_container(cfg.sampler, resolve=True),
-        budgets=budgets,
+        budgets=Budgets(latency_ms=cfg.latency_budget_ms, memory_kb=cfg.memory_budget_kb),
         seed=cfg.seed,
         run_dir=run_dir,
         storage=cfg.storage,
         study_name=cfg.study_name,
         allow_mismatch=cfg.allow_mismatch,
     )
-    p, study = search.problem, search.study
-    metric = p.evaluator.metric
+
+
+def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> None:
+    p, study, budgets = search.problem, search.study, search.problem.budgets
     if p.latency.warning:
         print(f"WARNING: {p.latency.warning}", flush=True)
-    done = count_trials(study)
     b = [f"latency <= {budgets.latency_ms:g} ms" if budgets.latency_ms else "no latency budget",
          f"peak activations <= {budgets.memory_kb:g} KiB" if budgets.memory_kb else "no memory budget"]
-    print(f"target   {target['name']}: {p.latency.describe()}\n"
+    print(f"target   {target.name}: {p.latency.describe()}\n"
           f"latency  {'MEASURED table' if p.latency.source == 'measured' else 'ESTIMATE (roofline)'}, predicted at "
           f"{p.deploy_resolution}x{p.deploy_resolution} ({', '.join(b)})\n"
           f"space    {p.space.name} ({p.space.source}, 10^{p.space.log10_size():.1f} architectures)\n"
@@ -69,8 +69,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
           f"study    {study.study_name!r} in {search.storage_desc} "
           f"({'new' if search.created else f'resumed: {done} trials done'}); run dir {search.run_dir}", flush=True)
 
+
+def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, int]:
+    """Run the study up to ``cfg.n_trials`` with a progress bar: (exit code, trials this run)."""
+    from nas.search.study import SearchAborted, run_search
+
+    metric = search.problem.evaluator.metric
     bar = None
-    todo = max(0, cfg.n_trials - done)
     best: list[float] = []
     ran: list[str] = []
     if cfg.progress and todo:
@@ -90,8 +95,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
 
     code = 0
     try:
-        run_search(study, p, n_trials=cfg.n_trials, storage=search.storage,
-                         max_consecutive_failures=cfg.max_consecutive_failures, callback=on_trial)
+        run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
+                   max_consecutive_failures=cfg.max_consecutive_failures, callback=on_trial)
     except KeyboardInterrupt:
         code = 130
         if bar is not None:
@@ -104,14 +109,18 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     finally:
         if bar is not None:
             bar.close()
-    outs = write_outputs(study, search.run_dir, info=search.info())
+    return code, len(ran)
+
+
+def _print_results(target: Target, search: Any, outs: dict) -> None:
+    p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
     rows = [[f"#{r['number']}", _fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}", r["latency_source"],
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
     counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()))
     print(f"\n{len(outs['records'])} trials ({counts}); Pareto front of {len(front)} "
-          f"({metric} vs latency predicted on {target['name']}"
+          f"({metric} vs latency predicted on {target.name}"
           f"{', ESTIMATED' if p.latency.source == 'estimated' else ''}):")
     if rows:
         print(fmt_table(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB", "architecture"]))
@@ -119,15 +128,30 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
         print("  (no feasible evaluated trial yet)")
     if p.latency.source == "estimated":
         print(f"NOTE: latencies are roofline ESTIMATES for {p.latency.device}; measure the table on the device: "
-              f"python -m nas.profile conf={target['name']}")
+              f"python -m nas.profile conf={target.name}")
+
+
+@user_errors
+def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
+    """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
+    from nas.search.study import count_trials, write_outputs
+
+    t_start = time.perf_counter()
+    target = Target.coerce(cfg.target)
+    search = _prepare(cfg, target, run_dir)
+    done = count_trials(search.study)
+    _print_setup(cfg, target, search, done)
+    code, ran = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done))
+    outs = write_outputs(search.study, search.run_dir, info=search.info())
+    _print_results(target, search, outs)
     wall = time.perf_counter() - t_start
     print(f"pareto:  {outs['pareto_json']}\ntrials:  {outs['trials_csv']}\nplot:    {outs['pareto_png']}\n"
-          f"study:   {study.study_name!r} in {search.storage_desc}\n"
-          f"this run: {len(ran)} trials, {p.evaluations} evaluator calls, {wall:.0f}s wall")
+          f"study:   {search.study.study_name!r} in {search.storage_desc}\n"
+          f"this run: {ran} trials, {search.problem.evaluations} evaluator calls, {wall:.0f}s wall")
     if code:
         sys.exit(code)
-    return {"run_dir": str(search.run_dir), "study": study.study_name, "front": len(front), "statuses": statuses,
-            "wall_s": wall, "ran": len(ran)}
+    return {"run_dir": str(search.run_dir), "study": search.study.study_name, "front": len(outs["front"]),
+            "statuses": outs["statuses"], "wall_s": wall, "ran": ran}
 
 
 @hydra_app("search")

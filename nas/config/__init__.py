@@ -8,6 +8,9 @@ Hydra's config root is the package's ``nas/conf/`` folder.  Targets are the ``ta
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,48 +18,81 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from nas.latency.profiler import ProfileSettings
 from nas.resources import conf_dir, user_home
+from nas.target import Device, Target
 
 __all__ = [
     "CONF_DIR", "DeviceConfig", "MeasureConfig", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
     "TargetConfig", "ValidateAppConfig",
-    "compose_app", "normalize_overrides", "register_configs",
+    "alias_override", "compose_app", "normalize_overrides", "register_configs", "schema_from",
 ]
 
 CONF_DIR = conf_dir()
 
 
-@dataclass
-class DeviceConfig:
-    """The target device, and its published peak figures for the roofline estimate."""
-
-    # e.g. "Jetson AGX Orin 64GB"; null = whatever machine runs the command (no identity check)
-    name: str | None = MISSING
-    # CPU ISA flags the device must have (e.g. [avx512f, avx512_vnni]), checked even when name is null;
-    # empty = the name alone identifies it
-    cpu_flags: list[str] = field(default_factory=list)
-    kind: str = MISSING  # cpu | gpu | jetson
-    description: str = ""
-    peak_gflops: float = MISSING  # at the target precision, from the vendor's spec sheet
-    mem_bandwidth_gbs: float = MISSING
-    overhead_us: float = 5.0  # fixed cost per layer (kernel launch, dispatch)
-    spec_source: str = ""  # where the peak figures come from
+def _hydra_type(tp: Any) -> Any:
+    """``tp`` as OmegaConf types it: tuples become lists (``tuple[str, ...]`` -> ``list[str]``)."""
+    args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return list[args[0]] if args else list  # type: ignore[valid-type]
+    if origin in (typing.Union, types.UnionType):
+        out = None
+        for a in args:
+            a = _hydra_type(a)
+            out = a if out is None else out | a
+        return out
+    return tp
 
 
-@dataclass
-class TargetConfig:
-    """One deployment target: ``conf=<name>``."""
+def _nested_dataclass(tp: Any) -> type | None:
+    """The dataclass ``tp`` names (``Device`` or ``Device | None``), else None."""
+    for t in (tp, *typing.get_args(tp)):
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            return t
+    return None
 
-    name: str = MISSING
-    device: DeviceConfig = field(default_factory=DeviceConfig)
-    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt
-    provider: str = "CPUExecutionProvider"  # onnxruntime execution provider
-    precision: str = "fp32"  # fp32 | fp16 | int8
-    batch: int = 1
-    threads: int = 1
-    resolution: int | None = None  # deployment resolution; None = the space's own
-    latency_budget_ms: float = MISSING
-    table: str | None = None  # file in latency_tables/ (or a path); None = roofline estimate
+
+def _default(f: dataclasses.Field) -> Any:
+    """A schema field's default: the library's own, tuples as lists; no default -> ``MISSING`` (``???``)."""
+    if f.default is not dataclasses.MISSING:
+        v = f.default
+        return field(default_factory=lambda v=v: list(v)) if isinstance(v, tuple) else field(default=v)
+    if f.default_factory is not dataclasses.MISSING:
+        make = f.default_factory
+        return field(default_factory=lambda: (lambda v: list(v) if isinstance(v, tuple) else v)(make()))
+    return field(default=MISSING)
+
+
+def schema_from(cls: type, *, name: str | None = None, schema_name: str) -> type:
+    """A mutable Hydra schema with ``cls``'s fields, types and defaults, led by a ``name`` field
+    (default ``name``) when ``name`` is given (a group option's name, e.g. ``"nsga2"``).
+
+    A field typed by a dataclass gets a nested schema (``Device`` -> ``DeviceConfig``) built by its
+    ``default_factory``; a tuple becomes a list; a field without a default is required (``???``).
+    """
+    hints = typing.get_type_hints(cls)
+    fields: list[tuple[str, Any, Any]] = []
+    if name is not None:
+        fields.append(("name", str, field(default=name)))
+    for f in dataclasses.fields(cls):
+        if f.name == "name" and name is not None:
+            continue
+        nested = _nested_dataclass(hints[f.name])
+        if nested is not None:
+            sub = schema_from(nested, schema_name=f"{nested.__name__}Config")
+            fields.append((f.name, sub, field(default_factory=sub)))
+            continue
+        fields.append((f.name, _hydra_type(hints[f.name]), _default(f)))
+    schema = dataclasses.make_dataclass(schema_name, fields)
+    schema.__module__ = __name__
+    schema.__doc__ = f"Hydra schema generated from {cls.__module__}.{cls.__name__}."
+    return schema
+
+
+DeviceConfig = schema_from(Device, schema_name="DeviceConfig")
+TargetConfig = schema_from(Target, schema_name="TargetConfig")
 
 
 @dataclass
@@ -68,17 +104,7 @@ class SpaceAppConfig:
     seed: int = 0
 
 
-@dataclass
-class MeasureConfig:
-    """How each block is timed (see ``nas.latency.profiler.ProfileSettings``)."""
-
-    warmup: int = 10
-    repeats: int = 50
-    min_time_s: float = 0.1
-    max_spread: float = 0.2  # (p90 - p10) / median above this is re-measured
-    remeasure: int = 2
-    rounds: int = 3  # passes over all blocks and networks, each in a fresh session; entry = median of rounds
-    save_every_s: float = 2.0
+MeasureConfig = schema_from(ProfileSettings, schema_name="MeasureConfig")
 
 
 @dataclass
@@ -149,18 +175,21 @@ class ValidateAppConfig:
 _ALIASES = {"conf": "target"}  # what users type -> the Hydra group
 
 
+def alias_override(arg: str) -> str:
+    """One override as Hydra reads it: ``conf=cpu`` / ``+conf.x=1`` -> ``target=cpu`` / ``+target.x=1``."""
+    prefix = arg[: len(arg) - len(arg.lstrip("+~"))]
+    body = arg[len(prefix):]
+    for old, new in _ALIASES.items():
+        if body.startswith((f"{old}=", f"{old}.")):
+            body = new + body[len(old):]
+    return prefix + body
+
+
 def normalize_overrides(args: Sequence[str]) -> list[str]:
     """Command-line overrides as Hydra reads them: ``conf=cpu`` / ``conf.threads=2`` (the form the
     docs use) become ``target=cpu`` / ``target.threads=2``, and the user's own config dir
     (``$HWNAS_HOME``, holding ``target/<name>.yaml``) joins Hydra's search path when it exists."""
-    out = []
-    for a in args:
-        prefix = a[: len(a) - len(a.lstrip("+~"))]
-        body = a[len(prefix):]
-        for old, new in _ALIASES.items():
-            if body.startswith((f"{old}=", f"{old}.")):
-                body = new + body[len(old):]
-        out.append(prefix + body)
+    out = [alias_override(a) for a in args]
     home = user_home()
     if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
         out.append(f"hydra.searchpath=[file://{home}]")
@@ -182,8 +211,38 @@ def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
         return compose(config_name=app, overrides=normalize_overrides(list(overrides)))
 
 
+# `--help` of the commands that take a target but none of search's groups (data, evaluator, sampler):
+# Hydra's own template would list every group in nas/conf/.  ($$ is a literal $ for string.Template.)
+_HELP_TARGET = """${hydra.help.header}
+== Targets ==
+conf=<name>, one of: ${hwnas_targets:}
+(or your own: $$HWNAS_HOME/target/<name>.yaml, default ~/.hwnas)
+
+== Config ==
+Override anything in the config (foo.bar=value)
+
+$CONFIG
+
+${hydra.help.footer}"""
+_HELP_PLAIN = """${hydra.help.header}
+== Config ==
+Override anything in the config (foo.bar=value)
+
+$CONFIG
+
+${hydra.help.footer}"""
+
+
 def register_configs() -> None:
+    from omegaconf import OmegaConf
+
+    from nas.target import target_names
+
+    OmegaConf.register_new_resolver("hwnas_targets", lambda: ", ".join(target_names()), replace=True)
     cs = ConfigStore.instance()
+    for name, template in (("hwnas_target", _HELP_TARGET), ("hwnas_plain", _HELP_PLAIN)):
+        cs.store(group="hydra/help", name=name, node={"app_name": "${hydra.job.name}", "header": "", "footer": "",
+                                                     "template": template})
     cs.store(name="_target_schema", node=TargetConfig)
     cs.store(name="_space_schema", node=SpaceAppConfig)
     cs.store(name="_profile_schema", node=ProfileAppConfig)

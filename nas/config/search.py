@@ -9,15 +9,13 @@ wrong type in any group fails when the config is composed.  Group options (``con
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.config import TargetConfig, register_configs
+from nas.config import TargetConfig, register_configs, schema_from
 from nas.data import DataSettings
 from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator
 from nas.search.study import NSGA2Settings, RandomSettings, TPESettings
@@ -35,28 +33,16 @@ __all__ = [
 
 
 def _schema(cls: type, name: str | None, schema_name: str) -> type:
-    """A mutable Hydra schema with ``cls``'s fields (types and defaults), led by ``name`` when given."""
-    hints = typing.get_type_hints(cls)
-    fields: list[tuple[str, Any, Any]] = []
-    if name is not None:
-        fields.append(("name", str, field(default=name)))
-    for f in dataclasses.fields(cls):
-        if f.name == "name" and name is not None:
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else MISSING
-        fields.append((f.name, hints[f.name], field(default=default)))
-    schema = dataclasses.make_dataclass(schema_name, fields)
-    schema.__module__ = __name__
-    schema.__doc__ = f"Hydra schema generated from {cls.__module__}.{cls.__name__}."
-    return schema
+    """Deprecated spelling of ``nas.config.schema_from`` (positional ``name``)."""
+    return schema_from(cls, name=name, schema_name=schema_name)
 
 
-DataConfig = _schema(DataSettings, None, "DataConfig")
-TrainEvaluatorConfig = _schema(TrainEvaluator, "train", "TrainEvaluatorConfig")
-ZeroCostEvaluatorConfig = _schema(ZeroCostEvaluator, "zero_cost", "ZeroCostEvaluatorConfig")
-NSGA2SamplerConfig = _schema(NSGA2Settings, "nsga2", "NSGA2SamplerConfig")
-TPESamplerConfig = _schema(TPESettings, "tpe", "TPESamplerConfig")
-RandomSamplerConfig = _schema(RandomSettings, "random", "RandomSamplerConfig")
+DataConfig = schema_from(DataSettings, schema_name="DataConfig")
+TrainEvaluatorConfig = schema_from(TrainEvaluator, name="train", schema_name="TrainEvaluatorConfig")
+ZeroCostEvaluatorConfig = schema_from(ZeroCostEvaluator, name="zero_cost", schema_name="ZeroCostEvaluatorConfig")
+NSGA2SamplerConfig = schema_from(NSGA2Settings, name="nsga2", schema_name="NSGA2SamplerConfig")
+TPESamplerConfig = schema_from(TPESettings, name="tpe", schema_name="TPESamplerConfig")
+RandomSamplerConfig = schema_from(RandomSettings, name="random", schema_name="RandomSamplerConfig")
 
 
 @dataclass

@@ -1,0 +1,71 @@
+"""The commands' shell surface: --help per command, one-line config errors, bash completion."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nas.target import target_names
+
+ROOT = Path(__file__).resolve().parents[1]
+SEARCH_GROUPS = ("data:", "evaluator:", "sampler:")
+
+
+def _cli(module, *args, env=None):
+    """``python -m <module> args`` from this checkout (console scripts may point at another install)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("cmd,takes_target", [("profile", True), ("predict", True), ("validate", True),
+                                              ("space", False)])
+def test_help_lists_only_what_the_command_uses(cmd, takes_target):
+    r = _cli(f"nas.{cmd}", "--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"nas.{cmd}:")
+    assert not any(g in r.stdout for g in SEARCH_GROUPS), r.stdout
+    assert "Configuration groups" not in r.stdout
+    if takes_target:
+        assert f"conf=<name>, one of: {', '.join(target_names())}" in r.stdout
+    else:
+        assert "conf=" not in r.stdout
+
+
+def test_search_help_lists_its_groups():
+    r = _cli("nas.search", "--help")
+    assert r.returncode == 0, r.stderr
+    assert all(g in r.stdout for g in (*SEARCH_GROUPS, "target:"))
+
+
+def test_config_mistakes_are_one_line():
+    r = _cli("nas.predict", "conf=nope")
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: unknown conf 'nope'; conf= one of: {', '.join(target_names())}"
+
+
+@pytest.mark.parametrize("overrides,words", [
+    (["conf.threads=two"], ["threads", "two"]),
+    (["bogus=1"], ["bogus"]),
+    (["search_space"], ["search_space"]),
+    (["conf.thredas=2"], ["thredas", "TargetConfig"]),
+    (["data=nope"], ["unknown data 'nope'", "digits"]),
+])
+def test_config_error_line(overrides, words):
+    from nas.cli._common import config_error_line
+    from nas.config import compose_app
+
+    with pytest.raises(Exception) as e:
+        compose_app("search", overrides)
+    line = config_error_line(e.value)
+    assert "\n" not in line and all(w in line for w in words), line
+
+
+def test_bash_completion_install_and_query():
+    r = _cli("nas.cli.search", "-sc", "install=bash")
+    assert r.returncode == 0 and "hydra_bash_completion" in r.stdout and "complete " in r.stdout
+    for line in ("hwnas-search conf=", "python -m nas.search conf="):
+        r = _cli("nas.cli.search", "-sc", "query=bash", env={"COMP_LINE": line})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == [f"conf={t}" for t in target_names()]
