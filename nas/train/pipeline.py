@@ -48,15 +48,22 @@ from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
 from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy
-from nas.target import load_target, precision_targets, runs_here
+from nas.target import load_target as _load_target
+from nas.target import precision_targets, runs_here
 from nas.train.fit import accuracy, fit
 from nas.train.report import REPORT_SCHEMA, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, select_entries
 from nas.train.settings import PipelineSettings
 
-__all__ = ["load_target", "runs_here", "train_front"]  # load_target, runs_here: nas.target's, for older callers
+__all__ = ["train_front"]
 
 log = logging.getLogger(__name__)
+
+
+def load_target(name: str) -> dict[str, Any]:
+    """Deprecated: ``nas.target.load_target(name)`` (a ``Target``) as a dict, for the callers that
+    still read targets as dicts (tests/test_prune.py, scripts/bench_drift.py, scripts/bench_int8.py)."""
+    return _load_target(name).to_dict()
 
 
 # --------------------------------------------------------------------------------------------
