@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Which int8 quantization settings are fastest on this CPU, against fp32, per network.
 
-The pipeline quantizes with one set of settings (``nas.export.onnx.QDQ_SETTINGS``: QDQ, u8
+The pipeline quantizes with one set of settings (``nas.compress.ptq.QDQ_SETTINGS``: QDQ, u8
 activations, s8 per-channel weights, 7-bit reduce_range, MinMax).  Issue 6 asks for int8 at
 <= 0.6x fp32; this script measures whether any onnxruntime static-quantization setting gets
 there, for the networks a Fashion-MNIST search finds (the ``tiny`` space at 32x32, 1 channel,
@@ -70,7 +70,7 @@ def _excluded(model: bytes, which: str) -> list[str]:
 
 
 def quantize(model: bytes, calib: list, variant: dict) -> bytes:
-    from nas.export.onnx import quantize_qdq
+    from nas.compress.ptq import quantize_qdq
 
     kw = dict(variant)
     which = kw.pop("exclude", None)
@@ -115,13 +115,13 @@ def main() -> None:
     from nas.build import build
     from nas.export.onnx import export_onnx
     from nas.latency.runtimes import get_runtime, measure, summarize_times
-    from nas.train.pipeline import load_target
+    from nas.target import load_target
 
     target = load_target(args.target)
-    if target.get("precision") != "fp32":
+    if target.precision != "fp32":
         sys.exit(f"--target {args.target}: pick an fp32 target (the script quantizes itself)")
-    table_dev = (target.get("device") or {}).get("name")
-    rt = get_runtime({**target, "precision": "fp32"})
+    table_dev = target.device.name
+    rt = get_runtime({**target.to_dict(), "precision": "fp32"})
     torch.manual_seed(0)
     models: dict[str, dict[str, bytes]] = {}
     shapes: dict[str, tuple[int, int, int]] = {}

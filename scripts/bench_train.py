@@ -154,7 +154,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from nas.cli._common import fmt_table
     from nas.latency.runtimes import device_identity
-    from nas.train.pipeline import ExportSettings, FitSettings, PipelineSettings, load_target, train_front
+    from nas.target import load_target
+    from nas.train.pipeline import train_front
+    from nas.train.settings import ExportSettings, FitSettings, PipelineSettings
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

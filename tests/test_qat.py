@@ -175,7 +175,8 @@ def test_quantize_overrides_and_bench_quant_variants():
     import onnx
 
     from nas.build import build
-    from nas.export.onnx import export_onnx, quantize_qdq
+    from nas.compress.ptq import quantize_qdq
+    from nas.export.onnx import export_onnx
     from nas.space import load_space
 
     spec = importlib.util.spec_from_file_location(

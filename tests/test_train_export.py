@@ -49,7 +49,7 @@ def _compose(app, overrides):
 
 def _run_in_process(app, overrides, capsys):
     """The entry point's ``run`` on a composed config; returns (exit code, stderr, stdout)."""
-    mod = __import__(f"nas.{app}", fromlist=["run"])
+    mod = __import__(f"nas.cli.{app}", fromlist=["run"])
     cfg = _compose(app, overrides)
     try:
         mod.run(cfg)
@@ -61,7 +61,7 @@ def _run_in_process(app, overrides, capsys):
 
 
 def test_train_cli_writes_checkpoints_exports_and_report(trained):
-    from nas.train.pipeline import load_target, runs_here
+    from nas.target import load_target, runs_here
 
     out, r = trained
     rep = json.loads((out / "report.json").read_text())
@@ -114,7 +114,9 @@ def test_interrupted_fit_resumes_to_the_same_weights(tmp_path):
     from nas.build import build
     from nas.data import DataSettings, load_data
     from nas.space import load_space
-    from nas.train.pipeline import FitSettings, fit, load_checkpoint
+    from nas.train.checkpoint import load_checkpoint
+    from nas.train.fit import fit
+    from nas.train.settings import FitSettings
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=256, val_samples=64))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
@@ -254,7 +256,8 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
     from nas.build import build
     from nas.data import DataSettings, load_data
     from nas.space import load_space
-    from nas.train.pipeline import FitSettings, fit
+    from nas.train.fit import fit
+    from nas.train.settings import FitSettings
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=512, val_samples=64))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
@@ -287,7 +290,7 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
 
 
 def test_deployment_choice_is_the_fastest_within_tolerance():
-    from nas.train.pipeline import deployment_choice
+    from nas.train.report import deployment_choice
 
     def var(name, acc, measured, predicted=None):
         return {"variant": name, "accuracy": acc, "measured": {"median_ms": measured} if measured else None,
@@ -310,7 +313,7 @@ def test_deployment_choice_is_the_fastest_within_tolerance():
 
 
 def test_report_marks_estimates_and_extrapolations(tmp_path):
-    from nas.train.pipeline import report_rows, write_report
+    from nas.train.report import report_rows, write_report
 
     def var(name, pred):
         return {"variant": name, "accuracy": 0.9, "params": 10, "file_bytes": 2048, "measured": {"median_ms": 0.01},

@@ -1,6 +1,6 @@
 """``python -m nas.export arch=<arch.json> weights=<ckpt> precision=fp32|int8``: ONNX export + verification.
 
-Thin Hydra entry point over ``nas.train.pipeline.export_checkpoint``: exports the checkpoint (a float
+Thin Hydra entry point over ``nas.train.checkpoint.export_checkpoint``: exports the checkpoint (a float
 one: fp32, or int8 by onnxruntime's static PTQ; a QAT one: its own QDQ int8), checks onnxruntime
 against torch (max abs difference for fp32, top-1 agreement for int8) and shows the exported
 model's latency measured on this machine next to its prediction, when the target is this CPU.
@@ -18,11 +18,13 @@ register_train_configs()
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas.train.pipeline import ExportSettings, export_checkpoint
+    from nas.target import Target
+    from nas.train.checkpoint import export_checkpoint
+    from nas.train.settings import ExportSettings
 
     c = OmegaConf.to_container(cfg, resolve=True)
     rec = export_checkpoint(
-        arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=c["target"], out=c["out"],
+        arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=Target.coerce(c["target"]), out=c["out"],
         data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],
         allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]),
     )

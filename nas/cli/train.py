@@ -1,6 +1,7 @@
 """``python -m nas.train conf=<target> run=<search run dir>``: train the Pareto front, prune, QAT, export.
 
-Thin Hydra entry point: parse the config, call ``nas.train.pipeline.train_front``, print the report
+Thin Hydra entry point: parse the config into ``nas.train.settings.PipelineSettings``, call
+``nas.train.pipeline.train_front``, print the report
 table.  Everything goes to ``<run>/train/`` (or ``out=``): per model its checkpoints (every
 epoch), pruning plan and ONNX exports; ``report.md`` and ``report.json`` for all of them.
 Re-running the same command resumes; Ctrl-C is safe.
@@ -19,17 +20,25 @@ register_train_configs()
 
 
 def settings_from_config(cfg: DictConfig):
-    from nas.train.pipeline import ExportSettings, FitSettings, PipelineSettings
+    from nas.target import Target
+    from nas.train.settings import (
+        ExportSettings,
+        FitSettings,
+        PipelineSettings,
+        PruneSettings,
+        QATSettings,
+        TargetNames,
+    )
 
     c = OmegaConf.to_container(cfg, resolve=True)
     train = dict(c["train"])
     if c["epochs"] is not None:
         train["epochs"] = c["epochs"]
     return PipelineSettings(
-        run=c["run"], target=c["target"], out=c["out"], select=c["select"], max_ms=c["max_ms"],
+        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=c["max_ms"],
         data_root=c["data_root"], train_samples=c["train_samples"], seed=c["seed"],
-        allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=c["prune"], qat=c["qat"],
-        export=ExportSettings(**c["export"]), targets=c["targets"],
+        allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),
+        qat=QATSettings(**c["qat"]), export=ExportSettings(**c["export"]), targets=TargetNames(**c["targets"]),
     )
 
 
@@ -37,7 +46,8 @@ def settings_from_config(cfg: DictConfig):
 def run(cfg: DictConfig) -> dict:
     from pathlib import Path
 
-    from nas.train.pipeline import REPORT_HEADER, report_rows, train_front
+    from nas.train.pipeline import train_front
+    from nas.train.report import REPORT_HEADER, report_rows
 
     s = settings_from_config(cfg)
     try:

@@ -1,7 +1,7 @@
 """Quantization-aware training with our own fake-quant modules, exported as QDQ ONNX.
 
 Why own modules (and not ``torch.ao.quantization`` FX / pt2e): the deployment form is fixed —
-QDQ ONNX with the same quantization as ``nas.export.onnx.QDQ_SETTINGS`` (the onnxruntime
+QDQ ONNX with the same quantization as ``nas.compress.ptq.QDQ_SETTINGS`` (the onnxruntime
 post-training baseline and the ``cpu_int8`` latency table) — and a few explicit modules give
 exactly that, on timm's blocks, without depending on quantization APIs that torch is moving
 around (eager/FX are deprecated in favour of torchao's pt2e flow, whose ONNX export path does
@@ -38,7 +38,6 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.layers import BatchNormAct2d, ConvNormAct
@@ -52,6 +51,7 @@ from timm.models._efficientnet_blocks import (
 from torch import nn
 
 from nas.build import AttentionLayer, HeadLayer
+from nas.compress.ptq import finalize_qdq
 
 __all__ = [
     "ActQuant",
@@ -83,7 +83,7 @@ _RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.Identity)
 
 @dataclass(frozen=True)
 class QuantSettings:
-    """How QAT quantizes (defaults: ``nas.export.onnx.QDQ_SETTINGS``)."""
+    """How QAT quantizes (defaults: ``nas.compress.ptq.QDQ_SETTINGS``)."""
 
     reduce_range: bool = True  # 7-bit weights ([-64, 64]) as onnxruntime's reduce_range
     ema: float = 0.01  # activation range EMA momentum during fine-tuning
@@ -434,88 +434,3 @@ def export_qdq(model: QATNet, in_shape: tuple[int, int, int], *, batch: int = 1)
     x = torch.zeros(batch, *in_shape)
     data = export_onnx(m, x, exporter="torchscript")
     return finalize_qdq(data, weight_qmax=weight_qmax(model.settings.reduce_range))
-
-
-def finalize_qdq(data: bytes, *, weight_qmax: int) -> bytes:
-    """Float conv / linear weights -> int8 per-channel behind DequantizeLinear; biases of convs
-    whose input is dequantized -> int32 (scale = input scale x weight scale).  Identity nodes
-    are resolved.  Weights must already be on the quantization grid (``_materialize``)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    m = onnx.load_from_string(data)
-    g = m.graph
-    inits = {i.name: i for i in g.initializer}
-    alias = {n.output[0]: n.input[0] for n in g.node if n.op_type == "Identity"}
-    outputs = {o.name for o in g.output}
-
-    def resolve(name: str) -> str:
-        while name in alias:
-            name = alias[name]
-        return name
-
-    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
-              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
-
-    def value(name: str) -> np.ndarray | None:
-        name = resolve(name)
-        if name in inits:
-            return numpy_helper.to_array(inits[name])
-        return consts.get(name)
-
-    nodes = []
-    for n in g.node:
-        if n.op_type == "Identity" and n.output[0] not in outputs:
-            continue
-        for j, inp in enumerate(n.input):
-            if inp:
-                n.input[j] = resolve(inp)
-        nodes.append(n)
-    producer = {o: n for n in nodes for o in n.output}
-    new_nodes, new_inits, used_float = [], [], set()
-    for n in nodes:
-        if n.op_type in ("Conv", "Gemm") and len(n.input) >= 2 and n.input[1] in inits \
-                and inits[n.input[1]].data_type == TensorProto.FLOAT:
-            wname = n.input[1]
-            w = numpy_helper.to_array(inits[wname]).astype(np.float32)
-            axis = 0
-            if n.op_type == "Gemm":
-                trans_b = next((a.i for a in n.attribute if a.name == "transB"), 0)
-                axis = 0 if trans_b else 1
-            red = tuple(d for d in range(w.ndim) if d != axis)
-            absmax = np.abs(w).max(axis=red)
-            scale = np.where(absmax > 0, absmax / weight_qmax, 1.0).astype(np.float32)
-            shape = [1] * w.ndim
-            shape[axis] = -1
-            q = np.clip(np.round(w / scale.reshape(shape)), -weight_qmax, weight_qmax).astype(np.int8)
-            base = f"{wname}_q"
-            new_inits += [numpy_helper.from_array(q, base), numpy_helper.from_array(scale, f"{base}_scale"),
-                          numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{base}_zero_point")]
-            new_nodes.append(helper.make_node("DequantizeLinear", [base, f"{base}_scale", f"{base}_zero_point"],
-                                              [f"{base}_dq"], name=f"{base}_DequantizeLinear", axis=axis))
-            n.input[1] = f"{base}_dq"
-            used_float.add(wname)
-            p = producer.get(n.input[0])
-            if len(n.input) >= 3 and n.input[2] in inits and p is not None and p.op_type == "DequantizeLinear":
-                sx = value(p.input[1])
-                if sx is not None and np.asarray(sx).size == 1:
-                    bname = n.input[2]
-                    b = numpy_helper.to_array(inits[bname]).astype(np.float64)
-                    bscale = (np.float32(np.asarray(sx).reshape(())) * scale).astype(np.float32)
-                    qb = np.round(b / bscale.astype(np.float64)).clip(-(2**31), 2**31 - 1).astype(np.int32)
-                    bb = f"{bname}_q"
-                    new_inits += [numpy_helper.from_array(qb, bb), numpy_helper.from_array(bscale, f"{bb}_scale"),
-                                  numpy_helper.from_array(np.zeros(qb.shape, np.int32), f"{bb}_zero_point")]
-                    new_nodes.append(helper.make_node("DequantizeLinear", [bb, f"{bb}_scale", f"{bb}_zero_point"],
-                                                      [f"{bb}_dq"], name=f"{bb}_DequantizeLinear", axis=0))
-                    n.input[2] = f"{bb}_dq"
-                    used_float.add(bname)
-        new_nodes.append(n)
-    still_used = {i for n in new_nodes for i in n.input}
-    keep = [i for i in g.initializer if i.name not in used_float or i.name in still_used]
-    del g.initializer[:]
-    g.initializer.extend(keep + new_inits)
-    del g.node[:]
-    g.node.extend(new_nodes)
-    onnx.checker.check_model(m)
-    return m.SerializeToString()

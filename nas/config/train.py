@@ -1,10 +1,12 @@
 """Hydra schemas of ``python -m nas.train`` and ``python -m nas.export``, registered in the ConfigStore.
 
-The groups mirror the library's settings (``nas.train.pipeline``): ``train`` (full training),
-``prune`` (latency-aware structured pruning + fine-tuning), ``qat`` (fake-quant fine-tuning),
-``export`` (ONNX, PTQ baseline, verification, latency measurement).  A typo or a wrong type fails
-when the config is composed; values are checked again by the library (``ValueError`` naming the
-field, the value and what is allowed).
+The group schemas are generated from the library's settings dataclasses (``nas.train.settings``),
+so names, types and defaults are written once: ``train`` (``FitSettings``: full training), ``prune``
+(``PruneSettings``: latency-aware structured pruning + fine-tuning), ``qat`` (``QATSettings``:
+fake-quant fine-tuning), ``export`` (``ExportSettings``: ONNX, PTQ baseline, verification, latency
+measurement), ``targets`` (``TargetNames``).  A typo or a wrong type fails when the config is
+composed; values are checked again by the dataclasses (``ValueError`` naming the field, the value
+and what is allowed).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from nas.config import TargetConfig, register_configs
+from nas.config.search import _schema
+from nas.train.settings import ExportSettings, FitSettings, PruneSettings, QATSettings, TargetNames
 
 __all__ = [
     "ExportAppConfig",
@@ -29,79 +33,13 @@ __all__ = [
 ]
 
 
-@dataclass
-class TrainConfig:
-    """Full training of each selected architecture (from scratch)."""
-
-    epochs: int = 30
-    batch_size: int = 128
-    optimizer: str = "adamw"  # adamw | sgd
-    lr: float = 0.005
-    weight_decay: float = 0.05  # not applied to norms and biases
-    momentum: float = 0.9  # sgd only
-    label_smoothing: float = 0.1
-    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
-    grad_clip: float | None = 5.0
-    eval_batch_size: int = 512
-    bn_recalibration_batches: int = 8  # BN statistics re-estimated with each epoch's final weights
-
-
-@dataclass
-class PruneConfig:
-    """Latency-aware structured pruning of the trained network, then fine-tuning."""
-
-    enabled: bool = True
-    target_ms: float | None = None  # predicted latency to reach; null: ratio x the unpruned prediction
-    ratio: float = 0.7
-    criterion: str = "loss"  # loss (measured loss change; can also drop SE / residual blocks) | l1 | bn | taylor
-    multiple: int | None = None  # channel group; null: the search space's channel_multiple
-    min_keep: float = 0.25  # every layer keeps at least this share of its channels
-    lookahead: int = 4  # each step tries a layer 1..lookahead channel groups narrower
-    measure_steps: int = 3  # target is this machine: re-plan until measured <= ratio x unpruned (0: predicted)
-    taylor_batches: int = 16  # training batches for the taylor criterion
-    loss_samples: int = 512  # training images the loss criterion measures each candidate step on
-    structural: bool = True  # loss criterion: steps may also drop a squeeze-excite or a residual block
-    epochs: int = 10  # fine-tuning
-    lr: float = 0.002
-    distill: float = 0.0  # fine-tune with knowledge distillation from the unpruned network (weight of the KD term)
-    temperature: float = 4.0  # distillation temperature
-
-
-@dataclass
-class QATConfig:
-    """Quantization-aware fine-tuning (BN folded, int8 fake quantization)."""
-
-    enabled: bool = True
-    epochs: int = 4
-    lr: float = 0.0005
-    freeze_epochs: int = 1  # the last epochs train with frozen activation ranges
-    reduce_range: bool = True  # 7-bit weights, as nas.export.onnx.QDQ_SETTINGS (the PTQ baseline)
-    ema: float = 0.01  # activation range EMA momentum
-    calib_batches: int = 16  # training batches for the initial min/max ranges
-    distill: float = 0.0  # knowledge distillation from the fp32 (unpruned) network: weight of the KD term
-    temperature: float = 4.0  # distillation temperature
-
-
-@dataclass
-class ExportConfig:
-    """ONNX export, the PTQ baseline, verification and latency measurement."""
-
-    calib_samples: int = 256  # training images calibrating onnxruntime's PTQ baseline
-    eval_samples: int | None = None  # test images the ONNX models are scored on (null: all)
-    measure: bool = True  # measure latency when the target is this machine
-    rounds: int = 3  # measurement rounds (fresh session each), median of rounds
-    warmup: int = 10
-    repeats: int = 50
-    min_time_s: float = 0.1
-
-
-@dataclass
-class PrecisionTargets:
-    """Targets (names in conf/conf/) predicting each exported precision; null: conf itself when its
-    precision matches, else its sibling by name (cpu <-> cpu_int8), if that file exists."""
-
-    fp32: str | None = None
-    int8: str | None = None
+TrainConfig = _schema(FitSettings, None, "TrainConfig")
+PruneConfig = _schema(PruneSettings, None, "PruneConfig")
+QATConfig = _schema(QATSettings, None, "QATConfig")
+ExportConfig = _schema(ExportSettings, None, "ExportConfig")
+PrecisionTargets = _schema(TargetNames, None, "PrecisionTargets")
+for _s in (TrainConfig, PruneConfig, QATConfig, ExportConfig, PrecisionTargets):
+    _s.__module__ = __name__
 
 
 @dataclass

@@ -13,6 +13,7 @@ from torch import nn
 
 __all__ = ["export_onnx", "ort_session", "DEFAULT_OPSET"]
 
+
 log = logging.getLogger(__name__)
 DEFAULT_OPSET = 17
 
@@ -87,65 +88,11 @@ def ort_session(model: bytes | str | Path, *, threads: int = 1, providers: list 
     return ort.InferenceSession(src, so, providers=providers or ["CPUExecutionProvider"])
 
 
-# int8 settings used everywhere (tables, export): QDQ, u8 activations, s8 per-channel weights
-QDQ_SETTINGS = {
-    "quant_format": "QDQ",
-    "activation_type": "QUInt8",
-    "weight_type": "QInt8",
-    "per_channel": True,
-    "reduce_range": True,
-    "calibrate_method": "MinMax",
-}
+def __getattr__(name: str) -> Any:
+    """``QDQ_SETTINGS`` and ``quantize_qdq`` moved to ``nas.compress.ptq``; still found here for callers
+    not yet moved (``nas.latency.runtimes``, ``nas.latency.bundle``)."""
+    if name in ("QDQ_SETTINGS", "quantize_qdq"):
+        from nas.compress import ptq
 
-
-def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", **overrides: Any) -> bytes:
-    """Static post-training quantization to QDQ ONNX (the form onnxruntime and TensorRT consume).
-
-    ``calib``: a list of numpy input batches for calibration.  Settings: ``QDQ_SETTINGS``;
-    ``overrides`` replace any of them (by the same names, values as strings: ``quant_format="QOperator"``,
-    ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
-    ``op_types_to_quantize``, ``extra_options``); ``scripts/bench_quant.py`` compares them.
-    """
-    import tempfile
-
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter(calib)
-
-        def get_next(self):
-            x = next(self._it, None)
-            return None if x is None else {input_name: x}
-
-    enums = {"quant_format": lambda v: QuantFormat[v], "activation_type": lambda v: QuantType[v],
-             "weight_type": lambda v: QuantType[v], "calibrate_method": lambda v: CalibrationMethod[v]}
-    root = logging.getLogger()
-    level = root.level
-    with tempfile.TemporaryDirectory() as d:
-        src, pre, dst = Path(d, "f.onnx"), Path(d, "p.onnx"), Path(d, "q.onnx")
-        src.write_bytes(model)
-        try:
-            quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        except Exception:  # pre-processing is an optimisation; quantize the raw graph if it fails
-            pre = src
-        # the quantizer logs on the root logger: every bias copy (INFO) and every 1-D norm weight it
-        # quantizes per tensor instead of per channel (WARNING, once a node); neither needs the user
-        root.setLevel(max(level, logging.ERROR))
-        try:
-            quantize_static(
-                str(pre),
-                str(dst),
-                Reader(),
-                **{k: enums.get(k, lambda v: v)(v) for k, v in {**QDQ_SETTINGS, **overrides}.items()},
-            )
-        finally:
-            root.setLevel(level)
-        return dst.read_bytes()
+        return getattr(ptq, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,8 +34,20 @@ from torch import nn
 
 from nas.arch import Arch
 from nas.data import Dataset
+from nas.registry import Registry
+from nas.train.fit import (
+    Schedule,
+    TrainingDiverged,
+    amp_dtype,
+    build_optimizer,
+    recalibrate_batchnorm,
+    resolve_device,
+    train_epochs,
+)
+from nas.train.settings import FitSettings
 
 __all__ = [
+    "EVALUATORS",
     "EvalResult",
     "Evaluator",
     "TrainEvaluator",
@@ -48,10 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite: the trial fails with this message."""
 
 
 @dataclass(frozen=True)
@@ -67,47 +75,37 @@ class EvalResult:
         return dataclasses.asdict(self)
 
 
-_EVALUATORS: dict[str, type[Evaluator]] = {}
+EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator")
 
 
 def register_evaluator(name: str) -> Callable[[type[Evaluator]], type[Evaluator]]:
+    """Class decorator: register an evaluator under ``name`` (``evaluator=<name>``)."""
+
     def deco(cls: type[Evaluator]) -> type[Evaluator]:
-        if name in _EVALUATORS:
-            raise ValueError(f"evaluator {name!r} is already registered by {_EVALUATORS[name].__name__}")
+        EVALUATORS.add(name, cls)
         cls.name = name
-        _EVALUATORS[name] = cls
         return cls
 
     return deco
 
 
 def evaluator_names() -> list[str]:
-    return sorted(_EVALUATORS)
+    return EVALUATORS.names()
 
 
 def make_evaluator(cfg: dict[str, Any]) -> Evaluator:
     """``{"name": "train", "epochs": 3, ...}`` -> the registered evaluator with those settings."""
     d = dict(cfg)
     name = d.pop("name", None)
-    if name not in _EVALUATORS:
-        raise ValueError(f"evaluator.name: unknown evaluator {name!r}; valid evaluators: {', '.join(evaluator_names())}")
-    cls = _EVALUATORS[name]
+    try:
+        cls = EVALUATORS[name]
+    except ValueError as e:
+        raise ValueError(f"evaluator.name: {e}") from None
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - fields)
     if unknown:
         raise ValueError(f"evaluator {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(fields)}")
     return cls(**d)
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"evaluator.device={device!r} but torch sees no CUDA device here; use device=cpu or auto")
-    try:
-        return torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"evaluator.device must be auto, cpu, cuda or cuda:<i>, got {device!r}") from None
 
 
 @contextlib.contextmanager
@@ -117,7 +115,7 @@ def _seeded_build(arch: Arch, data: Dataset, device_spec: str, seed: int) -> Ite
     from nas.build import build  # timm: imported when first needed, not with the config schemas
 
     _check_fit(arch, data)
-    device = _resolve_device(device_spec)
+    device = resolve_device(device_spec)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         yield build(arch).to(device), device
@@ -164,44 +162,6 @@ def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_z
 # --------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def recalibrate_batchnorm(
-    model: nn.Module,
-    data: Dataset,
-    *,
-    batches: int,
-    batch_size: int,
-    generator: torch.Generator,
-    device: str | torch.device = "cpu",
-    amp_dtype: torch.dtype | None = None,
-) -> None:
-    """Re-estimate BatchNorm running statistics with the current weights (cumulative average).
-
-    After a few hundred steps the exponential running averages still mix statistics of early
-    weights, and a short-trained network can score at chance level in eval mode although it has
-    learned; recomputing them on ``batches`` training batches is what makes short-training scores
-    rank architectures.  Leaves the model in train mode.
-    """
-    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    if not bns or not batches:
-        return
-    device = torch.device(device)
-    saved = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative moving average over the recalibration batches
-    model.train()
-    it = data.batches("train", batch_size=min(batch_size, len(data.train)), shuffle=True, generator=generator,
-                      drop_last=True, device=device)
-    try:
-        for _, (x, _y) in zip(range(batches), it):
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                model(x)
-    finally:
-        for m, mom in zip(bns, saved):
-            m.momentum = mom
-
-
 @register_evaluator("train")
 @dataclass(frozen=True)
 class TrainEvaluator(Evaluator):
@@ -246,76 +206,32 @@ class TrainEvaluator(Evaluator):
     def metric(self) -> str:
         return "val_accuracy"
 
-    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        decay = [p for p in model.parameters() if p.ndim > 1]
-        no_decay = [p for p in model.parameters() if p.ndim <= 1]
-        groups = [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        if self.optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, nesterov=self.momentum > 0)
-        return torch.optim.AdamW(groups, lr=self.lr)
+    def fit_settings(self) -> FitSettings:
+        """The training loop's settings (``nas.train.fit``) these evaluator settings name."""
+        return FitSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(FitSettings)})
 
     def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
         t0 = time.perf_counter()
+        fs = self.fit_settings()
         with _seeded_build(arch, data, self.device, seed) as (model, device):
-            cuda = device.type == "cuda"
-            if cuda:
+            if device.type == "cuda":
                 model = model.to(memory_format=torch.channels_last)
-            gen = torch.Generator().manual_seed(seed)
-            opt = self._optimizer(model)
-            n = len(data.train)
-            steps_per_epoch = n // self.batch_size if n >= self.batch_size else 1
-            total = max(1, steps_per_epoch * self.epochs)
-            warm = min(total - 1, int(round(self.warmup_epochs * steps_per_epoch)))
-
-            def lr_at(step: int) -> float:
-                if step < warm:
-                    return (step + 1) / (warm + 1)
-                return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
-
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-            loss_fn = nn.CrossEntropyLoss(label_smoothing=self.label_smoothing)
-            amp_dtype = None
-            if cuda and self.amp:
-                amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
-            model.train()
-            step, train_loss = 0, float("nan")
-            for epoch in range(self.epochs):
-                running, count = 0.0, 0
-                for x, y in data.batches("train", batch_size=self.batch_size, shuffle=True, generator=gen,
-                                         augment=True, drop_last=True, device=device):
-                    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                        loss = loss_fn(model(x), y)
-                    if not torch.isfinite(loss):
-                        raise TrainingDiverged(
-                            f"training diverged: loss {loss.item()} at epoch {epoch + 1} step {step + 1} "
-                            f"(lr {sched.get_last_lr()[0]:.3g}); lower evaluator.lr or set evaluator.grad_clip"
-                        )
-                    opt.zero_grad(set_to_none=True)
-                    scaler.scale(loss).backward()
-                    if self.grad_clip is not None:
-                        scaler.unscale_(opt)
-                        nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
-                    scaler.step(opt)
-                    scaler.update()
-                    sched.step()
-                    step += 1
-                    running += float(loss.detach()) * len(y)
-                    count += len(y)
-                train_loss = running / max(1, count)
+            gen = torch.Generator().manual_seed(seed)  # one generator: every epoch's batches, then BN recalibration
+            dtype = amp_dtype(device, self.amp)
+            train_loss, steps = train_epochs(
+                model, data, build_optimizer(model, fs, self.lr), settings=fs,
+                schedule=Schedule.of(len(data.train), fs, self.epochs), lr=self.lr, epochs=range(self.epochs),
+                generator=lambda _epoch: gen, device=device, amp=dtype, stage="evaluator train",
+                hint="lower evaluator.lr or set evaluator.grad_clip")
             train_s = time.perf_counter() - t0
-            self._recalibrate_bn(model, data, device, amp_dtype, gen)
-            acc, val_loss = self._score(model, data, device, amp_dtype)
+            recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
+                                  generator=gen, device=device, amp_dtype=dtype)
+            acc, val_loss = self._score(model, data, device, dtype)
         secs = time.perf_counter() - t0
         return EvalResult(acc, self.metric, secs, {
-            "val_loss": val_loss, "train_loss": train_loss, "train_seconds": train_s, "steps": float(step),
+            "val_loss": val_loss, "train_loss": train_loss, "train_seconds": train_s, "steps": float(steps),
             "epochs": float(self.epochs),
         })
-
-    def _recalibrate_bn(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype,
-                        gen: torch.Generator) -> None:
-        recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
-                              generator=gen, device=device, amp_dtype=amp_dtype)
 
     @torch.no_grad()
     def _score(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype) -> tuple[float, float]:

@@ -1,0 +1,140 @@
+"""Training checkpoints: written atomically by ``nas.train.fit``, read back for resuming and export.
+
+A checkpoint is a dict (``torch.save``) with ``format`` = ``CKPT_FORMAT``, the stage, the ``Arch``,
+the QAT settings (None for a float network), the finished epoch count, ``meta`` (what defines the
+run: checked on resume, differences named by ``diff_messages``), the model and optimizer states
+and the per-epoch history.  ``export_checkpoint`` (``python -m nas.export``) reads one and exports it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from nas._io import atomic_write_bytes
+from nas.arch import Arch
+from nas.target import PRECISIONS, Target
+from nas.train.settings import ExportSettings, _pos
+
+__all__ = ["CKPT_FORMAT", "CKPT_VERSION", "diff_messages", "export_checkpoint", "load_checkpoint", "load_state", "model_from_checkpoint",
+           "save_checkpoint"]
+
+CKPT_FORMAT = "hwnas.checkpoint"
+CKPT_VERSION = 1
+
+
+def save_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    torch.save(ckpt, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint written by ``fit`` (or a bare state dict, returned as ``{"model": ...}``)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {p}")
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{p}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+    if isinstance(obj, dict) and obj.get("format") == CKPT_FORMAT:
+        return obj
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return {"model": obj}
+    raise ValueError(f"{p}: neither an hwnas checkpoint nor a state dict")
+
+
+def diff_messages(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    keys = sorted(set(a) | set(b))
+    return [f"{k}: {a.get(k, '<absent>')!r} in the checkpoint, {b.get(k, '<absent>')!r} now"
+            for k in keys if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
+
+
+def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:
+    """``load_state_dict`` with an error that names what does not match."""
+    from nas.build import state_dict_diff
+
+    missing, extra, shapes = state_dict_diff(model.state_dict(), state)
+    if missing or extra or shapes:
+        parts = []
+        if shapes:
+            parts.append(f"{len(shapes)} tensor(s) of another shape (checkpoint vs Arch): {'; '.join(shapes[:4])}")
+        if missing:
+            parts.append(f"{len(missing)} missing: {', '.join(missing[:4])}")
+        if extra:
+            parts.append(f"{len(extra)} unexpected: {', '.join(extra[:4])}")
+        raise ValueError(f"{where} does not match the Arch: " + "; ".join(parts))
+    model.load_state_dict(state, strict=True)
+
+
+def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "checkpoint") -> nn.Module:
+    """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``."""
+    from nas.build import build
+    from nas.compress.qat import QuantSettings, prepare_qat
+
+    if ckpt.get("arch") is not None and Arch.from_dict(ckpt["arch"]) != arch:
+        raise ValueError(f"{where} was trained for another Arch ({Arch.from_dict(ckpt['arch'])}), not {arch}")
+    model: nn.Module = build(arch)
+    if ckpt.get("qat"):
+        model = prepare_qat(model, QuantSettings(**ckpt["qat"]))
+    load_state(model, ckpt["model"], where)
+    return model.eval()
+
+
+def export_checkpoint(
+    *,
+    arch_path: str | Path,
+    weights: str | Path,
+    precision: str,
+    target: Target | Mapping[str, Any],
+    out: str | Path | None = None,
+    data: Mapping[str, Any] | None = None,
+    verify_samples: int = 500,
+    overwrite: bool = False,
+    allow_mismatch: bool = False,
+    export: ExportSettings | None = None,
+) -> dict[str, Any]:
+    """Export a checkpoint to ONNX, verify it with onnxruntime, predict (and measure) its latency
+    (``nas.export.checkpoint.export_model``).
+
+    Every input is checked before anything is written: an unsupported precision, a checkpoint
+    that does not match the Arch, an existing output without ``overwrite``.
+    """
+    from nas.compress.qat import QATNet
+    from nas.data import DataSettings, load_data
+    from nas.export.checkpoint import export_model
+
+    export = export or ExportSettings()
+    target = Target.coerce(target)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    _pos("verify_samples", verify_samples, integer=True)
+    arch = Arch.load(str(arch_path))
+    ckpt = load_checkpoint(weights)
+    model = model_from_checkpoint(ckpt, arch, where=str(weights))
+    is_qat = isinstance(model, QATNet)
+    if is_qat and precision == "fp32":
+        raise ValueError(f"{weights} is a QAT (int8) checkpoint: export it with precision=int8, or give the float "
+                         f"checkpoint (fp32.ckpt or pruned.ckpt) for precision=fp32")
+    out_path = Path(out) if out else Path(weights).with_suffix(f".{precision}.onnx")
+    for p in (out_path, out_path.with_suffix(".json")):
+        if p.exists() and not overwrite:
+            raise ValueError(f"{p} exists; pass overwrite=true or another out=")
+    dsettings = dict(data) if data else (ckpt.get("meta") or {}).get("data")
+    ds = load_data(DataSettings.from_dict(dsettings)) if dsettings else None
+    if ds is not None and (ds.in_chans, ds.resolution) != (arch.in_chans, arch.resolution):
+        raise ValueError(f"data {ds.name!r} gives {ds.in_chans}x{ds.resolution}px images but the Arch takes "
+                         f"{arch.in_chans}x{arch.resolution}px")
+    if precision == "int8" and not is_qat and ds is None:
+        raise ValueError("int8 export of a float checkpoint calibrates onnxruntime's PTQ on training images: "
+                         "give data={name: ..., resolution: ...} (the checkpoint records none)")
+    return export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
+                        verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
+                        source={"arch": str(arch_path), "weights": str(weights)})

@@ -1,0 +1,121 @@
+"""The training report: one row per exported variant, the variant to deploy, ``report.json`` and ``report.md``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nas._io import atomic_write_json, atomic_write_text
+
+__all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "deployment_choice", "quantization_record",
+           "report_rows", "write_report"]
+
+REPORT_SCHEMA = "hwnas.train_report"
+
+
+def quantization_record(reduce_range: bool, calib_samples: int) -> dict[str, Any]:
+    """How the int8 variants were quantized (the report's ``quantization``)."""
+    from nas.compress.ptq import QDQ_SETTINGS
+
+    return {"qat": {"weights": "int8 symmetric per-channel, " +
+                    ("7-bit range [-64, 64] (reduce_range)" if reduce_range else "[-127, 127]"),
+                    "activations": "uint8 asymmetric per-tensor (EMA min/max, then frozen)",
+                    "bn": "folded", "format": "QDQ ONNX (opset 17)"},
+            "ptq": {"method": "onnxruntime quantize_static", "calib_samples": calib_samples, **QDQ_SETTINGS}}
+
+
+def _f(v: float | None, fmt: str = "{:.4f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def report_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for m in report["models"]:
+        for v in m["variants"]:
+            pred, meas = v.get("predicted"), v.get("measured")
+            src = "" if not pred else (" (est.)" if pred.get("source") == "estimated" else
+                                       " (extrap.)" if pred.get("outside") else "")
+            rows.append([m["id"], v["variant"], f"{100 * v['accuracy']:.2f}", f"{v['params']:,}",
+                         f"{v['file_bytes'] / 1024:.1f}", (_f(pred["ms"]) + src) if pred else "—",
+                         _f(meas["median_ms"]) if meas else "—",
+                         f"{v['error_pct']:+.1f}%" if v.get("error_pct") is not None else "—"])
+    return rows
+
+
+REPORT_HEADER = ["model", "variant", "acc %", "params", "KiB", "predicted ms", "measured ms", "pred. error"]
+
+
+DEPLOY_TOLERANCE = 0.01  # accuracy a deployment may give up against the unpruned fp32 network (1 point)
+
+
+def deployment_choice(model: Mapping[str, Any], tolerance: float = DEPLOY_TOLERANCE) -> dict[str, Any] | None:
+    """The variant to deploy: the fastest whose accuracy is within ``tolerance`` of the fp32
+    variant's, by measured latency where every candidate was measured here, else by prediction.
+
+    int8 does not always pay: on small networks onnxruntime's int8 kernels can be slower than its
+    fp32 ones, and the report should say which to ship rather than leave it to a reader.
+    """
+    vs = {v["variant"]: v for v in model.get("variants", [])}
+    base = vs.get("fp32")
+    if base is None:
+        return None
+    ok = [v for v in vs.values() if v["accuracy"] >= base["accuracy"] - tolerance]
+    measured = all(v.get("measured") for v in ok)
+    if not measured and not all(v.get("predicted") for v in ok):
+        return None
+
+    def ms(v: Mapping[str, Any]) -> float:
+        return float(v["measured"]["median_ms"] if measured else v["predicted"]["ms"])
+
+    best = min(ok, key=ms)
+    return {"variant": best["variant"], "accuracy": best["accuracy"], "ms": ms(best),
+            "by": "measured" if measured else "predicted", "tolerance": tolerance,
+            "vs_fp32": {v["variant"]: ms(v) / ms(base) for v in ok}}
+
+
+def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
+    """``report.json`` and ``report.md`` in ``out``."""
+    out = Path(out)
+    atomic_write_json(out / "report.json", report)
+    lines = [f"# Training report: {report['run']}", "",
+             f"Target `{report['target']}`; data {report['data']}; accuracy on the {report['accuracy_split']} split, "
+             f"of the exported ONNX models run by onnxruntime (batch 1).", "",
+             "| " + " | ".join(REPORT_HEADER) + " |", "|" + "---|" * len(REPORT_HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in report_rows(report)]
+    lines += ["", "Predicted latency: " + ", ".join(f"{p} by target `{n}`" for p, n in
+                                                   report["latency_targets"].items() if n)
+              + "; *(est.)* marks a roofline estimate, *(extrap.)* a network outside the range of the table's "
+              "calibration networks (the calibration extrapolates: profile at this resolution).  "
+              "Error = (predicted − measured) / measured.",
+              f"Measured on this machine: {', '.join(p for p, h in report['measured_here'].items() if h) or 'none'}.",
+              "", "Quantization:", ""]
+    q = report["quantization"]
+    lines += [f"- QAT: {', '.join(f'{k}: {v}' for k, v in q['qat'].items())}",
+              f"- PTQ baseline: {', '.join(f'{k}: {v}' for k, v in q['ptq'].items())}", ""]
+    for m in report["models"]:
+        if "prune" in m:
+            p = m["prune"]
+            lines.append(f"- {m['id']}: pruned {p['predicted_ms_before']:.4f} → {p['predicted_ms_after']:.4f} ms "
+                         f"predicted (target {p['target_ms']:.4f}, criterion {p['criterion']}, "
+                         f"{len(p['steps'])} steps{'' if p['reached'] else ', TARGET NOT REACHED'})")
+            if p.get("measured"):
+                ml = p.measured
+                tries = " → ".join(f"{t['measured_ratio']:.3f}x" for t in ml["tries"])
+                miss = "" if ml["reached"] else f", ABOVE {ml['ratio']:.2f}x"
+                again = " (re-planned while the measured ratio missed prune.ratio)" if len(ml["tries"]) > 1 else ""
+                lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
+                             f"{tries}{miss}{again}")
+    deploy = [(mid, d) for mid, d in (report.get("deploy") or {}).items() if d]  # train_front's choice
+    if deploy:
+        lines += ["", f"Deploy (the fastest variant within {100 * deploy[0][1]['tolerance']:.0f} point of the "
+                      "fp32 accuracy):", ""]
+        for mid, d in deploy:
+            rel = ", ".join(f"{k} {r:.2f}x" for k, r in d["vs_fp32"].items() if k != "fp32")
+            lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']} "
+                         f"(latency vs fp32: {rel or 'no other variant within tolerance'})")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# one checkpoint -> ONNX (python -m nas.export)

@@ -1,0 +1,248 @@
+"""Settings of ``python -m nas.train`` / ``nas.export``: one frozen dataclass per stage.
+
+These are the one source of names, types and defaults: the Hydra schemas (``nas.config.train``)
+are generated from them.  Each validates itself in ``__post_init__`` (``ValueError`` naming the
+field, the value and what is allowed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nas.compress.prune import CRITERIA
+from nas.target import Target
+
+if TYPE_CHECKING:
+    from nas.compress.qat import QuantSettings
+
+__all__ = [
+    "ExportSettings",
+    "FitSettings",
+    "PipelineSettings",
+    "PruneSettings",
+    "QATSettings",
+    "TargetNames",
+]
+
+
+def _pos(name: str, v: Any, *, integer: bool = False, zero: bool = False) -> None:
+    """``v`` must be a positive (``zero``: non-negative) integer or finite number."""
+    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+    if not ok or (v < 0 if zero else v <= 0) or (not integer and not math.isfinite(v)):
+        kind = "integer" if integer else "number"
+        raise ValueError(f"{name} must be a {'non-negative' if zero else 'positive'} {kind}, got {v!r}")
+
+
+def _bool(name: str, v: Any) -> None:
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be true or false, got {v!r}")
+
+
+def _distill(group: str, distill: Any, temperature: Any) -> None:
+    if isinstance(distill, bool) or not isinstance(distill, (int, float)) or not 0 <= distill <= 1:
+        raise ValueError(f"{group}.distill must be a weight in [0, 1] (0: no distillation), got {distill!r}")
+    _pos(f"{group}.temperature", temperature)
+
+
+def _from_mapping(cls: type, group: str, d: Mapping[str, Any]) -> Any:
+    """``cls(**d)``, refusing unknown keys by name (a typo must not be ignored)."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise ValueError(f"{group}: unknown setting(s) {unknown}; valid settings: {sorted(known)}")
+    return cls(**d)
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """One training run (full training, pruning fine-tune or QAT): optimizer and schedule."""
+
+    epochs: int = 30
+    batch_size: int = 128
+    optimizer: str = "adamw"  # adamw | sgd (nesterov)
+    lr: float = 0.005
+    weight_decay: float = 0.05  # not applied to norms and biases
+    momentum: float = 0.9  # sgd only
+    label_smoothing: float = 0.1
+    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
+    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
+    eval_batch_size: int = 512
+    bn_recalibration_batches: int = 8  # BN statistics re-estimated with the final weights of each epoch
+
+    def __post_init__(self) -> None:
+        _pos("train.epochs", self.epochs, integer=True, zero=True)
+        _pos("train.bn_recalibration_batches", self.bn_recalibration_batches, integer=True, zero=True)
+        _pos("train.batch_size", self.batch_size, integer=True)
+        _pos("train.eval_batch_size", self.eval_batch_size, integer=True)
+        _pos("train.lr", self.lr)
+        _pos("train.weight_decay", self.weight_decay, zero=True)
+        _pos("train.momentum", self.momentum, zero=True)
+        _pos("train.warmup_epochs", self.warmup_epochs, zero=True)
+        if self.grad_clip is not None:
+            _pos("train.grad_clip", self.grad_clip)
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"train.optimizer must be adamw or sgd, got {self.optimizer!r}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PruneSettings:
+    """Latency-aware structured pruning of the trained network, then fine-tuning."""
+
+    enabled: bool = True
+    target_ms: float | None = None  # predicted latency to reach; None: ratio x the unpruned prediction
+    ratio: float = 0.7
+    # loss: each step's loss change measured on loss_samples training images (with structural, it may
+    # also drop a squeeze-excite or a residual block) | l1 | bn | taylor
+    criterion: str = "loss"
+    multiple: int | None = None  # channel group; None: the search space's channel_multiple
+    min_keep: float = 0.25  # every layer keeps at least this share of its channels
+    lookahead: int = 4  # each greedy step tries every layer 1..lookahead channel groups narrower
+    # when the target is this machine and target_ms is None: measure the pruned network against the
+    # unpruned one and re-plan (up to this many times) until measured <= ratio (0: trust the prediction)
+    measure_steps: int = 3
+    taylor_batches: int = 16  # training batches for the taylor criterion
+    loss_samples: int = 512  # training images the loss criterion measures each candidate step on
+    structural: bool = True  # loss criterion: steps may also drop a squeeze-excite or a residual block
+    epochs: int = 10  # fine-tuning
+    lr: float = 0.002
+    distill: float = 0.0  # > 0: fine-tune with knowledge distillation from the unpruned network (KD weight)
+    temperature: float = 4.0  # distillation temperature
+
+    def __post_init__(self) -> None:
+        _bool("prune.enabled", self.enabled)
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"prune.criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
+        if self.target_ms is not None:
+            _pos("prune.target_ms", self.target_ms)
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 < self.ratio <= 1:
+            raise ValueError(f"prune.ratio must be in (0, 1], got {self.ratio!r}")
+        if self.multiple is not None:
+            _pos("prune.multiple", self.multiple, integer=True)
+        _pos("prune.epochs", self.epochs, integer=True, zero=True)
+        _pos("prune.lr", self.lr)
+        _pos("prune.taylor_batches", self.taylor_batches, integer=True)
+        _pos("prune.loss_samples", self.loss_samples, integer=True)
+        _bool("prune.structural", self.structural)
+        _pos("prune.lookahead", self.lookahead, integer=True)
+        _pos("prune.measure_steps", self.measure_steps, integer=True, zero=True)
+        _distill("prune", self.distill, self.temperature)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class QATSettings:
+    """Quantization-aware fine-tuning (BN folded, int8 fake quantization)."""
+
+    enabled: bool = True
+    epochs: int = 4
+    lr: float = 0.0005
+    freeze_epochs: int = 1  # the last epochs train with frozen activation ranges
+    reduce_range: bool = True  # 7-bit weights: the same settings as the PTQ baseline (nas.compress.ptq.QDQ_SETTINGS)
+    ema: float = 0.01  # activation range EMA momentum
+    calib_batches: int = 16  # training batches for the initial min/max ranges
+    distill: float = 0.0  # > 0: knowledge distillation from the fp32 (unpruned) network (KD weight)
+    temperature: float = 4.0  # distillation temperature
+
+    def __post_init__(self) -> None:
+        _bool("qat.enabled", self.enabled)
+        _pos("qat.epochs", self.epochs, integer=True, zero=True)
+        _pos("qat.lr", self.lr)
+        _pos("qat.freeze_epochs", self.freeze_epochs, integer=True, zero=True)
+        _pos("qat.calib_batches", self.calib_batches, integer=True)
+        self.quant  # noqa: B018 - validates reduce_range and ema
+        _distill("qat", self.distill, self.temperature)
+
+    @property
+    def quant(self) -> QuantSettings:
+        from nas.compress.qat import QuantSettings  # timm: imported when first needed, not with the config schemas
+
+        return QuantSettings(self.reduce_range, self.ema)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """ONNX export, the PTQ baseline, verification and latency measurement."""
+
+    calib_samples: int = 256  # training images calibrating onnxruntime's PTQ baseline
+    eval_samples: int | None = None  # test images the ONNX models are scored on (None: all)
+    measure: bool = True  # measure latency when the target is this machine
+    rounds: int = 3  # measurement rounds (fresh session each), median of rounds
+    warmup: int = 10
+    repeats: int = 50
+    min_time_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        _pos("export.calib_samples", self.calib_samples, integer=True)
+        if self.eval_samples is not None:
+            _pos("export.eval_samples", self.eval_samples, integer=True)
+        for k in ("rounds", "repeats"):
+            _pos(f"export.{k}", getattr(self, k), integer=True)
+        _pos("export.warmup", self.warmup, integer=True, zero=True)
+        _pos("export.min_time_s", self.min_time_s, zero=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TargetNames:
+    """Targets (names in conf/target/) predicting each exported precision; None: conf itself when its
+    precision matches, else its sibling by name (cpu <-> cpu_int8), if that file exists."""
+
+    fp32: str | None = None
+    int8: str | None = None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """Everything ``train_front`` needs (built from the Hydra config by ``nas.train``).
+
+    ``target`` may be given as a dict and ``prune`` / ``qat`` / ``export`` / ``targets`` as dicts of
+    their fields: they are converted (unknown names refused).
+    """
+
+    run: str
+    target: Target
+    out: str | None = None
+    select: Any = "all"  # all | an index | a list of indices into pareto.json's front
+    max_ms: float | None = None
+    data_root: str | None = None
+    train_samples: int | None = None
+    seed: int = 0
+    allow_mismatch: bool = False
+    train: FitSettings = field(default_factory=FitSettings)
+    prune: PruneSettings = field(default_factory=PruneSettings)
+    qat: QATSettings = field(default_factory=QATSettings)
+    export: ExportSettings = field(default_factory=ExportSettings)
+    targets: TargetNames = field(default_factory=TargetNames)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", Target.coerce(self.target))
+        for name, cls in (("train", FitSettings), ("prune", PruneSettings), ("qat", QATSettings),
+                          ("export", ExportSettings), ("targets", TargetNames)):
+            v = getattr(self, name)
+            if isinstance(v, Mapping):
+                object.__setattr__(self, name, _from_mapping(cls, name, v))
+            elif not isinstance(v, cls):
+                raise ValueError(f"{name} must be a {cls.__name__} or a dict of its fields, got {type(v).__name__}")
+        if self.max_ms is not None:
+            _pos("max_ms", self.max_ms)
+        if self.train_samples is not None:
+            _pos("train_samples", self.train_samples, integer=True)

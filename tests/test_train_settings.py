@@ -1,0 +1,53 @@
+"""nas.train's settings: one source of defaults (the dataclasses), validation naming the field."""
+
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from nas.config import compose_app
+from nas.train.settings import (
+    ExportSettings,
+    FitSettings,
+    PipelineSettings,
+    PruneSettings,
+    QATSettings,
+    TargetNames,
+)
+
+GROUPS = {"train": FitSettings, "prune": PruneSettings, "qat": QATSettings, "export": ExportSettings,
+          "targets": TargetNames}
+
+
+@pytest.mark.parametrize("app", ["train", "export"])
+def test_composed_defaults_are_the_dataclass_defaults(app):
+    """conf/<app>.yaml and the generated schemas repeat no default of their own: every value a user gets
+    without overrides is the settings dataclass's."""
+    cfg = OmegaConf.to_container(compose_app(app, ["run=x"] if app == "train" else ["arch=a", "weights=w"]))
+    groups = GROUPS if app == "train" else {"export": ExportSettings}
+    for group, cls in groups.items():
+        assert cfg[group] == dataclasses.asdict(cls()), group
+
+
+def test_pipeline_settings_convert_dicts_and_refuse_unknown_names():
+    from nas.target import load_target
+
+    t = load_target("cpu")
+    s = PipelineSettings(run="r", target=t.to_dict(), prune={"ratio": 0.5}, qat={"epochs": 2})
+    assert s.target == t and s.prune == PruneSettings(ratio=0.5) and s.qat.epochs == 2
+    with pytest.raises(ValueError, match=r"prune: unknown setting\(s\) \['ratoi'\]"):
+        PipelineSettings(run="r", target=t, prune={"ratoi": 0.5})
+
+
+@pytest.mark.parametrize("cls, kw, msg", [
+    (PruneSettings, {"ratio": 1.5}, r"prune.ratio must be in \(0, 1\], got 1.5"),
+    (PruneSettings, {"criterion": "x"}, "prune.criterion must be one of l1, bn, taylor, loss, got 'x'"),
+    (PruneSettings, {"distill": 2}, r"prune.distill must be a weight in \[0, 1\]"),
+    (QATSettings, {"ema": 0}, r"qat.ema must be in \(0, 1\]"),
+    (QATSettings, {"epochs": -1}, "qat.epochs must be a non-negative integer, got -1"),
+    (FitSettings, {"optimizer": "adam"}, "train.optimizer must be adamw or sgd, got 'adam'"),
+    (ExportSettings, {"rounds": 0}, "export.rounds must be a positive integer, got 0"),
+])
+def test_errors_name_field_value_and_what_is_allowed(cls, kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        cls(**kw)
