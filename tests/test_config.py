@@ -111,9 +111,7 @@ def test_app_values_are_the_schema_defaults(app):
         assert cfg[key] == default, f"{app}.yaml: {key}={cfg[key]!r}, its dataclass default is {default!r}"
 
 
-@pytest.mark.parametrize("app", [a if a not in ("train", "export") else pytest.param(
-    a, marks=pytest.mark.xfail(reason="train.yaml / export.yaml still restate nas.config.train's defaults"))
-    for a in APPS])
+@pytest.mark.parametrize("app", APPS)
 def test_primary_yaml_repeats_no_default(app):
     raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{app}.yaml"), resolve=False)
     schema = OmegaConf.to_container(_schema_node(APP_SCHEMAS[app]), resolve=False)

@@ -32,11 +32,6 @@ __all__ = [
 ]
 
 
-def _schema(cls: type, name: str | None, schema_name: str) -> type:
-    """Deprecated spelling of ``nas.config.schema_from`` (positional ``name``)."""
-    return schema_from(cls, name=name, schema_name=schema_name)
-
-
 DataConfig = schema_from(DataSettings, schema_name="DataConfig")
 TrainEvaluatorConfig = schema_from(TrainEvaluator, name="train", schema_name="TrainEvaluatorConfig")
 ZeroCostEvaluatorConfig = schema_from(ZeroCostEvaluator, name="zero_cost", schema_name="ZeroCostEvaluatorConfig")

@@ -17,8 +17,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.config import TargetConfig, register_configs
-from nas.config.search import _schema
+from nas.config import TargetConfig, register_configs, schema_from
 from nas.train.settings import ExportSettings, FitSettings, PruneSettings, QATSettings, TargetNames
 
 __all__ = [
@@ -33,11 +32,11 @@ __all__ = [
 ]
 
 
-TrainConfig = _schema(FitSettings, None, "TrainConfig")
-PruneConfig = _schema(PruneSettings, None, "PruneConfig")
-QATConfig = _schema(QATSettings, None, "QATConfig")
-ExportConfig = _schema(ExportSettings, None, "ExportConfig")
-PrecisionTargets = _schema(TargetNames, None, "PrecisionTargets")
+TrainConfig = schema_from(FitSettings, schema_name="TrainConfig")
+PruneConfig = schema_from(PruneSettings, schema_name="PruneConfig")
+QATConfig = schema_from(QATSettings, schema_name="QATConfig")
+ExportConfig = schema_from(ExportSettings, schema_name="ExportConfig")
+PrecisionTargets = schema_from(TargetNames, schema_name="PrecisionTargets")
 for _s in (TrainConfig, PruneConfig, QATConfig, ExportConfig, PrecisionTargets):
     _s.__module__ = __name__
 
