@@ -23,6 +23,7 @@ def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem):
     import json
 
     from nas.latency.table import LatencyTable
+    from nas.resources import tables_dir
 
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, str(root / "scripts" / "bench_int8.py"), "--out", str(tmp_path),
@@ -30,8 +31,8 @@ def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem):
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / f"{stem}.json").read_text())
     assert (tmp_path / f"{stem}.png").is_file()
-    f32 = LatencyTable.load(root / "latency_tables" / f"{fp32}.json")
-    i8 = LatencyTable.load(root / "latency_tables" / f"{int8}.json")
+    f32 = LatencyTable.load(tables_dir() / f"{fp32}.json")
+    i8 = LatencyTable.load(tables_dir() / f"{int8}.json")
     common = [k for k in f32.entries if k in i8.entries]
     assert rep["blocks"]["all"]["n"] == len(common)
     import numpy as np

@@ -21,8 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    pytest.importorskip("setuptools")
-    pytest.importorskip("wheel")
+    pytest.importorskip("setuptools")  # the build backend, used as installed (--no-build-isolation)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
                     str(REPO)], check=True, cwd=out)

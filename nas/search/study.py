@@ -73,6 +73,7 @@ from nas.search.samplers import (
 )
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR, fail_stale_trials, make_storage, open_study
 from nas.space import SearchSpace
+from nas.target import Target
 
 __all__ = [
     "Budgets",
@@ -185,15 +186,15 @@ class SearchProblem:
         data: Dataset,
         evaluator: Evaluator,
         latency: LatencyModel,
-        target: dict[str, Any],
+        target: Target | dict[str, Any],
         budgets: Budgets,
         train_seed: int,
         deploy_resolution: int | None = None,
     ) -> None:
         self.space, self.data, self.evaluator, self.latency = space, data, evaluator, latency
-        self.target, self.budgets, self.train_seed = target, budgets, int(train_seed)
-        self.deploy_resolution = int(deploy_resolution or target.get("resolution") or space.resolution)
-        self.bytes_per_act = 1 if target.get("precision") == "int8" else 2 if target.get("precision") == "fp16" else 4
+        self.target, self.budgets, self.train_seed = Target.coerce(target), budgets, int(train_seed)
+        self.deploy_resolution = int(deploy_resolution or self.target.resolution or space.resolution)
+        self.bytes_per_act = {"int8": 1, "fp16": 2}.get(self.target.precision, 4)
         self._cache: dict[str, tuple[int, float, dict[str, Any]]] = {}
         self.last: TrialOutcome | None = None
         self.evaluations = 0  # evaluator calls made by this process
@@ -214,7 +215,7 @@ class SearchProblem:
         return {
             "version": SCHEMA_VERSION,
             "search_space": {"name": self.space.name, "digest": _space_digest(self.space)},
-            "target": self.target,
+            "target": self.target.to_dict(),
             "latency_source": self.latency.source,
             "deploy_resolution": self.deploy_resolution,
             "data": data,
@@ -415,7 +416,7 @@ def default_study_name(*, space: str, data: str, target: str) -> str:
 
 def prepare_search(
     *,
-    target: dict[str, Any],
+    target: Target | dict[str, Any],
     search_space: str | SearchSpace,
     data: Dataset | dict[str, Any],
     evaluator: Evaluator | dict[str, Any],
@@ -434,16 +435,17 @@ def prepare_search(
     from nas.search.evaluate import make_evaluator
     from nas.space import load_space
 
+    target = Target.coerce(target)
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)  # validate before loading data
     ds = data if isinstance(data, Dataset) else load_data(data)
-    lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
+    lat = latency if latency is not None else load_latency_model(target.to_dict(), allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
                             train_seed=seed)
     run_dir = Path(run_dir)
     st, desc = make_storage(storage, run_dir=run_dir)
-    name = study_name or default_study_name(space=space.name, data=ds.name, target=str(target.get("name", "target")))
+    name = study_name or default_study_name(space=space.name, data=ds.name, target=target.name)
     existed = name in {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
     study = open_study(storage=st, study_name=name, sampler=smp, record=problem.record())
     problem.train_seed = int(study.user_attrs[STUDY_ATTR].get("train_seed", seed))
