@@ -26,9 +26,9 @@ from onnx import TensorProto, helper
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nas.export.onnx import ort_session  # noqa: E402
+from nas.latency.measure import measure, summarize_times  # noqa: E402
 from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
 from nas.latency.roofline import Roofline  # noqa: E402
-from nas.latency.runtimes import measure, summarize_times  # noqa: E402
 from nas.latency.table import LatencyTable  # noqa: E402
 from nas.latency.validate import score  # noqa: E402
 

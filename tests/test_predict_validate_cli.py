@@ -197,8 +197,9 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     import numpy as np
 
     import nas.latency.profiler as profiler
-    from nas.cli.profile import _recalibrate
+    from nas.latency.measure import Interrupted
     from nas.latency.predictor import LatencyPredictor
+    from nas.latency.profile_workflow import _recalibrate
     from nas.latency.table import LatencyTable, TableError
 
     t = tmp_path / "t.json"
@@ -210,14 +211,14 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
         calls.append(a.digest())
         if len(calls) == 12:
             raise KeyboardInterrupt
-        return SimpleNamespace(median_ms=0.5 * LatencyTable.load(table).networks[a].median_ms)
+        return SimpleNamespace(median_ms=0.5 * LatencyTable.load(table).networks[a].median_ms, remeasured=0)
 
     monkeypatch.setattr(profiler, "measure_arch", fake)
     rt = SimpleNamespace(name="fake", version=lambda: "0", info=lambda: {"runtime": "fake"}, precision="fp32")
     settings = SimpleNamespace(rounds=1)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(Interrupted):
         _recalibrate(LatencyTable.load(t), t, rt, settings, progress=False)
-    assert e.value.code == 130 and t.read_bytes() == data and t.with_suffix(".recalibrate.json").is_file()
+    assert t.read_bytes() == data and t.with_suffix(".recalibrate.json").is_file()
     out = _recalibrate(LatencyTable.load(t), t, rt, settings, progress=False)
     assert len(calls) == 31  # 11 kept, the interrupted one again, then the other 19
     assert abs(out["recalibration"]["now_over_table"] - 0.5) < 1e-9

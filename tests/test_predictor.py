@@ -395,7 +395,7 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
         seen.append(a.digest())
         if len(seen) == 50:
             raise KeyboardInterrupt
-        return SimpleNamespace(median_ms=float(len(seen)))
+        return SimpleNamespace(median_ms=float(len(seen)), remeasured=0)
 
     monkeypatch.setattr(profiler, "measure_arch", fake)
     rt = SimpleNamespace(info=lambda: {"runtime": "fake"}, precision="fp32")

@@ -124,7 +124,7 @@ def test_networks_for_calibration(tmp_path):
 def test_pruned_networks_leave_the_space_as_pruning_does():
     """Narrowed networks: channel groups of the space's multiple, residuals kept, blocks the space lacks."""
     from nas.build import build
-    from nas.compress.prune import channel_units
+    from nas.narrow import channel_units
 
     space = load_space("tiny")
     archs = pruned_archs(space, 12)
@@ -150,7 +150,7 @@ def test_pruned_networks_leave_the_space_as_pruning_does():
 def test_pruned_networks_are_cut_deep_and_take_the_structural_steps(monkeypatch):
     """Every other network has every unit cut to <= 60% (as pruning a fast network to 0.7x does), and,
     as prune.criterion=loss does, some lose a squeeze-excite, some a residual block."""
-    import nas.compress.prune as prune
+    import nas.narrow as prune
 
     resized, dropped = [], []
     real_resize, real_drop = prune.resize_arch, prune.drop_layers
@@ -334,7 +334,7 @@ def test_cli_calibration_spaces(tmp_path):
 
 
 def test_calibration_space_names():
-    from nas.cli.profile import calibration_space_names
+    from nas.latency.profile_workflow import calibration_space_names
 
     assert calibration_space_names(None, default=True) == ["calibration/lcnetlike", "calibration/mbv2like"]
     assert calibration_space_names(None, default=False) == []  # search_space= or resolution= given

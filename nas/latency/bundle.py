@@ -21,7 +21,7 @@ from nas import __version__
 from nas._io import atomic_write_json
 from nas.arch import BlockKey
 from nas.build import build_layer
-from nas.latency.profiler import ProfileSettings
+from nas.latency.measure import ProfileSettings
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
 
 __all__ = ["BUNDLE_SCHEMA", "import_bundle", "write_bundle"]

@@ -10,6 +10,10 @@ It writes results.json next to manifest.json, entry by entry (atomically), so an
 continues where it stopped.  Bring results.json back and import it:
 
     python -m nas.profile conf=<target> import_bundle=<bundle dir>/results.json
+
+It keeps its own copy of the timing loop (warm-up, repeats, min time, median/p10/p90) instead of
+``nas.latency.measure``: it runs on devices without torch or this package, so it imports nothing
+but numpy, the standard library and one runtime.
 """
 
 import argparse

@@ -84,25 +84,25 @@ def padding_elems(key: BlockKey) -> float:
     return float(op_features(key, pad=SIMD_CHANNELS)[i] - op_features(key)[i])
 
 
-def op_features(key: BlockKey, *, pad: int = 1) -> np.ndarray:
-    """One layer's per-kind-of-kernel work (``OP_FEATURES``), with every channel count rounded
-    up to a multiple of ``pad``.  Elements, MACs and weights in millions."""
-    f = np.zeros(N_OPS)
-    b = key.block
-    kind = b.kind
-    multi = getattr(b, "act", None) in MULTI_OP_ACTS
+class _Counter:
+    """Adds one layer's work into its ``OP_FEATURES`` row, operator by operator."""
 
-    def P(ch: int) -> int:
-        return -(-ch // pad) * pad
+    def __init__(self, key: BlockKey, pad: int) -> None:
+        self.f = np.zeros(N_OPS)
+        self.key, self.b, self.pad = key, key.block, pad
+        self.multi = getattr(self.b, "act", None) in MULTI_OP_ACTS
+        self.c, self.h, self.w = self.P(key.in_ch), key.in_h, key.in_w
+        self.out_c = self.P(key.out_shape[0])
 
-    c, h, w = P(key.in_ch), key.in_h, key.in_w
-    out_c = P(key.out_shape[0])
+    def P(self, ch: int) -> int:
+        return -(-ch // self.pad) * self.pad
 
-    def add(name: str, v: float) -> None:
-        f[_IDX[name]] += v
+    def add(self, name: str, v: float) -> None:
+        self.f[_IDX[name]] += v
 
-    def conv(cin: int, cout: int, k: int, s: int, hh: int, ww: int, *, dw: bool = False,
+    def conv(self, cin: int, cout: int, k: int, s: int, hh: int, ww: int, *, dw: bool = False,
              fused_act: bool = False) -> tuple[int, int]:
+        add = self.add
         ho, wo = _out_hw(hh, k, s), _out_hw(ww, k, s)
         out = cout * ho * wo
         if dw:
@@ -115,82 +115,110 @@ def op_features(key: BlockKey, *, pad: int = 1) -> np.ndarray:
         else:
             add("dense_macs", cin * cout * k * k * ho * wo)
             add("dense_out", out)
-        if fused_act and multi:
+        if fused_act and self.multi:
             add("multi_act", out)
         add("kernels", 1)
         return ho, wo
 
-    def se(ch: int, sp: int) -> None:
-        if getattr(b, "se", None) is None:
+    def se(self, ch: int, sp: int) -> None:
+        if getattr(self.b, "se", None) is None:
             return
-        add("pool", ch * sp)
-        add("fc_macs", 2 * ch * b.se.channels)
-        add("eltwise", ch * sp)
-        add("kernels", 4)
+        self.add("pool", ch * sp)
+        self.add("fc_macs", 2 * ch * self.b.se.channels)
+        self.add("eltwise", ch * sp)
+        self.add("kernels", 4)
 
-    def skip(ho: int, wo: int) -> None:
-        if b.has_skip(key.in_ch):
-            add("eltwise", out_c * ho * wo)
-            add("kernels", 1)
+    def skip(self, ho: int, wo: int) -> None:
+        if self.b.has_skip(self.key.in_ch):
+            self.add("eltwise", self.out_c * ho * wo)
+            self.add("kernels", 1)
 
-    if kind == "conv":
-        # the stem reads the image as it is (no SIMD padding of 1 or 3 input channels)
-        ho, wo = conv(key.in_ch if key.in_ch <= 4 else c, out_c, b.kernel, b.stride, h, w, fused_act=True)
-        skip(ho, wo)
-    elif kind == "ds":
-        ho, wo = conv(c, c, b.kernel, b.stride, h, w, dw=True, fused_act=True)
-        se(c, ho * wo)
-        conv(c, out_c, 1, 1, ho, wo, fused_act=bool(getattr(b, "pw_act", False)))
-        skip(ho, wo)
-    elif kind in ("ir", "fused"):
-        m = P(b.mid_ch)
-        if kind == "ir":
-            conv(c, m, 1, 1, h, w, fused_act=True)
-            ho, wo = conv(m, m, b.kernel, b.stride, h, w, dw=True, fused_act=True)
-        else:
-            ho, wo = conv(c, m, b.kernel, b.stride, h, w, fused_act=True)
-        se(m, ho * wo)
-        conv(m, out_c, 1, 1, ho, wo)
-        skip(ho, wo)
-    elif kind == "attn":
-        e, hid = out_c, P(b.mlp_hidden)
-        _, ho, wo = b.out_shape((key.in_ch, h, w))
-        n = ho * wo
-        if b.needs_proj(key.in_ch):
-            conv(c, e, b.proj_kernel, b.stride, h, w)
-            if b.proj_act in MULTI_OP_ACTS:
-                add("multi_act", e * n)
-        add("norm", 2 * e * n)
-        conv(e, 3 * e, 1, 1, ho, wo)
-        add("attn_macs", 2 * n * n * e)
-        add("attn_scores", b.heads * n * n)
-        conv(e, e, 1, 1, ho, wo)
-        conv(e, hid, 1, 1, ho, wo)
-        if b.act in MULTI_OP_ACTS:
-            add("multi_act", hid * n)
-        conv(hid, e, 1, 1, ho, wo)
-        add("eltwise", 2 * e * n)
-        add("kernels", 8)
-    elif kind == "head":
-        nc, hid = b.num_classes, P(b.hidden) if b.hidden else 0
-        if b.style == "conv_pool":
-            conv(c, hid, 1, 1, h, w, fused_act=True)
-            add("pool", hid * h * w)
-            add("fc_macs", hid * nc)
-        elif b.style == "pool_conv":
-            add("pool", c * h * w)
-            add("fc_macs", c * hid + hid * nc)
-            if multi:
-                add("multi_act", hid)
-            add("kernels", 1)
-        else:
-            add("pool", c * h * w)
-            add("fc_macs", c * nc)
-        add("kernels", 2)
+
+def _conv_ops(o: _Counter) -> None:
+    b, key = o.b, o.key
+    # the stem reads the image as it is (no SIMD padding of 1 or 3 input channels)
+    ho, wo = o.conv(key.in_ch if key.in_ch <= 4 else o.c, o.out_c, b.kernel, b.stride, o.h, o.w, fused_act=True)
+    o.skip(ho, wo)
+
+
+def _ds_ops(o: _Counter) -> None:
+    b, c = o.b, o.c
+    ho, wo = o.conv(c, c, b.kernel, b.stride, o.h, o.w, dw=True, fused_act=True)
+    o.se(c, ho * wo)
+    o.conv(c, o.out_c, 1, 1, ho, wo, fused_act=bool(getattr(b, "pw_act", False)))
+    o.skip(ho, wo)
+
+
+def _mbconv_ops(o: _Counter) -> None:  # ir and fused
+    b, c, h, w = o.b, o.c, o.h, o.w
+    m = o.P(b.mid_ch)
+    if b.kind == "ir":
+        o.conv(c, m, 1, 1, h, w, fused_act=True)
+        ho, wo = o.conv(m, m, b.kernel, b.stride, h, w, dw=True, fused_act=True)
+    else:
+        ho, wo = o.conv(c, m, b.kernel, b.stride, h, w, fused_act=True)
+    o.se(m, ho * wo)
+    o.conv(m, o.out_c, 1, 1, ho, wo)
+    o.skip(ho, wo)
+
+
+def _attn_ops(o: _Counter) -> None:
+    b, key, add, conv = o.b, o.key, o.add, o.conv
+    e, hid = o.out_c, o.P(b.mlp_hidden)
+    _, ho, wo = b.out_shape((key.in_ch, o.h, o.w))
+    n = ho * wo
+    if b.needs_proj(key.in_ch):
+        conv(o.c, e, b.proj_kernel, b.stride, o.h, o.w)
+        if b.proj_act in MULTI_OP_ACTS:
+            add("multi_act", e * n)
+    add("norm", 2 * e * n)
+    conv(e, 3 * e, 1, 1, ho, wo)
+    add("attn_macs", 2 * n * n * e)
+    add("attn_scores", b.heads * n * n)
+    conv(e, e, 1, 1, ho, wo)
+    conv(e, hid, 1, 1, ho, wo)
+    if b.act in MULTI_OP_ACTS:
+        add("multi_act", hid * n)
+    conv(hid, e, 1, 1, ho, wo)
+    add("eltwise", 2 * e * n)
+    add("kernels", 8)
+
+
+def _head_ops(o: _Counter) -> None:
+    b, c, h, w, add = o.b, o.c, o.h, o.w, o.add
+    nc, hid = b.num_classes, o.P(b.hidden) if b.hidden else 0
+    if b.style == "conv_pool":
+        o.conv(c, hid, 1, 1, h, w, fused_act=True)
+        add("pool", hid * h * w)
+        add("fc_macs", hid * nc)
+    elif b.style == "pool_conv":
+        add("pool", c * h * w)
+        add("fc_macs", c * hid + hid * nc)
+        if o.multi:
+            add("multi_act", hid)
+        add("kernels", 1)
+    else:
+        add("pool", c * h * w)
+        add("fc_macs", c * nc)
+    add("kernels", 2)
+
+
+_KIND_OPS = {"conv": _conv_ops, "ds": _ds_ops, "ir": _mbconv_ops, "fused": _mbconv_ops, "attn": _attn_ops,
+             "head": _head_ops}
+
+
+def op_features(key: BlockKey, *, pad: int = 1) -> np.ndarray:
+    """One layer's per-kind-of-kernel work (``OP_FEATURES``), with every channel count rounded
+    up to a multiple of ``pad``.  Elements, MACs and weights in millions."""
+    o = _Counter(key, pad)
+    kind = o.b.kind
+    if kind in _KIND_OPS:
+        _KIND_OPS[kind](o)
     _, ho, wo = key.out_shape
     if _trailing_act(key) is not None:
-        add("trailing_act", out_c * ho * wo)
-    add("boundary", (key.in_ch if kind == "conv" and key.in_ch <= 4 else c) * h * w + out_c * ho * wo)
+        o.add("trailing_act", o.out_c * ho * wo)
+    o.add("boundary", (key.in_ch if kind == "conv" and key.in_ch <= 4 else o.c) * o.h * o.w + o.out_c * ho * wo)
+    f = o.f
     f /= 1e6
     f[_IDX["kernels"]] *= 1e6
     f[_IDX["const"]] = 1.0

@@ -1,85 +1,65 @@
 """Measure every unique block of a space on the target runtime and write a latency table.
 
 Each block is built as a standalone graph (``nas.build.build_layer``) at its exact input shape
-and timed: warm-up, then repeated timed runs (at least ``repeats`` and ``min_time_s``), median
-with p10/p90.  An entry whose spread ((p90 - p10) / median) exceeds ``max_spread`` is measured
-again, up to ``remeasure`` times, keeping the steadiest round.  Entries are written to the table
-file as they are measured (atomically, at most every ``save_every_s`` seconds and on exit), so a
-re-run measures only what is missing and Ctrl-C loses nothing already measured.
+and timed (``nas.latency.measure``): warm-up, then repeated timed runs (at least ``repeats`` and
+``min_time_s``), median with p10/p90.  An entry whose spread ((p90 - p10) / median) exceeds
+``max_spread`` is measured again, up to ``remeasure`` times, keeping the steadiest round.
+Entries are written to the table file as they are measured (atomically, at most every
+``save_every_s`` seconds and on exit), so a re-run measures only what is missing and Ctrl-C
+loses nothing already measured.
+
+``measure_networks`` measures whole networks (the calibration set here, held-out networks in
+``nas.latency.validate``); ``profile_target`` (``nas.latency.profile_workflow``) is the whole
+``nas.profile`` workflow.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nas import __version__
 from nas.arch import Arch, BlockKey
-from nas.build import build, build_layer
-from nas.latency.runtimes import Runtime, device_identity, measure, summarize_times
+from nas.latency.measure import (
+    ProfileReport,
+    ProfileSettings,
+    measure_arch,
+    measure_items,
+    measure_key,
+    measure_overhead,
+)
+from nas.latency.runtimes import Runtime, device_identity
 from nas.latency.table import Entry, LatencyTable, Throttle, now_iso
+from nas.target import Target
 
 __all__ = [
-    "ProfileReport", "ProfileSettings", "calibration_archs", "measure_arch", "measure_key", "new_metadata",
-    "profile_blocks", "profile_networks", "pruned_archs",
+    "CALIBRATION_SEED", "VALIDATION_SEED", "ProfileReport", "ProfileSettings", "anchor_archs", "calibration_archs",
+    "measure_arch", "measure_key", "measure_networks", "new_metadata", "profile_blocks", "profile_networks",
+    "pruned_archs", "round_order", "space_names",
 ]
 
 # seeds of the calibration networks; validation draws from other seeds and skips these digests
 CALIBRATION_SEED = 20_261_122
+VALIDATION_SEED = 7_000_001
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ProfileSettings:
-    warmup: int = 10
-    repeats: int = 50
-    min_time_s: float = 0.1
-    max_spread: float = 0.2
-    remeasure: int = 2
-    rounds: int = 3
-    save_every_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        for name in ("warmup", "repeats", "remeasure", "rounds"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < (1 if name in ("repeats", "rounds") else 0):
-                raise ValueError(f"profile.{name} must be a non-negative integer (repeats, rounds >= 1), got {v!r}")
-        if self.max_spread <= 0:
-            raise ValueError(f"profile.max_spread must be > 0, got {self.max_spread}")
-
-
-@dataclass
-class ProfileReport:
-    requested: int
-    already: int
-    measured: int
-    remeasured: int
-    seconds: float
-    interrupted: bool = False
-
-    @property
-    def entries_per_minute(self) -> float:
-        return 60.0 * self.measured / self.seconds if self.seconds > 0 else 0.0
-
-    def combine(self, other: ProfileReport) -> ProfileReport:
-        """Two rounds' reports as one (measured counts measurements, not distinct entries)."""
-        return ProfileReport(self.requested, self.already, self.measured + other.measured,
-                             self.remeasured + other.remeasured, self.seconds + other.seconds,
-                             self.interrupted or other.interrupted)
-
-
-def new_metadata(target: dict[str, Any], runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
+def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
     import torch
 
-    kind = (target.get("device") or {}).get("kind", "cpu")
+    if isinstance(target, Target):
+        name, kind = target.name, target.device.kind
+    else:  # a partial target dict (runtime fields only), as tests and scripts pass
+        name, kind = target.get("name"), (target.get("device") or {}).get("kind", "cpu")
     return {
         "source": "measured",
-        "target": target.get("name"),
+        "target": name,
         "device": device_identity(kind),
         "runtime": runtime.info(),
         "precision": runtime.precision,
@@ -92,22 +72,6 @@ def new_metadata(target: dict[str, Any], runtime: Runtime, settings: ProfileSett
         "updated": now_iso(),
         "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17},
     }
-
-
-def measure_key(key: BlockKey, runtime: Runtime, settings: ProfileSettings) -> Entry:
-    """Build, prepare and time one block; re-measure while its spread is too high."""
-    run = runtime.prepare(build_layer(key), key.in_shape, key=key)
-    return _measure_runner(run, settings)
-
-
-def measure_arch(arch: Arch, runtime: Runtime, settings: ProfileSettings | None = None) -> Entry:
-    """Measure a whole network end to end (same runtime and settings as the blocks)."""
-    import torch
-
-    settings = settings or ProfileSettings()
-    torch.manual_seed(0)
-    run = runtime.prepare(build(arch), (arch.in_chans, arch.resolution, arch.resolution), key=arch)
-    return _measure_runner(run, settings)
 
 
 def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[Arch]:
@@ -129,7 +93,7 @@ def pruned_archs(space, n: int, *, resolution: int | None = None, min_keep: floa
     such blocks in the table the learned model extrapolates to them and the calibration never
     sees a network of that kind (it under-predicted pruned Fashion-MNIST networks by 10-19%).
     Each network is a space sample (other seeds than the calibration's) with every prunable
-    channel unit (``nas.compress.prune.channel_units``) cut with probability 3/4 to a random
+    channel unit (``nas.narrow.channel_units``) cut with probability 3/4 to a random
     number of ``channel_multiple`` groups, keeping at least ``min_keep`` of it, as the pruner does.
     Every other network is cut deep, as pruning a fast network to 0.7x of its latency cuts it:
     every unit to at most 60% of its channels.  The structural steps of ``prune.criterion=loss``
@@ -138,7 +102,7 @@ def pruned_archs(space, n: int, *, resolution: int | None = None, min_keep: floa
     """
     import numpy as np
 
-    from nas.compress.prune import channel_units, drop_layers, droppable, resize_arch
+    from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 
     m = space.channel_multiple
     rng = np.random.default_rng([seed, sum(map(ord, space.name)), 1])
@@ -164,26 +128,42 @@ def pruned_archs(space, n: int, *, resolution: int | None = None, min_keep: floa
     return out
 
 
-def _measure_runner(run: Callable[[], Any], settings: ProfileSettings) -> Entry:
-    best: dict[str, float] | None = None
-    rounds = 0
-    for rounds in range(settings.remeasure + 1):  # noqa: B007 - used after the loop
-        stats = summarize_times(
-            measure(run, warmup=settings.warmup, repeats=settings.repeats, min_time_s=settings.min_time_s)
-        )
-        spread = (stats["p90_ms"] - stats["p10_ms"]) / stats["median_ms"]
-        if best is None or spread < (best["p90_ms"] - best["p10_ms"]) / best["median_ms"]:
-            best = stats
-        if spread <= settings.max_spread:
-            break
-    assert best is not None
-    return Entry(best["median_ms"], best["p10_ms"], best["p90_ms"], int(best["n"]), rounds, now_iso(),
-                 (best["median_ms"],))
+def space_names(spaces: str | Sequence[str] | None) -> list[str]:
+    """``spaces`` as a list of names; None or empty: every shipped search space."""
+    from nas.space import list_spaces
+
+    return list_spaces() if not spaces else [str(spaces)] if isinstance(spaces, str) else [str(n) for n in spaces]
 
 
-def measure_overhead(runtime: Runtime, settings: ProfileSettings) -> float:
-    """The fixed cost of one runtime call (an almost empty graph), in ms."""
-    return _measure_runner(runtime.overhead_runner(), settings).median_ms
+def round_order(n: int, round_: int) -> list[int]:
+    """The order in which round ``round_`` (from 1) measures ``n`` networks: a permutation seeded
+    by the round, so an interrupted validation resumes in the same order."""
+    return np.random.default_rng([VALIDATION_SEED, round_]).permutation(n).tolist()
+
+
+def anchor_archs(table: LatencyTable, per_group: int | None = 10) -> list[Arch]:
+    """A few of the table's calibration networks per space (``None``: all of them), re-measured
+    to detect drift."""
+    by: dict[str, list[Arch]] = {}
+    for a in table.networks:
+        by.setdefault(a.name or "?", []).append(a)
+    return [a for g in sorted(by) for a in by[g][:per_group]]
+
+
+def measure_networks(archs: Sequence[Arch], runtime: Runtime, settings: ProfileSettings, *, round_: int,
+                     have: Callable[[Arch], int], record: Callable[[Arch, Entry], None], shuffle: bool = False,
+                     save: Callable[[], None] | None = None, progress: bool = True, desc: str = "networks",
+                     unit: str = "net", always_bar: bool = False) -> ProfileReport:
+    """Round ``round_`` of every network of ``archs`` that has fewer than ``round_`` rounds
+    (``have``), measured end to end and handed to ``record``; ``shuffle``: in the round's own
+    seeded order (``round_order``), else in the given order.  The one network loop of the
+    calibration set (``profile_networks``), its refresh and recalibration (``profile_target``)
+    and the held-out validation (``nas.latency.validate.measure_held_out``)."""
+    order = round_order(len(archs), round_) if shuffle else range(len(archs))
+    todo = [archs[i] for i in order if have(archs[i]) < round_]
+    return measure_items(todo, lambda a: measure_arch(a, runtime, settings), record, progress=progress,
+                         desc=f"round {round_}/{settings.rounds}: {desc}", unit=unit, save=save,
+                         always_bar=always_bar)
 
 
 def profile_blocks(
@@ -202,9 +182,16 @@ def profile_blocks(
     settings = settings or ProfileSettings()
     if table.metadata.get("call_overhead_ms") is None:
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-    return _measure_rounds(keys, table.entries, lambda k: measure_key(k, runtime, settings), table,
-                           settings=settings, path=path, progress=progress, limit=limit, round_=round_,
-                           unit="block", label=lambda k: str(k)[:48])
+    keys = list(dict.fromkeys(keys))
+
+    def one_round(r: int) -> ProfileReport:
+        todo = [k for k in keys if k not in table.entries or table.entries[k].rounds < r]
+        todo = todo[:limit] if limit is not None else todo
+        return _stored_round(keys, table.entries, table, path, settings, lambda save: measure_items(
+            todo, lambda k: measure_key(k, runtime, settings), _merge_into(table.entries), progress=progress,
+            desc=f"round {r}/{settings.rounds}: blocks", unit="block", save=save, label=lambda k: str(k)[:48]))
+
+    return _rounds(one_round, settings, round_)
 
 
 def profile_networks(
@@ -220,55 +207,49 @@ def profile_networks(
     """Measure round ``round_`` (default: all rounds) of the networks that lack it (the
     table's calibration set), saving as it goes.  Ctrl-C saves, then re-raises."""
     settings = settings or ProfileSettings()
-    return _measure_rounds(archs, table.networks, lambda a: measure_arch(a, runtime, settings), table,
-                           settings=settings, path=path, progress=progress, round_=round_, unit="network")
+    archs = list(dict.fromkeys(archs))
+    store = table.networks
+
+    def one_round(r: int) -> ProfileReport:
+        return _stored_round(archs, store, table, path, settings, lambda save: measure_networks(
+            archs, runtime, settings, round_=r, have=lambda a: store[a].rounds if a in store else 0,
+            record=_merge_into(store), save=save, progress=progress, desc="networks", unit="network",
+            always_bar=True))
+
+    return _rounds(one_round, settings, round_)
 
 
-def _measure_rounds(items, store: dict, measure_one: Callable[[Any], Entry], table: LatencyTable, *,
-                    settings: ProfileSettings, path, progress: bool, round_: int | None, unit: str,
-                    limit: int | None = None, label: Callable[[Any], str] | None = None) -> ProfileReport:
-    """The measuring loop shared by blocks and networks: one round (or all), saved as it goes."""
-    if round_ is None:
-        report = None
-        for r in range(1, settings.rounds + 1):
-            rep = _measure_rounds(items, store, measure_one, table, settings=settings, path=path,
-                                  progress=progress, round_=r, unit=unit, limit=limit, label=label)
-            report = rep if report is None else report.combine(rep)
-        assert report is not None
-        return report
-    items = list(dict.fromkeys(items))
-    todo = [x for x in items if x not in store or store[x].rounds < round_]
-    if limit is not None:
-        todo = todo[:limit]
-    report = ProfileReport(len(items), sum(x in store for x in items), 0, 0, 0.0)
+def _merge_into(store: dict) -> Callable[[Any, Entry], None]:
+    def record(x: Any, entry: Entry) -> None:
+        old = store.get(x)
+        store[x] = entry if old is None else old.merged(entry)
+
+    return record
+
+
+def _rounds(one_round: Callable[[int], ProfileReport], settings: ProfileSettings, round_: int | None) -> ProfileReport:
+    if round_ is not None:
+        return one_round(round_)
+    report = None
+    for r in range(1, settings.rounds + 1):
+        rep = one_round(r)
+        report = rep if report is None else report.combine(rep)
+    assert report is not None
+    return report
+
+
+def _stored_round(items: list, store: dict, table: LatencyTable, path, settings: ProfileSettings,
+                  run: Callable[[Callable[[], None]], ProfileReport]) -> ProfileReport:
+    """One round of measurements into the table's ``store``, saved (throttled) as it goes."""
     save = Throttle(lambda: table.save(path), settings.save_every_s)
     save()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo), desc=f"round {round_}/{settings.rounds}: {unit}s", unit=unit,
-                   dynamic_ncols=True)
-    t0 = time.monotonic()
+    already = sum(x in store for x in items)
     try:
-        for x in todo:
-            if bar is not None and label is not None:
-                bar.set_postfix_str(label(x), refresh=False)
-            entry = measure_one(x)
-            old = store.get(x)
-            store[x] = entry if old is None else old.merged(entry)
-            report.measured += 1
-            report.remeasured += entry.remeasured > 0
-            save()
-            if bar is not None:
-                bar.update(1)
+        rep = run(save)
     except KeyboardInterrupt:
-        report.interrupted = True
-        log.warning("interrupted: %d %s measurements of this run are saved; re-run to continue", report.measured, unit)
+        log.warning("interrupted: this run's measurements are saved; re-run to continue")
         raise
     finally:
-        report.seconds = time.monotonic() - t0
         save.flush()
-        if bar is not None:
-            bar.close()
-    return report
+    rep.requested, rep.already = len(items), already
+    return rep

@@ -60,7 +60,9 @@ from nas._io import atomic_write_json
 from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
+from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks, pruned_archs, round_order
 from nas.latency.roofline import Roofline
+from nas.latency.scoring import drift_ratios, score
 
 __all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
            "round_order", "score",
@@ -77,23 +79,6 @@ STORED = "predictor_stored"  # scored too when the table holds a refresh / recal
 WITHOUT_EXTRA = "recalibrated_search_spaces_only"
 # what each reproducibility figure bounds: a method reading those figures cannot agree with now more often
 CEILING_OF = {"as_built": "predictor", "rescaled": RESCALED, "recalibration": STORED}
-VALIDATION_SEED = 7_000_001
-
-
-def score(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
-    """within_5pct, within_10pct (fractions), mape (%), kendall_tau, n."""
-    from scipy.stats import kendalltau
-
-    p, m = np.asarray(pred, float), np.asarray(meas, float)
-    err = np.abs(p - m) / m
-    tau = float(kendalltau(p, m).statistic) if len(m) > 1 else float("nan")
-    return {
-        "within_5pct": float(np.mean(err <= 0.05)),
-        "within_10pct": float(np.mean(err <= 0.10)),
-        "mape": float(100 * np.mean(err)),
-        "kendall_tau": tau,
-        "n": int(len(m)),
-    }
 
 
 def held_out_archs(space, n: int, *, exclude: set[str], resolution: int | None = None,
@@ -116,8 +101,6 @@ def held_out_pruned(space, n: int, *, exclude: set[str], resolution: int | None 
                     seed: int = VALIDATION_SEED) -> list[Arch]:
     """``n`` seeded networks of ``space`` narrowed as pruning narrows them
     (``nas.latency.profiler.pruned_archs`` with the validation seed), none in ``exclude``."""
-    from nas.latency.profiler import pruned_archs
-
     out = {a.digest(): a for a in pruned_archs(space, 2 * n, resolution=resolution, seed=seed)
            if a.digest() not in exclude}
     return list(out.values())[:n]
@@ -132,23 +115,6 @@ class ValidationSet:
     groups: list[str]  # space name or "timm"
     anchors: dict[str, list[tuple[float, float]]] | None = None  # group -> (now, table) of calibration nets
     remeasured: list[tuple[Arch, float]] | None = None  # those calibration networks with their latency now
-
-
-def anchor_archs(table, per_group: int | None = 10) -> list[Arch]:
-    """A few of the table's calibration networks per space (``None``: all of them), re-measured
-    to detect drift."""
-    by: dict[str, list[Arch]] = {}
-    for a in table.networks:
-        by.setdefault(a.name or "?", []).append(a)
-    return [a for g in sorted(by) for a in by[g][:per_group]]
-
-
-def drift_ratios(anchors: dict[str, list[tuple[float, float]]]) -> tuple[float, dict[str, float], int]:
-    """From ``ValidationSet.anchors`` (group -> (now, table) ms of re-measured calibration networks):
-    the median now/table ratio over all of them, the median per group, and how many there are."""
-    ratios = [now / then for pairs in anchors.values() for now, then in pairs]
-    per = {g: float(np.median([now / then for now, then in pairs])) for g, pairs in anchors.items()}
-    return float(np.median(ratios)), per, len(ratios)
 
 
 def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, settings, *, cache: Path | None,
@@ -167,8 +133,6 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
     themselves showed no bias (+0.05%)."""
     anchors = anchor_archs(table, anchors_per_group) if table is not None else []
     everything = list(archs) + [a for a in anchors if a not in set(archs)]
-    from nas.latency.profiler import measure_arch
-
     done: dict[str, list[float]] = {}
     if cache is not None and cache.is_file():
         data = json.loads(cache.read_text())
@@ -183,16 +147,10 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
 
     try:
         for r in range(1, settings.rounds + 1):
-            todo = [everything[i] for i in round_order(len(everything), r)
-                    if len(done.get(everything[i].digest(), [])) < r]
-            it: Any = todo
-            if progress and todo:
-                from tqdm.auto import tqdm
-
-                it = tqdm(todo, desc=f"round {r}/{settings.rounds}: {desc}", unit="net", dynamic_ncols=True)
-            for a in it:
-                done.setdefault(a.digest(), []).append(measure_arch(a, runtime, settings).median_ms)
-                save()
+            measure_networks(everything, runtime, settings, round_=r, shuffle=True,
+                             have=lambda a: len(done.get(a.digest(), [])),
+                             record=lambda a, e: done.setdefault(a.digest(), []).append(e.median_ms),
+                             save=save, progress=progress, desc=desc)
     finally:
         save()
     med = {a.digest(): float(np.median(done[a.digest()][: settings.rounds])) for a in everything}
@@ -201,12 +159,6 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
         drift.setdefault(a.name or "?", []).append((med[a.digest()], table.networks[a].median_ms))
     return ValidationSet(list(archs), [med[a.digest()] for a in archs], list(groups), drift or None,
                          [(a, med[a.digest()]) for a in anchors] or None)
-
-
-def round_order(n: int, round_: int) -> list[int]:
-    """The order in which round ``round_`` (from 1) measures ``n`` networks: a permutation seeded
-    by the round, so an interrupted validation resumes in the same order."""
-    return np.random.default_rng([VALIDATION_SEED, round_]).permutation(n).tolist()
 
 
 def reproducibility(anchors: dict[str, list[tuple[float, float]]], scale: float,
@@ -381,3 +333,76 @@ def scatter_plot(report: dict[str, Any], path: str | Path, *, title: str = "") -
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return p
+
+
+def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], *, exclude: set[str],
+                 resolution: int | None, seed: int) -> tuple[list[Arch], list[str]]:
+    """``n`` held-out samples and ``pruned`` held-out pruned networks spread over ``spaces``, plus
+    the timm ``models``, with their groups (space name, ``<space> pruned`` or ``timm``)."""
+    from nas.from_timm import arch_from_spec
+    from nas.space import load_space
+
+    archs, groups = [], []
+    for i, name in enumerate(spaces):
+        k = n // len(spaces) + (i < n % len(spaces))
+        sp = load_space(name)
+        got = held_out_archs(sp, k, exclude=exclude, resolution=resolution, seed=seed)
+        archs += got
+        groups += [sp.name] * len(got)
+        k = pruned // len(spaces) + (i < pruned % len(spaces))
+        got = held_out_pruned(sp, k, exclude=exclude, resolution=resolution, seed=seed) if k else []
+        archs += got
+        groups += [f"{sp.name} pruned"] * len(got)
+    for m in models or []:
+        archs.append(arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution))
+        groups.append("timm")
+    return archs, groups
+
+
+def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[str] = (),
+                    spaces: str | Sequence[str] | None = None, resolution: int | None = None,
+                    out: str | Path = "validation/report.json", seed: int = VALIDATION_SEED, settings=None,
+                    drift_anchors: int = 10, recalibrate: bool = False, allow_mismatch: bool = False,
+                    progress: bool = True, say=log.info) -> dict[str, Any]:
+    """Measure held-out networks on this machine and score every method (``validate``); write the
+    report (JSON) to ``out`` and its scatter plot beside it (``out`` with ``.png``).  The
+    ``nas.validate`` command.  Ctrl-C raises ``Interrupted``; the measurements so far are cached."""
+    from nas.latency.measure import Interrupted, ProfileSettings
+    from nas.latency.predictor import load_latency_model
+    from nas.latency.profiler import space_names
+    from nas.latency.runtimes import device_identity, get_runtime
+    from nas.target import Target
+
+    target = Target.coerce(target)
+    # the table as built: a refresh record is not applied (predictor_rescaled is the drift check's)
+    model = load_latency_model(target.to_dict(), allow_mismatch=allow_mismatch, refresh=False)
+    if not isinstance(model, LatencyPredictor):
+        raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
+    ident = device_identity(target.device.kind)
+    why = model.table_.measured_elsewhere(ident)
+    if why and not allow_mismatch:
+        raise ValueError(f"the table was measured on {model.device!r} but {why}: validate on "
+                         f"the device the table describes (or pass allow_mismatch=true)")
+    exclude = {a.digest() for a, _ in table_networks(model.table_)}
+    archs, groups = held_out_set(space_names(spaces), n, pruned, models, exclude=exclude,
+                                 resolution=resolution or target.resolution, seed=seed)
+    if not archs:
+        raise ValueError("nothing to validate: n=0, pruned=0 and no models")
+    out = Path(out)
+    runtime = get_runtime(target.to_dict())
+    settings = settings or ProfileSettings()
+    say(f"validating on {len(archs)} held-out networks ({', '.join(sorted(set(groups)))}) measured with "
+        f"{runtime.name} {runtime.version()} on {ident['name']}")
+    try:
+        vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
+                              progress=progress, table=model.table_ if drift_anchors or recalibrate else None,
+                              anchors_per_group=None if recalibrate else drift_anchors)
+    except KeyboardInterrupt as e:
+        raise Interrupted(f"measurements so far are cached beside {out}; run again to continue") from e
+    report = validate(model, Roofline.from_target(target.to_dict()), vs, recalibrate=recalibrate)
+    report["target"] = target.name
+    report["table"] = model.describe()
+    report["calibration_networks"] = model.n_calibration_
+    atomic_write_json(out, report)
+    scatter_plot(report, out.with_suffix(".png"), title=f"{target.name}: {model.device}")
+    return report

@@ -1,0 +1,210 @@
+"""The one measuring loop: every block, network and exported ONNX file is timed here.
+
+``measure(run)`` times a zero-argument callable (warm-up, then at least ``repeats`` timed calls
+and ``min_time_s``); ``summarize_times`` gives its median and p10/p90.  ``time_runner`` adds the
+re-measuring of a noisy round (spread above ``max_spread``) and returns a table ``Entry``;
+``measure_key`` / ``measure_arch`` build a block or a network and time it on a runtime;
+``time_onnx`` times exported ONNX bytes in fresh sessions.  ``measure_items`` is the loop over
+many blocks or networks, one round at a time, with a progress bar and Ctrl-C handling.
+
+``nas/latency/bundle_script.py`` keeps its own copy of the timing loop: it runs on devices
+without torch or this package.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nas.arch import Arch, BlockKey
+from nas.latency.table import Entry, now_iso
+
+__all__ = [
+    "Interrupted", "ProfileReport", "ProfileSettings", "measure", "measure_arch", "measure_items", "measure_key",
+    "measure_overhead", "summarize_times", "time_onnx", "time_onnx_stats", "time_runner",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a measuring workflow; the message says what was kept and how to continue."""
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    warmup: int = 10
+    repeats: int = 50
+    min_time_s: float = 0.1
+    max_spread: float = 0.2
+    remeasure: int = 2
+    rounds: int = 3
+    save_every_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("warmup", "repeats", "remeasure", "rounds"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < (1 if name in ("repeats", "rounds") else 0):
+                raise ValueError(f"profile.{name} must be a non-negative integer (repeats, rounds >= 1), got {v!r}")
+        if self.max_spread <= 0:
+            raise ValueError(f"profile.max_spread must be > 0, got {self.max_spread}")
+
+
+@dataclass
+class ProfileReport:
+    requested: int
+    already: int
+    measured: int
+    remeasured: int
+    seconds: float
+    interrupted: bool = False
+
+    @property
+    def entries_per_minute(self) -> float:
+        return 60.0 * self.measured / self.seconds if self.seconds > 0 else 0.0
+
+    def combine(self, other: ProfileReport) -> ProfileReport:
+        """Two rounds' reports as one (measured counts measurements, not distinct entries)."""
+        return ProfileReport(self.requested, self.already, self.measured + other.measured,
+                             self.remeasured + other.remeasured, self.seconds + other.seconds,
+                             self.interrupted or other.interrupted)
+
+
+def measure(run: Callable[[], Any], *, warmup: int = 10, repeats: int = 50, min_time_s: float = 0.05,
+            max_repeats: int = 2000) -> np.ndarray:
+    """Time ``run``: ``warmup`` calls, then at least ``repeats`` timed calls and ``min_time_s``.
+
+    Returns the per-call times in milliseconds.
+    """
+    for _ in range(warmup):
+        run()
+    times = []
+    t_end = time.perf_counter() + min_time_s
+    while len(times) < repeats or (time.perf_counter() < t_end and len(times) < max_repeats):
+        t0 = time.perf_counter_ns()
+        run()
+        times.append(time.perf_counter_ns() - t0)
+    return np.asarray(times, dtype=np.float64) / 1e6
+
+
+def summarize_times(ms: np.ndarray) -> dict[str, float]:
+    return {
+        "median_ms": float(statistics.median(ms)),
+        "p10_ms": float(np.percentile(ms, 10)),
+        "p90_ms": float(np.percentile(ms, 90)),
+        "n": int(len(ms)),
+    }
+
+
+def time_runner(run: Callable[[], Any], settings: ProfileSettings) -> Entry:
+    """Time ``run``; re-measure (up to ``settings.remeasure`` times) while its spread
+    ((p90 - p10) / median) exceeds ``settings.max_spread``, keeping the steadiest round."""
+    best: dict[str, float] | None = None
+    rounds = 0
+    for rounds in range(settings.remeasure + 1):  # noqa: B007 - used after the loop
+        stats = summarize_times(
+            measure(run, warmup=settings.warmup, repeats=settings.repeats, min_time_s=settings.min_time_s)
+        )
+        spread = (stats["p90_ms"] - stats["p10_ms"]) / stats["median_ms"]
+        if best is None or spread < (best["p90_ms"] - best["p10_ms"]) / best["median_ms"]:
+            best = stats
+        if spread <= settings.max_spread:
+            break
+    assert best is not None
+    return Entry(best["median_ms"], best["p10_ms"], best["p90_ms"], int(best["n"]), rounds, now_iso(),
+                 (best["median_ms"],))
+
+
+def measure_key(key: BlockKey, runtime, settings: ProfileSettings) -> Entry:
+    """Build, prepare and time one block; re-measure while its spread is too high."""
+    from nas.build import build_layer
+
+    run = runtime.prepare(build_layer(key), key.in_shape, key=key)
+    return time_runner(run, settings)
+
+
+def measure_arch(arch: Arch, runtime, settings: ProfileSettings | None = None) -> Entry:
+    """Measure a whole network end to end (same runtime and settings as the blocks)."""
+    import torch
+
+    from nas.build import build
+
+    settings = settings or ProfileSettings()
+    torch.manual_seed(0)
+    run = runtime.prepare(build(arch), (arch.in_chans, arch.resolution, arch.resolution), key=arch)
+    return time_runner(run, settings)
+
+
+def measure_overhead(runtime, settings: ProfileSettings) -> float:
+    """The fixed cost of one runtime call (an almost empty graph), in ms."""
+    return time_runner(runtime.overhead_runner(), settings).median_ms
+
+
+def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
+                    repeats: int, min_time_s: float) -> dict[str, float]:
+    """Median, p10 and p90 (ms; each the median over ``rounds``) of exported ONNX bytes on the
+    target's runtime, each round in a fresh session.  The bytes decide the precision."""
+    from nas.latency.runtimes import get_runtime
+    from nas.target import Target
+
+    rt = get_runtime(Target.coerce(target).replace(precision="fp32"))
+    meds, p10, p90 = [], [], []
+    for _ in range(rounds):
+        s = summarize_times(measure(rt.runner_for_onnx(model_bytes, in_shape), warmup=warmup, repeats=repeats,
+                                    min_time_s=min_time_s))
+        meds.append(s["median_ms"])
+        p10.append(s["p10_ms"])
+        p90.append(s["p90_ms"])
+    return {"median_ms": float(np.median(meds)), "p10_ms": float(np.median(p10)),
+            "p90_ms": float(np.median(p90)), "rounds": rounds}
+
+
+def time_onnx(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
+              repeats: int, min_time_s: float) -> float:
+    """The median latency (ms) over ``rounds`` rounds of exported ONNX bytes, a fresh session each
+    (``time_onnx_stats`` for p10/p90 too)."""
+    return time_onnx_stats(model_bytes, in_shape, target, rounds=rounds, warmup=warmup, repeats=repeats,
+                           min_time_s=min_time_s)["median_ms"]
+
+
+def measure_items(todo: Sequence[Any], measure_one: Callable[[Any], Entry], record: Callable[[Any, Entry], None],
+                  *, progress: bool, desc: str, unit: str, save: Callable[[], None] | None = None,
+                  label: Callable[[Any], str] | None = None, always_bar: bool = True) -> ProfileReport:
+    """Measure each of ``todo`` with ``measure_one`` and hand it to ``record``, calling ``save``
+    after each and once more at the end (also on Ctrl-C, which is re-raised)."""
+    report = ProfileReport(len(todo), 0, 0, 0, 0.0)
+    bar = None
+    if progress and (todo or always_bar):
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=desc, unit=unit, dynamic_ncols=True)
+    t0 = time.monotonic()
+    try:
+        for x in todo:
+            if bar is not None and label is not None:
+                bar.set_postfix_str(label(x), refresh=False)
+            entry = measure_one(x)
+            record(x, entry)
+            report.measured += 1
+            report.remeasured += entry.remeasured > 0
+            if save is not None:
+                save()
+            if bar is not None:
+                bar.update(1)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        raise
+    finally:
+        report.seconds = time.monotonic() - t0
+        if save is not None:
+            save()
+        if bar is not None:
+            bar.close()
+    return report
+

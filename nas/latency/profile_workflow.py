@@ -1,0 +1,271 @@
+"""The ``nas.profile`` workflow as one library call: ``profile_target(target, ...)``.
+
+Collects the blocks of the spaces (and of calibration-only spaces, pruned networks and timm
+models), then, depending on the arguments, writes a bundle for a device without torch,
+imports a bundle's results, re-measures a few calibration networks for one scale factor
+(``refresh``), re-measures all of them for a new calibration (``recalibrate``), or measures the
+missing blocks and calibration networks in interleaved rounds into the table.
+
+Lines for the user go to ``say`` (``log.info`` unless the caller passes ``print``).  Ctrl-C
+raises ``Interrupted`` (a ``KeyboardInterrupt``) whose message says what was kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nas.arch import Arch, BlockKey
+from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.profiler import (
+    calibration_archs,
+    new_metadata,
+    profile_blocks,
+    profile_networks,
+    pruned_archs,
+    space_names,
+)
+from nas.latency.runtimes import device_identity, device_mismatch, get_runtime
+from nas.latency.scoring import drift_ratios, score
+from nas.latency.table import LatencyTable, now_iso, resolve_table_path
+from nas.target import Target
+
+__all__ = ["Interrupted", "calibration_space_names", "profile_target", "remeasure_calibration"]
+
+log = logging.getLogger(__name__)
+
+
+def calibration_space_names(given, *, default: bool) -> list[str]:
+    """The calibration-only spaces to profile: ``given`` (names as in search_spaces/calibration/, or
+    YAML paths; a bare name means ``calibration/<name>``), or when it is None every one of them if
+    ``default`` (all shipped spaces at their own resolutions), else none."""
+    from nas.space import list_calibration_spaces
+
+    if given is None:
+        return list_calibration_spaces() if default else []
+    names = [str(given)] if isinstance(given, str) else [str(n) for n in given]
+    out = [n if "/" in n or n.endswith((".yaml", ".yml")) else f"calibration/{n}" for n in names]
+    known = list_calibration_spaces()
+    for n in out:
+        if n.startswith("calibration/") and n not in known and not Path(n).is_file():
+            raise ValueError(f"calibration_spaces: unknown calibration space {n.split('/', 1)[1]!r}; the shipped "
+                             f"ones are {', '.join(k.split('/', 1)[1] for k in known)} (search_spaces/calibration/), "
+                             "or give a YAML path")
+    return out
+
+
+def _collect(names: list[str], resolution: int | None, calibration_spaces, *, models, in_chans, num_classes,
+             pruned_networks: int) -> tuple[list[BlockKey], list, list[Arch], str]:
+    """Every block to measure, the spaces (search and calibration-only), the pruned networks and a
+    sentence saying where the blocks come from."""
+    from nas.space import load_space
+
+    spaces = [load_space(n) for n in names]
+    cal_spaces = [load_space(n) for n in calibration_spaces]
+    keys = []
+    for sp in spaces:
+        keys += sp.unique_blocks(resolution=resolution, in_chans=list(in_chans or ()), num_classes=list(num_classes or ()))
+    for sp in cal_spaces:  # calibration only: their own stems and heads
+        keys += sp.unique_blocks(resolution=resolution)
+    for m in models or []:
+        from nas.from_timm import arch_from_spec
+
+        keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
+    # narrowed networks as structured pruning leaves them: their blocks and the networks themselves
+    pruned = [a for sp in spaces + cal_spaces for a in pruned_archs(sp, pruned_networks, resolution=resolution)]
+    keys += [k for a in pruned for k in a.keys()]
+    keys = list(dict.fromkeys(keys))
+    where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
+    if cal_spaces:
+        where += f" + calibration-only spaces {', '.join(sp.name for sp in cal_spaces)}"
+    if pruned:
+        where += f" + the blocks of {len(pruned)} pruned networks"
+    if models:
+        where += f" + the blocks of {len(models)} timm models"
+    return keys, spaces + cal_spaces, pruned, where
+
+
+def _open_table(target: Target, out: Path, table: LatencyTable | None, settings: ProfileSettings, *,
+                allow_mismatch: bool) -> tuple[LatencyTable, str, Any]:
+    """The table to measure into (new, or ``table`` checked against the target and this machine),
+    this machine's name and the target's runtime; refuses another machine's device unless
+    ``allow_mismatch`` (before asking for the runtime, which that device may have and this one not)."""
+    ident = device_identity(target.device.kind)
+    here, want = ident["name"], target.device.name
+    why = device_mismatch(target.to_dict()["device"], ident)
+    if why and not allow_mismatch:
+        raise ValueError(
+            f"{why}, so it is not target {target.name!r}'s device: run nas.profile on the device, "
+            f"or write a bundle for it (bundle=<dir>), or pass allow_mismatch=true to measure here anyway"
+        )
+    runtime = get_runtime(target.to_dict())
+    if table is None:
+        table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=out)
+        if why:
+            table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} ({why}; allow_mismatch)"
+        return table, here, runtime
+    table.check_target({**target.to_dict(), "device": {"name": here}}, allow_mismatch=allow_mismatch)
+    why = table.measured_elsewhere(ident)
+    if why and not allow_mismatch:
+        raise ValueError(
+            f"{out} holds measurements from another processor: {why}. Adding to it would mix two machines' "
+            f"timings in one table; measure into a new file (out=<path>), or pass allow_mismatch=true"
+        )
+    return table, here, runtime
+
+
+def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[str] | None = None,
+                   resolution: int | None = None, out: str | Path | None = None, bundle: str | Path | None = None,
+                   import_bundle: str | Path | None = None, settings: ProfileSettings | None = None,
+                   calibration_spaces: str | Sequence[str] | None = None, calibration_networks: int = 40,
+                   pruned_networks: int = 20, models: Sequence[str] = (), in_chans: Sequence[int] = (),
+                   num_classes: Sequence[int] = (), refresh: int = 0, recalibrate: bool = False,
+                   allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
+                   say: Callable[[str], None] = log.info) -> dict[str, Any]:
+    """Build (or extend, refresh, recalibrate) the target's latency table on this machine, or write /
+    import a bundle for a device without torch; the ``nas.profile`` command.  Returns a summary."""
+    from nas.latency.bundle import import_bundle as _import_bundle
+    from nas.latency.bundle import write_bundle
+
+    target = Target.coerce(target)
+    settings = settings or ProfileSettings()
+    out = Path(out) if out else resolve_table_path(target.table or f"{target.name}.json", for_writing=True)
+    names = space_names(spaces)
+    resolution = resolution or target.resolution
+    cal_names = calibration_space_names(calibration_spaces, default=not spaces and not resolution)
+    keys, all_spaces, pruned, where = _collect(names, resolution, cal_names, models=models, in_chans=in_chans,
+                                               num_classes=num_classes, pruned_networks=pruned_networks)
+    if bundle:
+        manifest = write_bundle(keys, target.to_dict(), bundle, settings=settings, progress=progress)
+        say(f"wrote a bundle of {len(keys)} blocks ({where}) to {manifest.parent}\n"
+            f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py\n"
+            f"then here:      python -m nas.profile conf={target.name} "
+            f"import_bundle={manifest.parent}/results.json")
+        return {"bundle": str(manifest.parent), "blocks": len(keys)}
+    table = LatencyTable.load(out) if out.is_file() else None
+    if import_bundle:
+        table = _import_bundle(import_bundle, table)
+        table.check_target(target.to_dict(), allow_mismatch=allow_mismatch)
+        table.save(out)
+        say(f"imported {import_bundle} into {out}: {table.describe()}")
+        return {"table": str(out), "entries": len(table)}
+    table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
+    if recalibrate and refresh:
+        raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
+                         "calibration network, refresh a few of them for one scale factor)")
+    if recalibrate:
+        return _recalibrate(table, out, runtime, settings, progress=progress, say=say)
+    if refresh:
+        return _refresh(table, out, runtime, settings, refresh, progress=progress, say=say)
+    nets = [a for sp in all_spaces for a in calibration_archs(sp, calibration_networks, resolution=resolution)] + pruned
+    missing = len(table.missing(keys))
+    say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
+        f"on {here} with {runtime.name} {runtime.version()} ({target.provider}, {runtime.precision}, "
+        f"batch {runtime.batch}, {runtime.threads} thread(s)); {len(nets)} calibration networks; "
+        f"{settings.rounds} round(s), blocks and networks interleaved")
+    return _measure_table(keys, nets, table, out, runtime, settings, limit=limit, progress=progress, say=say)
+
+
+def _measure_table(keys, nets, table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *,
+                   limit: int | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    R = settings.rounds
+    rep = nrep = None
+    try:
+        for r in range(1, R + 1):  # rounds spread over the run, so slow drifts of the machine average out
+            b = profile_blocks(keys, runtime, table, settings=settings, path=out, progress=progress,
+                               limit=limit, round_=r)
+            n = profile_networks(nets, runtime, table, settings=settings, path=out, progress=progress, round_=r)
+            rep, nrep = (b, n) if rep is None else (rep.combine(b), nrep.combine(n))
+    except KeyboardInterrupt as e:
+        raise Interrupted(f"{len(table)} block entries and {len(table.networks)} networks are saved in {out}; "
+                          "run the same command again to continue") from e
+    assert rep is not None and nrep is not None
+    say(f"{rep.measured} block measurements in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
+        f"{rep.remeasured} re-measured for noise; {nrep.measured} network measurements in {nrep.seconds:.1f}s; "
+        f"table: {table.describe()}, {len(table.networks)} networks -> {out}")
+    return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
+            "entries": len(table), "requested": rep.requested, "networks": len(table.networks),
+            "network_seconds": nrep.seconds, "rounds": R}
+
+
+def remeasure_calibration(table: LatencyTable, runtime, settings: ProfileSettings, *, per_space: int | None,
+                          cache: Path | None = None, progress: bool = True) -> tuple[dict, list[tuple[Arch, float]]]:
+    """Re-measure ``per_space`` of the table's calibration networks per space (None: all), in
+    the validation's interleaved rounds; their (now, table) pairs per space and their figures now."""
+    from nas.latency.validate import measure_held_out
+
+    vs = measure_held_out([], [], runtime, settings, cache=cache, progress=progress, table=table,
+                          anchors_per_group=per_space, desc="calibration networks")
+    return vs.anchors or {}, vs.remeasured or []
+
+
+def _refresh(table: LatencyTable, out: Path, runtime, settings: ProfileSettings, per_space: int, *,
+             progress: bool, say: Callable[[str], None] = log.info) -> dict[str, Any]:
+    """Re-measure ``per_space`` of the table's calibration networks per space now and store the
+    median now/table ratio in its metadata (``refresh``); the predictor scales by it.  Entries
+    and networks are left as measured; only the ``refresh`` record is replaced."""
+    if not table.networks:
+        raise ValueError(f"refresh={per_space}: {out} holds no calibration networks to re-measure; build the table "
+                         "first (nas.profile without refresh=)")
+    say(f"refresh: re-measuring {per_space} of the table's calibration networks per space ({settings.rounds} "
+        f"round(s)) with {runtime.name} {runtime.version()}")
+    try:  # the drift check of nas.validate, without held-out networks
+        anchors, _ = remeasure_calibration(table, runtime, settings, per_space=per_space, progress=progress)
+    except KeyboardInterrupt as e:
+        raise Interrupted(f"{out} is unchanged") from e
+    scale, per, n = drift_ratios(anchors)
+    rec = {"now_over_table": scale, "networks": n, "per_space": per,
+           "measured_at": now_iso(), "rounds": settings.rounds,
+           "previous": (table.metadata.get("refresh") or {}).get("now_over_table")}
+    table.metadata["refresh"] = rec
+    table.save(out)
+    say(f"refresh: the table's calibration networks now run at {rec['now_over_table']:.3f}x their table figures "
+        f"({', '.join(f'{g} {v:.3f}x' for g, v in per.items())}); predictions from {out} are scaled by it "
+        f"(the entries themselves are unchanged)")
+    return {"table": str(out), "refresh": rec}
+
+
+def _recalibrate(table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *, progress: bool,
+                 say: Callable[[str], None] = log.info) -> dict[str, Any]:
+    """Re-measure every calibration network of the table now (interleaved rounds, resumable from
+    ``<table>.recalibrate.json``) and store their figures in its metadata (``recalibration``); the
+    predictor fits its calibration (linear and network residual) on them instead of the table's
+    figures.  Entries and networks are left as measured."""
+    from nas.latency.predictor import LatencyPredictor
+
+    if not table.networks:
+        raise ValueError(f"recalibrate=true: {out} holds no calibration networks to re-measure; build the table "
+                         "first (nas.profile without recalibrate=)")
+    cache = out.with_suffix(".recalibrate.json")
+    say(f"recalibrate: re-measuring all {len(table.networks)} calibration networks ({settings.rounds} round(s)) "
+        f"with {runtime.name} {runtime.version()}; progress kept in {cache}")
+    try:
+        anchors, remeasured = remeasure_calibration(table, runtime, settings, per_space=None, cache=cache,
+                                                    progress=progress)
+    except KeyboardInterrupt as e:
+        raise Interrupted(f"{out} is unchanged; the networks measured so far are kept in {cache}: run the same "
+                          "command again to continue") from e
+    scale, per, n = drift_ratios(anchors)
+    figs = {a.digest(): ms for a, ms in remeasured}
+    rec = {"measured_at": now_iso(), "rounds": settings.rounds, "networks": len(figs), "now_over_table": scale,
+           "per_space": per, "runtime": runtime.info(), "network_ms": figs}
+    previous = table.metadata.get("recalibration")
+    if previous:
+        rec["previous"] = {k: previous.get(k) for k in ("measured_at", "now_over_table")}
+    as_built = LatencyPredictor(refresh=False).fit(table)
+    table.metadata["recalibration"] = rec
+    now = LatencyPredictor().fit(table)
+    archs, y = [a for a, _ in remeasured], [ms for _, ms in remeasured]
+    before, after = score(as_built.predict(archs), y), score(now.predict(archs), y)
+    table.save(out)
+    cache.unlink(missing_ok=True)
+    say(f"recalibrate: the table's calibration networks now run at {scale:.3f}x their table figures "
+        f"({', '.join(f'{g} {v:.3f}x' for g, v in per.items())}); on them (in-sample) the predictor as built was "
+        f"within ±5% for {100 * before['within_5pct']:.1f}%, recalibrated {100 * after['within_5pct']:.1f}% "
+        f"(MAPE {before['mape']:.2f}% -> {after['mape']:.2f}%). Predictions from {out} now use this calibration "
+        "(the entries and networks themselves are unchanged); `nas.validate recalibrate=true` scores it on "
+        "held-out networks")
+    return {"table": str(out), "recalibration": {k: v for k, v in rec.items() if k != "network_ms"},
+            "in_sample": {"as_built": before, "recalibrated": after}}
