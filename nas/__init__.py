@@ -19,45 +19,35 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# name -> the modules that may define it, first importable one wins (a name moving between modules
-# keeps working during the move)
-_HOMES: dict[str, tuple[str, ...]] = {
-    "Arch": ("nas.arch",),
-    "SearchSpace": ("nas.space",),
-    "load_space": ("nas.space",),
-    "build": ("nas.build",),
-    "from_timm": ("nas.from_timm",),
-    "arch_cost": ("nas.cost",),
-    "Target": ("nas.target",),
-    "load_target": ("nas.target",),
-    "load_latency_model": ("nas.latency.predictor",),
-    "profile_target": ("nas.latency.profiler",),
-    "validate_target": ("nas.latency.validate",),
-    "prepare_search": ("nas.search.study",),
-    "run_search": ("nas.search.study",),
-    "train_front": ("nas.train.pipeline",),
-    "export_checkpoint": ("nas.export.checkpoint", "nas.train.pipeline"),
+# name -> the module that defines it
+_HOMES: dict[str, str] = {
+    "Arch": "nas.arch",
+    "SearchSpace": "nas.space",
+    "load_space": "nas.space",
+    "build": "nas.builder",
+    "from_timm": "nas.from_timm",
+    "arch_cost": "nas.cost",
+    "Target": "nas.target",
+    "load_target": "nas.target",
+    "load_latency_model": "nas.latency.predictor",
+    "profile_target": "nas.latency.profile_workflow",
+    "validate_target": "nas.latency.validate",
+    "prepare_search": "nas.search.study",
+    "run_search": "nas.search.study",
+    "train_front": "nas.train.pipeline",
+    "export_checkpoint": "nas.train.checkpoint",
 }
 
 __all__ = ["__version__", *_HOMES]
 
 
 def __getattr__(name: str) -> Any:
-    homes = _HOMES.get(name)
-    if homes is None:
+    home = _HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module 'nas' has no attribute {name!r}")
-    for i, home in enumerate(homes):
-        try:
-            module = importlib.import_module(home)
-        except ModuleNotFoundError as e:
-            if e.name != home or i == len(homes) - 1:  # a missing dependency, or the last home: a real error
-                raise
-            continue
-        if hasattr(module, name) or i == len(homes) - 1:
-            value = getattr(module, name)
-            globals()[name] = value  # cache: later lookups skip __getattr__
-            return value
-    raise AttributeError(f"module 'nas' has no attribute {name!r}")  # pragma: no cover
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
 
 
 def __dir__() -> list[str]:

@@ -1,7 +1,7 @@
 """Reading timm's EfficientNet-family modules into ``Arch`` parts (used by ``nas.from_timm``).
 
 ``_Reader`` checks each module (conv, BatchNorm, activation, gate, squeeze-excite, block, pooling,
-classifier) against what ``nas.build`` reproduces exactly, and raises ``UnsupportedModelError``
+classifier) against what ``nas.builder`` reproduces exactly, and raises ``UnsupportedModelError``
 naming the model, the module and what is unsupported.
 """
 
@@ -28,7 +28,7 @@ SUPPORTED_BLOCKS: dict[str, str] = {
     "EdgeResidual": "fused",
 }
 
-_BN_EPS = 1e-5  # nn.BatchNorm2d / timm BatchNormAct2d default, what nas.build uses
+_BN_EPS = 1e-5  # nn.BatchNorm2d / timm BatchNormAct2d default, what nas.builder uses
 
 
 class UnsupportedModelError(ValueError):
@@ -330,11 +330,11 @@ class _Reader:
         )
 
     def _mid_check(self, where: str, mid: int) -> None:
-        # nas.build hands timm exp_ratio = mid / in; timm rounds the expansion to a multiple of 8
+        # nas.builder hands timm exp_ratio = mid / in; timm rounds the expansion to a multiple of 8
         if mid % 8:
             raise self.fail(
                 f"block {where}",
-                f"has {mid} expansion channels, not a multiple of 8, which nas.build cannot reproduce",
+                f"has {mid} expansion channels, not a multiple of 8, which nas.builder cannot reproduce",
             )
 
     # -- head -------------------------------------------------------------------------------

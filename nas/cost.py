@@ -2,7 +2,7 @@
 
 Everything here is computed from the spec alone (pure Python integers, no torch, no forward
 pass), so it is cheap enough to call for thousands of sampled architectures.  The numbers are
-exact for the modules ``nas.build`` makes from timm's blocks; ``tests/test_cost.py`` checks them
+exact for the modules ``nas.builder`` makes from timm's blocks; ``tests/test_cost.py`` checks them
 against the built modules.
 
 Parameters

@@ -4,10 +4,10 @@
 B*/Lite, MnasNet, FBNet-C, SPNASNet, LCNet, TinyNet, ...) *from its modules*: conv shapes, kernel
 sizes, strides, padding, activation and gate classes, squeeze-excite widths, residual flags.  No
 model-name heuristics are used, so whatever a model is built with, the ``Arch`` describes exactly
-that network, and ``nas.build.build(arch)`` reproduces it parameter for parameter;
+that network, and ``nas.builder.build(arch)`` reproduces it parameter for parameter;
 ``load_timm_weights`` then copies the timm weights into it so the two compute the same function.
 
-Anything the ``Arch`` spec (and ``nas.build``) cannot reproduce raises ``UnsupportedModelError``
+Anything the ``Arch`` spec (and ``nas.builder``) cannot reproduce raises ``UnsupportedModelError``
 naming the model, the module and what is unsupported: other block classes (``CondConvResidual``,
 ``UniversalInvertedResidual``/MobileNetV4, ``MobileAttention``), TF "same" / dynamic padding
 (``Conv2dSame``), dilation, grouped convs other than depthwise, mixed kernels (``MixedConv2d``),
@@ -263,7 +263,7 @@ def load_timm_weights(net: nn.Module, timm_model: nn.Module) -> None:
     """
     mapping = timm_key_map(timm_model)
     src = timm_model.state_dict()
-    from nas.build import state_dict_diff
+    from nas.builder import state_dict_diff
 
     mapped = {mapping[k]: v for k, v in src.items()}
     missing, unexpected, mismatched = (sorted(x) for x in state_dict_diff(net.state_dict(), mapped))

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from nas.latency.profiler import ProfileSettings, measure_arch, measure_key  # noqa: E402
 from nas.latency.runtimes import get_runtime  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
-from nas.train.pipeline import load_target  # noqa: E402
+from nas.target import load_target  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
     a = ap.parse_args()
-    target = load_target(a.target)
+    target = load_target(a.target).to_dict()
     table = LatencyTable.load(resolve_table_path(target["table"]))
     table.check_target(target)
     why = table.measured_elsewhere()

@@ -80,7 +80,7 @@ def layer_of(node: str, n_layers: int) -> int | None:
 
 
 def study(arch, runtime, table, runs: int) -> dict:
-    from nas.build import build, build_layer
+    from nas.builder import build, build_layer
 
     keys = arch.keys()
     shape = (arch.in_chans, arch.resolution, arch.resolution)

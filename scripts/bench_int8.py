@@ -64,10 +64,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from nas.latency.table import resolve_table_path
-    from nas.train.pipeline import load_target
+    from nas.target import load_target
 
     t32, t8 = args.targets
-    args.fp32, args.int8 = (resolve_table_path(load_target(t)["table"]) for t in args.targets)
+    args.fp32, args.int8 = (resolve_table_path(load_target(t).table) for t in args.targets)
     stem = "int8" if t32 == "cpu" else f"int8_{t32}"
     f32, i8 = LatencyTable.load(args.fp32), LatencyTable.load(args.int8)
     for t, want in ((f32, "fp32"), (i8, "int8")):

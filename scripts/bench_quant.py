@@ -112,9 +112,10 @@ def main() -> None:
 
     import torch
 
-    from nas.build import build
+    from nas.builder import build
     from nas.export.onnx import export_onnx
-    from nas.latency.runtimes import get_runtime, measure, summarize_times
+    from nas.latency.measure import measure, summarize_times
+    from nas.latency.runtimes import get_runtime
     from nas.target import load_target
 
     target = load_target(args.target)

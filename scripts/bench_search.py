@@ -186,11 +186,12 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     import torch
     from omegaconf import OmegaConf
 
-    from nas.build import build
+    from nas.builder import build
     from nas.data import adapt_arch, load_data
     from nas.from_timm import from_timm
     from nas.latency import load_latency_model
-    from nas.latency.runtimes import get_runtime, measure, summarize_times
+    from nas.latency.measure import measure, summarize_times
+    from nas.latency.runtimes import get_runtime
     from nas.search.evaluate import TrainEvaluator
     from nas.search.results import pareto_front, trial_records
 

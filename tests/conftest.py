@@ -1,10 +1,16 @@
 import os
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+# subprocesses (python -m nas.<command>, run from temporary dirs) import this checkout's nas, not
+# whatever install the interpreter has
+_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 settings.register_profile(
     "default",

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nas.arch import Arch, BlockKey
-from nas.build import build, build_layer
+from nas.builder import build, build_layer
 from nas.export.onnx import export_onnx, ort_session
 from nas.space import list_calibration_spaces, list_spaces, load_space
 

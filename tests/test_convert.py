@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from nas.arch import Arch, ConvBlock, DSConvBlock, FusedMBConvBlock, MBConvBlock
-from nas.build import build
+from nas.builder import build
 from nas.from_timm import (
     SUPPORTED_FAMILIES,
     UnsupportedModelError,

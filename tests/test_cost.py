@@ -1,4 +1,4 @@
-"""nas.cost against counted forward passes of the modules nas.build makes.
+"""nas.cost against counted forward passes of the modules nas.builder makes.
 
 Parameters: ``sum(p.numel() for p in module.parameters())``.  MACs: ``FlopCounterMode`` total
 flops / 2.  Peak activations: the definition in nas/cost.py, rebuilt from tensor sizes recorded
@@ -28,7 +28,7 @@ from nas.arch import (
     Head,
     MBConvBlock,
 )
-from nas.build import AttentionLayer, build, build_layer
+from nas.builder import AttentionLayer, build, build_layer
 from nas.cost import ArchCost, Cost, arch_cost, block_cost
 from nas.space import list_spaces, load_space
 

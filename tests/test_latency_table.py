@@ -24,8 +24,9 @@ META = {
     "measurement": {"warmup": 1, "repeats": 3},
     "call_overhead_ms": 0.005,
 }
+DEVICE = {"name": "Test CPU", "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}
 TARGET = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
-          "batch": 1, "threads": 1, "device": {"name": "Test CPU"}}
+          "batch": 1, "threads": 1, "latency_budget_ms": 10.0, "device": DEVICE}
 
 
 def small_table() -> LatencyTable:
@@ -85,7 +86,7 @@ def test_not_a_table_and_malformed_entries(tmp_path):
         ("precision", "int8", "precision: table has 'fp32', target 'cpu' wants 'int8'"),
         ("threads", 4, "threads: table has 1, target 'cpu' wants 4"),
         ("provider", "CUDAExecutionProvider", "runtime.provider"),
-        ("device", {"name": "Other CPU"}, "device.name: table has 'Test CPU'"),
+        ("device", {**DEVICE, "name": "Other CPU"}, "device.name: table has 'Test CPU'"),
     ],
 )
 def test_mismatched_target(field, value, message):

@@ -17,7 +17,7 @@ META = {
     "precision": "fp32", "batch": 1, "threads": 1, "measurement": {}, "call_overhead_ms": 0.004,
 }
 TARGET = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
-          "batch": 1, "threads": 1, "device": {"name": "Synthetic CPU", "kind": "cpu", "peak_gflops": 40.0,
+          "batch": 1, "threads": 1, "latency_budget_ms": 10.0, "device": {"name": "Synthetic CPU", "kind": "cpu", "peak_gflops": 40.0,
                                               "mem_bandwidth_gbs": 8.0, "overhead_us": 4.0}}
 
 

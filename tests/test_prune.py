@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nas.arch import SE, Arch, ConvBlock, DSConvBlock, FusedMBConvBlock, Head, MBConvBlock
-from nas.build import build
+from nas.builder import build
 from nas.compress.prune import (
     LossProbe,
     PrunePlan,
@@ -207,9 +207,9 @@ def test_importance_ranks_dead_channels_last():
 
 def test_pruned_arch_is_scored_by_the_latency_model():
     from nas.latency import RooflineModel
-    from nas.train.pipeline import load_target
+    from nas.target import load_target
 
-    lm = RooflineModel(load_target("cpu"))  # the labelled estimate: deterministic, needs no table
+    lm = RooflineModel(load_target("cpu").to_dict())  # the labelled estimate: deterministic, needs no table
     arch = _arch("pool_conv")
     model = build(arch)
     imp = channel_importance(model, channel_units(arch), "l1")

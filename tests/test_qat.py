@@ -8,7 +8,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from nas.build import build
+from nas.builder import build
 from nas.compress.qat import (
     ActQuant,
     QATNet,
@@ -162,7 +162,7 @@ def test_export_needs_calibration_and_settings_are_checked():
         QuantSettings(ema=0.0)
     with pytest.raises(ValueError, match="observer mode must be"):
         set_observers(q, "sometimes")
-    with pytest.raises(ValueError, match="needs a network built by nas.build"):
+    with pytest.raises(ValueError, match="needs a network built by nas.builder"):
         prepare_qat(torch.nn.Conv2d(1, 1, 1))
 
 
@@ -174,7 +174,7 @@ def test_quantize_overrides_and_bench_quant_variants():
 
     import onnx
 
-    from nas.build import build
+    from nas.builder import build
     from nas.compress.ptq import quantize_qdq
     from nas.export.onnx import export_onnx
     from nas.space import load_space

@@ -111,7 +111,7 @@ def test_rerun_resumes_without_redoing_work(trained, search_run, capsys):
 
 
 def test_interrupted_fit_resumes_to_the_same_weights(tmp_path):
-    from nas.build import build
+    from nas.builder import build
     from nas.data import DataSettings, load_data
     from nas.space import load_space
     from nas.train.checkpoint import load_checkpoint
@@ -203,7 +203,7 @@ def test_export_bad_input_overwrites_nothing(trained, tmp_path, capsys):
     base = ["conf=cpu", "conf.table=null", f"arch={mdir / 'arch.json'}", f"out={dst}"]
     # a checkpoint that does not match the Arch
     other = load_space("tiny").random(9).with_head(in_chans=1).with_resolution(16)
-    from nas.build import build
+    from nas.builder import build
 
     torch.save(build(other).state_dict(), tmp_path / "other.pt")
     code, err, _ = _run_in_process("export", [*base, f"weights={tmp_path / 'other.pt'}", "overwrite=true"], capsys)
@@ -253,7 +253,7 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
     """distill=1: the labels do not enter the loss, the student learns the teacher's answers (here a
     teacher that answers something else than the labels); the KD settings are part of the
     checkpoint's meta; bad weights are named."""
-    from nas.build import build
+    from nas.builder import build
     from nas.data import DataSettings, load_data
     from nas.space import load_space
     from nas.train.fit import fit

@@ -34,7 +34,10 @@ def venv_python(wheel, tmp_path_factory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv") / "env"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
+    # --ignore-installed: the system may hold hwnas already (an editable install of this checkout)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q", str(wheel)],
+                   check=True, env=env)
     return py
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from nas.cli._common import fmt_table, hydra_app, user_errors
 
@@ -11,22 +11,23 @@ from nas.cli._common import fmt_table, hydra_app, user_errors
 def run(cfg: DictConfig) -> dict:
     from nas.from_timm import arch_from_spec
     from nas.latency import load_latency_model
+    from nas.target import Target
 
     if bool(cfg.arch) == bool(cfg.model):
         raise ValueError("give exactly one of arch=<arch.json> or model=timm:<name>")
     spec = cfg.arch or cfg.model
     if cfg.model and not cfg.model.startswith("timm:"):
         raise ValueError(f"model must look like timm:<name>, got {cfg.model!r}")
-    target = OmegaConf.to_container(cfg.target, resolve=True)
+    target = Target.coerce(cfg.target)
     arch = arch_from_spec(spec)
-    res = cfg.resolution or target.get("resolution")
+    res = cfg.resolution or target.resolution
     if res:
         arch = arch.with_resolution(res)
     model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
     if model.warning:
         print(f"WARNING: {model.warning}")
     p = model.explain(arch)
-    print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target['name']}: {p.label()}")
+    print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target.name}: {p.label()}")
     if cfg.breakdown:
         if hasattr(model, "breakdown"):
             rows = [[r["layer"], f"{r['ms']:.4f}", r["source"]] for r in model.breakdown(arch)]

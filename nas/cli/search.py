@@ -39,7 +39,7 @@ def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any
         run_dir = HydraConfig.get().runtime.output_dir
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return prepare_search(
-        target=target.to_dict(),
+        target=target,
         search_space=cfg.search_space,
         data=OmegaConf.to_container(cfg.data, resolve=True),
         evaluator=OmegaConf.to_container(cfg.evaluator, resolve=True),

@@ -196,7 +196,7 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
 
     A dropped squeeze-excite's mean gate is folded into the 1x1 convolution after it; a dropped
     residual block's tensors are left out and the blocks after it move up one index."""
-    from nas.build import build
+    from nas.builder import build
 
     if getattr(model, "arch", plan.original) != plan.original:
         raise ValueError("the model's Arch is not the plan's original Arch")
@@ -279,7 +279,7 @@ def prune_model(
     """Importance -> plan -> sliced model, in one call.  ``model`` must have an ``arch``."""
     arch = getattr(model, "arch", None)
     if not isinstance(arch, Arch):
-        raise ValueError("prune_model needs a model built by nas.build.build (with an .arch)")
+        raise ValueError("prune_model needs a model built by nas.builder.build (with an .arch)")
     units = channel_units(arch)
     batches = list(batches) if batches is not None else None
     imp = channel_importance(model, units, criterion, batches=batches)

@@ -50,7 +50,7 @@ class LossProbe:
                  order: Mapping[str, np.ndarray] | None = None, chunk: int = 256) -> None:
         arch = getattr(model, "arch", None)
         if not isinstance(arch, Arch):
-            raise ValueError("LossProbe needs a model built by nas.build.build (with an .arch)")
+            raise ValueError("LossProbe needs a model built by nas.builder.build (with an .arch)")
         xs, ys = zip(*batches) if batches else ((), ())
         if not xs:
             raise ValueError("prune.criterion=loss got no images to measure the loss on")

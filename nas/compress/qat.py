@@ -50,7 +50,7 @@ from timm.models._efficientnet_blocks import (
 )
 from torch import nn
 
-from nas.build import AttentionLayer, HeadLayer
+from nas.builder import AttentionLayer, HeadLayer
 from nas.compress.ptq import finalize_qdq
 
 __all__ = [
@@ -284,7 +284,7 @@ class QOut(nn.Module):
 
 
 class QHead(nn.Module):
-    """``nas.build.HeadLayer`` with its pool (and hidden layer) quantized; logits stay float."""
+    """``nas.builder.HeadLayer`` with its pool (and hidden layer) quantized; logits stay float."""
 
     def __init__(self, head: HeadLayer, ema: float) -> None:
         super().__init__()
@@ -334,7 +334,7 @@ def prepare_qat(model: nn.Module, settings: QuantSettings | None = None) -> QATN
     """Fold BN, insert fake quantization; ``model`` (an ``ArchNet``) is not modified."""
     settings = settings or QuantSettings()
     if not hasattr(model, "arch") or not hasattr(model, "blocks"):
-        raise ValueError("prepare_qat needs a network built by nas.build.build")
+        raise ValueError("prepare_qat needs a network built by nas.builder.build")
     folded = fold_bn(model)
     ema, qmax = settings.ema, weight_qmax(settings.reduce_range)
     keys = folded.arch.keys()

@@ -88,7 +88,7 @@ def _latency(onnx: bytes, arch: Arch, precision: str, target: Target, export: Ex
     t = target if target.precision == precision else precision_targets(target).get(precision)
     if t is None:
         return None, None
-    p = load_latency_model(t.to_dict(), allow_mismatch=allow_mismatch).explain(arch)
+    p = load_latency_model(t, allow_mismatch=allow_mismatch).explain(arch)
     pred = {**p.to_dict(), "label": p.label(), "target": t.name}
     meas = None
     if export.measure and runs_here(t):

@@ -6,7 +6,6 @@ import io
 import logging
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -87,12 +86,3 @@ def ort_session(model: bytes | str | Path, *, threads: int = 1, providers: list 
     src = model if isinstance(model, bytes) else str(model)
     return ort.InferenceSession(src, so, providers=providers or ["CPUExecutionProvider"])
 
-
-def __getattr__(name: str) -> Any:
-    """``QDQ_SETTINGS`` and ``quantize_qdq`` moved to ``nas.compress.ptq``; still found here for callers
-    not yet moved (``nas.latency.runtimes``, ``nas.latency.bundle``)."""
-    if name in ("QDQ_SETTINGS", "quantize_qdq"):
-        from nas.compress import ptq
-
-        return getattr(ptq, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

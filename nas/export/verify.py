@@ -63,17 +63,9 @@ def calibration_inputs(data: Dataset, n: int, *, seed: int) -> list[np.ndarray]:
 
 def measure_onnx(model: bytes, in_shape: tuple[int, int, int], target: Target,
                  settings: MeasureSettings) -> dict[str, float]:
-    """Median latency (ms) over ``settings.rounds`` rounds, each in a fresh session."""
-    from nas.latency.runtimes import get_runtime, measure, summarize_times
+    """Median latency (ms; p10 / p90 too) over ``settings.rounds`` rounds, each in a fresh session:
+    the latency package's one measuring loop."""
+    from nas.latency.measure import time_onnx_stats
 
-    rt = get_runtime({**Target.coerce(target).to_dict(), "precision": "fp32"})  # the bytes decide the precision
-    meds, allp10, allp90 = [], [], []
-    for _ in range(settings.rounds):
-        run = rt.runner_for_onnx(model, in_shape)
-        s = summarize_times(measure(run, warmup=settings.warmup, repeats=settings.repeats,
-                                    min_time_s=settings.min_time_s))
-        meds.append(s["median_ms"])
-        allp10.append(s["p10_ms"])
-        allp90.append(s["p90_ms"])
-    return {"median_ms": float(np.median(meds)), "p10_ms": float(np.median(allp10)),
-            "p90_ms": float(np.median(allp90)), "rounds": settings.rounds}
+    return time_onnx_stats(model, in_shape, target, rounds=settings.rounds, warmup=settings.warmup,
+                           repeats=settings.repeats, min_time_s=settings.min_time_s)

@@ -20,9 +20,10 @@ import torch
 from nas import __version__
 from nas._io import atomic_write_json
 from nas.arch import BlockKey
-from nas.build import build_layer
+from nas.builder import build_layer
 from nas.latency.measure import ProfileSettings
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
+from nas.target import Target
 
 __all__ = ["BUNDLE_SCHEMA", "import_bundle", "write_bundle"]
 
@@ -32,7 +33,7 @@ _SCRIPT = Path(__file__).with_name("bundle_script.py")
 
 def write_bundle(
     keys: Iterable[BlockKey],
-    target: dict[str, Any],
+    target: Target | dict[str, Any],
     out_dir: str | Path,
     *,
     settings: ProfileSettings | None = None,
@@ -40,11 +41,13 @@ def write_bundle(
 ) -> Path:
     """Write the blocks, manifest and measuring script into ``out_dir``; return the manifest path."""
     settings = settings or ProfileSettings()
-    from nas.export.onnx import export_onnx, quantize_qdq
+    from nas.compress.ptq import quantize_qdq
+    from nas.export.onnx import export_onnx
 
     out = Path(out_dir)
     (out / "blocks").mkdir(parents=True, exist_ok=True)
-    precision, batch = target.get("precision", "fp32"), int(target.get("batch", 1))
+    target = Target.coerce(target)
+    precision, batch = target.precision, target.batch
     keys = list(dict.fromkeys(keys))
     blocks = []
     it: Iterable[BlockKey] = keys
@@ -66,19 +69,19 @@ def write_bundle(
     from nas.latency.runtimes import _Tiny
 
     export_onnx(_Tiny(), torch.randn(batch, 8, 8, 8), out / overhead)
-    runtime = target.get("runtime", "onnxruntime")
+    runtime = target.runtime
     manifest = {
         "schema": BUNDLE_SCHEMA,
         "schema_version": 1,
-        "bundle_id": f"{target.get('name')}-{now_iso()}",
-        "target": target.get("name"),
-        "device_kind": (target.get("device") or {}).get("kind", "cpu"),
-        "expected_device": (target.get("device") or {}).get("name"),
+        "bundle_id": f"{target.name}-{now_iso()}",
+        "target": target.name,
+        "device_kind": target.device.kind,
+        "expected_device": target.device.name,
         "bundle_runtime": "trtexec" if runtime == "tensorrt" else "onnxruntime",
-        "provider": target.get("provider") or "CPUExecutionProvider",
+        "provider": target.provider or "CPUExecutionProvider",
         "precision": precision,
         "batch": batch,
-        "threads": int(target.get("threads", 1)),
+        "threads": target.threads,
         "settings": {k: getattr(settings, k) for k in ("warmup", "repeats", "min_time_s", "max_spread", "remeasure")},
         "overhead": overhead,
         "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17},

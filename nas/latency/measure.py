@@ -123,7 +123,7 @@ def time_runner(run: Callable[[], Any], settings: ProfileSettings) -> Entry:
 
 def measure_key(key: BlockKey, runtime, settings: ProfileSettings) -> Entry:
     """Build, prepare and time one block; re-measure while its spread is too high."""
-    from nas.build import build_layer
+    from nas.builder import build_layer
 
     run = runtime.prepare(build_layer(key), key.in_shape, key=key)
     return time_runner(run, settings)
@@ -133,7 +133,7 @@ def measure_arch(arch: Arch, runtime, settings: ProfileSettings | None = None) -
     """Measure a whole network end to end (same runtime and settings as the blocks)."""
     import torch
 
-    from nas.build import build
+    from nas.builder import build
 
     settings = settings or ProfileSettings()
     torch.manual_seed(0)

@@ -40,7 +40,7 @@ table) when it does not.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ from nas.latency.calibration import (  # noqa: F401
 from nas.latency.roofline import Roofline
 from nas.latency.space_predictor import SpacePredictor, _CompiledTrees  # noqa: F401
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
+from nas.target import Target
 
 __all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredictor", "load_latency_model"]
 
@@ -357,9 +358,9 @@ class RooflineModel(LatencyModel):
 
     source = "estimated"
 
-    def __init__(self, target: dict[str, Any], *, reason: str = "") -> None:
-        self.target = target
-        self.roofline = Roofline.from_target(target)
+    def __init__(self, target: Target | Mapping[str, Any], *, reason: str = "") -> None:
+        self.target = Target.coerce(target)
+        self.roofline = Roofline.from_target(self.target)
         self.device = self.roofline.device
         self.reason = reason
 
@@ -368,7 +369,7 @@ class RooflineModel(LatencyModel):
 
     @property
     def warning(self) -> str:
-        name = self.target.get("name", "<target>")
+        name = self.target.name
         why = f" ({self.reason})" if self.reason else ""
         return (
             f"latency for target {name!r} is an ESTIMATE (roofline from {self.device}'s published specs){why}. "
@@ -380,10 +381,11 @@ class RooflineModel(LatencyModel):
         return self.roofline.describe()
 
 
-def load_latency_model(target: dict[str, Any], *, allow_mismatch: bool = False,
+def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bool = False,
                        table_path: str | Path | None = None, **predictor_kw: Any) -> LatencyModel:
     """A fitted predictor on the target's measured table, else a labelled roofline estimate."""
-    name = table_path or target.get("table")
+    target = Target.coerce(target)
+    name = table_path or target.table
     if not name:
         return RooflineModel(target, reason="the target names no table")
     path = resolve_table_path(name)

@@ -12,6 +12,7 @@ raises ``Interrupted`` (a ``KeyboardInterrupt``) whose message says what was kep
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -100,13 +101,14 @@ def _open_table(target: Target, out: Path, table: LatencyTable | None, settings:
             f"{why}, so it is not target {target.name!r}'s device: run nas.profile on the device, "
             f"or write a bundle for it (bundle=<dir>), or pass allow_mismatch=true to measure here anyway"
         )
-    runtime = get_runtime(target.to_dict())
+    runtime = get_runtime(target)
     if table is None:
         table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=out)
         if why:
             table.metadata["device"]["note"] = f"measured on {here!r} for target device {want!r} ({why}; allow_mismatch)"
         return table, here, runtime
-    table.check_target({**target.to_dict(), "device": {"name": here}}, allow_mismatch=allow_mismatch)
+    table.check_target(target.replace(device=dataclasses.replace(target.device, name=here)),
+                       allow_mismatch=allow_mismatch)
     why = table.measured_elsewhere(ident)
     if why and not allow_mismatch:
         raise ValueError(
@@ -138,7 +140,7 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     keys, all_spaces, pruned, where = _collect(names, resolution, cal_names, models=models, in_chans=in_chans,
                                                num_classes=num_classes, pruned_networks=pruned_networks)
     if bundle:
-        manifest = write_bundle(keys, target.to_dict(), bundle, settings=settings, progress=progress)
+        manifest = write_bundle(keys, target, bundle, settings=settings, progress=progress)
         say(f"wrote a bundle of {len(keys)} blocks ({where}) to {manifest.parent}\n"
             f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py\n"
             f"then here:      python -m nas.profile conf={target.name} "
@@ -147,7 +149,7 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     table = LatencyTable.load(out) if out.is_file() else None
     if import_bundle:
         table = _import_bundle(import_bundle, table)
-        table.check_target(target.to_dict(), allow_mismatch=allow_mismatch)
+        table.check_target(target, allow_mismatch=allow_mismatch)
         table.save(out)
         say(f"imported {import_bundle} into {out}: {table.describe()}")
         return {"table": str(out), "entries": len(table)}

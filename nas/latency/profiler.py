@@ -1,6 +1,6 @@
 """Measure every unique block of a space on the target runtime and write a latency table.
 
-Each block is built as a standalone graph (``nas.build.build_layer``) at its exact input shape
+Each block is built as a standalone graph (``nas.builder.build_layer``) at its exact input shape
 and timed (``nas.latency.measure``): warm-up, then repeated timed runs (at least ``repeats`` and
 ``min_time_s``), median with p10/p90.  An entry whose spread ((p90 - p10) / median) exceeds
 ``max_spread`` is measured again, up to ``remeasure`` times, keeping the steadiest round.
@@ -53,10 +53,8 @@ log = logging.getLogger(__name__)
 def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
     import torch
 
-    if isinstance(target, Target):
-        name, kind = target.name, target.device.kind
-    else:  # a partial target dict (runtime fields only), as tests and scripts pass
-        name, kind = target.get("name"), (target.get("device") or {}).get("kind", "cpu")
+    target = Target.coerce(target)
+    name, kind = target.name, target.device.kind
     return {
         "source": "measured",
         "target": name,

@@ -10,10 +10,12 @@ the precision).  Everything it produces is labelled ``estimated``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost, block_cost
+from nas.target import Target
 
 __all__ = ["BYTES_PER_ELEMENT", "Roofline"]
 
@@ -37,15 +39,12 @@ class Roofline:
         self.bytes = BYTES_PER_ELEMENT[precision]
 
     @classmethod
-    def from_target(cls, target: dict[str, Any]) -> Roofline:
-        d = target.get("device") or {}
-        missing = [k for k in ("peak_gflops", "mem_bandwidth_gbs") if d.get(k) in (None, "???")]
-        if missing:
-            raise ValueError(f"target {target.get('name')!r} has no device.{missing[0]}: the roofline estimate "
-                             f"needs the device's published peak compute and memory bandwidth")
-        return cls(peak_gflops=d["peak_gflops"], mem_bandwidth_gbs=d["mem_bandwidth_gbs"],
-                   overhead_us=d.get("overhead_us", 5.0), precision=target.get("precision", "fp32"),
-                   device=d.get("name") or "this machine", spec_source=d.get("spec_source", ""))
+    def from_target(cls, target: Target | Mapping[str, Any]) -> Roofline:
+        """The target's device figures (``Target`` validates that both peak figures are given)."""
+        t = Target.coerce(target)
+        d = t.device
+        return cls(peak_gflops=d.peak_gflops, mem_bandwidth_gbs=d.mem_bandwidth_gbs, overhead_us=d.overhead_us,
+                   precision=t.precision, device=d.name or "this machine", spec_source=d.spec_source)
 
     def _ms(self, macs: int, moved: int, ops: int) -> float:
         compute = 2.0 * macs / (self.peak_gflops * 1e9)

@@ -21,7 +21,7 @@ import platform
 import re
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from nas.registry import Registry
+from nas.target import Target
 
 __all__ = [
     "RUNTIMES",
@@ -44,16 +45,6 @@ __all__ = [
 ]
 
 RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
-
-
-def __getattr__(name: str) -> Any:
-    # ``measure`` and ``summarize_times`` moved to nas.latency.measure (the one measuring loop);
-    # kept reachable here for callers not yet switched
-    if name in ("measure", "summarize_times"):
-        from nas.latency import measure as _measure
-
-        return getattr(_measure, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -264,7 +255,8 @@ class OnnxRuntime(Runtime):
 
     def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
         """The graph onnxruntime runs (QDQ-quantized for int8); cached per ``key`` when given."""
-        from nas.export.onnx import export_onnx, quantize_qdq
+        from nas.compress.ptq import quantize_qdq
+        from nas.export.onnx import export_onnx
 
         cache: dict = self.__dict__.setdefault("_onnx_cache", {})
         if key is not None and (key, in_shape) in cache:
@@ -418,12 +410,13 @@ class TensorRTRuntime(Runtime):
         return run
 
 
-def get_runtime(target: dict[str, Any]) -> Runtime:
+def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
     """The runtime a target config names (``runtime``, ``provider``, ``precision``, ...)."""
-    return RUNTIMES[target.get("runtime", "onnxruntime")](
-        provider=target.get("provider", "") or "",
-        precision=target.get("precision", "fp32"),
-        threads=int(target.get("threads", 1)),
-        batch=int(target.get("batch", 1)),
-        device_kind=(target.get("device") or {}).get("kind", "cpu"),
+    t = Target.coerce(target)
+    return RUNTIMES[t.runtime](
+        provider=t.provider or "",
+        precision=t.precision,
+        threads=t.threads,
+        batch=t.batch,
+        device_kind=t.device.kind,
     )

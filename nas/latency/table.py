@@ -39,7 +39,7 @@ import datetime as _dt
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from typing import Any
 from nas._io import atomic_write_json
 from nas.arch import Arch, BlockKey
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
+from nas.target import Target
 
 __all__ = [
     "SCHEMA",
@@ -267,18 +268,19 @@ class LatencyTable:
         dev = {**dev, "name": str(dev.get("name", "?"))}
         return device_mismatch(dev, here or device_identity(dev.get("kind", "cpu")), exact=True)
 
-    def check_target(self, target: dict[str, Any], *, allow_mismatch: bool = False) -> list[str]:
+    def check_target(self, target: Target | Mapping[str, Any], *, allow_mismatch: bool = False) -> list[str]:
         """Compare metadata with a target config; raise ``TableMismatchError`` on a difference.
 
         With ``allow_mismatch=True`` the differences are logged and returned instead.
         """
+        target = Target.coerce(target)
         want = {
-            "runtime.name": target.get("runtime"),
-            "runtime.provider": target.get("provider"),
-            "precision": target.get("precision"),
-            "batch": target.get("batch"),
-            "threads": target.get("threads"),
-            "device.name": (target.get("device") or {}).get("name"),
+            "runtime.name": target.runtime,
+            "runtime.provider": target.provider,
+            "precision": target.precision,
+            "batch": target.batch,
+            "threads": target.threads,
+            "device.name": target.device.name,
         }
         diffs = []
         for f in MATCH_FIELDS:
@@ -286,10 +288,10 @@ class LatencyTable:
             for part in f.split("."):
                 got = got.get(part) if isinstance(got, dict) else None
             if want[f] is not None and got != want[f]:
-                diffs.append(f"{f}: table has {got!r}, target {target.get('name', '?')!r} wants {want[f]!r}")
+                diffs.append(f"{f}: table has {got!r}, target {target.name!r} wants {want[f]!r}")
         if diffs and not allow_mismatch:
             raise TableMismatchError(
-                f"{self.path or 'latency table'} does not match target {target.get('name', '?')!r}: "
+                f"{self.path or 'latency table'} does not match target {target.name!r}: "
                 + "; ".join(diffs)
                 + ". Measure a table for this target with `python -m nas.profile conf=<target>`, "
                 "or pass allow_mismatch=true to use it anyway (predictions will be marked mismatched)."

@@ -375,7 +375,7 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
 
     target = Target.coerce(target)
     # the table as built: a refresh record is not applied (predictor_rescaled is the drift check's)
-    model = load_latency_model(target.to_dict(), allow_mismatch=allow_mismatch, refresh=False)
+    model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
     ident = device_identity(target.device.kind)
@@ -389,7 +389,7 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
     if not archs:
         raise ValueError("nothing to validate: n=0, pruned=0 and no models")
     out = Path(out)
-    runtime = get_runtime(target.to_dict())
+    runtime = get_runtime(target)
     settings = settings or ProfileSettings()
     say(f"validating on {len(archs)} held-out networks ({', '.join(sorted(set(groups)))}) measured with "
         f"{runtime.name} {runtime.version()} on {ident['name']}")
@@ -399,7 +399,7 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
                               anchors_per_group=None if recalibrate else drift_anchors)
     except KeyboardInterrupt as e:
         raise Interrupted(f"measurements so far are cached beside {out}; run again to continue") from e
-    report = validate(model, Roofline.from_target(target.to_dict()), vs, recalibrate=recalibrate)
+    report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate)
     report["target"] = target.name
     report["table"] = model.describe()
     report["calibration_networks"] = model.n_calibration_

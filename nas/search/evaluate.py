@@ -112,7 +112,7 @@ def make_evaluator(cfg: dict[str, Any]) -> Evaluator:
 def _seeded_build(arch: Arch, data: Dataset, device_spec: str, seed: int) -> Iterator[tuple[nn.Module, torch.device]]:
     """Check that ``arch`` fits ``data``, then build it on the device inside a forked RNG seeded
     with ``seed`` (so an evaluation is reproducible and leaves the caller's RNG alone)."""
-    from nas.build import build  # timm: imported when first needed, not with the config schemas
+    from nas.builder import build  # timm: imported when first needed, not with the config schemas
 
     _check_fit(arch, data)
     device = resolve_device(device_spec)

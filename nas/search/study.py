@@ -440,7 +440,7 @@ def prepare_search(
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)  # validate before loading data
     ds = data if isinstance(data, Dataset) else load_data(data)
-    lat = latency if latency is not None else load_latency_model(target.to_dict(), allow_mismatch=allow_mismatch)
+    lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
                             train_seed=seed)
     run_dir = Path(run_dir)

@@ -59,7 +59,7 @@ def diff_messages(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:
     """``load_state_dict`` with an error that names what does not match."""
-    from nas.build import state_dict_diff
+    from nas.builder import state_dict_diff
 
     missing, extra, shapes = state_dict_diff(model.state_dict(), state)
     if missing or extra or shapes:
@@ -76,7 +76,7 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) 
 
 def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "checkpoint") -> nn.Module:
     """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``."""
-    from nas.build import build
+    from nas.builder import build
     from nas.compress.qat import QuantSettings, prepare_qat
 
     if ckpt.get("arch") is not None and Arch.from_dict(ckpt["arch"]) != arch:

@@ -41,14 +41,13 @@ from torch import nn
 
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from nas.arch import Arch
-from nas.build import build
+from nas.builder import build
 from nas.compress.prune import LossProbe, PrunePlan, apply_plan, channel_importance, channel_units, plan_pruning
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
 from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy
-from nas.target import load_target as _load_target
 from nas.target import precision_targets, runs_here
 from nas.train.fit import accuracy, fit
 from nas.train.report import REPORT_SCHEMA, deployment_choice, quantization_record, write_report
@@ -58,12 +57,6 @@ from nas.train.settings import PipelineSettings
 __all__ = ["train_front"]
 
 log = logging.getLogger(__name__)
-
-
-def load_target(name: str) -> dict[str, Any]:
-    """Deprecated: ``nas.target.load_target(name)`` (a ``Target``) as a dict, for the callers that
-    still read targets as dicts (tests/test_prune.py, scripts/bench_drift.py, scripts/bench_int8.py)."""
-    return _load_target(name).to_dict()
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,8 +338,8 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
     idx = select_entries(run, s.select, s.max_ms)
     multiple, se_ratio = _space_params(run, s.prune.multiple)
     targets = precision_targets(s.target, s.targets.to_dict())
-    guide = load_latency_model(s.target.to_dict(), allow_mismatch=s.allow_mismatch)
-    models = {p: (guide if t is s.target else load_latency_model(t.to_dict(), allow_mismatch=s.allow_mismatch))
+    guide = load_latency_model(s.target, allow_mismatch=s.allow_mismatch)
+    models = {p: (guide if t is s.target else load_latency_model(t, allow_mismatch=s.allow_mismatch))
               if t is not None else None for p, t in targets.items()}
     for m in {id(m): m for m in [guide, *models.values()] if m is not None}.values():
         if m.warning:
