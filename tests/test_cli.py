@@ -62,6 +62,7 @@ def test_config_error_line(overrides, words):
     assert "\n" not in line and all(w in line for w in words), line
 
 
+@pytest.mark.slow
 def test_bash_completion_install_and_query():
     r = _cli("nas.cli.search", "-sc", "install=bash")
     assert r.returncode == 0 and "hydra_bash_completion" in r.stdout and "complete " in r.stdout

@@ -46,6 +46,7 @@ def test_predict_cli(table, tmp_path):
     assert r.returncode == 2 and "does not match target 'cpu_int8'" in r.stderr
 
 
+@pytest.mark.slow
 def test_validate_cli(table, tmp_path):
     out = tmp_path / "v" / "report.json"
     args = ["conf=cpu", *HERE, f"conf.table={table}", "search_space=tiny", "n=6", "pruned=2", "models=[timm:lcnet_050]",
@@ -100,6 +101,7 @@ def test_validate_cli(table, tmp_path):
     assert r3.returncode == 2 and "pruned=-2" in r3.stderr and not (tmp_path / "neg.json").exists()
 
 
+@pytest.mark.slow
 def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, tmp_path):
     import shutil
 
@@ -144,6 +146,7 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
     assert r.returncode == 2 and "no calibration networks" in r.stderr and empty.read_bytes() == data
 
 
+@pytest.mark.slow
 def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(table, tmp_path):
     import shutil
 

@@ -273,6 +273,7 @@ def _cli(*args, cwd):
                           timeout=600)
 
 
+@pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     out = tmp_path / "t.json"
     fast = ["profile.warmup=1", "profile.repeats=3", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
@@ -318,6 +319,7 @@ def test_cli_end_to_end(tmp_path):
     assert out.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_cli_calibration_spaces(tmp_path):
     # calibration-only spaces add their blocks and seeded networks (calibration and pruned) to the table
     out = tmp_path / "t.json"

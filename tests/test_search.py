@@ -436,6 +436,7 @@ def test_cli_help_lists_groups():
     assert {"cpu", "jetson"} <= set(targets.removeprefix("target: ").split(", "))  # whatever else the user added
 
 
+@pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     out = tmp_path / "run"
     r = _cli(["conf=cpu", "n_trials=3", "evaluator.epochs=1", "data.train_samples=200", "data.val_samples=100",
@@ -465,6 +466,7 @@ def test_cli_jetson_says_it_is_an_estimate(tmp_path):
     assert all(e["latency_source"] == "estimated" for e in pj["pareto"])
 
 
+@pytest.mark.slow
 def test_cli_user_errors(tmp_path):
     r = _cli(["n_trials=many", f"out={tmp_path / 'a'}"], REPO)
     assert r.returncode != 0 and "n_trials" in r.stderr and "many" in r.stderr

@@ -60,6 +60,7 @@ def _run_in_process(app, overrides, capsys):
     return code, cap.err, cap.out
 
 
+@pytest.mark.slow
 def test_train_cli_writes_checkpoints_exports_and_report(trained):
     from nas.target import load_target, runs_here
 
