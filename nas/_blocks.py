@@ -28,12 +28,7 @@ _BLOCKS: Registry[type[Block]] = Registry("block kind", plural="kinds")
 def register_block(kind: str):
     """Class decorator registering a block kind under ``kind`` (used in JSON and YAML)."""
 
-    def deco(cls: type[Block]) -> type[Block]:
-        _BLOCKS.add(kind, cls)
-        cls.kind = kind
-        return cls
-
-    return deco
+    return _BLOCKS.register(kind, tag="kind")
 
 
 def block_kinds() -> list[str]:

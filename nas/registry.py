@@ -24,11 +24,14 @@ class Registry(Generic[T]):
         self.plural = plural or f"{what}s"
         self._items: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator registering an object under ``name``."""
+    def register(self, name: str, *, tag: str | None = None) -> Callable[[T], T]:
+        """Decorator registering an object under ``name``; with ``tag``, also set as that attribute
+        of the object (``@BLOCKS.register("ir", tag="kind")`` gives the class ``kind = "ir"``)."""
 
         def deco(obj: T) -> T:
             self.add(name, obj)
+            if tag is not None:
+                setattr(obj, tag, name)
             return obj
 
         return deco

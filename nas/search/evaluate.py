@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from nas._checks import check_number
 from nas.arch import Arch
 from nas.data import Dataset
 from nas.registry import Registry
@@ -81,12 +82,7 @@ EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator")
 def register_evaluator(name: str) -> Callable[[type[Evaluator]], type[Evaluator]]:
     """Class decorator: register an evaluator under ``name`` (``evaluator=<name>``)."""
 
-    def deco(cls: type[Evaluator]) -> type[Evaluator]:
-        EVALUATORS.add(name, cls)
-        cls.name = name
-        return cls
-
-    return deco
+    return EVALUATORS.register(name, tag="name")
 
 
 def evaluator_names() -> list[str]:
@@ -152,11 +148,7 @@ class Evaluator(ABC):
 
 
 def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_zero: bool = False) -> None:
-    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
-    if not ok or (v < 0 if allow_zero else v <= 0) or (not integer and not math.isfinite(v)):
-        what = "integer" if integer else "number"
-        raise ValueError(f"evaluator {obj.name}: {name} must be a {'non-negative' if allow_zero else 'positive'} "
-                         f"{what}, got {v!r}")
+    check_number(f"evaluator {obj.name}: {name}", v, integer=integer, zero=allow_zero)
 
 
 # --------------------------------------------------------------------------------------------

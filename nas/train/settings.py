@@ -8,11 +8,11 @@ field, the value and what is allowed).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nas._checks import check_number
 from nas.compress.prune import CRITERIA
 from nas.target import Target
 
@@ -29,12 +29,7 @@ __all__ = [
 ]
 
 
-def _pos(name: str, v: Any, *, integer: bool = False, zero: bool = False) -> None:
-    """``v`` must be a positive (``zero``: non-negative) integer or finite number."""
-    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
-    if not ok or (v < 0 if zero else v <= 0) or (not integer and not math.isfinite(v)):
-        kind = "integer" if integer else "number"
-        raise ValueError(f"{name} must be a {'non-negative' if zero else 'positive'} {kind}, got {v!r}")
+_pos = check_number
 
 
 def _bool(name: str, v: Any) -> None:
