@@ -51,3 +51,15 @@ def test_pipeline_settings_convert_dicts_and_refuse_unknown_names():
 def test_errors_name_field_value_and_what_is_allowed(cls, kw, msg):
     with pytest.raises(ValueError, match=msg):
         cls(**kw)
+
+
+def test_train_app_options_default_as_the_pipeline_settings():
+    """The command's top-level options that PipelineSettings also holds keep one default."""
+    from nas.config.train import TrainAppConfig
+    from nas.train.settings import PipelineSettings
+
+    app = {f.name: f.default for f in dataclasses.fields(TrainAppConfig) if f.default is not dataclasses.MISSING}
+    lib = {f.name: f.default for f in dataclasses.fields(PipelineSettings) if f.default is not dataclasses.MISSING}
+    shared = sorted(set(app) & set(lib))
+    assert {"select", "max_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
+    assert {k: app[k] for k in shared} == {k: lib[k] for k in shared}

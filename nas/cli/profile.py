@@ -33,13 +33,6 @@ def run(cfg: DictConfig) -> dict:
         sys.exit(130)
 
 
-def calibration_space_names(given, *, default: bool) -> list[str]:
-    """``nas.latency.profile_workflow.calibration_space_names`` (kept importable here)."""
-    from nas.latency.profile_workflow import calibration_space_names as names
-
-    return names(given, default=default)
-
-
 @hydra_app("profile")
 def main(cfg: DictConfig) -> None:
     run(cfg)

@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from nas._checks import check_number
 from nas._io import atomic_write_bytes
 from nas.arch import Arch
 from nas.target import PRECISIONS, Target
-from nas.train.settings import ExportSettings, _pos
+from nas.train.settings import ExportSettings
 
 __all__ = ["CKPT_FORMAT", "CKPT_VERSION", "diff_messages", "export_checkpoint", "load_checkpoint", "load_state", "model_from_checkpoint",
            "save_checkpoint"]
@@ -115,7 +116,7 @@ def export_checkpoint(
     target = Target.coerce(target)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    _pos("verify_samples", verify_samples, integer=True)
+    check_number("verify_samples", verify_samples, integer=True)
     arch = Arch.load(str(arch_path))
     ckpt = load_checkpoint(weights)
     model = model_from_checkpoint(ckpt, arch, where=str(weights))

@@ -29,7 +29,6 @@ __all__ = [
 ]
 
 
-_pos = check_number
 
 
 def _bool(name: str, v: Any) -> None:
@@ -40,7 +39,7 @@ def _bool(name: str, v: Any) -> None:
 def _distill(group: str, distill: Any, temperature: Any) -> None:
     if isinstance(distill, bool) or not isinstance(distill, (int, float)) or not 0 <= distill <= 1:
         raise ValueError(f"{group}.distill must be a weight in [0, 1] (0: no distillation), got {distill!r}")
-    _pos(f"{group}.temperature", temperature)
+    check_number(f"{group}.temperature", temperature)
 
 
 def _from_mapping(cls: type, group: str, d: Mapping[str, Any]) -> Any:
@@ -69,16 +68,16 @@ class FitSettings:
     bn_recalibration_batches: int = 8  # BN statistics re-estimated with the final weights of each epoch
 
     def __post_init__(self) -> None:
-        _pos("train.epochs", self.epochs, integer=True, zero=True)
-        _pos("train.bn_recalibration_batches", self.bn_recalibration_batches, integer=True, zero=True)
-        _pos("train.batch_size", self.batch_size, integer=True)
-        _pos("train.eval_batch_size", self.eval_batch_size, integer=True)
-        _pos("train.lr", self.lr)
-        _pos("train.weight_decay", self.weight_decay, zero=True)
-        _pos("train.momentum", self.momentum, zero=True)
-        _pos("train.warmup_epochs", self.warmup_epochs, zero=True)
+        check_number("train.epochs", self.epochs, integer=True, zero=True)
+        check_number("train.bn_recalibration_batches", self.bn_recalibration_batches, integer=True, zero=True)
+        check_number("train.batch_size", self.batch_size, integer=True)
+        check_number("train.eval_batch_size", self.eval_batch_size, integer=True)
+        check_number("train.lr", self.lr)
+        check_number("train.weight_decay", self.weight_decay, zero=True)
+        check_number("train.momentum", self.momentum, zero=True)
+        check_number("train.warmup_epochs", self.warmup_epochs, zero=True)
         if self.grad_clip is not None:
-            _pos("train.grad_clip", self.grad_clip)
+            check_number("train.grad_clip", self.grad_clip)
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"train.optimizer must be adamw or sgd, got {self.optimizer!r}")
         if not 0 <= self.label_smoothing < 1:
@@ -117,18 +116,18 @@ class PruneSettings:
         if self.criterion not in CRITERIA:
             raise ValueError(f"prune.criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
         if self.target_ms is not None:
-            _pos("prune.target_ms", self.target_ms)
+            check_number("prune.target_ms", self.target_ms)
         if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 < self.ratio <= 1:
             raise ValueError(f"prune.ratio must be in (0, 1], got {self.ratio!r}")
         if self.multiple is not None:
-            _pos("prune.multiple", self.multiple, integer=True)
-        _pos("prune.epochs", self.epochs, integer=True, zero=True)
-        _pos("prune.lr", self.lr)
-        _pos("prune.taylor_batches", self.taylor_batches, integer=True)
-        _pos("prune.loss_samples", self.loss_samples, integer=True)
+            check_number("prune.multiple", self.multiple, integer=True)
+        check_number("prune.epochs", self.epochs, integer=True, zero=True)
+        check_number("prune.lr", self.lr)
+        check_number("prune.taylor_batches", self.taylor_batches, integer=True)
+        check_number("prune.loss_samples", self.loss_samples, integer=True)
         _bool("prune.structural", self.structural)
-        _pos("prune.lookahead", self.lookahead, integer=True)
-        _pos("prune.measure_steps", self.measure_steps, integer=True, zero=True)
+        check_number("prune.lookahead", self.lookahead, integer=True)
+        check_number("prune.measure_steps", self.measure_steps, integer=True, zero=True)
         _distill("prune", self.distill, self.temperature)
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,10 +150,10 @@ class QATSettings:
 
     def __post_init__(self) -> None:
         _bool("qat.enabled", self.enabled)
-        _pos("qat.epochs", self.epochs, integer=True, zero=True)
-        _pos("qat.lr", self.lr)
-        _pos("qat.freeze_epochs", self.freeze_epochs, integer=True, zero=True)
-        _pos("qat.calib_batches", self.calib_batches, integer=True)
+        check_number("qat.epochs", self.epochs, integer=True, zero=True)
+        check_number("qat.lr", self.lr)
+        check_number("qat.freeze_epochs", self.freeze_epochs, integer=True, zero=True)
+        check_number("qat.calib_batches", self.calib_batches, integer=True)
         self.quant  # noqa: B018 - validates reduce_range and ema
         _distill("qat", self.distill, self.temperature)
 
@@ -181,13 +180,13 @@ class ExportSettings:
     min_time_s: float = 0.1
 
     def __post_init__(self) -> None:
-        _pos("export.calib_samples", self.calib_samples, integer=True)
+        check_number("export.calib_samples", self.calib_samples, integer=True)
         if self.eval_samples is not None:
-            _pos("export.eval_samples", self.eval_samples, integer=True)
+            check_number("export.eval_samples", self.eval_samples, integer=True)
         for k in ("rounds", "repeats"):
-            _pos(f"export.{k}", getattr(self, k), integer=True)
-        _pos("export.warmup", self.warmup, integer=True, zero=True)
-        _pos("export.min_time_s", self.min_time_s, zero=True)
+            check_number(f"export.{k}", getattr(self, k), integer=True)
+        check_number("export.warmup", self.warmup, integer=True, zero=True)
+        check_number("export.min_time_s", self.min_time_s, zero=True)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -238,6 +237,6 @@ class PipelineSettings:
             elif not isinstance(v, cls):
                 raise ValueError(f"{name} must be a {cls.__name__} or a dict of its fields, got {type(v).__name__}")
         if self.max_ms is not None:
-            _pos("max_ms", self.max_ms)
+            check_number("max_ms", self.max_ms)
         if self.train_samples is not None:
-            _pos("train_samples", self.train_samples, integer=True)
+            check_number("train_samples", self.train_samples, integer=True)
