@@ -1,14 +1,17 @@
-"""Small I/O helpers: atomic writes, so an interruption never leaves a half-written file."""
+"""Small I/O helpers: atomic writes, so an interruption never leaves a half-written file, and an
+inter-process file lock, so two processes never interleave a read-modify-write of one file."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "file_lock"]
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -44,3 +47,24 @@ def _umask() -> int:
 
 def atomic_write_json(path: str | os.PathLike, data: Any, *, indent: int | None = 1) -> None:
     atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike, *, timeout: float = -1, what: str | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on ``<path>.lock`` (``filelock``: an OS lock, released when the process
+    dies, so a killed holder never stalls the next one).  ``timeout`` seconds (-1: wait for ever);
+    past it, a ``TimeoutError`` that names ``what`` (default: the file)."""
+    from filelock import FileLock, Timeout
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(p) + ".lock", timeout=timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise TimeoutError(f"{what or p} is locked by another process (lock file {p}.lock); "
+                           f"waited {timeout:g} s") from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -14,7 +14,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "make_storage", "open_study"]
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
+           "rdb_storage"]
 
 log = logging.getLogger(__name__)
 
@@ -30,25 +31,15 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
     worker's trial is failed and redone).  Anything else is a journal file path (on a shared disk
     for many machines).
     """
-    from optuna.storages import JournalStorage, RDBStorage
-    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalRedisBackend
 
     if not spec:
-        path = Path(run_dir) / "study.journal"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path))), str(path)
+        return journal_storage(Path(run_dir) / "study.journal")
     if "://" in spec:
         if spec.startswith("redis"):
             return JournalStorage(JournalRedisBackend(spec)), spec
-        if spec.startswith("sqlite"):
-            log.warning("SQLite storage locks under parallel workers; prefer the default journal file or a "
-                        "PostgreSQL / MySQL URL for more than one worker")
-        try:
-            with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 5.0
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(spec, heartbeat_interval=60, grace_period=180), spec
-        except ImportError as e:
-            raise ValueError(f"storage={spec!r} needs a database driver that is not installed: {e}") from None
+        return rdb_storage(spec)
     p = Path(spec).expanduser()
     if p.suffix in (".db", ".sqlite", ".sqlite3"):
         raise ValueError(f"storage={spec!r} looks like a SQLite file: write sqlite:///{spec} for SQLite, or use a "
@@ -56,8 +47,31 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
     if p.is_dir():
         raise ValueError(f"storage={spec!r} is a folder; give a journal file path (e.g. {p / 'study.journal'}) "
                          f"or a storage URL")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(p))), str(p)
+    return journal_storage(p)
+
+
+def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
+    """An Optuna journal file storage at ``path`` (created with its folder if missing)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path))), str(path)
+
+
+def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
+    """An Optuna RDB storage for a database URL (with a heartbeat), and its description."""
+    from optuna.storages import RDBStorage
+
+    if spec.startswith("sqlite"):
+        log.warning("SQLite storage locks under parallel workers; prefer the default journal file or a "
+                    "PostgreSQL / MySQL URL for more than one worker")
+    try:
+        with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 5.0
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(spec, heartbeat_interval=60, grace_period=180), spec
+    except ImportError as e:
+        raise ValueError(f"storage={spec!r} needs a database driver that is not installed: {e}") from None
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
