@@ -209,22 +209,63 @@ def _two_arch_space(tmp_path) -> Path:
     return p
 
 
-def test_the_same_arch_is_never_evaluated_twice(tmp_path, target, digits):
+def _digests(study, *, counted=True):
+    return [t.user_attrs.get("digest") for t in study.trials if not counted or _counted(t)]
+
+
+def _counted(t) -> bool:
+    return t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.user_attrs.get("status") == "error")
+
+
+def test_the_same_arch_is_never_evaluated_or_counted_twice(tmp_path, target, digits):
     ev = FakeEvaluator()
-    s, rep = _search(tmp_path, target, digits, ev, n_trials=8, space=str(_two_arch_space(tmp_path)))
-    assert len(ev.calls) == len(set(ev.calls)) == 2
-    trials = s.study.trials
-    cached = [t for t in trials if t.user_attrs["status"] == "cached"]
-    assert len(cached) == 6 and rep.statuses["cached"] == 6
-    for t in cached:
-        src = trials[t.user_attrs["cached_from"]]
-        assert src.user_attrs["digest"] == t.user_attrs["digest"] and src.values == t.values
-    # a new worker process (empty in-memory cache) finds them in the study too
+    space = str(_two_arch_space(tmp_path))
+    s = _prepare(tmp_path, target, digits, ev, space=space)
+    seen = []
+    rep = run_search(s.study, s.problem, n_trials=8, max_consecutive_duplicates=20, callback=seen.append)
+    assert len(ev.calls) == len(set(ev.calls)) == 2  # the space holds two architectures
+    assert rep.exhausted and rep.ran == 2 and count_trials(s.study) == 2 and rep.duplicates == 20
+    dups = [t for t in s.study.trials if t.user_attrs["status"] == "duplicate"]
+    assert len(dups) == 20 and all(t.state == TrialState.FAIL for t in dups)
+    for t in dups:
+        held = s.study.trials[t.user_attrs["duplicate_of"]]
+        assert held.user_attrs["digest"] == t.user_attrs["digest"] and held.state == TrialState.COMPLETE
+    assert [o.status for o in seen].count("duplicate") == 20
+    # a new worker process finds them in the study too: nothing evaluated, nothing counted
     ev2 = FakeEvaluator()
-    s2 = _prepare(tmp_path, target, digits, ev2, space=str(_two_arch_space(tmp_path)), seed=5)
-    run_search(s2.study, s2.problem, n_trials=12)
-    assert ev2.calls == [] and len(s2.study.trials) == 12
-    assert len(pareto_front(write_outputs(s2.study, tmp_path, plot=False)["records"])) <= 2
+    s2 = _prepare(tmp_path, target, digits, ev2, space=space, seed=5)
+    rep2 = run_search(s2.study, s2.problem, n_trials=12, max_consecutive_duplicates=5)
+    assert ev2.calls == [] and rep2.ran == 0 and rep2.exhausted and count_trials(s2.study) == 2
+    recs = write_outputs(s2.study, tmp_path, plot=False)["records"]
+    assert len(pareto_front(recs)) <= 2
+    assert all(r["feasible"] is None and r["score"] is None for r in recs if r["status"] == "duplicate")
+
+
+@pytest.mark.parametrize("sampler", ["random", "nsga2", "tpe"])
+def test_resume_and_extension_continue_the_sampler(tmp_path, target, digits, sampler):
+    """Interrupt, resume, then raise n_trials: no architecture is evaluated or counted twice."""
+    kw = {"population_size": 4} if sampler == "nsga2" else {"n_startup_trials": 4} if sampler == "tpe" else {}
+    evaluated: list[str] = []
+    s = _prepare(tmp_path, target, digits, FakeEvaluator(interrupt_on=4, calls=evaluated), sampler=sampler, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(s.study, s.problem, n_trials=8)
+    for n in (8, 14):  # resume the interrupted study, then extend the finished one
+        s = _prepare(tmp_path, target, digits, FakeEvaluator(calls=evaluated), sampler=sampler, **kw)
+        rep = run_search(s.study, s.problem, n_trials=n)
+        assert count_trials(s.study) == n and not rep.exhausted
+    done = evaluated[:3] + evaluated[4:]  # call 4 was interrupted, so it was not scored
+    assert len(done) == len(set(done)) == 14, "an architecture was evaluated twice"
+    counted = _digests(s.study)
+    assert len(counted) == len(set(counted)) == 14, "an architecture was counted twice"
+
+
+def test_a_fresh_study_is_reproducible_and_a_resumed_one_draws_new(tmp_path, target, digits):
+    """Per-trial seeding: the same seed gives the same sequence; trial n's draw does not depend on the
+    process that runs it."""
+    a, _ = _search(tmp_path / "a", target, digits, FakeEvaluator(), n_trials=6, sampler="random")
+    b, _ = _search(tmp_path / "b", target, digits, FakeEvaluator(), n_trials=3, sampler="random")
+    b, _ = _search(tmp_path / "b", target, digits, FakeEvaluator(), n_trials=6, sampler="random")
+    assert [t.params for t in a.study.trials] == [t.params for t in b.study.trials]
 
 
 def test_resume_by_rerunning(tmp_path, target, digits):
@@ -232,7 +273,7 @@ def test_resume_by_rerunning(tmp_path, target, digits):
     first = _summary(s.study)
     s2, rep = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=7, sampler="nsga2", population_size=4)
     assert not s2.created and rep.ran == 3
-    assert _summary(s2.study)[:4] == first and len(s2.study.trials) == 7
+    assert _summary(s2.study)[:4] == first and count_trials(s2.study) == 7
     _, rep = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=7)  # already done: nothing to do
     assert rep.ran == 0
 
@@ -329,46 +370,52 @@ def test_storage_and_sampler_errors(tmp_path):
 
 
 def _worker(journal: str, seed: int, n_trials: int, barrier: str) -> None:
-    """One worker process of test_two_workers_share_one_study: prints the trial numbers it ran."""
+    """One worker process of test_two_workers_share_one_study: prints the trial numbers and the
+    architectures (digests) it evaluated.  ``barrier``: a path prefix, ``<prefix>.<pid>`` marks it ready."""
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     target = _target()
     data = load_data({"name": "digits", "resolution": 8, "train_samples": 120, "val_samples": 60})
     s = _prepare(Path(journal).parent, target, data, FakeEvaluator(sleep_s=0.05), sampler="random", seed=seed,
                  storage=journal)
+    ev = s.problem.evaluator
     mine: list[int] = []
-    Path(barrier + f".{seed}").touch()
+    Path(f"{barrier}.{os.getpid()}").touch()
     deadline = time.time() + 60
-    while not all(Path(barrier + f".{k}").exists() for k in (1, 2)) and time.time() < deadline:
+    while len(list(Path(barrier).parent.glob(Path(barrier).name + ".*"))) < 2 and time.time() < deadline:
         time.sleep(0.02)
-    run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage, callback=lambda o: mine.append(o.number))
-    print(json.dumps({"pid": os.getpid(), "trials": mine}))
+    run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage,
+               callback=lambda o: mine.append(o.number) if o.status != "duplicate" else None)
+    print(json.dumps({"pid": os.getpid(), "trials": mine, "evaluated": ev.calls}))
 
 
 def test_two_workers_share_one_study(tmp_path):
     journal = tmp_path / "shared" / "study.journal"
     barrier = str(tmp_path / "go")
     n = 24
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(journal), str(seed), str(n), barrier],
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(journal), "1", str(n), barrier],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-             for seed in (1, 2)]
+             for _ in range(2)]  # the same seed: the workers still draw distinct streams
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=240)
         assert p.returncode == 0, err[-3000:]
         outs.append(json.loads(out.strip().splitlines()[-1]))
     study = _reload(journal)
-    trials = study.trials
+    trials = [t for t in study.trials if t.user_attrs.get("status") != "duplicate"]
     numbers = [t.number for t in trials]
     ran = [set(o["trials"]) for o in outs]
     assert all(ran), "both workers ran trials"
     assert not ran[0] & ran[1], "no trial was run twice"
     assert ran[0] | ran[1] == set(numbers), "every trial a worker ran is recorded, and only those"
-    assert sorted(numbers) == list(range(len(trials)))
     assert n <= len(trials) <= n + 1  # concurrent workers overshoot by at most one trial each
     assert all(t.state == TrialState.COMPLETE for t in trials)
     workers = {t.user_attrs["worker"].rpartition(":")[2] for t in trials}
     assert workers == {str(o["pid"]) for o in outs}
+    evaluated = outs[0]["evaluated"] + outs[1]["evaluated"]
+    assert len(evaluated) == len(set(evaluated)), "an architecture was evaluated twice"
+    counted = _digests(study)
+    assert len(counted) == len(set(counted)), "an architecture was counted twice"
 
 
 # ------------------------------------------------------------------------------------------- config

@@ -70,33 +70,37 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
           f"({'new' if search.created else f'resumed: {done} trials done'}); run dir {search.run_dir}", flush=True)
 
 
-def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, int]:
-    """Run the study up to ``cfg.n_trials`` with a progress bar: (exit code, trials this run)."""
+def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, Any]:
+    """Run the study up to ``cfg.n_trials`` with a progress bar: (exit code, ``SearchReport`` or None)."""
     from nas.search.study import SearchAborted, run_search
 
     metric = search.problem.evaluator.metric
     bar = None
     best: list[float] = []
-    ran: list[str] = []
+    repeats = [0]
     if cfg.progress and todo:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=todo, desc="search", unit="trial", dynamic_ncols=True)
 
     def on_trial(o) -> None:
-        ran.append(o.status)
-        if o.feasible and o.score is not None:
+        if o.status == "duplicate":
+            repeats[0] += 1
+        elif o.feasible and o.score is not None:
             best.append(o.score)
         if bar is not None:
-            bar.update(1)
-            bar.set_postfix_str(f"#{o.number} {o.status} best {_fmt_score(metric, max(best) if best else None)}")
+            if o.status != "duplicate":
+                bar.update(1)
+            skipped = f", {repeats[0]} repeats skipped" if repeats[0] else ""
+            bar.set_postfix_str(f"#{o.number} {o.status} best {_fmt_score(metric, max(best) if best else None)}"
+                                f"{skipped}")
         elif o.status == "error":
             print(f"trial {o.number} failed: {o.error}", file=sys.stderr)
 
-    code = 0
+    code, rep = 0, None
     try:
-        run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
-                   max_consecutive_failures=cfg.max_consecutive_failures, callback=on_trial)
+        rep = run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
+                         max_consecutive_failures=cfg.max_consecutive_failures, callback=on_trial)
     except KeyboardInterrupt:
         code = 130
         if bar is not None:
@@ -109,7 +113,11 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, int]:
     finally:
         if bar is not None:
             bar.close()
-    return code, len(ran)
+    if rep is not None and rep.exhausted:
+        print(f"\nstopped early: the sampler proposed only architectures already in the study ({rep.duplicates} "
+              f"repeats in a row); the space looks exhausted ({search.problem.space.name}: "
+              f"{search.problem.space.size()} parameter combinations)", flush=True)
+    return code, rep
 
 
 def _print_results(target: Target, search: Any, outs: dict) -> None:
@@ -141,13 +149,15 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     search = _prepare(cfg, target, run_dir)
     done = count_trials(search.study)
     _print_setup(cfg, target, search, done)
-    code, ran = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done))
+    code, rep = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done))
+    ran = rep.ran if rep is not None else 0
+    repeats = f" ({rep.duplicates} repeats skipped, not counted)" if rep is not None and rep.duplicates else ""
     outs = write_outputs(search.study, search.run_dir, info=search.info())
     _print_results(target, search, outs)
     wall = time.perf_counter() - t_start
     print(f"pareto:  {outs['pareto_json']}\ntrials:  {outs['trials_csv']}\nplot:    {outs['pareto_png']}\n"
           f"study:   {search.study.study_name!r} in {search.storage_desc}\n"
-          f"this run: {ran} trials, {search.problem.evaluations} evaluator calls, {wall:.0f}s wall")
+          f"this run: {ran} trials{repeats}, {search.problem.evaluations} evaluator calls, {wall:.0f}s wall")
     if code:
         sys.exit(code)
     return {"run_dir": str(search.run_dir), "study": search.study.study_name, "front": len(outs["front"]),

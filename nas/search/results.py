@@ -38,7 +38,7 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "score": score,
             "latency_ms": ms,
             "latency_source": lat.get("source"),
-            "feasible": (all(v <= 0 for v in cons.values()) if cons else True) if ua.get("digest") else None,
+            "feasible": (all(v <= 0 for v in cons.values()) if cons else True) if ua.get("latency") else None,
             "params": cost.get("params"),
             "macs": cost.get("macs"),
             "peak_activation_kb": (cost["peak_activation_bytes"] / 1024.0) if "peak_activation_bytes" in cost else None,
@@ -46,7 +46,7 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "memory_violation": cons.get("memory"),
             "eval_seconds": (ua.get("metrics") or {}).get("seconds") if status == "evaluated" else None,
             "duration_s": t.duration.total_seconds() if t.duration is not None else None,
-            "cached_from": ua.get("cached_from"),
+            "duplicate_of": ua.get("duplicate_of", ua.get("cached_from")),
             "worker": ua.get("worker"),
             "digest": ua.get("digest"),
             "error": ua.get("error"),
@@ -94,7 +94,7 @@ def pareto_front(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 _CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_source", "feasible", "params", "macs",
                 "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "duration_s",
-                "cached_from", "worker", "digest", "error", "arch")
+                "duplicate_of", "worker", "digest", "error", "arch")
 
 
 def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:

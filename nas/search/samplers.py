@@ -1,21 +1,35 @@
-"""Optuna samplers by name: a settings dataclass (the config schema) and a seeded builder for each."""
+"""Optuna samplers by name: a settings dataclass (the config schema) and a seeded builder for each.
+
+Every sampler is wrapped in a ``TrialSeededSampler``: before each trial its random state is reseeded
+from ``(seed, trial number)``.  Trial numbers are unique in a study and handed out by the storage,
+so a resumed or extended study continues where it stopped instead of replaying its first draws,
+and workers sharing a study draw distinct streams without choosing seeds, while one worker on a
+fresh study with the same seed proposes the same sequence.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from nas.registry import Registry
 
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+    from optuna.study import Study
+    from optuna.trial import FrozenTrial, TrialState
+
 __all__ = [
     "NSGA2Settings",
     "RandomSettings",
     "TPESettings",
+    "TrialSeededSampler",
     "make_sampler",
     "register_sampler",
     "sampler_names",
@@ -47,9 +61,6 @@ class TPESettings:
 @dataclass(frozen=True)
 class RandomSettings:
     """Uniform random sampling: the baseline."""
-
-
-_SAMPLERS: dict[str, tuple[type, Callable[..., optuna.samplers.BaseSampler]]] = {}
 
 
 _SAMPLERS: Registry[tuple[type, SamplerBuilder]] = Registry("sampler")
@@ -117,4 +128,66 @@ def make_sampler(cfg: dict[str, Any], *, seed: int) -> optuna.samplers.BaseSampl
     unknown = sorted(set(d) - names)
     if unknown:
         raise ValueError(f"sampler {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(names)}")
-    return _SAMPLERS[name][1](cls(**d), seed)
+    return TrialSeededSampler(_SAMPLERS[name][1](cls(**d), seed), seed=seed)
+
+
+def _random_states(obj: Any, seen: set[int] | None = None) -> list[Any]:
+    """The ``LazyRandomState`` objects an Optuna sampler draws from (its own and its inner samplers')."""
+    from optuna.samplers._lazy_random_state import LazyRandomState
+
+    seen = set() if seen is None else seen
+    out = []
+    for v in vars(obj).values():
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, LazyRandomState):
+            out.append(v)
+        elif isinstance(v, optuna.samplers.BaseSampler):
+            out.extend(_random_states(v, seen))
+    return out
+
+
+class TrialSeededSampler(optuna.samplers.BaseSampler):
+    """An Optuna sampler whose random state is reseeded from ``(seed, trial number)`` before each trial.
+
+    Optuna samplers keep one random stream per process, so a restarted process replays its first
+    draws (a resumed study re-proposes what it already scored) and two workers with one seed propose
+    the same architectures.  No Optuna option ties the stream to the trial; this wrapper does, for
+    every sampler built here.  The sampler's own model (TPE's densities, NSGA-II's population) still
+    comes from the study's history, so only the random draws change.
+    """
+
+    def __init__(self, sampler: optuna.samplers.BaseSampler, *, seed: int) -> None:
+        self.sampler, self.seed = sampler, int(seed)
+        self._states = _random_states(sampler)
+
+    def __str__(self) -> str:
+        return f"{self.sampler} (reseeded per trial from seed {self.seed})"
+
+    def reseed_for(self, number: int) -> None:
+        for i, st in enumerate(self._states):
+            h = hashlib.sha256(f"{self.seed}:{number}:{i}".encode()).digest()
+            st.rng.seed(int.from_bytes(h[:4], "little"))
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self.reseed_for(trial.number)
+        self.sampler.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.sampler.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self.sampler.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.sampler.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.sampler.reseed_rng()

@@ -9,8 +9,13 @@ One trial:
 3. the budgets become constraints (``trial.set_constraint``; relative excess, ``<= 0`` is
    feasible).  An architecture over budget is **never trained**: it is told with a placeholder
    score of 0 (samplers rank infeasible trials by their violation alone) and ``status=over_budget``;
-4. an architecture already evaluated in this study (same ``Arch.digest()``, found in any worker's
-   COMPLETE trials) is not evaluated again: its score is reused (``status=cached``);
+4. an architecture already in the study (same ``Arch.digest()``: completed, failed with an error,
+   or running in another worker under a lower trial number) is a *repeat*: it is neither evaluated
+   nor counted (``status=duplicate``, recorded FAIL with ``duplicate_of``) and the loop asks the
+   sampler again.  The samplers are reseeded per trial number (``nas.search.samplers``), so a
+   resumed study or a second worker draws new architectures; when the sampler proposes nothing
+   new ``max_consecutive_duplicates`` times in a row the space is taken as exhausted and the run
+   stops;
 5. otherwise the evaluator scores the Arch at the dataset's resolution (``status=evaluated``).
 
 Objectives: maximise the score (validation accuracy, or a zero-cost proxy), minimise predicted
@@ -20,7 +25,9 @@ status, worker (host:pid) and, when it failed, its error in its user attributes.
 A trial whose evaluation raises (an exception, out of memory) is recorded FAIL with its error and
 the search goes on.  Ctrl-C inside a trial records it FAIL with ``status=interrupted``; a trial
 left RUNNING by a killed process on this host is marked FAIL (``status=stale``) at the next start.
-Interrupted and stale trials do not count towards ``n_trials`` and are redone on resume.
+Interrupted, stale and duplicate trials do not count towards ``n_trials``; interrupted and stale
+ones are redone on resume.  The loop drives Optuna with ``ask`` / ``tell``, so a failing trial is
+one line in the progress output, never a traceback from Optuna's logger.
 
 ``n_trials`` is the study's total: each worker runs trials until the study holds that many
 (completed, failed with an error, or running in another worker), so re-running the same command
@@ -104,12 +111,20 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OVER_BUDGET_SCORE = 0.0  # placeholder objective of an untrained, over-budget trial
-STATUSES = ("running", "evaluated", "cached", "over_budget", "error", "interrupted", "stale")
+STATUSES = ("running", "evaluated", "over_budget", "duplicate", "error", "interrupted", "stale")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class SearchAborted(RuntimeError):
     """Too many trials in a row failed: something is wrong beyond one architecture."""
+
+
+class DuplicateArch(Exception):
+    """The sampled architecture is already in the study (``.number``: the trial that holds it)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"already in the study as trial {number}")
+        self.number = number
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,7 +173,7 @@ class TrialOutcome:
     feasible: bool | None
     seconds: float
     error: str | None = None
-    cached_from: int | None = None
+    duplicate_of: int | None = None
 
 
 def _space_digest(space: SearchSpace) -> str:
@@ -195,7 +210,6 @@ class SearchProblem:
         self.target, self.budgets, self.train_seed = Target.coerce(target), budgets, int(train_seed)
         self.deploy_resolution = int(deploy_resolution or self.target.resolution or space.resolution)
         self.bytes_per_act = {"int8": 1, "fp16": 2}.get(self.target.precision, 4)
-        self._cache: dict[str, tuple[int, float, dict[str, Any]]] = {}
         self.last: TrialOutcome | None = None
         self.evaluations = 0  # evaluator calls made by this process
 
@@ -228,18 +242,20 @@ class SearchProblem:
     def eval_seed(self, digest: str) -> int:
         return (self.train_seed * 1_000_003 + int(digest[:8], 16)) % (2**31 - 1)
 
-    # -- the cache --------------------------------------------------------------------------
-    def _lookup(self, study: optuna.Study, digest: str) -> tuple[int, float, dict[str, Any]] | None:
-        hit = self._cache.get(digest)
-        if hit is not None:
-            return hit
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            ua = t.user_attrs
-            d = ua.get("digest")
-            if d and ua.get("status") in ("evaluated", "cached") and d not in self._cache:
-                src = ua.get("cached_from", t.number)
-                self._cache[d] = (int(src), float(t.values[0]), dict(ua.get("metrics") or {}))
-        return self._cache.get(digest)
+    # -- repeats --------------------------------------------------------------------------
+    @staticmethod
+    def holder(study: optuna.Study, number: int, digest: str) -> int | None:
+        """The trial that already holds the architecture ``digest``, if any: a completed one, one that
+        failed with an error, or one running in another worker under a lower number (so of two
+        workers sampling one architecture at once, exactly one goes on)."""
+        for t in study.get_trials(deepcopy=False):
+            if t.number == number or t.user_attrs.get("digest") != digest:
+                continue
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
+                    t.state == TrialState.FAIL and t.user_attrs.get("status") == "error") or (
+                    t.state == TrialState.RUNNING and t.number < number):
+                return t.number
+        return None
 
     # -- one trial --------------------------------------------------------------------------
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
@@ -252,11 +268,18 @@ class SearchProblem:
             arch = self.space.sample(trial)
             dep = self.deployed(arch)
             digest = dep.digest()
+            trial.set_user_attr("digest", digest)
+            held = self.holder(trial.study, trial.number, digest)
+            if held is not None:
+                trial.set_user_attr("status", "duplicate")
+                trial.set_user_attr("duplicate_of", held)
+                self.last = TrialOutcome(trial.number, "duplicate", None, None, None, time.perf_counter() - t0,
+                                         duplicate_of=held)
+                raise DuplicateArch(held)
             pred = self.latency.explain(dep)
             ms = float(pred.ms)
             cost = arch_cost(dep, bytes_per_act=self.bytes_per_act)
             trial.set_user_attr("arch", dep.to_dict())
-            trial.set_user_attr("digest", digest)
             trial.set_user_attr("latency", pred.to_dict())
             trial.set_user_attr("cost", {"params": cost.params, "macs": cost.macs,
                                          "peak_activation_bytes": cost.peak_activation_bytes})
@@ -266,19 +289,14 @@ class SearchProblem:
             feasible = all(v <= 0 for v in cons.values())
             if not feasible:
                 return self._finish(trial, t0, "over_budget", OVER_BUDGET_SCORE, ms, False)
-            hit = self._lookup(trial.study, digest)
-            if hit is not None:
-                src, score, metrics = hit
-                trial.set_user_attr("cached_from", src)
-                trial.set_user_attr("metrics", metrics)
-                return self._finish(trial, t0, "cached", score, ms, True, cached_from=src)
             self.evaluations += 1
             res = self.evaluator.evaluate(self.trained(arch), self.data, seed=self.eval_seed(digest))
             if not math.isfinite(res.score):
                 raise ValueError(f"the evaluator returned a non-finite score {res.score}")
             trial.set_user_attr("metrics", {**res.metrics, "seconds": res.seconds})
-            self._cache[digest] = (trial.number, float(res.score), {**res.metrics, "seconds": res.seconds})
             return self._finish(trial, t0, "evaluated", float(res.score), ms, True)
+        except DuplicateArch:
+            raise
         except KeyboardInterrupt:
             self._set_failed(trial, t0, "interrupted", "interrupted (KeyboardInterrupt)", ms, feasible)
             raise
@@ -288,12 +306,12 @@ class SearchProblem:
             _free_accelerator_memory()
             raise
 
-    def _finish(self, trial: optuna.Trial, t0: float, status: str, score: float, ms: float, feasible: bool,
-                cached_from: int | None = None) -> tuple[float, float]:
+    def _finish(self, trial: optuna.Trial, t0: float, status: str, score: float, ms: float,
+                feasible: bool) -> tuple[float, float]:
         trial.set_user_attr("status", status)
         secs = time.perf_counter() - t0
         self.last = TrialOutcome(trial.number, status, None if status == "over_budget" else score, ms, feasible,
-                                 secs, cached_from=cached_from)
+                                 secs)
         return score, ms
 
     def _set_failed(self, trial: optuna.Trial, t0: float, status: str, msg: str, ms: float | None,
@@ -335,10 +353,34 @@ def count_trials(study: optuna.Study) -> int:
 class SearchReport:
     """What this process did."""
 
-    ran: int = 0
+    ran: int = 0  # counted trials (duplicates excluded)
     statuses: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     study_trials: int = 0
+    duplicates: int = 0  # repeats skipped (not evaluated, not counted)
+    exhausted: bool = False  # stopped: the sampler proposed only repeats
+
+
+def _run_one(study: optuna.Study, problem: SearchProblem) -> TrialOutcome:
+    """Ask for a trial, run the objective, tell the study; the outcome (``status=duplicate`` for a
+    repeat).  ``KeyboardInterrupt`` propagates after the trial is told FAIL."""
+    trial = study.ask()
+    problem.last = None
+    try:
+        values = problem(trial)
+    except DuplicateArch:
+        study.tell(trial, state=TrialState.FAIL)
+    except KeyboardInterrupt:
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        raise
+    except Exception:
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+    else:
+        study.tell(trial, values)
+    out = problem.last
+    if out is None:  # the objective failed before it began
+        raise SearchAborted(f"trial {trial.number} ended before the objective ran")
+    return out
 
 
 def run_search(
@@ -348,13 +390,16 @@ def run_search(
     n_trials: int,
     storage: optuna.storages.BaseStorage | None = None,
     max_consecutive_failures: int = 10,
+    max_consecutive_duplicates: int = 50,
     callback: Callable[[TrialOutcome], None] | None = None,
 ) -> SearchReport:
     """Run trials until the study holds ``n_trials`` counted trials (see the module docs).
 
     A failing trial is recorded FAIL and the search goes on, unless ``max_consecutive_failures``
-    fail in a row (``SearchAborted``).  ``KeyboardInterrupt`` propagates after the running trial
-    is recorded FAIL (``status=interrupted``).
+    fail in a row (``SearchAborted``).  A repeat is skipped; ``max_consecutive_duplicates`` repeats
+    in a row end the run (``SearchReport.exhausted``).  ``KeyboardInterrupt`` propagates after the
+    running trial is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome,
+    repeats included.
     """
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
         raise ValueError(f"n_trials must be a non-negative integer, got {n_trials!r}")
@@ -362,20 +407,24 @@ def run_search(
         fail_stale_trials(study, storage)
     rep = SearchReport()
     t0 = time.perf_counter()
-    in_a_row = 0
+    failed = repeats = 0
     while count_trials(study) < n_trials:
-        problem.last = None
-        study.optimize(problem, n_trials=1, catch=(Exception,))
-        out = problem.last
-        if out is None:  # the sampler or storage failed before the objective ran
-            raise SearchAborted("a trial ended before the objective ran; see the log above")
-        rep.ran += 1
-        rep.statuses[out.status] = rep.statuses.get(out.status, 0) + 1
+        out = _run_one(study, problem)
         if callback is not None:
             callback(out)
-        in_a_row = in_a_row + 1 if out.status == "error" else 0
-        if max_consecutive_failures and in_a_row >= max_consecutive_failures:
-            raise SearchAborted(f"{in_a_row} trials in a row failed; the last error (trial {out.number}): "
+        if out.status == "duplicate":
+            rep.duplicates += 1
+            repeats += 1
+            if max_consecutive_duplicates and repeats >= max_consecutive_duplicates:
+                rep.exhausted = True
+                break
+            continue
+        repeats = 0
+        rep.ran += 1
+        rep.statuses[out.status] = rep.statuses.get(out.status, 0) + 1
+        failed = failed + 1 if out.status == "error" else 0
+        if max_consecutive_failures and failed >= max_consecutive_failures:
+            raise SearchAborted(f"{failed} trials in a row failed; the last error (trial {out.number}): "
                                 f"{out.error}")
     rep.seconds = time.perf_counter() - t0
     rep.study_trials = len(study.get_trials(deepcopy=False))
