@@ -51,12 +51,21 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
 
 
 def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
-    """An Optuna journal file storage at ``path`` (created with its folder if missing)."""
+    """An Optuna journal file storage at ``path`` (created with its folder if missing).
+
+    Writers hold an OS lock (released when a holder dies, so a killed worker never stalls the next
+    start).  A damaged journal is refused before anything is written to it: a ``ValueError`` names
+    the line and the repair command (``python -m nas.repair``)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    from nas.search.journal import JournalFileLock, check_journal
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path))), str(path)
+    with JournalFileLock(path):  # no append is under way while the file is checked and replayed
+        check_journal(path)
+        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileLock(path)))
+    return storage, str(path)
 
 
 def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:

@@ -1,0 +1,269 @@
+"""Journal files that survive crashes: an OS lock for writers, a check before a journal is opened,
+and a repair that keeps every intact record.
+
+An Optuna journal is one JSON record per line, appended under a lock.  A crash or a full disk in
+the middle of an append leaves a torn last line; left alone, the next append would be glued onto it
+and the study could no longer be read.  ``check_journal`` refuses such a file before anything is
+written to it, and ``repair_journal`` (``python -m nas.repair``) rewrites it without the damage.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import shlex
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optuna.storages.journal import BaseJournalBackend
+from optuna.storages.journal._file import BaseJournalFileLock  # the documented base, not re-exported
+
+from nas._io import atomic_write_bytes
+
+__all__ = ["JournalFileLock", "RepairReport", "check_journal", "journal_lock_path", "repair_journal",
+           "study_counts"]
+
+log = logging.getLogger(__name__)
+
+# Optuna's own file locks use "<journal>.lock" (a symlink or a plain file, left behind by a killed
+# holder); ours is a different file so such leftovers never matter.
+LOCK_SUFFIX = ".flock"
+_ID_CREATING_OPS = {0, 4}  # JournalOperation.CREATE_STUDY, CREATE_TRIAL: later records count them
+_OP_CODE = re.compile(rb'^\s*\{\s*"op_code"\s*:\s*(\d+)')
+_RECORD_START = re.compile(rb'\{\s*"op_code"\s*:')
+
+
+def journal_lock_path(path: str | Path) -> Path:
+    """The file the journal writers lock (an OS lock, released when its holder dies)."""
+    return Path(str(path) + LOCK_SUFFIX)
+
+
+class JournalFileLock(BaseJournalFileLock):
+    """Optuna's journal file lock as an OS lock (``filelock``) on ``<journal>.flock``: a killed
+    holder releases it at once, so the next writer never waits out a grace period."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._lock_file = str(journal_lock_path(path))
+        self._lock: Any = None
+
+    def _filelock(self) -> Any:
+        if self._lock is None:
+            from filelock import FileLock
+
+            self._lock = FileLock(self._lock_file)
+        return self._lock
+
+    def acquire(self) -> bool:
+        self._filelock().acquire()
+        return True
+
+    def release(self) -> None:
+        self._filelock().release()
+
+    def __enter__(self) -> JournalFileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __getstate__(self) -> dict[str, Any]:  # a storage sent to another process takes its own lock
+        return {"_lock_file": self._lock_file, "_lock": None}
+
+
+# --------------------------------------------------------------------------------------------
+# reading a journal line by line
+
+
+@dataclass
+class _Line:
+    number: int  # 1-based
+    raw: bytes
+    record: dict | None = None  # the parsed record when the line is intact
+    salvaged: bytes | None = None  # a whole record glued after a torn one, with its newline
+    problem: str = ""
+
+    @property
+    def torn(self) -> bool:
+        """Cut off mid-append: never a record Optuna replayed, so dropping it shifts nothing."""
+        return not self.raw.endswith(b"\n") or self.salvaged is not None
+
+
+def _parse(raw: bytes) -> dict | None:
+    try:
+        rec = json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _lines(data: bytes) -> Iterator[_Line]:
+    for n, raw in enumerate(io.BytesIO(data), start=1):
+        line = _Line(n, raw)
+        if not raw.endswith(b"\n"):
+            line.problem = "the last line is cut off (no newline: a write was interrupted by a crash or a full disk)"
+            if _parse(raw) is not None:  # complete but for its newline
+                line.salvaged = raw + b"\n"
+        elif (rec := _parse(raw)) is not None:
+            line.record = rec
+        else:
+            line.problem = "not a valid JSON record"
+            for m in _RECORD_START.finditer(raw, 1):  # a record appended onto a torn one
+                if _parse(raw[m.start():]) is not None:
+                    line.salvaged = raw[m.start():]
+                    break
+        yield line
+
+
+def _repair_hint(path: Path) -> str:
+    return f"python -m nas.repair {shlex.quote(str(path))}"
+
+
+def check_journal(path: str | Path) -> None:
+    """Raise ``ValueError`` (naming the file, the line and the repair command) unless every line of
+    the journal at ``path`` is a newline-terminated JSON record.  A missing file is fine."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        return
+    for line in _lines(data):
+        if line.problem:
+            raise ValueError(f"study journal {p} is damaged at line {line.number}: {line.problem}; nothing was "
+                             f"written to it. Repair it (keeps every intact record, backs up the original): "
+                             f"{_repair_hint(p)}")
+
+
+# --------------------------------------------------------------------------------------------
+# repair
+
+
+class _RecordsBackend(BaseJournalBackend):
+    """Journal records held in memory, for replaying a candidate repair with Optuna."""
+
+    def __init__(self, records: list[dict]) -> None:
+        self._records = records
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        yield from self._records[log_number_from:]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        raise RuntimeError("read-only journal")
+
+
+def study_counts(backend: BaseJournalBackend) -> dict[str, Counter]:
+    """Each study in the journal and its trials counted by state, as Optuna replays them."""
+    import optuna
+    from optuna.storages import JournalStorage
+
+    storage = JournalStorage(backend)
+    out = {}
+    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        trials = storage.get_all_trials(s._study_id, deepcopy=False)
+        out[s.study_name] = Counter(t.state.name for t in trials)
+    return out
+
+
+@dataclass
+class RepairReport:
+    path: Path
+    intact: bool = True
+    kept: int = 0  # records in the repaired journal
+    dropped: list[int] = field(default_factory=list)  # damaged line numbers
+    salvaged: int = 0  # whole records recovered from damaged lines
+    prefix_only: bool = False  # kept only the records before the first damaged line
+    prefix_dropped: int = 0  # intact records dropped by that fallback
+    reason: str = ""  # why the fallback
+    backup: Path | None = None
+    studies: dict[str, Counter] = field(default_factory=dict)
+
+
+def _plan(lines: list[_Line], report: RepairReport) -> list[bytes]:
+    """The lines of the repaired journal: every intact record, unless dropping a damaged line could
+    shift the ids of later studies or trials; then the intact prefix before the first damage."""
+    keep: list[bytes] = []
+    first_bad = next(i for i, ln in enumerate(lines) if ln.problem)
+    for i, ln in enumerate(lines):
+        if ln.record is not None:
+            keep.append(ln.raw)
+            continue
+        report.dropped.append(ln.number)
+        if ln.salvaged is not None:
+            keep.append(ln.salvaged)
+            report.salvaged += 1
+        m = _OP_CODE.match(ln.raw)
+        later = any(x.record is not None or x.salvaged is not None for x in lines[i + 1:])
+        if not ln.torn and later and (m is None or int(m.group(1)) in _ID_CREATING_OPS):
+            report.reason = (f"line {ln.number} may have created a study or trial, so later records could point "
+                             f"at the wrong trial without it")
+    if report.reason:
+        return _prefix(lines, first_bad, report)
+    try:
+        report.studies = study_counts(_RecordsBackend([json.loads(r) for r in keep]))
+    except Exception as e:  # any replay failure: fall back to what was certainly consistent
+        report.reason = f"Optuna could not replay the repaired records ({type(e).__name__}: {e})"
+        return _prefix(lines, first_bad, report)
+    return keep
+
+
+def _prefix(lines: list[_Line], first_bad: int, report: RepairReport) -> list[bytes]:
+    keep = [ln.raw for ln in lines[:first_bad]]
+    report.prefix_only = True
+    report.prefix_dropped = sum(ln.record is not None or ln.salvaged is not None for ln in lines[first_bad + 1:])
+    report.salvaged = 0
+    report.dropped = [ln.number for ln in lines[first_bad:] if ln.problem]
+    report.studies = study_counts(_RecordsBackend([json.loads(r) for r in keep]))
+    return keep
+
+
+def _backup_path(p: Path) -> Path:
+    stem = f"{p.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+    b, n = p.with_name(stem), 1
+    while b.exists():  # never overwrite an earlier backup
+        b, n = p.with_name(f"{stem}-{n}"), n + 1
+    return b
+
+
+def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
+    """Rewrite the journal at ``path`` without its damaged lines, keeping every intact record.
+
+    Under the journal's lock (so no worker appends meanwhile): back the original up as
+    ``<file>.damaged-<timestamp>``, write the repaired file atomically, and check that Optuna
+    replays it.  ``dry_run``: report what would be done, write nothing.  An intact journal is
+    left as it is.
+    """
+    from optuna.storages.journal import JournalFileBackend
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no journal file at {p}")
+    report = RepairReport(p)
+    with JournalFileLock(p):
+        lines = list(_lines(p.read_bytes()))
+        if not any(ln.problem for ln in lines):
+            report.kept = len(lines)
+            report.studies = study_counts(JournalFileBackend(str(p), lock_obj=JournalFileLock(p)))
+            return report
+        report.intact = False
+        keep = _plan(lines, report)
+        report.kept = len(keep)
+        if dry_run:
+            return report
+        report.backup = _backup_path(p)
+        shutil.copy2(p, report.backup)
+        atomic_write_bytes(p, b"".join(keep))
+        try:
+            report.studies = study_counts(JournalFileBackend(str(p), lock_obj=JournalFileLock(p)))
+        except Exception as e:
+            atomic_write_bytes(p, report.backup.read_bytes())
+            raise ValueError(f"the repaired journal {p} could not be replayed ({type(e).__name__}: {e}); "
+                             f"the original is back in place") from None
+    log.info("repaired %s: kept %d records, dropped lines %s", p, report.kept, report.dropped)
+    return report

@@ -1,0 +1,180 @@
+"""Study journals that survive crashes: a damaged journal is refused (one line naming the file, the
+line and the repair command) and never written to; ``python -m nas.repair`` keeps every intact
+record; a killed lock holder never stalls the next start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from nas.cli import repair as repair_cli
+from nas.config import compose_app
+from nas.search.journal import JournalFileLock, check_journal, journal_lock_path, repair_journal
+from nas.search.storage import journal_storage
+
+ROOT = Path(__file__).resolve().parent.parent
+SEARCH = ["evaluator=zero_cost", "search_space=tiny", "n_trials=2", "progress=false"]
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study(path: Path, n: int, name: str = "s") -> None:
+    """A journal with a study of ``n`` complete trials, written by Optuna."""
+    storage, _ = journal_storage(path)
+    study = optuna.create_study(storage=storage, study_name=name, load_if_exists=True)
+    for i in range(n):
+        study.enqueue_trial({"x": float(i)})
+        study.optimize(lambda t: t.suggest_float("x", 0, 10), n_trials=1)
+
+
+def _trials(path: Path, name: str = "s") -> list[tuple]:
+    storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileLock(path)))
+    return [(t.number, t.state.name, t.params) for t in optuna.load_study(study_name=name, storage=storage).trials]
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _repair(capsys, *args: str) -> str:
+    repair_cli.main([*args])
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def journal(tmp_path) -> Path:
+    p = tmp_path / "study.journal"
+    _study(p, 3)
+    return p
+
+
+def test_torn_last_line_is_refused_and_left_as_it_is(journal):
+    torn = journal.read_bytes() + b'{"op_code":4,"worker_id":"w","study_id":0,"dat'
+    journal.write_bytes(torn)
+    n = len(_lines(journal))
+    with pytest.raises(ValueError) as e:
+        journal_storage(journal)
+    msg = str(e.value)
+    assert str(journal) in msg and f"line {n}" in msg and "nothing was written" in msg
+    assert f"python -m nas.repair {journal}" in msg and "\n" not in msg
+    assert journal.read_bytes() == torn
+
+
+def test_damaged_middle_line_is_refused(journal):
+    lines = _lines(journal)
+    lines[2] = b"garbage\n"
+    journal.write_bytes(b"".join(lines))
+    with pytest.raises(ValueError, match="line 3: not a valid JSON record"):
+        check_journal(journal)
+
+
+def test_repair_keeps_every_intact_record(journal, capsys):
+    intact = journal.read_bytes()
+    want = _trials(journal)
+    journal.write_bytes(intact + b'{"op_code":4,"worker_id":"w","stu')
+    out = _repair(capsys, str(journal.parent))  # a run folder names its study.journal
+    assert journal.read_bytes() == intact and _trials(journal) == want
+    backup = next(journal.parent.glob("study.journal.damaged-*"))
+    assert backup.read_bytes().endswith(b'"stu') and str(backup) in out
+    assert f"kept {len(_lines(journal))} records" in out and "'s': 3 trials (3 complete)" in out
+    _study(journal, 1)  # the journal opens and takes new trials
+    assert len(_trials(journal)) == 4
+
+
+def test_record_glued_onto_a_torn_one_is_recovered(journal):
+    """An older writer appended onto a torn line: the whole record after it is kept."""
+    lines = _lines(journal)
+    glued = lines[-1]
+    journal.write_bytes(b"".join(lines[:-1]) + b'{"op_code":8,"worker_id":"w","tr' + glued)
+    r = repair_journal(journal)
+    assert r.salvaged == 1 and not r.prefix_only and journal.read_bytes() == b"".join(lines)
+
+
+def test_damaged_middle_line(journal):
+    """A damaged attribute record is dropped alone; a damaged record that may have created a trial
+    would shift the ids of later trials, so only the intact records before it are kept."""
+    lines = _lines(journal)
+    attr = next(i for i, ln in enumerate(lines) if json.loads(ln)["op_code"] == 5)  # a trial's param
+    journal.write_bytes(b"".join(lines[:attr] + [b'{"op_code":5,"wor\n'] + lines[attr + 1:]))
+    r = repair_journal(journal)
+    assert r.dropped == [attr + 1] and not r.prefix_only and r.kept == len(lines) - 1
+
+    journal.write_bytes(b"".join(lines))
+    creates = [i for i, ln in enumerate(lines) if json.loads(ln)["op_code"] == 4]
+    journal.write_bytes(b"".join(lines[:creates[1]] + [b"\x00\x00\n"] + lines[creates[1] + 1:]))
+    r = repair_journal(journal)
+    assert r.prefix_only and r.kept == creates[1] and r.prefix_dropped == len(lines) - creates[1] - 1
+    assert [t[0] for t in _trials(journal)] == [0]
+
+
+def test_dry_run_and_intact_journal_change_nothing(journal, capsys):
+    intact = journal.read_bytes()
+    out = _repair(capsys, str(journal))
+    assert "intact" in out and journal.read_bytes() == intact
+    damaged = intact + b"{"
+    journal.write_bytes(damaged)
+    out = _repair(capsys, "--dry-run", str(journal))
+    assert "would keep" in out and journal.read_bytes() == damaged
+    assert not list(journal.parent.glob("*.damaged-*"))
+
+
+def test_repair_errors_are_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        repair_cli.main([str(tmp_path)])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: no journal file at")
+
+
+def test_killed_lock_holder_does_not_stall_the_next_start(tmp_path):
+    journal = tmp_path / "study.journal"
+    _study(journal, 1)
+    os.symlink(journal, str(journal) + ".lock")  # an older run's Optuna lock, left behind
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from nas.search.journal import JournalFileLock; "
+         f"JournalFileLock({str(journal)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    t0 = time.perf_counter()
+    storage, _ = journal_storage(journal)
+    optuna.create_study(storage=storage, study_name="next")  # an append, under the lock
+    assert time.perf_counter() - t0 < 2.0
+    assert journal_lock_path(journal).exists() and Path(str(journal) + ".lock").is_symlink()
+
+
+def test_search_refuses_a_torn_journal(journal):
+    torn = journal.read_bytes() + b'{"op_code":6,"worker_id":"w","tri'
+    journal.write_bytes(torn)
+    p = subprocess.run([sys.executable, "-m", "nas.search", *SEARCH, f"out={journal.parent}"], cwd=ROOT,
+                       capture_output=True, text=True)
+    err = p.stderr.strip()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert err.startswith("error: ") and str(journal) in err and "python -m nas.repair" in err
+    assert journal.read_bytes() == torn
+
+
+@pytest.mark.slow
+def test_search_resumes_once_repaired(tmp_path):
+    from nas.cli.search import run
+
+    run(compose_app("search", SEARCH), run_dir=tmp_path)
+    journal = tmp_path / "study.journal"
+    intact = journal.read_bytes()
+    journal.write_bytes(intact + b'{"op_code":6,"worker_id":"w","tri')
+    with pytest.raises(SystemExit):  # refused, and nothing appended
+        run(compose_app("search", SEARCH), run_dir=tmp_path)
+    repair_cli.main([str(tmp_path)])
+    assert journal.read_bytes() == intact
+    out = run(compose_app("search", [*SEARCH[:2], "n_trials=3", "progress=false"]), run_dir=tmp_path)
+    assert out["ran"] == 1 and sum(out["statuses"].values()) == 3
