@@ -344,6 +344,12 @@ class SearchSpace:
         ch = self.param_choices()
         return self.decode({name: c[int(i)] for (name, c), i in zip(ch.items(), idx)})
 
+    def smallest(self) -> Arch:
+        """The architecture with the smallest choice of every parameter (fewest blocks, narrowest,
+        smallest kernels and expansions, no squeeze-excite, fewest heads): a lower bound on latency and
+        memory in all but contrived spaces."""
+        return self.decode({name: min(ch) for name, ch in self.param_choices().items()})
+
     def random(self, rng: np.random.Generator | int | None = None) -> Arch:
         """A uniformly sampled parameter vector decoded to an Arch (seed or Generator)."""
         return self.decode(self.sample_params(rng))

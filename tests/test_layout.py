@@ -20,7 +20,7 @@ LAYERS = {
     "nas._timm_blocks": 2, "nas.target": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.registry": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas": 0,
 }
-ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate"}  # python -m nas.<command> -> nas.cli
+ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
 
 
 def _module_name(path: Path) -> str:

@@ -6,6 +6,8 @@ Thin Hydra entry point: parse the config, call ``nas.search.study``, show progre
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,17 +29,49 @@ def _fmt_score(metric: str, v: float | None) -> str:
     return f"{100 * v:.2f}%" if metric == "val_accuracy" else f"{v:.2f}"
 
 
-def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any:
-    """The study and search problem the config names (``nas.search.study.prepare_search``)."""
-    import optuna
+def _user_args() -> list[str] | None:
+    """The command-line arguments as the user writes them (``conf=`` rather than ``target=``)."""
+    from hydra.core.hydra_config import HydraConfig
 
-    from nas.search.study import Budgets, prepare_search
+    if not HydraConfig.initialized():
+        return None
+    return [re.sub(r"^(\+{0,2})target([=.])", r"\1conf\2", a) for a in HydraConfig.get().overrides.task]
+
+
+def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None:
+    """The composed config into ``<run dir>/.hydra/`` (as Hydra would), once the search has started."""
+    from nas._io import atomic_write_text
+
+    atomic_write_text(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+    if args is not None:
+        atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(args)))
+
+
+def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any:
+    """The study and search problem the config names (``nas.search.study.prepare_search``); a failed
+    start leaves no trace in a run dir it found empty."""
+    import optuna
 
     if run_dir is None:
         from hydra.core.hydra_config import HydraConfig
 
         run_dir = HydraConfig.get().runtime.output_dir
+    run_dir = Path(run_dir)
+    fresh = not run_dir.exists() or not any(run_dir.iterdir())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        search = _prepare_search(cfg, target, run_dir)
+    except BaseException:
+        if fresh and run_dir.is_dir():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    _save_config(cfg, run_dir, _user_args())
+    return search
+
+
+def _prepare_search(cfg: DictConfig, target: Target, run_dir: Path) -> Any:
+    from nas.search.study import Budgets, prepare_search
+
     return prepare_search(
         target=target,
         search_space=cfg.search_space,
@@ -50,6 +84,7 @@ def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any
         storage=cfg.storage,
         study_name=cfg.study_name,
         allow_mismatch=cfg.allow_mismatch,
+        command=_user_args(),
     )
 
 

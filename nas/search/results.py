@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 from nas.arch import Arch
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 
@@ -112,9 +115,20 @@ def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
 
 def write_outputs(study: optuna.Study, run_dir: str | Path, *, info: dict[str, Any] | None = None,
                   plot: bool = True) -> dict[str, Any]:
-    """Write pareto.json, trials.csv and pareto.png for the whole study into ``run_dir`` (atomically)."""
+    """Write pareto.json, trials.csv and pareto.png for the whole study into ``run_dir``.
+
+    Each file is replaced atomically, and one worker at a time reads the study and writes the three
+    (a lock on the run dir's pareto.json), so the files always show one moment of the study, and the
+    last worker to finish writes the final state.  ``pareto.json``'s ``snapshot`` says when, by whom,
+    and how many trials were still running in other workers."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(run_dir / "pareto.json", what=f"the results in {run_dir}"):
+        return _write_outputs(study, run_dir, info=info, plot=plot)
+
+
+def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] | None,
+                   plot: bool) -> dict[str, Any]:
     rec = dict(study.user_attrs.get(STUDY_ATTR) or {})
     metric = (rec.get("objectives") or ["score"])[0]
     records = trial_records(study)
@@ -149,6 +163,8 @@ def write_outputs(study: optuna.Study, run_dir: str | Path, *, info: dict[str, A
         "search": rec,
         **(info or {}),
         "trials": {"total": len(records), **statuses},
+        "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
+                     "running": sum(r["state"] == "RUNNING" for r in records)},
         "pareto": pareto,
         "notes": ("arch: the deployed network (the dataset's classes and input channels at the target's deployment "
                   "resolution); latency is predicted for it, params / MACs / peak memory counted on it; "

@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 __all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
-           "rdb_storage"]
+           "rdb_storage", "storage_description"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,23 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
         raise ValueError(f"storage={spec!r} is a folder; give a journal file path (e.g. {p / 'study.journal'}) "
                          f"or a storage URL")
     return journal_storage(p)
+
+
+def storage_description(spec: str | None, *, run_dir: str | Path) -> str:
+    """What ``make_storage(spec)`` would describe, without opening or creating anything (a URL's
+    password masked)."""
+    if not spec:
+        return str(Path(run_dir) / "study.journal")
+    if "://" in spec:
+        try:
+            from sqlalchemy.engine import make_url
+
+            return make_url(spec).render_as_string(hide_password=True)
+        except Exception:  # not an SQLAlchemy URL (redis://): mask what looks like a password
+            import re
+
+            return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", spec)
+    return str(Path(spec).expanduser())
 
 
 def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
@@ -98,8 +115,11 @@ def open_study(
     study_name: str,
     sampler: optuna.samplers.BaseSampler,
     record: dict[str, Any],
+    hint: str | None = None,
 ) -> optuna.Study:
-    """Create the study, or load it and check it was made with the same ``record`` (except its seed)."""
+    """Create the study, or load it and check it was made with the same ``record`` (except its seed).
+
+    ``hint``: what to do instead, appended to the error for a study made with other settings."""
     if not study_name:
         raise ValueError("study_name must be a non-empty string")
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
@@ -120,8 +140,9 @@ def open_study(
              for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     if diffs:
         shown = "; ".join(diffs[:8]) + (f"; and {len(diffs) - 8} more" if len(diffs) > 8 else "")
-        raise ValueError(f"study {study_name!r} was created with different settings ({shown}). Resume it with the "
-                         f"same settings, or start a new study: study_name=<new name> (or a new out= folder)")
+        raise ValueError(f"study {study_name!r} was created with different settings ({shown}); nothing was changed. "
+                         + (hint or "Resume it with the same settings, or start a new study: study_name=<new name> "
+                                    "(or a new out= folder)"))
     return study
 
 

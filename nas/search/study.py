@@ -56,7 +56,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ from nas.data import Dataset, adapt_arch
 from nas.latency.base import LatencyModel
 from nas.search.evaluate import Evaluator
 from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
+from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
 from nas.search.samplers import (
     NSGA2Settings,
     RandomSettings,
@@ -78,7 +79,14 @@ from nas.search.samplers import (
     sampler_names,
     sampler_settings_class,
 )
-from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR, fail_stale_trials, make_storage, open_study
+from nas.search.storage import (
+    SCHEMA_VERSION,
+    STUDY_ATTR,
+    fail_stale_trials,
+    make_storage,
+    open_study,
+    storage_description,
+)
 from nas.space import SearchSpace
 from nas.target import Target
 
@@ -239,6 +247,27 @@ class SearchProblem:
             "train_seed": self.train_seed,
         }
 
+    def check_budgets(self, samples: int = 64) -> None:
+        """Refuse budgets that no architecture of the space can meet: a ``ValueError`` naming the least
+        any of the space's smallest architecture and ``samples`` random ones needs."""
+        archs = [self.deployed(self.space.smallest())] + [self.deployed(self.space.random(i)) for i in range(samples)]
+        b = self.budgets
+        if b.latency_ms is not None:
+            ms = min(float(self.latency.explain(a).ms) for a in archs)
+            if ms > b.latency_ms:
+                est = "" if self.latency.source == "measured" else ", an ESTIMATE"
+                raise ValueError(f"latency_budget_ms={b.latency_ms:g}: no architecture of space {self.space.name!r} "
+                                 f"can meet it on {self.target.name}: its smallest is predicted at {ms:.4g} ms"
+                                 f"{est} (at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "
+                                 f"(latency_budget_ms={_round_up(ms)}) or search a smaller space")
+        if b.memory_kb is not None:
+            kb = min(arch_cost(a, bytes_per_act=self.bytes_per_act).peak_activation_bytes for a in archs) / 1024
+            if kb > b.memory_kb:
+                raise ValueError(f"memory_budget_kb={b.memory_kb:g}: no architecture of space {self.space.name!r} "
+                                 f"fits it: the smallest peaks at {kb:.4g} KiB of activations "
+                                 f"(at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "
+                                 f"(memory_budget_kb={_round_up(kb)}) or search a smaller space")
+
     def eval_seed(self, digest: str) -> int:
         return (self.train_seed * 1_000_003 + int(digest[:8], 16)) % (2**31 - 1)
 
@@ -322,6 +351,12 @@ class SearchProblem:
         except Exception:  # the storage itself failed: nothing more to record
             log.debug("could not record the failure of trial %d", trial.number, exc_info=True)
         self.last = TrialOutcome(trial.number, status, None, ms, feasible, time.perf_counter() - t0, error=msg)
+
+
+def _round_up(v: float) -> str:
+    """``v`` rounded up to two significant digits, as a budget to suggest."""
+    e = math.floor(math.log10(v)) - 1 if v > 0 else 0
+    return f"{math.ceil(v / 10**e) * 10**e:.{max(0, -e)}f}"
 
 
 def _free_accelerator_memory() -> None:
@@ -477,8 +512,13 @@ def prepare_search(
     study_name: str | None = None,
     latency: LatencyModel | None = None,
     allow_mismatch: bool = False,
+    command: Sequence[str] | None = None,
 ) -> Search:
-    """Load the space, data, evaluator and latency model; open (or create) the study in its storage."""
+    """Load the space, data, evaluator and latency model; open (or create) the study in its storage.
+
+    The run dir belongs to one study (``nas.search.rundir``): a run dir that holds another one is
+    refused before anything is written.  ``command``: the user's command-line arguments, recorded
+    in the run dir and used to spell out the command that starts a refused search elsewhere."""
     from nas.data import load_data
     from nas.latency import load_latency_model
     from nas.search.evaluate import make_evaluator
@@ -492,10 +532,15 @@ def prepare_search(
     lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
                             train_seed=seed)
+    problem.check_budgets()
     run_dir = Path(run_dir)
-    st, desc = make_storage(storage, run_dir=run_dir)
     name = study_name or default_study_name(space=space.name, data=ds.name, target=target.name)
+    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
+    st, desc = make_storage(storage, run_dir=run_dir)
     existed = name in {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
-    study = open_study(storage=st, study_name=name, sampler=smp, record=problem.record())
+    new = new_run_command(command, run_dir)
+    hint = f"Resume it with the same settings, or start this search in a new folder: {new}" if new else None
+    study = open_study(storage=st, study_name=name, sampler=smp, record=problem.record(), hint=hint)
+    claim_run_dir(run_dir, study=name, storage_desc=desc, command=command)
     problem.train_seed = int(study.user_attrs[STUDY_ATTR].get("train_seed", seed))
     return Search(study, problem, st, desc, run_dir, not existed)
