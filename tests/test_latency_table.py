@@ -140,3 +140,69 @@ def test_shipped_tables_are_measured_and_valid(name):
     for s in list_spaces():  # covers the shipped spaces at their default resolutions, with the
         # stems and heads of 1-channel, 10-class datasets (nas.profile's in_chans / num_classes)
         assert not t.missing(load_space(s).unique_blocks(in_chans=[1, 3], num_classes=[10])), s
+
+
+def _key(c: int) -> BlockKey:
+    return BlockKey(ConvBlock(c, 3, 1, "relu"), 3, 8, 8)
+
+
+def test_save_merges_with_the_file(tmp_path):
+    """Two tables saved to one path (two runs into one file): the union, nothing dropped."""
+    p = tmp_path / "t.json"
+    a, b = LatencyTable(metadata=dict(META), path=p), LatencyTable(metadata=dict(META), path=p)
+    for c in (8, 16, 24):
+        a.add(_key(c), Entry(0.1, 0.09, 0.11, 10, measured_at="2024-01-01T00:00:00+00:00"))
+    for c in (24, 32):  # 24 measured by both, independently
+        b.add(_key(c), Entry(0.3, 0.2, 0.4, 10, measured_at="2024-01-02T00:00:00+00:00"))
+    a.save()
+    b.save()
+    a.save()  # a's view of 24 is unchanged since it saved: the merged figure stays
+    on_disk = LatencyTable.load(p)
+    assert set(on_disk) == {_key(c) for c in (8, 16, 24, 32)}
+    both = on_disk.entries[_key(24)]
+    assert both.rounds_ms == (0.1, 0.3) and both.n == 20 and both.median_ms == pytest.approx(0.2)
+    assert a.entries == b.entries == on_disk.entries  # each object holds the union too
+    assert a.others_added == 1 and b.others_added == 2
+    # each side adds a round to the same entry: both rounds kept, none twice
+    a.entries[_key(8)] = a.entries[_key(8)].merged(Entry(0.2, 0.18, 0.22, 10))
+    b.entries[_key(8)] = b.entries[_key(8)].merged(Entry(0.4, 0.36, 0.44, 10))
+    a.save()
+    b.save()
+    e = LatencyTable.load(p).entries[_key(8)]
+    assert e.rounds_ms == (0.1, 0.2, 0.4) and e.n == 30
+    assert e.p10_ms == pytest.approx((0.09 + 0.18 + 0.36) / 3) and e.p90_ms == pytest.approx((0.11 + 0.22 + 0.44) / 3)
+    a.save()  # and saving again adds nothing
+    assert LatencyTable.load(p).entries[_key(8)] == e
+
+
+def test_save_merges_networks_and_metadata(tmp_path):
+    from nas.arch import Arch
+
+    p = tmp_path / "t.json"
+    a = LatencyTable(metadata={**META, "created": "2024-01-02T00:00:00+00:00", "call_overhead_ms": None}, path=p)
+    b = LatencyTable(metadata={**META, "created": "2024-01-01T00:00:00+00:00",
+                               "refresh": {"now_over_table": 1.1, "measured_at": "2024-01-03T00:00:00+00:00"}}, path=p)
+    net = Arch.from_dict(json.loads((TABLES_DIR / "cpu.json").read_text())["networks"][0]["arch"])
+    b.networks[net] = Entry(1.0, 0.9, 1.1, 10)
+    b.save()
+    a.save()
+    back = LatencyTable.load(p)
+    assert set(back.networks) == {net} and back.metadata["created"] == "2024-01-01T00:00:00+00:00"
+    assert back.metadata["call_overhead_ms"] == 0.005 and back.metadata["refresh"]["now_over_table"] == 1.1
+
+
+def test_save_never_overwrites_a_corrupt_or_foreign_file(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text("{not json")
+    with pytest.raises(TableError, match=r"t\.json: corrupt latency table .*not overwriting it: this table was "
+                                         r"saved to .*t\.\d+\.json instead"):
+        small_table().save(p)
+    assert p.read_text() == "{not json"
+    aside = next(tmp_path.glob("t.*.json"))
+    assert len(LatencyTable.load(aside)) == 2
+    small_table().save(tmp_path / "int8.json")
+    other = LatencyTable(metadata={**META, "precision": "int8"})
+    with pytest.raises(TableMismatchError, match="int8.json holds the latency table of another target "
+                                                 r"\(precision: file has 'fp32', this table 'int8'\)"):
+        other.save(tmp_path / "int8.json")
+    assert LatencyTable.load(tmp_path / "int8.json").metadata["precision"] == "fp32"

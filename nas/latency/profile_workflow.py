@@ -184,12 +184,14 @@ def _measure_table(keys, nets, table: LatencyTable, out: Path, runtime, settings
         raise Interrupted(f"{len(table)} block entries and {len(table.networks)} networks are saved in {out}; "
                           "run the same command again to continue") from e
     assert rep is not None and nrep is not None
+    # the counts are the file's as last saved: other runs' entries merged in, not just this run's
+    others = f" ({table.others_added} of them saved by other runs meanwhile)" if table.others_added else ""
     say(f"{rep.measured} block measurements in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
         f"{rep.remeasured} re-measured for noise; {nrep.measured} network measurements in {nrep.seconds:.1f}s; "
-        f"table: {table.describe()}, {len(table.networks)} networks -> {out}")
+        f"table: {table.describe()}{others}, {len(table.networks)} networks -> {out}")
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
-            "entries": len(table), "requested": rep.requested, "networks": len(table.networks),
-            "network_seconds": nrep.seconds, "rounds": R}
+            "entries": len(table), "others_added": table.others_added, "requested": rep.requested,
+            "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": R}
 
 
 def remeasure_calibration(table: LatencyTable, runtime, settings: ProfileSettings, *, per_space: int | None,

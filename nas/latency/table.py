@@ -31,6 +31,10 @@ One table per (device, runtime, provider, precision, batch, threads).  A table f
 Loading validates the schema and raises ``TableError`` (a ``ValueError``) for a corrupt file, a
 wrong schema version or entries that do not parse.  ``check_target`` compares the metadata with
 a target and raises ``TableMismatchError`` unless explicitly allowed.
+
+Saving merges: under a lock on the file (``nas._io.file_lock``) it re-reads the table on disk
+and keeps what other processes saved there since this object last read or wrote it, so several
+``nas.profile`` runs (processes or machines sharing the folder) can measure into one table.
 """
 
 from __future__ import annotations
@@ -38,13 +42,15 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
+import statistics
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas._io import atomic_write_json
+from nas._io import atomic_write_json, file_lock
 from nas.arch import Arch, BlockKey
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
 from nas.target import Target
@@ -111,8 +117,6 @@ class Entry:
 
     def merged(self, new: Entry) -> Entry:
         """This entry plus another round."""
-        import statistics
-
         k, j = self.rounds, new.rounds
         rounds = self.rounds_ms + new.rounds_ms
         return Entry(
@@ -122,6 +126,25 @@ class Entry:
             self.n + new.n,
             self.remeasured + new.remeasured,
             new.measured_at,
+            rounds,
+        )
+
+    def extends(self, old: Entry) -> bool:
+        """Whether this entry is ``old`` plus more rounds (``old.merged(...)``...)."""
+        return self.rounds > old.rounds and self.rounds_ms[:old.rounds] == old.rounds_ms
+
+    def since(self, old: Entry) -> Entry:
+        """The rounds this entry added to ``old`` (which it ``extends``), as one entry: the inverse
+        of ``merged``, so ``old.merged(self.since(old))`` is this entry again."""
+        k, j = self.rounds, old.rounds
+        rounds = self.rounds_ms[j:]
+        return Entry(
+            float(statistics.median(rounds)),
+            (self.p10_ms * k - old.p10_ms * j) / (k - j),
+            (self.p90_ms * k - old.p90_ms * j) / (k - j),
+            max(self.n - old.n, 0),
+            max(self.remeasured - old.remeasured, 0),
+            self.measured_at,
             rounds,
         )
 
@@ -145,6 +168,10 @@ class LatencyTable:
     path: Path | None = None
     # whole networks measured end to end on the same runtime (the predictor's calibration set)
     networks: dict[Arch, Entry] = field(default_factory=dict)
+    # block entries that other processes saved to the file and this object took in when saving
+    others_added: int = field(default=0, init=False, compare=False)
+    # what this object last read from or wrote to which file: the common base of a merge on save
+    _synced: tuple[Path | None, dict, dict] = field(default=(None, {}, {}), init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -191,14 +218,54 @@ class LatencyTable:
                 "networks": nets}
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Atomic: a crash or Ctrl-C mid-write leaves the previous file intact."""
+        """Write the table atomically (a crash or Ctrl-C mid-write leaves the previous file intact),
+        merged with the file: under a lock on it, what other processes saved there since this
+        object last read or wrote it is taken in (here too), so concurrent runs lose nothing.
+
+        An existing file that is corrupt or holds another target's table is not overwritten: this
+        table goes to ``<name>.<pid>.json`` beside it and ``TableError`` says so."""
         p = Path(path) if path is not None else self.path
         if p is None:
             raise ValueError("LatencyTable.save needs a path")
-        self.metadata["updated"] = now_iso()
-        atomic_write_json(p, self.to_dict(), indent=None)
+        with file_lock(p, what=f"latency table {p}"):
+            if p.is_file():
+                try:
+                    self._merge_from(LatencyTable.load(p), p)
+                except TableError as e:
+                    aside = p.with_name(f"{p.stem}.{os.getpid()}{p.suffix}")
+                    self.metadata["updated"] = now_iso()
+                    atomic_write_json(aside, self.to_dict(), indent=None)
+                    raise type(e)(f"{e}; not overwriting it: this table was saved to {aside} instead") from None
+            self.metadata["updated"] = now_iso()
+            atomic_write_json(p, self.to_dict(), indent=None)
         self.path = p
+        self._synced = (p, dict(self.entries), dict(self.networks))
         return p
+
+    def _merge_from(self, disk: LatencyTable, p: Path) -> None:
+        """Take in ``disk`` (the file at ``p``): its entries, networks and newer metadata records.
+        Updates this object's dicts in place (the profiler holds references to them)."""
+        diffs = [f"{f}: file has {_field(disk.metadata, f)!r}, this table {_field(self.metadata, f)!r}"
+                 for f in ("target", *MATCH_FIELDS) if _field(disk.metadata, f) != _field(self.metadata, f)]
+        if diffs:
+            raise TableMismatchError(f"{p} holds the latency table of another target ({'; '.join(diffs)})")
+        synced_path, base_entries, base_nets = self._synced
+        if synced_path is None or synced_path.resolve() != p.resolve():
+            base_entries, base_nets = {}, {}
+        before = len(self.entries)
+        _merge_store(self.entries, disk.entries, base_entries)
+        self.others_added += len(self.entries) - before
+        _merge_store(self.networks, disk.networks, base_nets)
+        mine, theirs = self.metadata, disk.metadata
+        for k, v in theirs.items():
+            if k not in mine or (mine[k] is None and v is not None):
+                mine[k] = v
+        if theirs.get("created") and mine.get("created"):
+            mine["created"] = min(str(theirs["created"]), str(mine["created"]))
+        for k in ("refresh", "recalibration"):  # the latest re-measurement of the calibration networks
+            a, b = mine.get(k), theirs.get(k)
+            if isinstance(a, dict) and isinstance(b, dict) and str(b.get("measured_at", "")) > str(a.get("measured_at", "")):
+                mine[k] = b
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyTable:
@@ -209,7 +276,9 @@ class LatencyTable:
             data = json.loads(p.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TableError(f"{p}: corrupt latency table (not valid JSON: {e})") from None
-        return cls.from_dict(data, source=str(p), path=p)
+        table = cls.from_dict(data, source=str(p), path=p)
+        table._synced = (p, dict(table.entries), dict(table.networks))
+        return table
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<dict>", path: Path | None = None) -> LatencyTable:
@@ -284,9 +353,7 @@ class LatencyTable:
         }
         diffs = []
         for f in MATCH_FIELDS:
-            got: Any = self.metadata
-            for part in f.split("."):
-                got = got.get(part) if isinstance(got, dict) else None
+            got = _field(self.metadata, f)
             if want[f] is not None and got != want[f]:
                 diffs.append(f"{f}: table has {got!r}, target {target.name!r} wants {want[f]!r}")
         if diffs and not allow_mismatch:
@@ -299,6 +366,36 @@ class LatencyTable:
         for d in diffs:
             log.warning("latency table mismatch (allowed): %s", d)
         return diffs
+
+
+def _field(meta: Mapping[str, Any], dotted: str) -> Any:
+    got: Any = meta
+    for part in dotted.split("."):
+        got = got.get(part) if isinstance(got, Mapping) else None
+    return got
+
+
+def _merge_store(mine: dict, disk: Mapping, base: Mapping) -> None:
+    """Merge a file's entries (``disk``) into ``mine``, in place; ``base`` is what both started
+    from (this object's last read or write of the file).  No key of either side is dropped."""
+    for key, theirs in disk.items():
+        ours = mine.get(key)
+        mine[key] = theirs if ours is None else _combine(ours, theirs, base.get(key))
+
+
+def _combine(ours: Entry, theirs: Entry, base: Entry | None) -> Entry:
+    """One entry measured here (``ours``) and in the file (``theirs``)."""
+    if theirs == ours or ours == base:
+        return theirs
+    if theirs == base or ours.extends(theirs):  # only this side measured more
+        return ours
+    if theirs.extends(ours):
+        return theirs
+    if base is not None and ours.extends(base) and theirs.extends(base):  # both added rounds to the base
+        return theirs.merged(ours.since(base))
+    if base is None:  # measured independently here and there: all the rounds of both
+        return theirs.merged(ours)
+    return max(ours, theirs, key=lambda e: (e.rounds, e.measured_at))  # replaced: the fuller, else the newer
 
 
 class Throttle:
