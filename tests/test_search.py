@@ -30,6 +30,7 @@ from nas.config.search import register_search_configs
 from nas.data import load_data
 from nas.latency.predictor import RooflineModel
 from nas.search.evaluate import EvalResult, Evaluator
+from nas.search.rundir import RunDirTaken
 from nas.search.study import (
     Budgets,
     SearchAborted,
@@ -97,10 +98,10 @@ def digits():
 
 
 def _prepare(run_dir, target, data, evaluator, *, sampler="random", seed=0, budgets=None, study_name="t",
-             storage=None, space="tiny", **skw):
+             storage=None, space="tiny", command=None, **skw):
     return prepare_search(target=target, search_space=space, data=data, evaluator=evaluator,
                           sampler={"name": sampler, **skw}, budgets=budgets or Budgets(), seed=seed, run_dir=run_dir,
-                          storage=storage, study_name=study_name, latency=RooflineModel(target))
+                          storage=storage, study_name=study_name, latency=RooflineModel(target), command=command)
 
 
 def _search(run_dir, target, data, evaluator, *, n_trials, **kw):
@@ -286,6 +287,47 @@ def test_resume_with_other_settings_is_refused(tmp_path, target, digits):
     with pytest.raises(ValueError, match="budgets.latency_ms"):
         _prepare(tmp_path, target, digits, FakeEvaluator(), budgets=Budgets(latency_ms=1.0))
     _prepare(tmp_path, target, digits, FakeEvaluator(), seed=9, sampler="tpe")  # seed and sampler may change
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+            and not p.name.endswith((".lock", ".flock"))}
+
+
+def test_a_run_dir_holds_one_search(tmp_path, target, digits):
+    other = str(_two_arch_space(tmp_path))
+    tmp_path = tmp_path / "run"
+    s, _ = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=2)
+    write_outputs(s.study, tmp_path, plot=False)
+    owner = json.loads((tmp_path / "run.json").read_text())
+    assert owner["study"] == "t" and owner["storage"] == "study.journal"
+    before = _snapshot(tmp_path)
+    with pytest.raises(RunDirTaken, match=r"holds the search 't' .*nothing was changed.*new folder: "
+                                          r"python -m nas\.search search_space=two out=.*-2"):
+        _prepare(tmp_path, target, digits, FakeEvaluator(), space=other, study_name="two",
+                 command=["search_space=two", f"out={tmp_path}"])
+    with pytest.raises(RunDirTaken, match="in .*elsewhere.journal"):  # the same study name in another storage
+        _prepare(tmp_path, target, digits, FakeEvaluator(), storage=str(tmp_path / "elsewhere.journal"))
+    assert _snapshot(tmp_path) == before, "a refused start changed the run dir"
+    s2, rep = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=3)  # the same search resumes
+    assert not s2.created and rep.ran == 1
+
+
+def test_a_run_dir_from_before_run_json_is_recognised(tmp_path, target, digits):
+    _search(tmp_path, target, digits, FakeEvaluator(), n_trials=1)
+    (tmp_path / "run.json").unlink()
+    with pytest.raises(RunDirTaken, match="holds the search 't'"):
+        _prepare(tmp_path, target, digits, FakeEvaluator(), study_name="other")
+    _prepare(tmp_path, target, digits, FakeEvaluator())
+    assert json.loads((tmp_path / "run.json").read_text())["study"] == "t"
+
+
+@pytest.mark.parametrize("which", ["latency", "memory"])
+def test_a_budget_no_architecture_meets_is_refused_at_the_start(tmp_path, target, digits, which):
+    budgets = Budgets(latency_ms=1e-6) if which == "latency" else Budgets(memory_kb=1e-3)
+    with pytest.raises(ValueError, match=rf"{which}_budget_.*no architecture of space 'tiny'.*smallest"):
+        _prepare(tmp_path, target, digits, FakeEvaluator(), budgets=budgets)
+    assert not (tmp_path / "study.journal").exists()
 
 
 def test_ctrl_c_leaves_a_consistent_study(tmp_path, target, digits):
@@ -511,6 +553,25 @@ def test_cli_jetson_says_it_is_an_estimate(tmp_path):
     pj = json.loads((out / "pareto.json").read_text())
     assert pj["latency_model"]["source"] == "estimated"
     assert all(e["latency_source"] == "estimated" for e in pj["pareto"])
+
+
+@pytest.mark.slow
+def test_cli_refused_starts_change_nothing(tmp_path):
+    out = tmp_path / "run"
+    args = ["evaluator=zero_cost", "n_trials=1", "progress=false"]
+    r = _cli([*args, f"out={out}"], REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (out / ".hydra" / "config.yaml").is_file() and (out / ".hydra" / "overrides.yaml").is_file()
+    before = _snapshot(out)
+    for bad in (["search_space=mbv3"], ["evaluator.batch_size=7"], ["latency_budget_ms=0.000001"],
+                ["data=cifar10", f"data.root={tmp_path / 'nowhere'}"]):
+        r = _cli([*args, *bad, f"out={out}"], REPO)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (bad, r.stderr)
+        assert _snapshot(out) == before, f"{bad} changed the run dir"
+    assert f"out={out}-2" in _cli([*args, "search_space=mbv3", f"out={out}"], REPO).stderr
+    r = _cli([*args, "data=cifar10", f"data.root={tmp_path / 'nowhere'}", f"out={tmp_path / 'fresh'}"], REPO)
+    assert r.returncode == 2 and not (tmp_path / "fresh").exists(), "a failed start left a folder"
 
 
 @pytest.mark.slow

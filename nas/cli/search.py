@@ -161,10 +161,15 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
     rows = [[f"#{r['number']}", _fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}", r["latency_source"],
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()))
-    print(f"\n{len(outs['records'])} trials ({counts}); Pareto front of {len(front)} "
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k != "duplicate")
+    skipped = f"; {statuses['duplicate']} repeats skipped" if statuses.get("duplicate") else ""
+    running = sum(r["state"] == "RUNNING" for r in outs["records"])
+    print(f"\n{len(outs['records']) - statuses.get('duplicate', 0)} trials ({counts}{skipped}); "
+          f"Pareto front of {len(front)} "
           f"({metric} vs latency predicted on {target.name}"
           f"{', ESTIMATED' if p.latency.source == 'estimated' else ''}):")
+    if running:
+        print(f"({running} trials still running in other workers: the last worker to finish rewrites these files)")
     if rows:
         print(fmt_table(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB", "architecture"]))
     else:

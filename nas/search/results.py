@@ -162,7 +162,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "objectives": {metric: "maximize", "latency_ms": "minimize"},
         "search": rec,
         **(info or {}),
-        "trials": {"total": len(records), **statuses},
+        "trials": {"total": len(records) - statuses.get("duplicate", 0), **statuses},  # repeats not counted
         "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
                      "running": sum(r["state"] == "RUNNING" for r in records)},
         "pareto": pareto,

@@ -53,8 +53,9 @@ def storage_label(storage_desc: str, run_dir: Path) -> str:
     return storage_desc
 
 
-def read_owner(run_dir: str | Path) -> RunOwner | None:
-    """The study ``run_dir`` holds, from run.json (or, in an older run dir, its study.journal); None if none."""
+def read_owner(run_dir: str | Path, study: str | None = None) -> RunOwner | None:
+    """The study ``run_dir`` holds, from run.json (or, in an older run dir, its study.journal: ``study``
+    if the journal holds it); None if none."""
     run_dir = Path(run_dir)
     p = run_dir / RUN_FILE
     if p.is_file():
@@ -66,9 +67,9 @@ def read_owner(run_dir: str | Path) -> RunOwner | None:
                              f"if the folder's study is intact, delete {p} and run again") from None
     journal = run_dir / "study.journal"
     if journal.is_file() and journal.stat().st_size:
-        names = _journal_studies(journal)
+        names = list(dict.fromkeys(_journal_studies(journal)))
         if names:
-            return RunOwner(names[0] if len(names) == 1 else ", ".join(names), "study.journal")
+            return RunOwner(study if study in names else ", ".join(names), "study.journal")
     return None
 
 
@@ -101,7 +102,7 @@ def check_run_dir(run_dir: str | Path, *, study: str, storage_desc: str,
                   command: Sequence[str] | None = None) -> RunOwner | None:
     """Refuse (``RunDirTaken``) a start in a run dir that holds another study; the owner, if any."""
     run_dir = Path(run_dir)
-    owner = read_owner(run_dir)
+    owner = read_owner(run_dir, study)
     if owner is None:
         return None
     storage = storage_label(storage_desc, run_dir)

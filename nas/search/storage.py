@@ -109,6 +109,20 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
+def _load_or_create(storage: optuna.storages.BaseStorage, study_name: str,
+                    sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Load the study, or create it (a study that exists is only read: ``create_study(load_if_exists=True)``
+    would first append a failed create record to a journal)."""
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if study_name not in names:
+        try:
+            return optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+                                       directions=["maximize", "minimize"])
+        except optuna.exceptions.DuplicatedStudyError:  # another worker created it meanwhile
+            pass
+    return optuna.load_study(storage=storage, study_name=study_name, sampler=sampler)
+
+
 def open_study(
     *,
     storage: optuna.storages.BaseStorage,
@@ -122,8 +136,7 @@ def open_study(
     ``hint``: what to do instead, appended to the error for a study made with other settings."""
     if not study_name:
         raise ValueError("study_name must be a non-empty string")
-    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
-                                directions=["maximize", "minimize"], load_if_exists=True)
+    study = _load_or_create(storage, study_name, sampler)
     if len(study.directions) != 2 or study.directions[0] != optuna.study.StudyDirection.MAXIMIZE:
         raise ValueError(f"study {study_name!r} exists in the storage but is not an hwnas search (directions "
                          f"{[d.name for d in study.directions]}); pick another study_name")
