@@ -122,7 +122,7 @@ def _create(name: str, num_classes: int | None, in_chans: int | None) -> nn.Modu
     """A timm model by name, built without weights (on the meta device when it can be)."""
     import timm
 
-    if not timm.is_model(name):
+    if ":" not in name and not timm.is_model(name):  # hf-hub: / local-dir: sources are timm's to resolve
         raise _unknown_model(name)
     kw: dict[str, Any] = {}
     if num_classes is not None:
