@@ -11,16 +11,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _main(monkeypatch, capsys, module: str, *args: str) -> tuple[int, str]:
-    """Run ``python -m nas.<module> args`` in this process: (exit code, stderr)."""
+@pytest.fixture
+def cli(monkeypatch, capsys, tmp_path):
+    """``cli(module, *args)``: ``python -m nas.<module> args`` in this process, run in a new folder
+    (a run dir Hydra makes lands there): (exit code, stderr)."""
     import importlib
 
-    main = importlib.import_module(f"nas.cli.{module}").main
-    monkeypatch.setattr(sys, "argv", [f"nas.{module}", *args])
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    with pytest.raises(SystemExit) as e:
-        main()
-    return e.value.code, capsys.readouterr().err
+
+    def run(module: str, *args: str) -> tuple[int, str]:
+        main = importlib.import_module(f"nas.cli.{module}").main
+        monkeypatch.setattr(sys, "argv", [f"nas.{module}", *args])
+        with pytest.raises(SystemExit) as e:
+            main()
+        assert not any(cwd.iterdir()), list(cwd.iterdir())  # nothing left behind
+        return e.value.code, capsys.readouterr().err
+
+    return run
 
 
 def _one_line(err: str) -> str:
@@ -37,17 +47,17 @@ def _one_line(err: str) -> str:
     ("predict", ["conf.thredas=2"], "error: unknown option 'conf.thredas'; did you mean conf.threads=?"),
     ("train", ["+selct=0"], "error: unknown option 'selct'; did you mean select=?"),
 ])
-def test_a_mistyped_option_names_the_closest(monkeypatch, capsys, module, args, line):
-    code, err = _main(monkeypatch, capsys, module, *args)
+def test_a_mistyped_option_names_the_closest(cli, module, args, line):
+    code, err = cli(module, *args)
     assert code == 2 and _one_line(err) == line
 
 
-def test_out_naming_a_file_is_refused(monkeypatch, capsys, tmp_path):
+def test_out_naming_a_file_is_refused(cli, tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("keep me\n")
-    code, err = _main(monkeypatch, capsys, "search", f"out={f}", "n_trials=0")
+    code, err = cli("search", f"out={f}", "n_trials=0")
     assert code == 2 and _one_line(err).startswith(f"error: out={f} is a file, not a folder")
-    code, err = _main(monkeypatch, capsys, "train", f"run={tmp_path}", f"out={f / 'sub'}")
+    code, err = cli("train", f"run={tmp_path}", f"out={f / 'sub'}")
     assert code == 2 and f"is under {f}, a file, not a folder" in _one_line(err)
     assert f.read_text() == "keep me\n"
 
@@ -60,14 +70,14 @@ def test_an_unknown_timm_model_names_close_ones():
         from_timm("mobilenetv3_larg")
 
 
-def test_predict_refuses_a_width_no_space_yields(monkeypatch, capsys, tmp_path):
+def test_predict_refuses_a_width_no_space_yields(cli, tmp_path):
     from nas.space import load_space
 
     d = load_space("tiny").random(0).to_dict()
     d["blocks"][1]["out_ch"] = 20
     p = tmp_path / "arch.json"
     p.write_text(json.dumps(d))
-    code, err = _main(monkeypatch, capsys, "predict", f"arch={p}")
+    code, err = cli("predict", f"arch={p}")
     line = _one_line(err)
     assert code == 2 and "blocks[1]" in line and "width 20 is not a multiple of channel_multiple=8" in line
 
@@ -124,12 +134,12 @@ def test_verbose_anywhere_lets_the_error_through_with_debug_logging(monkeypatch)
         log.setLevel(level)
 
 
-def test_an_unhandled_ctrl_c_exits_130(monkeypatch, capsys):
+def test_an_unhandled_ctrl_c_exits_130(monkeypatch, cli):
     import nas.cli.space as m
 
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(m, "summarize", interrupt)
-    code, err = _main(monkeypatch, capsys, "space", "search_space=tiny")
+    code, err = cli("space", "search_space=tiny")
     assert code == 130 and err.strip() == "interrupted"

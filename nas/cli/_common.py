@@ -137,6 +137,16 @@ def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:
     return None
 
 
+def _added_key_check(config_name: str, args: Sequence[str]) -> str | None:
+    """With ``+key=`` overrides: compose the config (before Hydra makes a run dir) and check them."""
+    if not any(a.startswith("+") for a in args):
+        return None
+    from nas.config import compose_app
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    return _added_key_error(compose_app(config_name, overrides), [a for a in overrides if a.startswith("+")])
+
+
 def _run_dir_from_out(config_name: str) -> bool:
     """Whether the command's Hydra run dir is its ``out=`` option (``hydra.run.dir: ${out}``)."""
     try:
@@ -204,14 +214,8 @@ def hydra_app(config_name: str) -> Callable:
 
         @functools.wraps(fn)
         def task(cfg: Any) -> Any:
-            from hydra.core.hydra_config import HydraConfig
-
             if state["verbose"]:
                 logging.getLogger("nas").setLevel(logging.DEBUG)
-            problem = _added_key_error(cfg, HydraConfig.get().overrides.task)
-            if problem:
-                print(f"error: {problem}", file=sys.stderr)
-                sys.exit(2)
             with _unexpected_errors(state["show"]):  # here, before Hydra adds its own report
                 return fn(cfg)
 
@@ -232,6 +236,10 @@ def hydra_app(config_name: str) -> Callable:
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its report
             try:
                 with _unexpected_errors(show):
+                    problem = _added_key_check(config_name, sys.argv[1:])
+                    if problem:
+                        print(f"error: {problem}", file=sys.stderr)
+                        sys.exit(2)
                     return app()
             except (HydraException, OmegaConfBaseException) as e:
                 if show:
