@@ -105,10 +105,25 @@ def _iter_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
             out.append((f"blocks.{si}", stage))
     return out
 
+def _unknown_model(name: str) -> ValueError:
+    """An unknown timm model name: the error names the closest converter-family (else timm) names."""
+    import difflib
+
+    import timm
+
+    close = difflib.get_close_matches(name, family_model_names(), n=3, cutoff=0.6)
+    close = close or difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+    hint = f"; close names: {', '.join(close)}" if close else ""
+    return ValueError(f"unknown timm model {name!r}{hint} (only EfficientNet / MobileNet-family timm models "
+                      f"convert: {', '.join(SUPPORTED_FAMILIES)})")
+
+
 def _create(name: str, num_classes: int | None, in_chans: int | None) -> nn.Module:
     """A timm model by name, built without weights (on the meta device when it can be)."""
     import timm
 
+    if ":" not in name and not timm.is_model(name):  # hf-hub: / local-dir: sources are timm's to resolve
+        raise _unknown_model(name)
     kw: dict[str, Any] = {}
     if num_classes is not None:
         kw["num_classes"] = num_classes

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import difflib
 import functools
 import io
 import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
 from nas.latency.runtimes import RuntimeUnavailable
 
-__all__ = ["check_counts", "config_error_line", "fmt_table", "hydra_app", "user_errors"]
+__all__ = [
+    "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
+    "unknown_option_line", "user_errors",
+]
+
+#: Command-line flags that show the full traceback of a failure and turn on debug logging.
+VERBOSE_FLAGS = ("-v", "--verbose")
+_TRACEBACK_HINT = "(add -v to the command, or set HYDRA_FULL_ERROR=1, for the full traceback)"
 
 register_configs()
 
@@ -35,9 +45,41 @@ def user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+def unexpected_error_lines(e: BaseException) -> str:
+    """An unexpected failure as ``error: <Type>: <first line of its message>`` and how to see the traceback."""
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"error: {type(e).__name__}: {first}".rstrip(": ") + f"\n       {_TRACEBACK_HINT}"
+
+
+def unknown_option_line(key: str, valid: Iterable[str]) -> str:
+    """``unknown option 'n_trial'; did you mean n_trials=?`` for ``key`` (dotted: the last part is
+    matched within its group) among the ``valid`` names at its level."""
+    group, _, last = key.rpartition(".")
+    valid = sorted(set(valid))
+    close = difflib.get_close_matches(last, valid, n=1, cutoff=0.6)
+    where = f"{group}." if group else ""
+    if close:
+        return f"unknown option {key!r}; did you mean {where}{close[0]}=?"
+    return f"unknown option {key!r}; {'options of ' + group if group else 'options'}: {', '.join(valid)}"
+
+
+def _option_names(schema: Any) -> list[str] | None:
+    """The option names of a schema dataclass (``conf`` beside ``target``), else None."""
+    if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+        return None
+    names = [f.name for f in dataclasses.fields(schema)]
+    return names + ["conf"] if "target" in names else names
+
+
 def config_error_line(e: BaseException) -> str:
-    """A Hydra / OmegaConf composition error as one line: an unknown option lists the valid ones."""
+    """A Hydra / OmegaConf composition error as one line: an unknown option lists the valid ones,
+    a mistyped key names the closest one."""
     text = str(e)
+    cause = e.__cause__
+    m = re.match(r"Could not override '([^']+)'", text)
+    names = _option_names(getattr(cause, "object_type", None))
+    if m and names is not None and "not in" in str(cause):
+        return unknown_option_line(_user_key(m.group(1)), names)
     m = re.search(r"Could not find '(\w+)/([^']*)'.*?Available options in '\w+':\n((?:\t[^\n]*\n?)*)", text, re.S)
     if m:
         group, value, options = m.groups()
@@ -45,8 +87,8 @@ def config_error_line(e: BaseException) -> str:
         return f"unknown {shown} {value!r}; {shown}= one of: {', '.join(options.split())}"
     hints = ("To append", "See https", "Set the environment", "full_key", "object_type", "reference_type")
     parts = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(hints)][:2]
-    if e.__cause__ is not None and str(e.__cause__):
-        parts.append(str(e.__cause__).splitlines()[0])
+    if cause is not None and str(cause):
+        parts.append(str(cause).splitlines()[0])
     parts = parts or [type(e).__name__]
     return ": ".join(p.rstrip(".") for p in parts)
 
@@ -70,29 +112,137 @@ def _complete(app: Callable) -> Any:
         sys.stdout.write(out)
 
 
+def _user_key(key: str) -> str:
+    """An override key as the user typed it (``target.x`` -> ``conf.x``, the documented alias)."""
+    return "conf" + key[len("target"):] if key == "target" or key.startswith("target.") else key
+
+
+def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:
+    """``+key=value`` / ``++key=value`` adding a key a schema does not have (Hydra accepts it
+    silently): the one-line error, else None."""
+    for o in overrides:
+        if not o.startswith("+") or "=" not in o:
+            continue
+        key = o.lstrip("+").split("=", 1)[0]
+        if key.startswith("hydra."):
+            continue
+        *parents, last = key.split(".")
+        node = cfg
+        with contextlib.suppress(Exception):
+            for part in parents:
+                node = node[part]
+            names = _option_names(node._metadata.object_type)
+            if names is not None and last not in names:
+                return unknown_option_line(_user_key(key), names)
+    return None
+
+
+def _added_key_check(config_name: str, args: Sequence[str]) -> str | None:
+    """With ``+key=`` overrides: compose the config (before Hydra makes a run dir) and check them."""
+    if not any(a.startswith("+") for a in args):
+        return None
+    from nas.config import compose_app
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    return _added_key_error(compose_app(config_name, overrides), [a for a in overrides if a.startswith("+")])
+
+
+def _run_dir_from_out(config_name: str) -> bool:
+    """Whether the command's Hydra run dir is its ``out=`` option (``hydra.run.dir: ${out}``)."""
+    try:
+        text = (Path(CONF_DIR) / f"{config_name}.yaml").read_text()
+    except OSError:
+        return False
+    return re.search(r"^\s+dir:\s*\$\{out\}\s*$", text, re.M) is not None
+
+
+def folder_error(option: str, value: str) -> str | None:
+    """``<option>=<value>`` naming a file, or a path under a file, where a folder is to be made:
+    the one-line error, else None."""
+    out = Path(value)
+    for p in (out, *out.parents):
+        if p.exists():
+            if p.is_dir():
+                return None
+            what = "is a file" if p == out else f"is under {p}, a file"
+            return f"{option}={value} {what}, not a folder; give a folder (a new one, or one to resume)"
+    return None
+
+
+def _out_dir_error(args: Sequence[str]) -> str | None:
+    """The last ``out=<path>`` override naming a file where the run dir is made: the error, else None."""
+    outs = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("out=")]
+    return folder_error("out", outs[-1]) if outs and outs[-1] else None
+
+
+@contextlib.contextmanager
+def _unexpected_errors(show: bool):
+    """An unexpected exception as one line (exit 1), a Ctrl-C the command left unhandled as
+    ``interrupted`` (exit 130); ``show``: let them through with their traceback."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        yield
+    except (HydraException, OmegaConfBaseException):
+        raise
+    except KeyboardInterrupt:
+        if show:
+            raise
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:
+        if show:
+            raise
+        print(unexpected_error_lines(e), file=sys.stderr)
+        sys.exit(1)
+
+
 def hydra_app(config_name: str) -> Callable:
     """``hydra.main`` over the package's conf/, with the user's targets ($HWNAS_HOME/target/) on
     the search path, ``conf=<name>`` / ``conf.<key>=`` accepted for ``target=`` / ``target.<key>=``,
-    and a config mistake (an unknown option, a typo, a wrong type) reported in one line (exit 2;
-    ``HYDRA_FULL_ERROR=1`` shows Hydra's full report)."""
+    and every failure reported in one line: a config mistake (an unknown option, a typo, a wrong
+    type; exit 2), an unexpected error (``error: <Type>: <message>``; exit 1).  ``-v`` / ``--verbose``
+    anywhere on the command line, or ``HYDRA_FULL_ERROR=1``, shows the full traceback instead; ``-v``
+    also turns on debug logging.  A Ctrl-C the command does not handle itself exits 130."""
     import hydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     def deco(fn: Callable) -> Callable:
-        app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(fn)
+        state = {"verbose": False, "show": False}
+
+        @functools.wraps(fn)
+        def task(cfg: Any) -> Any:
+            if state["verbose"]:
+                logging.getLogger("nas").setLevel(logging.DEBUG)
+            with _unexpected_errors(state["show"]):  # here, before Hydra adds its own report
+                return fn(cfg)
+
+        app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(task)
 
         @functools.wraps(fn)
         def main() -> Any:
-            sys.argv[1:] = normalize_overrides(sys.argv[1:])
+            state["verbose"] = any(a in VERBOSE_FLAGS for a in sys.argv[1:])
+            sys.argv[1:] = normalize_overrides([a for a in sys.argv[1:] if a not in VERBOSE_FLAGS])
             if "query=bash" in sys.argv and {"-sc", "--shell-completion"} & set(sys.argv):
                 return _complete(app)
+            problem = _out_dir_error(sys.argv[1:]) if _run_dir_from_out(config_name) else None
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                sys.exit(2)
             full = os.environ.get("HYDRA_FULL_ERROR")
+            show = state["show"] = full == "1" or state["verbose"]
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its report
             try:
-                return app()
+                with _unexpected_errors(show):
+                    problem = _added_key_check(config_name, sys.argv[1:])
+                    if problem:
+                        print(f"error: {problem}", file=sys.stderr)
+                        sys.exit(2)
+                    return app()
             except (HydraException, OmegaConfBaseException) as e:
-                if full == "1":
+                if show:
                     raise
                 print(f"error: {config_error_line(e)}", file=sys.stderr)
                 sys.exit(2)

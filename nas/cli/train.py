@@ -13,7 +13,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.cli._common import fmt_table, folder_error, hydra_app, user_errors
 from nas.config.train import register_train_configs
 
 register_train_configs()
@@ -50,6 +50,9 @@ def run(cfg: DictConfig) -> dict:
     from nas.train.report import REPORT_HEADER, report_rows
 
     s = settings_from_config(cfg)
+    problem = folder_error("out", s.out) if s.out else None
+    if problem:
+        raise ValueError(problem)
     try:
         report = train_front(s)
     except KeyboardInterrupt:

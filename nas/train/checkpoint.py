@@ -23,7 +23,7 @@ from nas.arch import Arch
 from nas.target import PRECISIONS, Target
 from nas.train.settings import ExportSettings
 
-__all__ = ["CKPT_FORMAT", "CKPT_VERSION", "diff_messages", "export_checkpoint", "load_checkpoint", "load_state", "model_from_checkpoint",
+__all__ = ["CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "diff_messages", "export_checkpoint", "load_checkpoint", "load_state", "model_from_checkpoint",
            "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
@@ -58,6 +58,29 @@ def diff_messages(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
             for k in keys if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
 
 
+def _leaf_diffs(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out = []
+        for k in [*a, *(k for k in b if k not in a)]:
+            out += _leaf_diffs(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{path}.{k}" if path else str(k))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _leaf_diffs(x, y, f"{path}[{i}]")]
+    if isinstance(a, list) and isinstance(b, list):
+        return [(f"len({path})", len(a), len(b))]
+    return [] if a == b else [(path, a, b)]
+
+
+def arch_differences(ckpt_arch: Mapping[str, Any], arch: Mapping[str, Any], *, now: str = "in the run",
+                     limit: int = 3) -> str:
+    """Where two Arch dicts differ, at most ``limit`` fields: ``blocks[3].out_ch: 48 in the checkpoint,
+    56 in the run; ...`` (the Arch name is left out)."""
+    diffs = [d for d in _leaf_diffs(dict(ckpt_arch), dict(arch), "") if d[0] != "name"]
+    parts = [f"{k}: {a} in the checkpoint, {b} {now}" for k, a, b in diffs[:limit]]
+    more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return "; ".join(parts) + more
+
+
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:
     """``load_state_dict`` with an error that names what does not match."""
     from nas.builder import state_dict_diff
@@ -81,7 +104,8 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "
     from nas.compress.qat import QuantSettings, prepare_qat
 
     if ckpt.get("arch") is not None and Arch.from_dict(ckpt["arch"]) != arch:
-        raise ValueError(f"{where} was trained for another Arch ({Arch.from_dict(ckpt['arch'])}), not {arch}")
+        diff = arch_differences(ckpt["arch"], arch.to_dict(), now="in the Arch given")
+        raise ValueError(f"{where} was trained for another Arch ({diff}); give the Arch it was trained with")
     model: nn.Module = build(arch)
     if ckpt.get("qat"):
         model = prepare_qat(model, QuantSettings(**ckpt["qat"]))
