@@ -30,18 +30,27 @@ def _fmt_score(metric: str, v: float | None) -> str:
 
 
 def _user_args() -> list[str] | None:
-    """The command-line arguments as the user writes them (``conf=`` rather than ``target=``)."""
+    """The command-line arguments as the user writes them (``conf=`` rather than ``target=``), a
+    storage URL's password masked."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return None
-    return [re.sub(r"^(\+{0,2})target([=.])", r"\1conf\2", a) for a in HydraConfig.get().overrides.task]
+    from nas.search.storage import redact_url
+
+    args = [re.sub(r"^(\+{0,2})target([=.])", r"\1conf\2", a) for a in HydraConfig.get().overrides.task]
+    return [f"storage={redact_url(a[8:])}" if a.startswith("storage=") and "://" in a else a for a in args]
 
 
 def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None:
-    """The composed config into ``<run dir>/.hydra/`` (as Hydra would), once the search has started."""
+    """The composed config into ``<run dir>/.hydra/`` (as Hydra would, password masked), once the search
+    has started."""
     from nas._io import atomic_write_text
+    from nas.search.storage import redact_url
 
+    if cfg.storage and "://" in cfg.storage:  # never a password on disk
+        cfg = cfg.copy()
+        cfg.storage = redact_url(cfg.storage)
     atomic_write_text(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
     if args is not None:
         atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(args)))

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
+import re
 import socket
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 __all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
-           "rdb_storage", "storage_description"]
+           "rdb_storage", "redact_url", "storage_description"]
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
         return journal_storage(Path(run_dir) / "study.journal")
     if "://" in spec:
         if spec.startswith("redis"):
-            return JournalStorage(JournalRedisBackend(spec)), spec
+            return JournalStorage(JournalRedisBackend(spec)), redact_url(spec)
         return rdb_storage(spec)
     p = Path(spec).expanduser()
     if p.suffix in (".db", ".sqlite", ".sqlite3"):
@@ -56,14 +59,7 @@ def storage_description(spec: str | None, *, run_dir: str | Path) -> str:
     if not spec:
         return str(Path(run_dir) / "study.journal")
     if "://" in spec:
-        try:
-            from sqlalchemy.engine import make_url
-
-            return make_url(spec).render_as_string(hide_password=True)
-        except Exception:  # not an SQLAlchemy URL (redis://): mask what looks like a password
-            import re
-
-            return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", spec)
+        return redact_url(spec)
     return str(Path(spec).expanduser())
 
 
@@ -85,19 +81,99 @@ def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
     return storage, str(path)
 
 
-def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
-    """An Optuna RDB storage for a database URL (with a heartbeat), and its description."""
+_DRIVER_PACKAGES = {"psycopg": "'hwnas[postgres]'", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL",
+                     "mysqldb": "mysqlclient"}
+_PG_LOCK_KEY = 0x6877_6E61_7331  # pg_advisory_lock key: one Optuna schema creation at a time
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``: the form for messages, logs and reports."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: mask what sits between "user:" and "@"
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _with_driver(url: str) -> str:
+    """A bare ``postgresql://`` URL (or ``postgres://``) with the driver the ``postgres`` extra installs
+    (psycopg 3) named, whatever SQLAlchemy's default; a URL naming its driver is kept."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.drivername in ("postgresql", "postgres"):
+        u = u.set(drivername="postgresql+psycopg")
+    return u.render_as_string(hide_password=False)
+
+
+def _db_error_line(e: BaseException) -> str:
+    """The first line of a database error, without the SQL and the SQLAlchemy help link."""
+    orig = getattr(e, "orig", None) or e
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+def _open_rdb(url: str) -> optuna.storages.RDBStorage:
+    """``RDBStorage(url)``; schema creation by workers started together is serialized (PostgreSQL) or
+    retried: concurrent ``CREATE TYPE`` / ``CREATE TABLE`` fail with IntegrityError (a unique violation
+    in the catalog) or ProgrammingError ("already exists") in all but one of them."""
+    import sqlalchemy
     from optuna.storages import RDBStorage
 
+    def create() -> RDBStorage:
+        with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 5.0
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(url, heartbeat_interval=60, grace_period=180, engine_kwargs={"pool_pre_ping": True})
+
+    attempt = 0
+    while True:
+        try:
+            if not url.startswith("postgresql"):
+                return create()
+            engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+            try:
+                with engine.connect() as conn:
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+                    return create()  # the lock goes with the connection
+            finally:
+                engine.dispose()
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+            if attempt == 4 or (isinstance(e, sqlalchemy.exc.ProgrammingError) and "already exists" not in str(e)):
+                raise
+            log.debug("schema creation raced another worker (%s); retrying", _db_error_line(e))
+            time.sleep(random.uniform(0.1, 0.4) * 2**attempt)
+            attempt += 1
+
+
+def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
+    """An Optuna RDB storage for a database URL (with a heartbeat), and its description (the URL with its
+    password masked: the description is printed and written to pareto.json)."""
+    import sqlalchemy
+
+    shown = redact_url(spec)
     if spec.startswith("sqlite"):
         log.warning("SQLite storage locks under parallel workers; prefer the default journal file or a "
                     "PostgreSQL / MySQL URL for more than one worker")
     try:
-        with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 5.0
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(spec, heartbeat_interval=60, grace_period=180), spec
+        url = _with_driver(spec)
+    except sqlalchemy.exc.ArgumentError:
+        raise ValueError(f"storage={shown!r} is not a database URL (dialect+driver://user:password@host:port/"
+                         f"database, e.g. postgresql://user@db.example.org/hwnas)") from None
+    u = sqlalchemy.engine.make_url(url)
+    try:
+        return _open_rdb(url), shown
     except ImportError as e:
-        raise ValueError(f"storage={spec!r} needs a database driver that is not installed: {e}") from None
+        cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
+        module = (getattr(cause, "name", None) or u.get_driver_name() or "").split(".")[0]
+        package = _DRIVER_PACKAGES.get(module.lower(), module)
+        raise ValueError(f"storage={shown!r} needs the database driver {module!r}, which is not installed: "
+                         f"pip install {package}") from None
+    except sqlalchemy.exc.OperationalError as e:
+        where = f"{u.host or 'localhost'}:{u.port or 'default port'}/{u.database or ''}"
+        line = _db_error_line(e)
+        if u.password:
+            line = line.replace(str(u.password), "***")
+        raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
