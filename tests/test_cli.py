@@ -49,7 +49,7 @@ def test_config_mistakes_are_one_line():
     (["conf.threads=two"], ["threads", "two"]),
     (["bogus=1"], ["bogus"]),
     (["search_space"], ["search_space"]),
-    (["conf.thredas=2"], ["thredas", "TargetConfig"]),
+    (["conf.thredas=2"], ["thredas", "did you mean conf.threads=?"]),
     (["data=nope"], ["unknown data 'nope'", "digits"]),
 ])
 def test_config_error_line(overrides, words):

@@ -25,7 +25,15 @@ import torch
 from torch import nn
 
 from nas.data import Dataset
-from nas.train.checkpoint import CKPT_FORMAT, CKPT_VERSION, diff_messages, load_checkpoint, load_state, save_checkpoint
+from nas.train.checkpoint import (
+    CKPT_FORMAT,
+    CKPT_VERSION,
+    arch_differences,
+    diff_messages,
+    load_checkpoint,
+    load_state,
+    save_checkpoint,
+)
 from nas.train.settings import FitSettings
 
 __all__ = ["Schedule", "TrainingDiverged", "accuracy", "amp_dtype", "build_optimizer", "fit", "lr_factor",
@@ -230,7 +238,8 @@ def _resume(path: Path, model: nn.Module, opt: torch.optim.Optimizer, meta: Mapp
         return 0, []
     c = load_checkpoint(path)
     if c.get("arch") != model.arch.to_dict():
-        raise ValueError(f"{path}: the checkpoint is for another Arch; use another out dir or remove it")
+        raise ValueError(f"{path}: the checkpoint is for another Arch "
+                         f"({arch_differences(c['arch'], model.arch.to_dict())}); use another out dir or remove it")
     d = diff_messages(c.get("meta", {}), meta)
     if d:
         raise ValueError(f"{path}: resuming with other settings than the checkpoint's ({'; '.join(d)}); "
