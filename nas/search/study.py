@@ -1,33 +1,7 @@
 """The hardware-aware search: an Optuna study over a search space, two objectives, budgets as constraints.
 
-One trial:
-
-1. the sampler picks the space's categorical parameters; ``SearchSpace.sample`` decodes an Arch;
-2. the *deployed* network is that Arch with the dataset's classes and input channels at the target's
-   deployment resolution: its latency is predicted (``LatencyModel.explain``: measured table or
-   labelled estimate) and its params, MACs and peak activation memory counted (``nas.cost``);
-3. the budgets become constraints (``trial.set_constraint``; relative excess, ``<= 0`` is
-   feasible).  An architecture over budget is **never trained**: it is told with a placeholder
-   score of 0 (samplers rank infeasible trials by their violation alone) and ``status=over_budget``;
-4. an architecture already in the study (same ``Arch.digest()``: completed, failed with an error,
-   or running in another worker under a lower trial number) is a *repeat*: it is neither evaluated
-   nor counted (``status=duplicate``, recorded FAIL with ``duplicate_of``) and the loop asks the
-   sampler again.  The samplers are reseeded per trial number (``nas.search.samplers``), so a
-   resumed study or a second worker draws new architectures; when the sampler proposes nothing
-   new ``max_consecutive_duplicates`` times in a row the space is taken as exhausted and the run
-   stops;
-5. otherwise the evaluator scores the Arch at the dataset's resolution (``status=evaluated``).
-
-Objectives: maximise the score (validation accuracy, or a zero-cost proxy), minimise predicted
-latency (ms).  Every trial keeps its deployed Arch (JSON), digest, latency provenance, costs,
-status, worker (host:pid) and, when it failed, its error in its user attributes.
-
-A trial whose evaluation raises (an exception, out of memory) is recorded FAIL with its error and
-the search goes on.  Ctrl-C inside a trial records it FAIL with ``status=interrupted``; a trial
-left RUNNING by a killed process on this host is marked FAIL (``status=stale``) at the next start.
-Interrupted, stale and duplicate trials do not count towards ``n_trials``; interrupted and stale
-ones are redone on resume.  The loop drives Optuna with ``ask`` / ``tell``, so a failing trial is
-one line in the progress output, never a traceback from Optuna's logger.
+The trial itself (sampling, the deployed network, budgets, repeats, evaluation) is
+``nas.search.objective.SearchProblem``; this module runs trials and assembles a search.
 
 ``n_trials`` is the study's total: each worker runs trials until the study holds that many
 (completed, failed with an error, or running in another worker), so re-running the same command
@@ -42,19 +16,15 @@ ones is an error that names the differences.
 
 Outputs (``write_outputs``): ``pareto.json``, ``trials.csv``, ``pareto.png``.
 
-This module holds the trial and the loop; the samplers are in ``nas.search.samplers``, storages and
-study opening in ``nas.search.storage``, records, the front and the files in ``nas.search.results``
-(their public names are importable from here too).
+This module holds the loop; the trial is in ``nas.search.objective``, the samplers in
+``nas.search.samplers``, storages and study opening in ``nas.search.storage``, run dir ownership in
+``nas.search.rundir``, records, the front and the files in ``nas.search.results`` (their public
+names are importable from here too).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,11 +34,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.arch import Arch
-from nas.cost import arch_cost
-from nas.data import Dataset, adapt_arch
+from nas.data import Dataset
 from nas.latency.base import LatencyModel
 from nas.search.evaluate import Evaluator
+from nas.search.objective import Budgets, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
 from nas.search.samplers import (
@@ -80,7 +49,6 @@ from nas.search.samplers import (
     sampler_settings_class,
 )
 from nas.search.storage import (
-    SCHEMA_VERSION,
     STUDY_ATTR,
     fail_stale_trials,
     make_storage,
@@ -100,7 +68,8 @@ __all__ = [
     "count_trials",
     "prepare_search",
     "run_search",
-    # defined in samplers / storage / results; importable from here too
+    # defined in objective / samplers / storage / results; importable from here too
+    "DuplicateArch",
     "NSGA2Settings",
     "RandomSettings",
     "TPESettings",
@@ -118,255 +87,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OVER_BUDGET_SCORE = 0.0  # placeholder objective of an untrained, over-budget trial
-STATUSES = ("running", "evaluated", "over_budget", "duplicate", "error", "interrupted", "stale")
-WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class SearchAborted(RuntimeError):
     """Too many trials in a row failed: something is wrong beyond one architecture."""
-
-
-class DuplicateArch(Exception):
-    """The sampled architecture is already in the study (``.number``: the trial that holds it)."""
-
-    def __init__(self, number: int) -> None:
-        super().__init__(f"already in the study as trial {number}")
-        self.number = number
-
-
-# --------------------------------------------------------------------------------------------
-# budgets
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """Latency (ms, predicted on the target) and peak activation memory (KiB) budgets; None: no limit."""
-
-    latency_ms: float | None = None
-    memory_kb: float | None = None
-
-    def __post_init__(self) -> None:
-        for name, v in (("latency_budget_ms", self.latency_ms), ("memory_budget_kb", self.memory_kb)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
-                                  or not math.isfinite(v)):
-                raise ValueError(f"{name} must be a positive number or null (no budget), got {v!r}")
-
-    def constraints(self, *, latency_ms: float, peak_bytes: int) -> dict[str, float]:
-        """Relative excess over each budget (``<= 0`` feasible), as Optuna constraints."""
-        out = {}
-        if self.latency_ms is not None:
-            out["latency"] = latency_ms / self.latency_ms - 1.0
-        if self.memory_kb is not None:
-            out["memory"] = peak_bytes / 1024.0 / self.memory_kb - 1.0
-        return out
-
-    def to_dict(self) -> dict[str, float | None]:
-        return {"latency_ms": self.latency_ms, "memory_kb": self.memory_kb}
-
-
-
-# --------------------------------------------------------------------------------------------
-# the objective
-
-
-@dataclass(frozen=True)
-class TrialOutcome:
-    """What one trial did (reported to the progress callback)."""
-
-    number: int
-    status: str
-    score: float | None
-    latency_ms: float | None
-    feasible: bool | None
-    seconds: float
-    error: str | None = None
-    duplicate_of: int | None = None
-
-
-def _space_digest(space: SearchSpace) -> str:
-    try:
-        from omegaconf import OmegaConf
-
-        data: Any = OmegaConf.to_container(OmegaConf.load(space.source), resolve=True)
-    except Exception:  # not a file (built in code): the parameter encoding is what we have
-        data = {k: list(v) for k, v in space.param_choices().items()}
-    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-class SearchProblem:
-    """The objective: a trial -> (score, predicted latency ms), with budgets as constraints and a cache.
-
-    ``deploy_resolution``: the target's deployment resolution (latency, costs); the evaluator sees
-    the Arch at the dataset's resolution.  ``train_seed`` seeds every evaluation (combined with the
-    Arch's digest, so a given Arch gets the same score in any worker and in any order).
-    """
-
-    def __init__(
-        self,
-        *,
-        space: SearchSpace,
-        data: Dataset,
-        evaluator: Evaluator,
-        latency: LatencyModel,
-        target: Target | dict[str, Any],
-        budgets: Budgets,
-        train_seed: int,
-        deploy_resolution: int | None = None,
-    ) -> None:
-        self.space, self.data, self.evaluator, self.latency = space, data, evaluator, latency
-        self.target, self.budgets, self.train_seed = Target.coerce(target), budgets, int(train_seed)
-        self.deploy_resolution = int(deploy_resolution or self.target.resolution or space.resolution)
-        self.bytes_per_act = {"int8": 1, "fp16": 2}.get(self.target.precision, 4)
-        self.last: TrialOutcome | None = None
-        self.evaluations = 0  # evaluator calls made by this process
-
-    # -- the networks -----------------------------------------------------------------------
-    def deployed(self, arch: Arch) -> Arch:
-        """The network as deployed: the data's classes and channels, at the deployment resolution."""
-        return adapt_arch(arch, self.data, resolution=self.deploy_resolution)
-
-    def trained(self, arch: Arch) -> Arch:
-        """The network as evaluated: at the dataset's resolution."""
-        return adapt_arch(arch, self.data)
-
-    def record(self) -> dict[str, Any]:
-        """The settings that define the study (checked when a study is resumed)."""
-        data = {k: v for k, v in self.data.settings.to_dict().items() if k not in ("root", "download")}
-        ev = {k: v for k, v in self.evaluator.settings().items() if k != "device"}
-        return {
-            "version": SCHEMA_VERSION,
-            "search_space": {"name": self.space.name, "digest": _space_digest(self.space)},
-            "target": self.target.to_dict(),
-            "latency_source": self.latency.source,
-            "deploy_resolution": self.deploy_resolution,
-            "data": data,
-            "evaluator": ev,
-            "budgets": self.budgets.to_dict(),
-            "objectives": [self.evaluator.metric, "latency_ms"],
-            "train_seed": self.train_seed,
-        }
-
-    def check_budgets(self, samples: int = 64) -> None:
-        """Refuse budgets that no architecture of the space can meet: a ``ValueError`` naming the least
-        any of the space's smallest architecture and ``samples`` random ones needs."""
-        archs = [self.deployed(self.space.smallest())] + [self.deployed(self.space.random(i)) for i in range(samples)]
-        b = self.budgets
-        if b.latency_ms is not None:
-            ms = min(float(self.latency.explain(a).ms) for a in archs)
-            if ms > b.latency_ms:
-                est = "" if self.latency.source == "measured" else ", an ESTIMATE"
-                raise ValueError(f"latency_budget_ms={b.latency_ms:g}: no architecture of space {self.space.name!r} "
-                                 f"can meet it on {self.target.name}: its smallest is predicted at {ms:.4g} ms"
-                                 f"{est} (at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "
-                                 f"(latency_budget_ms={_round_up(ms)}) or search a smaller space")
-        if b.memory_kb is not None:
-            kb = min(arch_cost(a, bytes_per_act=self.bytes_per_act).peak_activation_bytes for a in archs) / 1024
-            if kb > b.memory_kb:
-                raise ValueError(f"memory_budget_kb={b.memory_kb:g}: no architecture of space {self.space.name!r} "
-                                 f"fits it: the smallest peaks at {kb:.4g} KiB of activations "
-                                 f"(at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "
-                                 f"(memory_budget_kb={_round_up(kb)}) or search a smaller space")
-
-    def eval_seed(self, digest: str) -> int:
-        return (self.train_seed * 1_000_003 + int(digest[:8], 16)) % (2**31 - 1)
-
-    # -- repeats --------------------------------------------------------------------------
-    @staticmethod
-    def holder(study: optuna.Study, number: int, digest: str) -> int | None:
-        """The trial that already holds the architecture ``digest``, if any: a completed one, one that
-        failed with an error, or one running in another worker under a lower number (so of two
-        workers sampling one architecture at once, exactly one goes on)."""
-        for t in study.get_trials(deepcopy=False):
-            if t.number == number or t.user_attrs.get("digest") != digest:
-                continue
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
-                    t.state == TrialState.FAIL and t.user_attrs.get("status") == "error") or (
-                    t.state == TrialState.RUNNING and t.number < number):
-                return t.number
-        return None
-
-    # -- one trial --------------------------------------------------------------------------
-    def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        trial.set_user_attr("worker", WORKER)
-        trial.set_user_attr("status", "running")
-        self.last = TrialOutcome(trial.number, "running", None, None, None, 0.0)
-        ms = feasible = None
-        try:
-            arch = self.space.sample(trial)
-            dep = self.deployed(arch)
-            digest = dep.digest()
-            trial.set_user_attr("digest", digest)
-            held = self.holder(trial.study, trial.number, digest)
-            if held is not None:
-                trial.set_user_attr("status", "duplicate")
-                trial.set_user_attr("duplicate_of", held)
-                self.last = TrialOutcome(trial.number, "duplicate", None, None, None, time.perf_counter() - t0,
-                                         duplicate_of=held)
-                raise DuplicateArch(held)
-            pred = self.latency.explain(dep)
-            ms = float(pred.ms)
-            cost = arch_cost(dep, bytes_per_act=self.bytes_per_act)
-            trial.set_user_attr("arch", dep.to_dict())
-            trial.set_user_attr("latency", pred.to_dict())
-            trial.set_user_attr("cost", {"params": cost.params, "macs": cost.macs,
-                                         "peak_activation_bytes": cost.peak_activation_bytes})
-            cons = self.budgets.constraints(latency_ms=ms, peak_bytes=cost.peak_activation_bytes)
-            for k, v in cons.items():
-                trial.set_constraint(k, v)
-            feasible = all(v <= 0 for v in cons.values())
-            if not feasible:
-                return self._finish(trial, t0, "over_budget", OVER_BUDGET_SCORE, ms, False)
-            self.evaluations += 1
-            res = self.evaluator.evaluate(self.trained(arch), self.data, seed=self.eval_seed(digest))
-            if not math.isfinite(res.score):
-                raise ValueError(f"the evaluator returned a non-finite score {res.score}")
-            trial.set_user_attr("metrics", {**res.metrics, "seconds": res.seconds})
-            return self._finish(trial, t0, "evaluated", float(res.score), ms, True)
-        except DuplicateArch:
-            raise
-        except KeyboardInterrupt:
-            self._set_failed(trial, t0, "interrupted", "interrupted (KeyboardInterrupt)", ms, feasible)
-            raise
-        except Exception as e:
-            msg = f"{type(e).__name__}: {e}"
-            self._set_failed(trial, t0, "error", msg, ms, feasible)
-            _free_accelerator_memory()
-            raise
-
-    def _finish(self, trial: optuna.Trial, t0: float, status: str, score: float, ms: float,
-                feasible: bool) -> tuple[float, float]:
-        trial.set_user_attr("status", status)
-        secs = time.perf_counter() - t0
-        self.last = TrialOutcome(trial.number, status, None if status == "over_budget" else score, ms, feasible,
-                                 secs)
-        return score, ms
-
-    def _set_failed(self, trial: optuna.Trial, t0: float, status: str, msg: str, ms: float | None,
-                    feasible: bool | None) -> None:
-        try:
-            trial.set_user_attr("status", status)
-            trial.set_user_attr("error", msg[:2000])
-        except Exception:  # the storage itself failed: nothing more to record
-            log.debug("could not record the failure of trial %d", trial.number, exc_info=True)
-        self.last = TrialOutcome(trial.number, status, None, ms, feasible, time.perf_counter() - t0, error=msg)
-
-
-def _round_up(v: float) -> str:
-    """``v`` rounded up to two significant digits, as a budget to suggest."""
-    e = math.floor(math.log10(v)) - 1 if v > 0 else 0
-    return f"{math.ceil(v / 10**e) * 10**e:.{max(0, -e)}f}"
-
-
-def _free_accelerator_memory() -> None:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except Exception:  # never let cleanup hide the trial's own error
-        pass
 
 
 # --------------------------------------------------------------------------------------------
