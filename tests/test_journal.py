@@ -156,8 +156,8 @@ def test_killed_lock_holder_does_not_stall_the_next_start(tmp_path):
 def test_search_refuses_a_torn_journal(journal):
     torn = journal.read_bytes() + b'{"op_code":6,"worker_id":"w","tri'
     journal.write_bytes(torn)
-    p = subprocess.run([sys.executable, "-m", "nas.search", *SEARCH, f"out={journal.parent}"], cwd=ROOT,
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "nas.search", *SEARCH, "study_name=s", f"out={journal.parent}"],
+                       cwd=ROOT, capture_output=True, text=True)
     err = p.stderr.strip()
     assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
     assert err.startswith("error: ") and str(journal) in err and "python -m nas.repair" in err
