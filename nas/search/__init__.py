@@ -1,8 +1,11 @@
 """Search: the Optuna study (samplers, storage, budgets as constraints), the evaluators and the results.
 
-    study.py      SearchProblem (one trial), run_search, prepare_search, Budgets
-    samplers.py   sampler settings and the sampler registry (make_sampler)
-    storage.py    Optuna storages (journal, RDB, Redis), open_study, stale trials
+    study.py      the loop (run_search: ask / tell, repeats skipped) and prepare_search
+    objective.py  SearchProblem (one trial), Budgets, TrialOutcome, DuplicateArch
+    samplers.py   sampler settings, the sampler registry (make_sampler), per-trial reseeding
+    storage.py    Optuna storages (journal, RDB, Redis), open_study, stale trials, redact_url
+    journal.py    journal file checks, the OS lock, repair_journal (python -m nas.repair)
+    rundir.py     one run dir, one study (run.json)
     results.py    trial records, the Pareto front, trials.csv / pareto.json / pareto.png
     evaluate.py   evaluators: short training, zero-cost proxies
 
@@ -15,12 +18,13 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "Budgets": "study",
+    "Budgets": "objective",
+    "DuplicateArch": "objective",
     "Search": "study",
     "SearchAborted": "study",
-    "SearchProblem": "study",
+    "SearchProblem": "objective",
     "SearchReport": "study",
-    "TrialOutcome": "study",
+    "TrialOutcome": "objective",
     "count_trials": "study",
     "prepare_search": "study",
     "run_search": "study",
@@ -34,6 +38,10 @@ _HOMES = {
     "fail_stale_trials": "storage",
     "make_storage": "storage",
     "open_study": "storage",
+    "redact_url": "storage",
+    "check_journal": "journal",
+    "repair_journal": "journal",
+    "RunDirTaken": "rundir",
     "pareto_front": "results",
     "plot_pareto": "results",
     "trial_records": "results",
