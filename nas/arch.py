@@ -51,9 +51,11 @@ from nas._blocks import (
 
 __all__ = [
     "ACTIVATIONS",
+    "CHANNEL_MULTIPLE",
     "GATES",
     "HEAD_STYLES",
     "Arch",
+    "check_widths",
     "AttentionBlock",
     "Block",
     "BlockKey",
@@ -244,3 +246,20 @@ class Arch:
 
     def __str__(self) -> str:
         return f"Arch({self.in_chans}x{self.resolution}x{self.resolution}: {self.label()})"
+
+
+#: The smallest ``channel_multiple`` a search space may set (8 or 16): every width (block output and
+#: expanded channels) of an Arch from a space, or from a supported timm model, is a multiple of it.
+CHANNEL_MULTIPLE = 8
+
+
+def check_widths(arch: Arch, source: str, multiple: int = CHANNEL_MULTIPLE) -> None:
+    """Refuse an Arch with a width that no search space yields, as a malformed space is refused:
+    ``ValueError`` naming the block, its width and the multiple."""
+    layers = [("stem", arch.stem), *((f"blocks[{i}]", b) for i, b in enumerate(arch.blocks))]
+    for where, b in layers:
+        for attr, what in (("out_ch", "width"), ("mid_ch", "expanded width")):
+            w = getattr(b, attr, None)
+            if isinstance(w, int) and w % multiple:
+                raise ValueError(f"{source}: {where} ({b}): {what} {w} is not a multiple of "
+                                 f"channel_multiple={multiple}")

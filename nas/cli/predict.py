@@ -4,23 +4,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from nas.arch import check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
-
-#: The smallest ``channel_multiple`` a search space may set (8 or 16): every width (block output and
-#: expanded channels) of an Arch from a space, or from a supported timm model, is a multiple of it.
-CHANNEL_MULTIPLE = 8
-
-
-def check_widths(arch, source: str, multiple: int = CHANNEL_MULTIPLE) -> None:
-    """Refuse an Arch with a width that no search space yields, as a malformed space is refused:
-    ``ValueError`` naming the block, its width and the multiple."""
-    layers = [("stem", arch.stem), *((f"blocks[{i}]", b) for i, b in enumerate(arch.blocks))]
-    for where, b in layers:
-        for field, what in (("out_ch", "width"), ("mid_ch", "expanded width")):
-            w = getattr(b, field, None)
-            if isinstance(w, int) and w % multiple:
-                raise ValueError(f"{source}: {where} ({b}): {what} {w} is not a multiple of "
-                                 f"channel_multiple={multiple}")
 
 
 @user_errors
