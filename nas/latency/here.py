@@ -151,7 +151,7 @@ def ensure_here_target(*, ident: dict[str, Any] | None = None, measure: Callable
         return name
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with file_lock(path, what=f"this machine's target {path}"):
+        with file_lock(folder / ".here", what=f"this machine's target {path}"):
             if path.is_file() and _same_machine(path, ident):  # another process wrote it meanwhile
                 return name
             say(f"conf=here: writing this machine's target {path} (measuring its roofline, a few seconds)")
