@@ -116,6 +116,7 @@ def test_warning_for_a_table_measured_on_another_processor():
     assert elsewhere_warning(cpu, xeon, here=XEON) is None  # measured here
     arm = _table(name="Cortex-A76", cpu_flags=["asimd"], machine="aarch64")  # an ARM board's table, via a bundle
     assert elsewhere_warning(cpu, arm, here=ZEN3) is None
+    assert elsewhere_warning(cpu, _table(name="Synthetic CPU"), here=ZEN3) is None  # no architecture recorded
 
 
 def test_no_warning_for_a_remote_device():

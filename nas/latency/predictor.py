@@ -420,9 +420,10 @@ def _cpu_line(dev: Mapping[str, Any]) -> str:
 
 def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, Any] | None = None) -> str | None:
     """The warning for a CPU target whose table was measured on another processor than this machine's
-    (``here``, default its ``device_identity``), else None.  A table of another kind of device (a
-    Jetson, a GPU) or of another CPU architecture (an ARM board measured through a bundle) describes
-    a remote device: searching for it from here is expected, so no warning."""
+    (``here``, default its ``device_identity``), else None.  Only a table recording this machine's CPU
+    architecture (``device.machine``, e.g. x86_64) counts: one of another kind of device (a Jetson, a
+    GPU) or of another architecture (an ARM board measured through a bundle) describes a remote device,
+    which a search from here is expected to use, and one recording no architecture cannot be judged."""
     from nas.latency.here import profile_command
 
     meta = table.metadata.get("device") or {}
@@ -432,7 +433,7 @@ def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, An
         from nas.latency.runtimes import device_identity
 
         here = device_identity("cpu")
-    if meta.get("machine") and here.get("machine") and meta["machine"] != here["machine"]:
+    if not meta.get("machine") or meta["machine"] != here.get("machine"):
         return None
     why = table.measured_elsewhere(dict(here))
     if why is None:
