@@ -51,7 +51,11 @@ def _source_checkout() -> bool:
     return (root / "pyproject.toml").is_file() and os.access(tables_dir(), os.W_OK)
 
 
-def writable_tables_dir() -> Path:
+def writable_tables_dir(name: str | None = None) -> Path:
     """Where ``nas.profile`` writes a new table named by its target: the package's own
-    ``latency_tables/`` in a source checkout (so it can be committed), else the user's."""
+    ``latency_tables/`` in a source checkout (so it can be committed), else the user's.  The table
+    of a machine's own target (``conf=here``: ``name`` starts with ``here_``) goes beside that
+    target, in the user's tables, in either case."""
+    if name and Path(name).name.startswith("here_"):
+        return user_tables_dir()
     return tables_dir() if _source_checkout() else user_tables_dir()

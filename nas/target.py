@@ -3,7 +3,8 @@
 ``Target`` is what every library function takes; the Hydra schema of the ``target`` group
 (``nas/conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it.
 ``load_target(name)`` reads one by name (the user's ``$HWNAS_HOME/target/`` first, then the
-shipped ones); ``Target.coerce`` accepts a Target, a dict or a Hydra node.
+shipped ones; ``here`` is this machine's own, made on first use by ``nas.latency.here``);
+``Target.coerce`` accepts a Target, a dict or a Hydra node.
 """
 
 from __future__ import annotations
@@ -115,17 +116,22 @@ def _target_dirs() -> list[Path]:
 
 
 def target_names() -> list[str]:
-    """Every target name: the shipped ones and the user's own ($HWNAS_HOME/target/)."""
-    return sorted({p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    """Every target name: the shipped ones, the user's own ($HWNAS_HOME/target/) and ``here`` (this machine)."""
+    return sorted({"here"} | {p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
 
 
 def load_target(name: str) -> Target:
     """A target by name (the user's ``$HWNAS_HOME/target/<name>.yaml`` first, then the shipped
-    ``nas/conf/target/<name>.yaml``), checked against the ``target`` schema."""
+    ``nas/conf/target/<name>.yaml``), checked against the ``target`` schema.  ``here`` is this
+    machine's own target (``nas.latency.here.ensure_here_target`` writes it on first use)."""
     from omegaconf import OmegaConf
 
     from nas.config import TargetConfig
 
+    if name == "here":
+        from nas.latency.here import ensure_here_target
+
+        name = ensure_here_target()
     path = next((d / f"{name}.yaml" for d in _target_dirs() if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         raise ValueError(f"unknown target {name!r}; targets: {', '.join(target_names())}")

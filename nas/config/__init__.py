@@ -2,7 +2,9 @@
 
 Hydra's config root is the package's ``nas/conf/`` folder.  Targets are the ``target`` group
 (``nas/conf/target/<name>.yaml``, and the user's ``$HWNAS_HOME/target/<name>.yaml``), selected with
-``conf=<name>`` (or ``target=<name>``); each is checked against ``TargetConfig``.  Primary configs
+``conf=<name>`` (or ``target=<name>``); each is checked against ``TargetConfig``.  ``conf=here`` is
+this machine's own target: ``normalize_overrides`` writes it on first use (``nas.latency.here``)
+and names it (``target=here_<slug>``) before Hydra composes.  Primary configs
 (``nas/conf/space.yaml``, ...) start from a schema stored here.
 """
 
@@ -185,11 +187,25 @@ def alias_override(arg: str) -> str:
     return prefix + body
 
 
+def _here_override(args: list[str]) -> list[str]:
+    """``target=here`` -> ``target=here_<slug>``, this machine's own target (written on first use)."""
+    at = [i for i, a in enumerate(args) if a.lstrip("+") == "target=here"]
+    if not at:
+        return args
+    import sys
+
+    from nas.latency.here import ensure_here_target
+
+    name = ensure_here_target(say=lambda m: print(m, file=sys.stderr, flush=True))
+    return [a.replace("target=here", f"target={name}") if i in at else a for i, a in enumerate(args)]
+
+
 def normalize_overrides(args: Sequence[str]) -> list[str]:
     """Command-line overrides as Hydra reads them: ``conf=cpu`` / ``conf.threads=2`` (the form the
-    docs use) become ``target=cpu`` / ``target.threads=2``, and the user's own config dir
-    (``$HWNAS_HOME``, holding ``target/<name>.yaml``) joins Hydra's search path when it exists."""
-    out = [alias_override(a) for a in args]
+    docs use) become ``target=cpu`` / ``target.threads=2``, ``conf=here`` names this machine's own
+    target (``target=here_<slug>``, written to ``$HWNAS_HOME/target/`` on first use), and the user's
+    own config dir (``$HWNAS_HOME``, holding ``target/<name>.yaml``) joins Hydra's search path when it exists."""
+    out = _here_override([alias_override(a) for a in args])
     home = user_home()
     if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
         out.append(f"hydra.searchpath=[file://{home}]")
@@ -216,7 +232,8 @@ def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
 _HELP_TARGET = """${hydra.help.header}
 == Targets ==
 conf=<name>, one of: ${hwnas_targets:}
-(or your own: $$HWNAS_HOME/target/<name>.yaml, default ~/.hwnas)
+(conf=here: this machine's own target, made on first use; or your own: $$HWNAS_HOME/target/<name>.yaml,
+default ~/.hwnas)
 
 == Config ==
 Override anything in the config (foo.bar=value)
@@ -244,6 +261,9 @@ def register_configs() -> None:
         cs.store(group="hydra/help", name=name, node={"app_name": "${hydra.job.name}", "header": "", "footer": "",
                                                      "template": template})
     cs.store(name="_target_schema", node=TargetConfig)
+    # `conf=here` as a target option (for --help and tab completion); normalize_overrides replaces it
+    # by this machine's own target before composing, so this placeholder is never used as it is
+    cs.store(group="target", name="here", node=TargetConfig(name="here"))
     cs.store(name="_space_schema", node=SpaceAppConfig)
     cs.store(name="_profile_schema", node=ProfileAppConfig)
     cs.store(name="_predict_schema", node=PredictAppConfig)

@@ -73,7 +73,8 @@ from nas.latency.space_predictor import SpacePredictor, _CompiledTrees  # noqa: 
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
 from nas.target import Target
 
-__all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredictor", "load_latency_model"]
+__all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredictor", "elsewhere_warning",
+           "load_latency_model"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         self.device = str(table.metadata.get("device", {}).get("name", "?"))
         self.overhead_ms_ = float(table.metadata.get("call_overhead_ms") or 0.0)
         self.mismatched_ = mismatched
+        self.elsewhere_: str | None = None  # load_latency_model: the table is another processor's (see warning)
         self.lookup_ = {k: e.median_ms - self.overhead_ms_ for k, e in table.entries.items()}
         self.block_model_ = None
         if self.learned:
@@ -339,6 +341,11 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             rows.append({"layer": str(k), "ms": ms, "source": "table" if measured else "learned"})
         return rows
 
+    @property
+    def warning(self) -> str | None:
+        """Set when the table was measured on another processor than this machine's (``elsewhere_warning``)."""
+        return getattr(self, "elsewhere_", None)
+
     def describe(self) -> str:
         check_is_fitted(self, "lookup_")
         cal = f"calibrated on {self.n_calibration_} measured networks" if self.calibration_ is not None else "uncalibrated"
@@ -369,12 +376,17 @@ class RooflineModel(LatencyModel):
 
     @property
     def warning(self) -> str:
+        from nas.latency.here import is_here_name, profile_command
+
         name = self.target.name
         why = f" ({self.reason})" if self.reason else ""
+        if is_here_name(name):
+            return (f"latency for this machine (conf=here, target {name!r}) is an ESTIMATE (roofline from the "
+                    f"peak figures measured here){why}. Measure its table: `{profile_command(name)}`.")
         return (
             f"latency for target {name!r} is an ESTIMATE (roofline from {self.device}'s published specs){why}. "
-            f"Build the measured table on the device: `python -m nas.profile conf={name}` "
-            f"(or, without torch there, `python -m nas.profile conf={name} bundle=<dir>`)."
+            f"Build the measured table on the device: `{profile_command(name)}` "
+            f"(or, without torch there, `{profile_command(name)} bundle=<dir>`)."
         )
 
     def describe(self) -> str:
@@ -396,4 +408,39 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
         diffs = table.check_target(target, allow_mismatch=allow_mismatch)
     except TableError:
         raise
-    return LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
+    model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
+    model.elsewhere_ = elsewhere_warning(target, table)
+    return model
+
+
+def _cpu_line(dev: Mapping[str, Any]) -> str:
+    fam = f"family {dev['cpu_family']} model {dev['cpu_model']}; " if dev.get("cpu_family") is not None else ""
+    return f"{dev.get('name') or dev.get('cpu') or '?'} ({fam}{', '.join(dev.get('cpu_flags') or ()) or 'no ISA flags'})"
+
+
+def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, Any] | None = None) -> str | None:
+    """The warning for a CPU target whose table was measured on another processor than this machine's
+    (``here``, default its ``device_identity``), else None.  Only a table recording this machine's CPU
+    architecture (``device.machine``, e.g. x86_64) counts: one of another kind of device (a Jetson, a
+    GPU) or of another architecture (an ARM board measured through a bundle) describes a remote device,
+    which a search from here is expected to use, and one recording no architecture cannot be judged."""
+    from nas.latency.here import profile_command
+
+    meta = table.metadata.get("device") or {}
+    if target.device.kind != "cpu" or meta.get("kind", "cpu") != "cpu":
+        return None
+    if here is None:
+        from nas.latency.runtimes import device_identity
+
+        here = device_identity("cpu")
+    if not meta.get("machine") or meta["machine"] != here.get("machine"):
+        return None
+    why = table.measured_elsewhere(dict(here))
+    if why is None:
+        return None
+    where = table.path.name if table.path else "the latency table"
+    return (f"{where} (target {target.name!r}) was measured on ANOTHER PROCESSOR than the one this runs on:\n"
+            f"  table: {_cpu_line(meta)}\n"
+            f"  here:  {_cpu_line(here)}\n"
+            f"  Its latencies are that processor's ({why}); rankings and budgets may not hold on this one.\n"
+            f"  Measure this machine's own table: `{profile_command('here')}`, then use conf=here.")
