@@ -224,7 +224,11 @@ def hydra_app(config_name: str) -> Callable:
         @functools.wraps(fn)
         def main() -> Any:
             state["verbose"] = any(a in VERBOSE_FLAGS for a in sys.argv[1:])
-            sys.argv[1:] = normalize_overrides([a for a in sys.argv[1:] if a not in VERBOSE_FLAGS])
+            try:
+                sys.argv[1:] = normalize_overrides([a for a in sys.argv[1:] if a not in VERBOSE_FLAGS])
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                sys.exit(2)
             if "query=bash" in sys.argv and {"-sc", "--shell-completion"} & set(sys.argv):
                 return _complete(app)
             problem = _out_dir_error(sys.argv[1:]) if _run_dir_from_out(config_name) else None

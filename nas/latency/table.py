@@ -425,4 +425,4 @@ def resolve_table_path(name: str | Path, *, for_writing: bool = False) -> Path:
     for d in (user_tables_dir(), TABLES_DIR):
         if (d / p.name).is_file():
             return d / p.name
-    return (writable_tables_dir() if for_writing else TABLES_DIR) / p.name
+    return (writable_tables_dir(p.name) if for_writing else TABLES_DIR) / p.name
