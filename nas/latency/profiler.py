@@ -264,6 +264,8 @@ def _stored_round(items: list, store: dict, table: LatencyTable, path, settings:
 # a first guess only: run_jobs rescales each kind by what its measurements actually took
 PREPARE_S_PER_LAYER = 0.04
 PREPARE_S = 0.03
+# round 1 measures its networks over the first quarter of its blocks' time
+NETWORK_LEAD = 4.0
 
 
 @dataclass(frozen=True)
@@ -315,14 +317,15 @@ def expected_seconds(item: Any, kind: str, settings: ProfileSettings, call_ms: f
     return PREPARE_S + PREPARE_S_PER_LAYER * layers + settings.warmup * t + timed
 
 
-def _interleave(first: list, second: list, w_first: Sequence[float], w_second: Sequence[float]) -> list:
-    """``first`` and ``second`` merged, each keeping its order, so that every prefix holds about the
-    same share of each list's total weight."""
+def _interleave(first: list, second: list, w_first: Sequence[float], w_second: Sequence[float], *,
+                lead: float = 1.0) -> list:
+    """``first`` and ``second`` merged, each keeping its order, so that every prefix holds ``lead``
+    times as large a share of ``second``'s total weight as of ``first``'s (until ``second`` runs out)."""
     out, i, j = [], 0, 0
     tot_a, tot_b = sum(w_first) or 1.0, sum(w_second) or 1.0
     done_a = done_b = 0.0
     while i < len(first) or j < len(second):
-        if j >= len(second) or (i < len(first) and done_a / tot_a <= done_b / tot_b):
+        if j >= len(second) or (i < len(first) and done_b / tot_b >= lead * done_a / tot_a):
             out.append(first[i])
             done_a += w_first[i]
             i += 1
@@ -339,9 +342,11 @@ def plan_jobs(keys: Sequence[BlockKey], nets: Sequence[Arch], table: LatencyTabl
     """Every measurement still missing from ``table``, round by round (rounds spread over the run,
     so slow drifts of the machine average out).  Within a round, blocks go most frequent first
     (``freq``; ties keep the given order) and the networks (in the given order: calibration, then
-    pruned) are spread among them by expected time, so a run stopped early holds the blocks a
-    search meets most and a share of the networks for the calibration.  ``limit``: at most this
-    many blocks per round.  ``call_ms(item, kind)``: an item's expected time per call."""
+    pruned) are spread among them by expected time; in round 1 over the first ``1/NETWORK_LEAD`` of
+    its blocks' time.  A run stopped early (a time budget) then holds the blocks a search meets most
+    and enough networks for the calibration, and the ETA learns both kinds' cost from the start.
+    ``limit``: at most this many blocks per round.  ``call_ms(item, kind)``: an item's expected
+    time per call."""
     keys = list(dict.fromkeys(keys))
     nets = list(dict.fromkeys(nets))
     if freq:
@@ -360,7 +365,7 @@ def plan_jobs(keys: Sequence[BlockKey], nets: Sequence[Arch], table: LatencyTabl
         n = [a for a in nets if a not in table.networks or table.networks[a].rounds < r]
         bj = [Job(k, "block", r, expected_seconds(k, "block", settings, ms(k, "block"))) for k in b]
         nj = [Job(a, "network", r, expected_seconds(a, "network", settings, ms(a, "network"))) for a in n]
-        jobs += _interleave(bj, nj, [j.cost_s for j in bj], [j.cost_s for j in nj])
+        jobs += _interleave(bj, nj, [j.cost_s for j in bj], [j.cost_s for j in nj], lead=NETWORK_LEAD if r == 1 else 1.0)
     return jobs
 
 
