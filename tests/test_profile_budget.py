@@ -58,6 +58,10 @@ def test_plan_covers_every_round_of_every_block_and_network(nets):
     assert eta.remaining() == pytest.approx(sum(j.cost_s for j in jobs))
     net_s = profiler.expected_seconds(nets[1], "network", S, 2.0)
     assert net_s > profiler.expected_seconds(KEYS[1], "block", S, 0.1)  # a network costs more than a block
+    # exporting a graph is planned once: the runtime keeps its bytes for the later rounds
+    cost = {(j.item, j.round): j.cost_s for j in jobs}
+    assert cost[(KEYS[1], 1)] > cost[(KEYS[1], 2)] == cost[(KEYS[1], 3)]
+    assert cost[(KEYS[0], 2)] > cost[(KEYS[0], 3)]  # its first round in this run
     # round 1's networks are spread over the first quarter of its blocks' time, not left to its end
     r1 = [j for j in jobs if j.round == 1]
     assert r1[0].kind == "block" and r1[1].kind == "network"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.arch import Arch, BlockKey
-from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
 from nas.latency.profiler import (
     block_frequency,
     calibration_archs,
@@ -169,6 +169,8 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     nets = [a for sp in all_spaces for a in calibration_archs(sp, calibration_networks, resolution=resolution)] + pruned
     missing = len(table.missing(keys))
     freq = block_frequency(all_spaces, resolution=resolution)
+    if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
+        table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
     jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table), freq=freq, limit=limit)
     budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
     say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "

@@ -260,10 +260,12 @@ def _stored_round(items: list, store: dict, table: LatencyTable, path, settings:
 
 # -- the whole job: every round of every block and network, in one planned list ---------------
 
-# seconds to build, export and load one layer before timing it (ONNX export and session creation);
-# a first guess only: run_jobs rescales each kind by what its measurements actually took
-PREPARE_S_PER_LAYER = 0.04
-PREPARE_S = 0.03
+# seconds per layer to build and export a graph (once per process: the runtime keeps the bytes for
+# the later rounds) and to load it into a session (every round); first guesses only: run_jobs
+# rescales each kind by what its measurements actually took
+EXPORT_S_PER_LAYER = 0.08
+PREPARE_S_PER_LAYER = 0.02
+PREPARE_S = 0.01
 # round 1 measures its networks over the first quarter of its blocks' time
 NETWORK_LEAD = 4.0
 
@@ -307,14 +309,16 @@ def block_frequency(spaces: Sequence, *, samples: int = 200, resolution: int | N
     return freq
 
 
-def expected_seconds(item: Any, kind: str, settings: ProfileSettings, call_ms: float) -> float:
-    """The seconds one measurement of ``item`` is expected to take: preparing it (export, session)
-    plus ``time_runner``'s warm-up and timed calls of ``call_ms`` each (at least ``repeats`` and
-    ``min_time_s``)."""
+def expected_seconds(item: Any, kind: str, settings: ProfileSettings, call_ms: float, *,
+                     export: bool = True) -> float:
+    """The seconds one measurement of ``item`` is expected to take: preparing it (``export``ing it
+    first, loading it into a session) plus ``time_runner``'s warm-up and timed calls of ``call_ms``
+    each (at least ``repeats`` and ``min_time_s``, at most 2000 calls)."""
     layers = len(item.keys()) if kind == "network" else 1
     t = max(call_ms, 1e-3) / 1e3
     timed = max(settings.repeats * t, min(settings.min_time_s, 2000 * t))
-    return PREPARE_S + PREPARE_S_PER_LAYER * layers + settings.warmup * t + timed
+    prepare = PREPARE_S + (PREPARE_S_PER_LAYER + EXPORT_S_PER_LAYER * export) * layers
+    return prepare + settings.warmup * t + timed
 
 
 def _interleave(first: list, second: list, w_first: Sequence[float], w_second: Sequence[float], *,
@@ -359,12 +363,19 @@ def plan_jobs(keys: Sequence[BlockKey], nets: Sequence[Arch], table: LatencyTabl
         return e.median_ms if e is not None else call_ms(item, kind)
 
     jobs: list[Job] = []
+    seen: set = set()  # exported already in this run
+
+    def job(item, kind, r):
+        first = item not in seen
+        seen.add(item)
+        return Job(item, kind, r, expected_seconds(item, kind, settings, ms(item, kind), export=first))
+
     for r in range(1, settings.rounds + 1):
         b = [k for k in keys if k not in table.entries or table.entries[k].rounds < r]
         b = b[:limit] if limit is not None else b
         n = [a for a in nets if a not in table.networks or table.networks[a].rounds < r]
-        bj = [Job(k, "block", r, expected_seconds(k, "block", settings, ms(k, "block"))) for k in b]
-        nj = [Job(a, "network", r, expected_seconds(a, "network", settings, ms(a, "network"))) for a in n]
+        bj = [job(k, "block", r) for k in b]
+        nj = [job(a, "network", r) for a in n]
         jobs += _interleave(bj, nj, [j.cost_s for j in bj], [j.cost_s for j in nj], lead=NETWORK_LEAD if r == 1 else 1.0)
     return jobs
 
@@ -377,9 +388,11 @@ def _measure_job(job: Job, runtime: Runtime, settings: ProfileSettings) -> Entry
 
 class _Eta:
     """The expected seconds left of a plan: each kind's planned seconds scaled by how long that
-    kind's measurements took so far against their plan (the other kind's ratio until one ran)."""
+    kind's measurements took against their plan (the other kind's ratio until one ran), weighing
+    the last ``memory_s`` seconds of them most, so a machine that gets busier or quieter is followed."""
 
-    def __init__(self, jobs: Sequence[Job]) -> None:
+    def __init__(self, jobs: Sequence[Job], memory_s: float = 60.0) -> None:
+        self.memory_s = memory_s
         self.left = {"block": 0.0, "network": 0.0}
         for j in jobs:
             self.left[j.kind] += j.cost_s
@@ -393,9 +406,11 @@ class _Eta:
         return self.took[other] / self.plan[other] if self.plan[other] > 0 else 1.0
 
     def done(self, job: Job, seconds: float) -> None:
-        self.left[job.kind] -= job.cost_s
-        self.plan[job.kind] += job.cost_s
-        self.took[job.kind] += seconds
+        k = job.kind
+        keep = float(np.exp(-seconds / self.memory_s))
+        self.left[k] -= job.cost_s
+        self.plan[k] = keep * self.plan[k] + job.cost_s
+        self.took[k] = keep * self.took[k] + seconds
 
     def cost(self, job: Job) -> float:
         return job.cost_s * self.ratio(job.kind)
