@@ -222,9 +222,10 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
     total = sum(freq.values())
     covered = sum(n for k, n in freq.items() if k in table.entries) / total if total else 1.0
     if jr.stopped_by_budget:
+        rest = ("the learned model predicts the rest (nas.predict shows each prediction's measured / learned "
+                "blocks)" if covered < 1 else "the rounds left make their figures steadier")
         say(f"budget of {budget_min:g} min spent: {jr.left} of {jr.planned} measurements left; the measured blocks "
-            f"make up {100 * covered:.1f}% of the layers of the spaces' sampled networks, the learned model "
-            f"predicts the rest (nas.predict shows each prediction's measured / learned blocks). Run again "
+            f"make up {100 * covered:.1f}% of the layers of the spaces' sampled networks, {rest}. Run again "
             f"(with a larger budget_min, or none) to continue where this stopped")
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "others_added": table.others_added, "requested": rep.requested,

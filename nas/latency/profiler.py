@@ -263,8 +263,8 @@ def _stored_round(items: list, store: dict, table: LatencyTable, path, settings:
 # seconds per layer to build and export a graph (once per process: the runtime keeps the bytes for
 # the later rounds) and to load it into a session (every round); first guesses only: run_jobs
 # rescales each kind by what its measurements actually took
-EXPORT_S_PER_LAYER = 0.08
-PREPARE_S_PER_LAYER = 0.02
+EXPORT_S_PER_LAYER = 0.025
+PREPARE_S_PER_LAYER = 0.005
 PREPARE_S = 0.01
 # round 1 measures its networks over the first quarter of its blocks' time
 NETWORK_LEAD = 4.0
@@ -439,7 +439,7 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
         from tqdm.auto import tqdm
 
         bar = tqdm(total=round(eta.remaining(), 1), unit="s", dynamic_ncols=True, smoothing=0,
-                   desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining} {postfix}")
+                   desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
     save = Throttle(lambda: table.save(path), settings.save_every_s)
     save()
     t0 = clock()
