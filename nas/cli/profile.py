@@ -26,7 +26,7 @@ def run(cfg: DictConfig) -> dict:
             calibration_spaces=cfg.calibration_spaces, calibration_networks=cfg.calibration_networks,
             pruned_networks=cfg.pruned_networks, models=list(cfg.models or ()), in_chans=list(cfg.in_chans or ()),
             num_classes=list(cfg.num_classes or ()), refresh=cfg.refresh, recalibrate=cfg.recalibrate,
-            allow_mismatch=cfg.allow_mismatch, limit=cfg.limit, progress=cfg.progress,
+            allow_mismatch=cfg.allow_mismatch, limit=cfg.limit, progress=cfg.progress, budget_min=cfg.budget_min,
             say=lambda line: print(line, flush=True))
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)

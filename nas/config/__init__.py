@@ -121,6 +121,9 @@ class ProfileAppConfig:
     import_bundle: str | None = None  # a bundle's results.json to import into the table
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
+    # stop measuring when these minutes are spent, most used blocks and calibration networks first;
+    # the learned model predicts what is left, a re-run continues; None = no budget
+    budget_min: float | None = None
     calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
     # + this many per space narrowed as nas.train's pruning narrows them (blocks and networks)
     pruned_networks: int = 20

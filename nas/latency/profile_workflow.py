@@ -4,7 +4,9 @@ Collects the blocks of the spaces (and of calibration-only spaces, pruned networ
 models), then, depending on the arguments, writes a bundle for a device without torch,
 imports a bundle's results, re-measures a few calibration networks for one scale factor
 (``refresh``), re-measures all of them for a new calibration (``recalibrate``), or measures the
-missing blocks and calibration networks in interleaved rounds into the table.
+missing blocks and calibration networks in interleaved rounds into the table: one planned job
+(``plan_jobs``) under one progress bar over all of it, optionally within a time budget
+(``budget_min``: the blocks the spaces' networks use most and the calibration networks first).
 
 Lines for the user go to ``say`` (``log.info`` unless the caller passes ``print``).  Ctrl-C
 raises ``Interrupted`` (a ``KeyboardInterrupt``) whose message says what was kept.
@@ -19,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from nas.arch import Arch, BlockKey
-from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
 from nas.latency.profiler import (
+    block_frequency,
     calibration_archs,
     new_metadata,
-    profile_blocks,
-    profile_networks,
+    plan_jobs,
     pruned_archs,
+    run_jobs,
     space_names,
 )
 from nas.latency.runtimes import device_identity, device_mismatch, get_runtime
@@ -33,7 +36,7 @@ from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import LatencyTable, now_iso, resolve_table_path
 from nas.target import Target
 
-__all__ = ["Interrupted", "calibration_space_names", "profile_target", "remeasure_calibration"]
+__all__ = ["Interrupted", "calibration_space_names", "check_budget", "profile_target", "remeasure_calibration"]
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +128,16 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
                    pruned_networks: int = 20, models: Sequence[str] = (), in_chans: Sequence[int] = (),
                    num_classes: Sequence[int] = (), refresh: int = 0, recalibrate: bool = False,
                    allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
-                   say: Callable[[str], None] = log.info) -> dict[str, Any]:
+                   budget_min: float | None = None, say: Callable[[str], None] = log.info) -> dict[str, Any]:
     """Build (or extend, refresh, recalibrate) the target's latency table on this machine, or write /
-    import a bundle for a device without torch; the ``nas.profile`` command.  Returns a summary."""
+    import a bundle for a device without torch; the ``nas.profile`` command.  ``budget_min``: stop
+    measuring when these minutes are spent (a re-run continues).  Returns a summary."""
     from nas.latency.bundle import import_bundle as _import_bundle
     from nas.latency.bundle import write_bundle
 
     target = Target.coerce(target)
     settings = settings or ProfileSettings()
+    check_budget(budget_min, measuring=not (bundle or import_bundle or refresh or recalibrate))
     out = Path(out) if out else resolve_table_path(target.table or f"{target.name}.json", for_writing=True)
     names = space_names(spaces)
     resolution = resolution or target.resolution
@@ -163,35 +168,69 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
         return _refresh(table, out, runtime, settings, refresh, progress=progress, say=say)
     nets = [a for sp in all_spaces for a in calibration_archs(sp, calibration_networks, resolution=resolution)] + pruned
     missing = len(table.missing(keys))
+    freq = block_frequency(all_spaces, resolution=resolution)
+    if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
+        table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
+    jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table), freq=freq, limit=limit)
+    budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
     say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
         f"on {here} with {runtime.name} {runtime.version()} ({target.provider}, {runtime.precision}, "
         f"batch {runtime.batch}, {runtime.threads} thread(s)); {len(nets)} calibration networks; "
-        f"{settings.rounds} round(s), blocks and networks interleaved")
-    return _measure_table(keys, nets, table, out, runtime, settings, limit=limit, progress=progress, say=say)
+        f"{settings.rounds} round(s), blocks and networks interleaved: {len(jobs)} measurements{budget}")
+    return _measure_table(jobs, table, out, runtime, settings, freq=freq, budget_min=budget_min,
+                          progress=progress, say=say)
 
 
-def _measure_table(keys, nets, table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *,
-                   limit: int | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
-    R = settings.rounds
-    rep = nrep = None
+def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
+    """``budget_min`` must be None (no budget) or a positive number of minutes, and only for measuring."""
+    if budget_min is None:
+        return
+    if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:
+        raise ValueError(f"budget_min={budget_min}: the minutes to spend measuring, a number > 0 "
+                         "(leave it out, or null, for no budget)")
+    if not measuring:
+        raise ValueError(f"budget_min={budget_min:g} applies to measuring the table; bundle=, import_bundle=, "
+                         "refresh= and recalibrate= take no budget")
+
+
+def _call_ms(target: Target, table: LatencyTable) -> Callable[[Any, str], float]:
+    """An item's expected time per call, for planning: the target's roofline plus the call overhead."""
+    from nas.latency.roofline import Roofline
+
+    over = float(table.metadata.get("call_overhead_ms") or 0.05)
     try:
-        for r in range(1, R + 1):  # rounds spread over the run, so slow drifts of the machine average out
-            b = profile_blocks(keys, runtime, table, settings=settings, path=out, progress=progress,
-                               limit=limit, round_=r)
-            n = profile_networks(nets, runtime, table, settings=settings, path=out, progress=progress, round_=r)
-            rep, nrep = (b, n) if rep is None else (rep.combine(b), nrep.combine(n))
+        roof = Roofline.from_target(target)
+    except (ValueError, TypeError):
+        return lambda item, kind: over + (1.0 if kind == "network" else 0.05)
+    return lambda item, kind: over + (roof.predict_arch(item) if kind == "network" else roof.predict_key(item))
+
+
+def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *, freq,
+                   budget_min: float | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    budget_s = 60.0 * budget_min if budget_min else None
+    try:
+        jr = run_jobs(jobs, runtime, table, settings, path=out, progress=progress, budget_s=budget_s)
     except KeyboardInterrupt as e:
         raise Interrupted(f"{len(table)} block entries and {len(table.networks)} networks are saved in {out}; "
                           "run the same command again to continue") from e
-    assert rep is not None and nrep is not None
+    rep, nrep = jr.blocks, jr.networks
     # the counts are the file's as last saved: other runs' entries merged in, not just this run's
     others = f" ({table.others_added} of them saved by other runs meanwhile)" if table.others_added else ""
     say(f"{rep.measured} block measurements in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
         f"{rep.remeasured} re-measured for noise; {nrep.measured} network measurements in {nrep.seconds:.1f}s; "
         f"table: {table.describe()}{others}, {len(table.networks)} networks -> {out}")
+    total = sum(freq.values())
+    covered = sum(n for k, n in freq.items() if k in table.entries) / total if total else 1.0
+    if jr.stopped_by_budget:
+        rest = ("the learned model predicts the rest (nas.predict shows each prediction's measured / learned "
+                "blocks)" if covered < 1 else "the rounds left make their figures steadier")
+        say(f"budget of {budget_min:g} min spent: {jr.left} of {jr.planned} measurements left; the measured blocks "
+            f"make up {100 * covered:.1f}% of the layers of the spaces' sampled networks, {rest}. Run again "
+            f"(with a larger budget_min, or none) to continue where this stopped")
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "others_added": table.others_added, "requested": rep.requested,
-            "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": R}
+            "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": settings.rounds,
+            "left": jr.left, "stopped_by_budget": jr.stopped_by_budget, "coverage": covered}
 
 
 def remeasure_calibration(table: LatencyTable, runtime, settings: ProfileSettings, *, per_space: int | None,
