@@ -77,6 +77,20 @@ def test_activation_qparams_match_onnxruntime():
     assert int(r.qparams()[1]) == 0
 
 
+def test_symmetric_activation_qparams_match_onnxruntime():
+    from onnxruntime.quantization.quant_utils import compute_scale_zp
+
+    q = ActQuant(symmetric=True)
+    q.mode = "minmax"
+    q(torch.tensor([-0.7, 2.3, 1.0]))
+    scale, zp = q.qparams()
+    ozp, oscale = compute_scale_zp(np.float32(-0.7), np.float32(2.3), np.int8(-127), np.int8(127), symmetric=True)
+    assert float(scale) == pytest.approx(float(oscale), rel=1e-6) and int(zp) == int(ozp) == 0
+    q.mode = "frozen"
+    y = q(torch.tensor([-5.0, 5.0]))  # int8 range: saturates at -128 / 127 steps
+    assert float(y[1]) == pytest.approx(127 * float(scale)) and float(y[0]) == pytest.approx(-128 * float(scale))
+
+
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_qdq_export_matches_fake_quant_and_fuses(name, tmp_path):
     import onnxruntime as ort

@@ -2,12 +2,14 @@
 
 ``quantize_qdq``: onnxruntime's static post-training QDQ quantization of an fp32 ONNX model,
 calibrated on a few input batches (the baseline QAT is compared with, and how int8 latency tables
-quantize their blocks).  ``finalize_qdq``: the last step of a QAT export (``nas.compress.qat``):
+quantize their blocks).  ``qdq_settings_for(target)``: the settings that suit the target's runtime
+(``QDQ_SETTINGS`` for onnxruntime, ``TENSORRT_QDQ_SETTINGS`` for TensorRT).  ``finalize_qdq``: the last step of a QAT export (``nas.compress.qat``):
 float weights already on the int8 grid stored as int8 per channel, biases as int32.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["QDQ_SETTINGS", "finalize_qdq", "quantize_qdq"]
+__all__ = ["QDQ_SETTINGS", "TENSORRT_QDQ_SETTINGS", "finalize_qdq", "qdq_settings_for", "quantize_qdq"]
 
 
 # int8 settings used everywhere (tables, export): QDQ, u8 activations, s8 per-channel weights
@@ -28,11 +30,41 @@ QDQ_SETTINGS = {
     "calibrate_method": "MinMax",
 }
 
+# TensorRT's explicit quantization: symmetric int8 activations and weights (zero point 0), full-range
+# per-channel weights, Q/DQ on the inputs of Conv / Gemm / MatMul (and of residual Adds, so TensorRT can
+# fuse the sum into the conv), not on their outputs; activations such as Relu stay in the graph (TensorRT
+# fuses them) and biases stay float (TensorRT folds them into the int8 kernel)
+TENSORRT_QDQ_SETTINGS = {
+    "quant_format": "QDQ",
+    "activation_type": "QInt8",
+    "weight_type": "QInt8",
+    "per_channel": True,
+    "reduce_range": False,
+    "calibrate_method": "MinMax",
+    "op_types_to_quantize": ["Conv", "Gemm", "MatMul", "Add"],
+    "extra_options": {
+        "ActivationSymmetric": True,
+        "WeightSymmetric": True,
+        "QDQKeepRemovableActivations": True,
+        "OpTypesToExcludeOutputQuantization": ["Conv", "Gemm", "MatMul"],
+        "QuantizeBias": False,
+    },
+}
 
-def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", **overrides: Any) -> bytes:
+
+def qdq_settings_for(target: Any | None) -> dict[str, Any]:
+    """The int8 QDQ settings for ``target`` (a ``nas.target.Target``; None: onnxruntime's):
+    ``TENSORRT_QDQ_SETTINGS`` when its runtime is TensorRT, else ``QDQ_SETTINGS`` (u8 activations,
+    s8 per-channel weights, reduce_range: what onnxruntime's CPU kernels run fastest)."""
+    base = TENSORRT_QDQ_SETTINGS if target is not None and target.runtime == "tensorrt" else QDQ_SETTINGS
+    return copy.deepcopy(base)
+
+
+def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target: Any | None = None,
+                 **overrides: Any) -> bytes:
     """Static post-training quantization to QDQ ONNX (the form onnxruntime and TensorRT consume).
 
-    ``calib``: a list of numpy input batches for calibration.  Settings: ``QDQ_SETTINGS``;
+    ``calib``: a list of numpy input batches for calibration.  Settings: ``qdq_settings_for(target)``;
     ``overrides`` replace any of them (by the same names, values as strings: ``quant_format="QOperator"``,
     ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
     ``op_types_to_quantize``, ``extra_options``); ``scripts/bench_quant.py`` compares them.
@@ -75,7 +107,7 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", **over
                 str(pre),
                 str(dst),
                 Reader(),
-                **{k: enums.get(k, lambda v: v)(v) for k, v in {**QDQ_SETTINGS, **overrides}.items()},
+                **{k: enums.get(k, lambda v: v)(v) for k, v in {**qdq_settings_for(target), **overrides}.items()},
             )
         finally:
             root.setLevel(level)
@@ -156,10 +188,10 @@ def _quantize_bias(bname: str, b: np.ndarray, sx: np.ndarray, scale: np.ndarray)
     return inits, _dq(bb, 0)
 
 
-def finalize_qdq(data: bytes, *, weight_qmax: int) -> bytes:
-    """Float conv / linear weights -> int8 per-channel behind DequantizeLinear; biases of convs
-    whose input is dequantized -> int32 (scale = input scale x weight scale).  Identity nodes
-    are resolved.  Weights must already be on the quantization grid (``_materialize``)."""
+def finalize_qdq(data: bytes, *, weight_qmax: int, quantize_bias: bool = True) -> bytes:
+    """Float conv / linear weights -> int8 per-channel behind DequantizeLinear; with ``quantize_bias``,
+    biases of convs whose input is dequantized -> int32 (scale = input scale x weight scale), else
+    they stay float (TensorRT's form).  Identity nodes are resolved.  Weights must already be on the quantization grid (``_materialize``)."""
     import onnx
     from onnx import TensorProto, numpy_helper
 
@@ -180,7 +212,7 @@ def finalize_qdq(data: bytes, *, weight_qmax: int) -> bytes:
             n.input[1] = w_dq.output[0]
             used_float.add(wname)
             p = producer.get(n.input[0])
-            if len(n.input) >= 3 and n.input[2] in inits and p is not None and p.op_type == "DequantizeLinear":
+            if quantize_bias and len(n.input) >= 3 and n.input[2] in inits and p is not None and p.op_type == "DequantizeLinear":
                 sx = value(p.input[1])
                 if sx is not None and np.asarray(sx).size == 1:
                     bname = n.input[2]

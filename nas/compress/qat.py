@@ -24,6 +24,11 @@ The scheme (matching onnxruntime's static QDQ quantizer with ``QDQ_SETTINGS``):
   Dequantize/Quantize), residual sums, the squeeze-excite pool, gate and product, and the head's
   pool.  Self-attention cores stay float (their weights are still int8).
 
+For a TensorRT target (``quant_settings_for``, after ``nas.compress.ptq.qdq_settings_for``) the
+activations are **int8, symmetric** (zero point 0, ``scale = max(|min|, |max|) / 127``), weights use
+the full [-127, 127] range, conv outputs feeding a non-ReLU activation are not quantized (TensorRT
+fuses the activation and quantizes its output, the next layer's input) and biases stay float.
+
 Export (``export_qdq``): the fake-quant activations become ``QuantizeLinear`` /
 ``DequantizeLinear`` pairs (TorchScript exporter, opset 17); each conv / linear weight becomes
 an int8 initializer with per-channel scales behind a ``DequantizeLinear`` and each bias, where
@@ -37,6 +42,7 @@ import copy
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +70,7 @@ __all__ = [
     "finalize_qdq",
     "fold_bn",
     "prepare_qat",
+    "quant_settings_for",
     "set_observers",
     "weight_qmax",
 ]
@@ -87,12 +94,26 @@ class QuantSettings:
 
     reduce_range: bool = True  # 7-bit weights ([-64, 64]) as onnxruntime's reduce_range
     ema: float = 0.01  # activation range EMA momentum during fine-tuning
+    symmetric: bool = False  # int8 symmetric activations (zero point 0) and float biases: TensorRT's form
 
     def __post_init__(self) -> None:
+        if not isinstance(self.symmetric, bool):
+            raise ValueError(f"qat.symmetric must be true or false, got {self.symmetric!r}")
         if not isinstance(self.reduce_range, bool):
             raise ValueError(f"qat.reduce_range must be true or false, got {self.reduce_range!r}")
         if not 0 < self.ema <= 1:
             raise ValueError(f"qat.ema must be in (0, 1], got {self.ema!r}")
+
+
+def quant_settings_for(target: Any | None, *, reduce_range: bool = True, ema: float = 0.01) -> QuantSettings:
+    """How QAT quantizes for ``target`` (a ``nas.target.Target``; None: onnxruntime): the scheme of
+    ``nas.compress.ptq.qdq_settings_for(target)``; ``reduce_range`` applies to onnxruntime's u8/s8 form."""
+    from nas.compress.ptq import qdq_settings_for
+
+    q = qdq_settings_for(target)
+    if q["activation_type"] == "QInt8":
+        return QuantSettings(reduce_range=bool(q["reduce_range"]), ema=ema, symmetric=True)
+    return QuantSettings(reduce_range=reduce_range, ema=ema)
 
 
 def weight_qmax(reduce_range: bool) -> int:
@@ -153,19 +174,28 @@ def fold_bn(model: nn.Module) -> nn.Module:
 
 
 class ActQuant(nn.Module):
-    """Per-tensor asymmetric uint8 fake quantization with observed (min/max, EMA) ranges."""
+    """Per-tensor fake quantization with observed (min/max, EMA) ranges: asymmetric uint8, or
+    symmetric int8 (zero point 0) when ``symmetric``."""
 
-    def __init__(self, ema: float = 0.01) -> None:
+    def __init__(self, ema: float = 0.01, symmetric: bool = False) -> None:
         super().__init__()
-        self.ema = ema
+        self.ema, self.symmetric = ema, symmetric
         self.register_buffer("lo", torch.zeros(()))
         self.register_buffer("hi", torch.zeros(()))
         self.register_buffer("seen", torch.zeros((), dtype=torch.bool))
         self.mode = "ema"  # minmax | ema | frozen
         self.enabled = True
 
+    @property
+    def qrange(self) -> tuple[int, int]:
+        return (-128, 127) if self.symmetric else (0, 255)
+
     def qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         lo, hi = torch.clamp(self.lo, max=0.0), torch.clamp(self.hi, min=0.0)
+        if self.symmetric:
+            scale = torch.maximum(-lo, hi) / 127.0
+            scale = torch.where(scale > torch.finfo(torch.float32).tiny, scale, torch.ones_like(scale))
+            return scale.float(), torch.zeros((), dtype=torch.int32)
         scale = (hi - lo) / 255.0
         scale = torch.where(scale > torch.finfo(torch.float32).tiny, scale, torch.ones_like(scale))
         zp = torch.clamp(torch.round(-lo / scale), 0, 255).to(torch.int32)
@@ -191,7 +221,7 @@ class ActQuant(nn.Module):
         if not self.enabled or not bool(self.seen):
             return x
         scale, zp = self.qparams()
-        return torch.fake_quantize_per_tensor_affine(x, scale, zp, 0, 255)
+        return torch.fake_quantize_per_tensor_affine(x, scale, zp, *self.qrange)
 
     def extra_repr(self) -> str:
         return f"lo={float(self.lo):.4g}, hi={float(self.hi):.4g}, mode={self.mode}"
@@ -361,7 +391,16 @@ def prepare_qat(model: nn.Module, settings: QuantSettings | None = None) -> QATN
         return m
 
     _replace_children(folded, weights)
-    return QATNet(folded, settings).train(model.training)
+    net = QATNet(folded, settings)
+    if settings.symmetric:  # TensorRT: Q/DQ on layer inputs; a conv's output into an activation stays float
+        for mod in net.modules():
+            if isinstance(mod, QAct):
+                mod.pre = None
+            elif isinstance(mod, QSqueezeExcite):
+                mod.q_expand = nn.Identity()
+        for q in _act_quants(net):
+            q.symmetric = True
+    return net.train(model.training)
 
 
 def _act_quants(model: nn.Module) -> list[ActQuant]:
@@ -404,10 +443,10 @@ class _FixedQuant(nn.Module):
     def __init__(self, q: ActQuant) -> None:
         super().__init__()
         scale, zp = q.qparams()
-        self.scale, self.zp = float(scale), int(zp)
+        self.scale, self.zp, self.qrange = float(scale), int(zp), q.qrange
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.fake_quantize_per_tensor_affine(x, self.scale, self.zp, 0, 255)
+        return torch.fake_quantize_per_tensor_affine(x, self.scale, self.zp, *self.qrange)
 
 
 def _materialize(model: QATNet) -> nn.Module:
@@ -433,4 +472,5 @@ def export_qdq(model: QATNet, in_shape: tuple[int, int, int], *, batch: int = 1)
     m = _materialize(model)
     x = torch.zeros(batch, *in_shape)
     data = export_onnx(m, x, exporter="torchscript")
-    return finalize_qdq(data, weight_qmax=weight_qmax(model.settings.reduce_range))
+    return finalize_qdq(data, weight_qmax=weight_qmax(model.settings.reduce_range),
+                        quantize_bias=not model.settings.symmetric)

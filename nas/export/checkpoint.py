@@ -32,9 +32,10 @@ class ExportOptions(MeasureSettings, Protocol):
 
 
 def onnx_bytes(model: nn.Module, arch: Arch, precision: str, *, is_qat: bool, data: Dataset | None,
-               calib_samples: int) -> tuple[bytes, str]:
+               calib_samples: int, target: Target | None = None) -> tuple[bytes, str]:
     """The ONNX model and how it was made: fp32, the QAT network's own QDQ, or onnxruntime's static PTQ
-    calibrated on ``calib_samples`` training images of ``data``."""
+    calibrated on ``calib_samples`` training images of ``data`` with the settings for ``target``'s
+    runtime (``nas.compress.ptq.qdq_settings_for``: symmetric int8 for TensorRT)."""
     from nas.compress.ptq import quantize_qdq
     from nas.compress.qat import export_qdq
     from nas.export.onnx import export_onnx
@@ -44,11 +45,14 @@ def onnx_bytes(model: nn.Module, arch: Arch, precision: str, *, is_qat: bool, da
     if precision == "fp32":
         return export_onnx(model, x0, exporter="torchscript"), "fp32"
     if is_qat:
-        return (export_qdq(model, in_shape),
-                "QAT QDQ (int8 per-channel symmetric weights, uint8 per-tensor activations, BN folded)")
+        acts = ("int8 symmetric per-tensor activations, float biases" if model.settings.symmetric else
+                "uint8 per-tensor activations")
+        return export_qdq(model, in_shape), f"QAT QDQ (int8 per-channel symmetric weights, {acts}, BN folded)"
+    trt = target is not None and target.runtime == "tensorrt"
     return (quantize_qdq(export_onnx(model, x0, exporter="torchscript"),
-                         calibration_inputs(data, calib_samples, seed=0)),
-            f"onnxruntime static PTQ ({calib_samples} training images)")
+                         calibration_inputs(data, calib_samples, seed=0), target=target),
+            f"onnxruntime static PTQ ({calib_samples} training images"
+            + ("; TensorRT form: symmetric int8, zero point 0)" if trt else ")"))
 
 
 def verify_onnx(onnx: bytes, model: nn.Module, in_shape: tuple[int, int, int], *, data: Dataset | None,
@@ -102,7 +106,8 @@ def export_model(model: nn.Module, arch: Arch, *, precision: str, is_qat: bool, 
     """Export, verify, predict and measure; write ``out_path`` and its ``.json`` record; return the record
     (``source``: what it was exported from, first in the record)."""
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
-    onnx, how = onnx_bytes(model, arch, precision, is_qat=is_qat, data=data, calib_samples=export.calib_samples)
+    onnx, how = onnx_bytes(model, arch, precision, is_qat=is_qat, data=data, calib_samples=export.calib_samples,
+                           target=target)
     verify = verify_onnx(onnx, model, in_shape, data=data, samples=verify_samples, is_qat=is_qat)
     pred, meas = _latency(onnx, arch, precision, target, export, allow_mismatch)
     rec = {**(source or {}), "precision": precision, "how": how, "onnx": str(out_path), "file_bytes": len(onnx),

@@ -14,19 +14,33 @@ __all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "deployment_cho
 REPORT_SCHEMA = "hwnas.train_report"
 
 
-def quantization_record(reduce_range: bool, calib_samples: int) -> dict[str, Any]:
-    """How the int8 variants were quantized (the report's ``quantization``)."""
-    from nas.compress.ptq import QDQ_SETTINGS
+def quantization_record(reduce_range: bool, calib_samples: int, target: Any | None = None) -> dict[str, Any]:
+    """How the int8 variants were quantized for ``target`` (the int8 target; None: onnxruntime's
+    settings), the report's ``quantization``."""
+    from nas.compress.ptq import qdq_settings_for
+    from nas.compress.qat import quant_settings_for
 
+    qs = quant_settings_for(target, reduce_range=reduce_range)
+    acts = ("int8 symmetric per-tensor, zero point 0 (EMA min/max, then frozen)" if qs.symmetric else
+            "uint8 asymmetric per-tensor (EMA min/max, then frozen)")
     return {"qat": {"weights": "int8 symmetric per-channel, " +
-                    ("7-bit range [-64, 64] (reduce_range)" if reduce_range else "[-127, 127]"),
-                    "activations": "uint8 asymmetric per-tensor (EMA min/max, then frozen)",
+                    ("7-bit range [-64, 64] (reduce_range)" if qs.reduce_range else "[-127, 127]"),
+                    "activations": acts, "biases": "float" if qs.symmetric else "int32",
                     "bn": "folded", "format": "QDQ ONNX (opset 17)"},
-            "ptq": {"method": "onnxruntime quantize_static", "calib_samples": calib_samples, **QDQ_SETTINGS}}
+            "ptq": {"method": "onnxruntime quantize_static", "calib_samples": calib_samples,
+                    **qdq_settings_for(target)}}
 
 
 def _f(v: float | None, fmt: str = "{:.4f}") -> str:
     return "—" if v is None else fmt.format(v)
+
+
+def _no_target(report: Mapping[str, Any]) -> list[str]:
+    """The precisions of exported variants that no target predicts."""
+    names = report.get("latency_targets") or {}
+    precs = {v.get("precision", "int8" if v["variant"].endswith("int8") else "fp32")
+             for m in report["models"] for v in m["variants"]}
+    return sorted(p for p in precs if not names.get(p))
 
 
 def report_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -83,10 +97,13 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
              f"of the exported ONNX models run by onnxruntime (batch 1).", "",
              "| " + " | ".join(REPORT_HEADER) + " |", "|" + "---|" * len(REPORT_HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in report_rows(report)]
-    lines += ["", "Predicted latency: " + ", ".join(f"{p} by target `{n}`" for p, n in
-                                                   report["latency_targets"].items() if n)
-              + "; *(est.)* marks a roofline estimate, *(extrap.)* a network outside the range of the table's "
-              "calibration networks (the calibration extrapolates: profile at this resolution).  "
+    by = ", ".join(f"{p} by target `{n}`" for p, n in report["latency_targets"].items() if n) or "none"
+    missing = _no_target(report)
+    if missing:
+        by += " (no target predicts " + ", ".join(missing) + ": name one with " + \
+            " ".join(f"`targets.{p}=<target>`" for p in missing) + ")"
+    lines += ["", "Predicted latency: " + by + "; *(est.)* marks a roofline estimate, *(extrap.)* a network "
+              "outside the range of the table's calibration networks (the calibration extrapolates: profile at this resolution).  "
               "Error = (predicted − measured) / measured.",
               f"Measured on this machine: {', '.join(p for p, h in report['measured_here'].items() if h) or 'none'}.",
               "", "Quantization:", ""]
@@ -100,21 +117,36 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
                          f"predicted (target {p['target_ms']:.4f}, criterion {p['criterion']}, "
                          f"{len(p['steps'])} steps{'' if p['reached'] else ', TARGET NOT REACHED'})")
             if p.get("measured"):
-                ml = p.measured
+                ml = p["measured"]
                 tries = " → ".join(f"{t['measured_ratio']:.3f}x" for t in ml["tries"])
                 miss = "" if ml["reached"] else f", ABOVE {ml['ratio']:.2f}x"
                 again = " (re-planned while the measured ratio missed prune.ratio)" if len(ml["tries"]) > 1 else ""
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
-    deploy = [(mid, d) for mid, d in (report.get("deploy") or {}).items() if d]  # train_front's choice
-    if deploy:
-        lines += ["", f"Deploy (the fastest variant within {100 * deploy[0][1]['tolerance']:.0f} point of the "
-                      "fp32 accuracy):", ""]
-        for mid, d in deploy:
-            rel = ", ".join(f"{k} {r:.2f}x" for k, r in d["vs_fp32"].items() if k != "fp32")
-            lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']} "
-                         f"(latency vs fp32: {rel or 'no other variant within tolerance'})")
+    lines += _deploy_lines(report)
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+def _deploy_lines(report: Mapping[str, Any]) -> list[str]:
+    """The Deploy section: each model's choice (``deployment_choice``), or why there is none."""
+    choices = report.get("deploy") or {}
+    if not report["models"]:
+        return []
+    tol = next((d["tolerance"] for d in choices.values() if d), DEPLOY_TOLERANCE)
+    lines = ["", f"Deploy (the fastest variant within {100 * tol:.0f} point of the fp32 accuracy):", ""]
+    for m in report["models"]:
+        mid, d = m["id"], choices.get(m["id"])
+        if not d:
+            names = [v["variant"] for v in m["variants"] if not v.get("predicted") and not v.get("measured")]
+            why = (f"no latency for {', '.join(names)}" if names else "no fp32 variant to compare with")
+            lines.append(f"- {mid}: not chosen ({why})")
+            continue
+        rel = ", ".join(f"{k} {r:.2f}x" for k, r in d["vs_fp32"].items() if k != "fp32")
+        est = " (estimate)" if d["by"] == "predicted" and any(
+            (v.get("predicted") or {}).get("source") == "estimated" for v in m["variants"]) else ""
+        lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']}{est} "
+                     f"(latency vs fp32: {rel or 'no other variant within tolerance'})")
+    return lines
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""The training report: labelled estimates, the targets behind each precision, a Deploy section."""
+
+from nas.train.report import deployment_choice, quantization_record, write_report
+
+
+def _var(name, prec, pred):
+    return {"variant": name, "precision": prec, "accuracy": 0.9, "params": 10, "file_bytes": 2048,
+            "measured": None, "predicted": pred}
+
+
+def _report(latency_targets, variants):
+    m = {"id": "m0", "variants": variants}
+    return {"run": "r", "target": "jetson_int8", "data": "d", "accuracy_split": "val",
+            "latency_targets": latency_targets, "measured_here": {"fp32": False, "int8": False},
+            "quantization": {"qat": {}, "ptq": {}}, "models": [m], "deploy": {"m0": deployment_choice(m)}}
+
+
+def test_estimates_are_labelled_and_deploy_is_chosen(tmp_path):
+    est = {"ms": 0.5, "source": "estimated", "outside": ""}
+    rep = _report({"fp32": "gpu", "int8": "gpu_int8"},
+                  [_var("fp32", "fp32", est), _var("qat_int8", "int8", {**est, "ms": 0.3})])
+    write_report(tmp_path, rep)
+    md = (tmp_path / "report.md").read_text()
+    assert "| 0.5000 (est.) |" in md and "| 0.3000 (est.) |" in md
+    assert "Predicted latency: fp32 by target `gpu`, int8 by target `gpu_int8`;" in md
+    assert "- m0: **qat_int8**, 90.00%, 0.3000 ms predicted (estimate)" in md
+
+
+def test_a_precision_without_target_is_named_and_deploy_says_why(tmp_path):
+    est = {"ms": 0.3, "source": "estimated", "outside": ""}
+    rep = _report({"fp32": None, "int8": "jetson_int8"},
+                  [_var("fp32", "fp32", None), _var("qat_int8", "int8", est)])
+    write_report(tmp_path, rep)
+    md = (tmp_path / "report.md").read_text()
+    assert "Predicted latency: int8 by target `jetson_int8` (no target predicts fp32: name one with " \
+           "`targets.fp32=<target>`);" in md
+    assert "Deploy (" in md and "- m0: not chosen (no latency for fp32)" in md
+    rep["latency_targets"] = {"fp32": None, "int8": None}
+    write_report(tmp_path, rep)
+    assert "Predicted latency: none (no target predicts fp32, int8" in (tmp_path / "report.md").read_text()
+
+
+def test_quantization_record_follows_the_runtime():
+    from nas.target import load_target
+
+    cpu = quantization_record(True, 64, load_target("cpu_int8"))
+    assert cpu["ptq"]["activation_type"] == "QUInt8" and cpu["qat"]["activations"].startswith("uint8")
+    trt = quantization_record(True, 64, load_target("jetson_int8"))
+    assert trt["ptq"]["activation_type"] == "QInt8" and trt["ptq"]["extra_options"]["ActivationSymmetric"]
+    assert "zero point 0" in trt["qat"]["activations"] and "[-127, 127]" in trt["qat"]["weights"]
+    assert quantization_record(True, 64) == cpu
