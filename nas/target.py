@@ -143,18 +143,19 @@ def load_target(name: str) -> Target:
 
 def precision_targets(target: Target, names: Mapping[str, str | None] | None = None) -> dict[str, Target | None]:
     """The target predicting each exported precision: ``names[prec]`` when given, else ``target``
-    itself when its precision matches, else its sibling by name (cpu <-> cpu_int8) if there is one."""
+    itself when its precision matches (an fp16 target predicts the fp32 export), else its sibling by
+    name (cpu <-> cpu_int8, jetson <-> jetson_int8) if there is one."""
     names = dict(names or {})
     out: dict[str, Target | None] = {}
     for prec in PRECISIONS:
         name = names.get(prec)
         if name:
             t = load_target(name)
-            if t.precision != prec:
+            if not _serves(t, prec):
                 raise ValueError(f"targets.{prec}={name!r} is a {t.precision} target; name a {prec} one")
             out[prec] = t
             continue
-        if target.precision == prec:
+        if _serves(target, prec):
             out[prec] = target
             continue
         sib = f"{target.name}_int8" if prec == "int8" else target.name.removesuffix("_int8")
@@ -163,8 +164,14 @@ def precision_targets(target: Target, names: Mapping[str, str | None] | None = N
         except ValueError:
             out[prec] = None
             continue
-        out[prec] = t if t.precision == prec else None
+        out[prec] = t if _serves(t, prec) else None
     return out
+
+
+def _serves(t: Target, prec: str) -> bool:
+    """Whether ``t`` predicts the exported ``prec``: its own precision, or fp16 for the fp32 export
+    (TensorRT builds its fp16 engine from the fp32 ONNX file)."""
+    return t.precision == prec or (prec == "fp32" and t.precision == "fp16")
 
 
 def runs_here(target: Target) -> bool:

@@ -43,7 +43,7 @@ from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from nas.arch import Arch
 from nas.builder import build
 from nas.compress.prune import LossProbe, PrunePlan, apply_plan, channel_importance, channel_units, plan_pruning
-from nas.compress.qat import calibrate, export_qdq, prepare_qat, set_observers
+from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
@@ -257,7 +257,7 @@ def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Mo
                base_meta: dict[str, Any], res: dict[str, Any]) -> nn.Module:
     """3. QAT: BN folded, ranges calibrated, fake-quant fine-tuning (``qat.ckpt``)."""
     s, data, q = ctx.s, ctx.data, ctx.s.qat
-    qs = q.quant
+    qs = quant_settings_for(ctx.targets.get("int8") or s.target, reduce_range=q.reduce_range, ema=q.ema)
     qat_model = prepare_qat(final, qs)
     ck = mdir / "qat.ckpt"
     if not ck.is_file():
@@ -268,7 +268,7 @@ def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Mo
         set_observers(m, "frozen" if epoch >= freeze_from else "ema")
 
     hist = fit(qat_model, data, settings=s.train, epochs=q.epochs, lr=q.lr, ckpt=ck, seed=s.seed + 2,
-               meta={**base_meta, "stage": "qat", "float": final_arch.digest(), "quant": dataclasses.asdict(qs),
+               meta={**base_meta, "stage": "qat", "float": final_arch.digest(), "quant": {k: v for k, v in dataclasses.asdict(qs).items() if k != "symmetric" or v},
                      "freeze_epochs": q.freeze_epochs, "calib_batches": q.calib_batches},
                on_epoch_start=observers, stage=f"{mdir.name} qat", teacher=teacher, distill=q.distill,
                temperature=q.temperature)
@@ -297,7 +297,8 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
                                         lambda: _onnx_of(final, final_arch), acc["pruned"]))
     calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + 41)
     variants.append(_export_variant(ctx, mdir, "ptq_int8", "int8", final_arch,
-                                    lambda: quantize_qdq(_onnx_of(final, final_arch), calib), None))
+                                    lambda: quantize_qdq(_onnx_of(final, final_arch), calib,
+                                                                target=ctx.targets.get("int8") or ctx.s.target), None))
     if "qat" in models:
         qat_model = models["qat"][0]
         in_shape = (final_arch.in_chans, final_arch.resolution, final_arch.resolution)
@@ -355,7 +356,8 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
         "data": data.describe(), "accuracy_split": eval_split(data),
         "latency_targets": {p: t.name if t else None for p, t in targets.items()},
         "measured_here": here,
-        "quantization": quantization_record(s.qat.reduce_range, s.export.calib_samples),
+        "quantization": quantization_record(s.qat.reduce_range, s.export.calib_samples,
+                                            targets.get("int8") or s.target),
         "settings": {"train": s.train.to_dict(), "prune": s.prune.to_dict(), "qat": s.qat.to_dict(),
                      "export": s.export.to_dict(), "seed": s.seed, "multiple": multiple, "se_ratio": se_ratio},
         "models": results,
