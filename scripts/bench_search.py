@@ -107,7 +107,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
                 sampler["n_startup_trials"] = max(2, min(10, args.trials // 4))
             t0 = time.perf_counter()
             s = prepare_search(target=target, search_space=space, data=data, evaluator=ev, sampler=sampler,
-                               budgets=Budgets(), seed=seed, run_dir=out / "studies",
+                               budgets=Budgets(), seed=seed, run_dir=out / "studies" / f"{smp}-s{seed}",
                                storage=str(out / "studies" / f"{smp}-s{seed}.journal"), study_name=f"{smp}-s{seed}",
                                latency=latency)
             rep = run_search(s.study, s.problem, n_trials=args.trials, storage=s.storage)
