@@ -28,7 +28,7 @@ from optuna.storages.journal._file import BaseJournalFileLock  # the documented 
 from nas._io import atomic_write_bytes
 
 __all__ = ["JournalFileLock", "RepairReport", "check_journal", "journal_lock_path", "repair_journal",
-           "study_counts"]
+           "study_counts", "study_names"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,15 @@ def _lines(data: bytes) -> Iterator[_Line]:
                     line.salvaged = raw[m.start():]
                     break
         yield line
+
+
+def study_names(path: str | Path) -> list[str]:
+    """The studies created in the journal at ``path``, in order, read without opening it for
+    writing (damaged lines are skipped: ``check_journal`` reports them when it is opened)."""
+    data = Path(path).read_bytes()
+    names = [str(ln.record["study_name"]) for ln in _lines(data)
+             if ln.record is not None and ln.record.get("op_code") == 0 and ln.record.get("study_name")]
+    return list(dict.fromkeys(names))
 
 
 def _repair_hint(path: Path) -> str:

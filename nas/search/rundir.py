@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nas._io import atomic_write_json, file_lock
+from nas.search.journal import study_names
 
 __all__ = ["RUN_FILE", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir", "new_run_command",
            "read_owner"]
@@ -67,24 +68,10 @@ def read_owner(run_dir: str | Path, study: str | None = None) -> RunOwner | None
                              f"if the folder's study is intact, delete {p} and run again") from None
     journal = run_dir / "study.journal"
     if journal.is_file() and journal.stat().st_size:
-        names = list(dict.fromkeys(_journal_studies(journal)))
+        names = study_names(journal)
         if names:
             return RunOwner(study if study in names else ", ".join(names), "study.journal")
     return None
-
-
-def _journal_studies(journal: Path) -> list[str]:
-    """Study names created in a journal file, read without opening it for writing."""
-    names = []
-    with open(journal, "rb") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # damage is reported when the journal is opened
-            if isinstance(rec, dict) and rec.get("op_code") == 0 and rec.get("study_name"):
-                names.append(str(rec["study_name"]))
-    return names
 
 
 def new_run_command(command: Sequence[str] | None, run_dir: Path) -> str | None:
