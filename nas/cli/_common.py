@@ -20,7 +20,7 @@ from nas.latency.runtimes import RuntimeUnavailable
 
 __all__ = [
     "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
-    "unknown_option_line", "user_errors",
+    "unknown_option_line", "user_errors", "user_override",
 ]
 
 #: Command-line flags that show the full traceback of a failure and turn on debug logging.
@@ -79,7 +79,7 @@ def config_error_line(e: BaseException) -> str:
     m = re.match(r"Could not override '([^']+)'", text)
     names = _option_names(getattr(cause, "object_type", None))
     if m and names is not None and "not in" in str(cause):
-        return unknown_option_line(_user_key(m.group(1)), names)
+        return unknown_option_line(user_override(m.group(1)), names)
     m = re.search(r"Could not find '(\w+)/([^']*)'.*?Available options in '\w+':\n((?:\t[^\n]*\n?)*)", text, re.S)
     if m:
         group, value, options = m.groups()
@@ -112,9 +112,10 @@ def _complete(app: Callable) -> Any:
         sys.stdout.write(out)
 
 
-def _user_key(key: str) -> str:
-    """An override key as the user typed it (``target.x`` -> ``conf.x``, the documented alias)."""
-    return "conf" + key[len("target"):] if key == "target" or key.startswith("target.") else key
+def user_override(arg: str) -> str:
+    """An override key or ``key=value`` as the user types it: ``target``/``target.x`` as the documented
+    alias ``conf``/``conf.x`` (``+`` prefixes kept)."""
+    return re.sub(r"^(\+{0,2})target(?=$|[=.])", r"\1conf", arg)
 
 
 def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:
@@ -133,7 +134,7 @@ def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:
                 node = node[part]
             names = _option_names(node._metadata.object_type)
             if names is not None and last not in names:
-                return unknown_option_line(_user_key(key), names)
+                return unknown_option_line(user_override(key), names)
     return None
 
 

@@ -6,7 +6,6 @@ Thin Hydra entry point: parse the config, call ``nas.search.study``, show progre
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import sys
 import time
@@ -15,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.cli._common import fmt_table, hydra_app, user_errors, user_override
 from nas.config.search import register_search_configs
 from nas.target import Target
 
@@ -38,7 +37,7 @@ def _user_args() -> list[str] | None:
         return None
     from nas.search.storage import redact_url
 
-    args = [re.sub(r"^(\+{0,2})target([=.])", r"\1conf\2", a) for a in HydraConfig.get().overrides.task]
+    args = [user_override(a) for a in HydraConfig.get().overrides.task]
     return [f"storage={redact_url(a[8:])}" if a.startswith("storage=") and "://" in a else a for a in args]
 
 
