@@ -68,3 +68,15 @@ def file_lock(path: str | os.PathLike, *, timeout: float = -1, what: str | None 
         yield
     finally:
         lock.release()
+
+
+def shell_join(words: list[str]) -> str:
+    """A command line to copy into a shell: like ``shlex.join``, but a word holding single quotes (a
+    Hydra string override such as ``conf.device.name='Jetson AGX Orin'``) goes in double quotes."""
+    import shlex
+
+    out = []
+    for w in words:
+        q = shlex.quote(w)
+        out.append(q if q == w or any(c in w for c in '"$`\\!') else f'"{w}"')
+    return " ".join(out)

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from nas.latency import profiler as profiler_mod
-from nas.latency.bundle import import_bundle, write_bundle
 from nas.latency.measure import measure, summarize_times
 from nas.latency.profiler import (
     ProfileSettings,
@@ -24,7 +23,7 @@ from nas.latency.runtimes import (
     device_mismatch,
     get_runtime,
 )
-from nas.latency.table import LatencyTable, TableError
+from nas.latency.table import LatencyTable
 from nas.space import load_space
 
 FAST = ProfileSettings(warmup=1, repeats=3, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=1, save_every_s=0.0)
@@ -179,34 +178,6 @@ def test_pruned_networks_are_cut_deep_and_take_the_structural_steps(monkeypatch)
     assert min(len(a.blocks) for a in archs) < max(len(a.blocks) for a in archs)
 
 
-def test_bundle_round_trip(tmp_path, keys):
-    """Write a bundle, measure it with the standalone script (numpy + onnxruntime only), import it."""
-    manifest = write_bundle(keys[:3], CPU, tmp_path / "bundle", settings=FAST, progress=False)
-    man = json.loads(manifest.read_text())
-    assert man["schema"] == "hwnas.bundle" and len(man["blocks"]) == 3
-    script = tmp_path / "bundle" / "measure_bundle.py"
-    src = script.read_text()
-    assert "import torch" not in src and "from nas" not in src and "import nas" not in src
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "bundle", capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert "3 to measure" in out.stdout
-    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "bundle", capture_output=True, text=True)
-    assert "0 to measure" in again.stdout  # resumable: nothing measured twice
-    table = import_bundle(tmp_path / "bundle" / "results.json")
-    assert set(table.entries) == set(keys[:3])
-    assert table.metadata["source"] == "measured" and table.metadata["measurement"]["via"] == "device bundle"
-    assert table.metadata["runtime"]["name"] == "onnxruntime" and table.metadata["call_overhead_ms"] > 0
-    p = table.save(tmp_path / "imported.json")
-    assert LatencyTable.load(p).entries == table.entries
-    # results from another bundle are refused
-    res = json.loads((tmp_path / "bundle" / "results.json").read_text())
-    res["bundle_id"] = "other"
-    (tmp_path / "bundle" / "results.json").write_text(json.dumps(res))
-    with pytest.raises(TableError, match="results belong to bundle 'other'"):
-        import_bundle(tmp_path / "bundle" / "results.json")
-
-
 def test_runtime_interface():
     assert {"onnxruntime", "torch", "torch_compile", "tensorrt"} <= set(RUNTIMES)
     with pytest.raises(ValueError, match="unknown runtime 'tvm'; valid runtimes:"):
@@ -294,7 +265,7 @@ def test_cli_end_to_end(tmp_path):
     assert "4 already in" in r.stdout and "2 block measurements" in r.stdout
     # a target for another device is refused here, with the way out
     r = _cli("conf=jetson", "search_space=tiny", f"out={tmp_path / 'j.json'}", cwd=tmp_path)
-    assert r.returncode == 2 and "not 'Jetson AGX Orin 64GB', so it is not target 'jetson'" in r.stderr
+    assert r.returncode == 2 and "not 'Jetson AGX Orin', so it is not target 'jetson'" in r.stderr
     assert "bundle=" in r.stderr
     # ... and so is one whose name matches but whose ISA flags this CPU lacks
     r = _cli("conf=cpu", HERE[0], "conf.device.cpu_flags=[avx2,no_such_isa]", "search_space=tiny",
@@ -368,10 +339,3 @@ def test_device_mismatch():
     assert "made_up_isa" in t.measured_elsewhere()
 
 
-def test_cli_bundle(tmp_path):
-    r = _cli("conf=jetson", "search_space=tiny", f"bundle={tmp_path / 'b'}", "pruned_networks=0", "progress=false",
-             cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    man = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert man["bundle_runtime"] == "trtexec" and man["precision"] == "fp16" and len(man["blocks"]) == 250
-    assert "measure_bundle.py" in r.stdout

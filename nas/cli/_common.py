@@ -118,6 +118,14 @@ def user_override(arg: str) -> str:
     return re.sub(r"^(\+{0,2})target(?=$|[=.])", r"\1conf", arg)
 
 
+def typed_command(module: str) -> str:
+    """This run's command line as the user typed it (``python -m <module>`` and its overrides, with the
+    documented ``conf`` alias), quoted to copy into a shell: for hints that repeat it."""
+    from nas._io import shell_join
+
+    return shell_join(["python", "-m", module, *(user_override(a) for a in sys.argv[1:] if a not in ("-v", "--verbose"))])
+
+
 def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:
     """``+key=value`` / ``++key=value`` adding a key a schema does not have (Hydra accepts it
     silently): the one-line error, else None."""

@@ -9,7 +9,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas.cli._common import check_counts, hydra_app, user_errors
+from nas.cli._common import check_counts, hydra_app, typed_command, user_errors
 
 
 @user_errors
@@ -17,7 +17,8 @@ def run(cfg: DictConfig) -> dict:
     from nas.latency.measure import Interrupted, ProfileSettings
     from nas.latency.profile_workflow import profile_target
 
-    check_counts(cfg, dict.fromkeys(("calibration_networks", "pruned_networks", "refresh"), "networks per space"))
+    check_counts(cfg, {**dict.fromkeys(("calibration_networks", "pruned_networks", "refresh"), "networks per space"),
+                      "held_out": "held-out networks"})
     try:
         return profile_target(
             OmegaConf.to_container(cfg.target, resolve=True), spaces=cfg.search_space, resolution=cfg.resolution,
@@ -27,6 +28,7 @@ def run(cfg: DictConfig) -> dict:
             pruned_networks=cfg.pruned_networks, models=list(cfg.models or ()), in_chans=list(cfg.in_chans or ()),
             num_classes=list(cfg.num_classes or ()), refresh=cfg.refresh, recalibrate=cfg.recalibrate,
             allow_mismatch=cfg.allow_mismatch, limit=cfg.limit, progress=cfg.progress, budget_min=cfg.budget_min,
+            held_out=cfg.held_out, command=typed_command("nas.profile"),
             say=lambda line: print(line, flush=True))
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)

@@ -118,7 +118,8 @@ class ProfileAppConfig:
     resolution: int | None = None  # overrides the target's deployment resolution
     out: str | None = None  # table path; None = latency_tables/<conf.table>
     bundle: str | None = None  # write a device bundle to this folder instead of measuring
-    import_bundle: str | None = None  # a bundle's results.json to import into the table
+    import_bundle: str | None = None  # a bundle's results.json (or folder) to import into the table
+    held_out: int = 0  # with bundle=: seeded networks spread over the spaces, measured for validation only
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
     # stop measuring when these minutes are spent, most used blocks and calibration networks first;

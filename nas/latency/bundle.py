@@ -1,146 +1,311 @@
-"""Device bundles: measure on devices without torch (a Jetson without a matching torch, a phone).
+"""Device bundles: build a calibrated latency table on a device without torch (a Jetson, a phone, a board).
 
-``write_bundle`` exports every block as an ONNX file (QDQ-quantized for int8 targets), a
-``manifest.json`` and ``measure_bundle.py``, a standalone script that needs only numpy plus
-onnxruntime (or TensorRT's ``trtexec``).  On the device, ``python3 measure_bundle.py`` writes
-``results.json``; ``import_bundle`` turns it into table entries, with the device identity and
-runtime version the script recorded *on the device*.
+``write_bundle`` exports everything ``nas.profile`` measures on a local device: every block, the
+calibration and pruned networks of each space (and of the calibration-only spaces), optional
+held-out networks for validation, the empty-graph overhead and the measurement settings, as ONNX
+files (QDQ-quantized with the target runtime's int8 scheme for int8 targets), plus a
+``manifest.json`` and ``measure_bundle.py``, a standalone script that needs only numpy and one
+runtime (onnxruntime with any execution provider, TensorRT's Python API, or ``trtexec``).  On the
+device, ``python3 measure_bundle.py`` writes ``results.json``; ``import_bundle`` turns it into a
+table whose metadata is what the script recorded *on the device*: its identity, runtime and precision.
+
+Import is right by construction: results are accepted only from the runtime, provider and
+precision the target names (``trtexec`` and TensorRT's Python API are both ``tensorrt``), from a
+device the target describes, and from the bundle the results belong to; a mismatch is refused
+naming the field and the command that fixes it.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from nas import __version__
-from nas._io import atomic_write_json
-from nas.arch import BlockKey
-from nas.builder import build_layer
+from nas._io import atomic_write_json, shell_join
+from nas.arch import Arch, BlockKey
 from nas.latency.measure import ProfileSettings
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
 from nas.target import Target
 
-__all__ = ["BUNDLE_SCHEMA", "import_bundle", "write_bundle"]
+__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_networks", "import_bundle", "write_bundle"]
 
 BUNDLE_SCHEMA = "hwnas.bundle"
-_SCRIPT = Path(__file__).with_name("bundle_script.py")
+RESULTS_SCHEMA = "hwnas.bundle_results"
+BUNDLE_VERSION = 2
+#: network roles: the predictor's calibration set (sampled, pruned) and networks only for validation
+ROLES = ("calibration", "pruned", "held_out")
+_SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py"}
+_SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
-def write_bundle(
-    keys: Iterable[BlockKey],
-    target: Target | dict[str, Any],
-    out_dir: str | Path,
-    *,
-    settings: ProfileSettings | None = None,
-    progress: bool = True,
-) -> Path:
-    """Write the blocks, manifest and measuring script into ``out_dir``; return the manifest path."""
-    settings = settings or ProfileSettings()
+class BundleError(TableError):
+    """A bundle or its results that cannot be written or imported as asked."""
+
+
+def _graph(module, in_shape: Sequence[int], target: Target, gen) -> bytes:
+    """The ONNX graph the device runs for ``module``: fp32 (fp16 is the runtime's flag), or QDQ int8
+    with the target runtime's scheme (symmetric for TensorRT)."""
+    import torch
+
     from nas.compress.ptq import quantize_qdq
     from nas.export.onnx import export_onnx
 
-    out = Path(out_dir)
-    (out / "blocks").mkdir(parents=True, exist_ok=True)
+    x = torch.randn(target.batch, *in_shape, generator=gen)
+    data = export_onnx(module.eval(), x)
+    if target.precision == "int8":
+        calib = [torch.randn(target.batch, *in_shape, generator=gen).numpy() for _ in range(4)]
+        data = quantize_qdq(data, calib, target=target)
+    return data
+
+
+def _refuse_overwrite(out: Path) -> None:
+    res = out / "results.json"
+    if res.is_file():
+        raise BundleError(f"{out} holds measurements (results.json) of the bundle there; import them first "
+                          f"(nas.profile ... import_bundle={res}) or move them away, then write the new bundle")
+
+
+def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_dir: str | Path, *,
+                 networks: Mapping[str, Sequence[Arch]] | None = None, settings: ProfileSettings | None = None,
+                 spaces: Sequence[str] = (), resolution: int | None = None, import_command: str | None = None,
+                 progress: bool = True) -> Path:
+    """Write the blocks, the networks (by role: ``calibration``, ``pruned``, ``held_out``), the
+    manifest and the measuring scripts into ``out_dir``; return the manifest path.  A folder holding
+    results of a bundle is never overwritten."""
+    import torch
+
+    from nas.builder import build, build_layer
+    from nas.latency.runtimes import _Tiny
+
+    settings = settings or ProfileSettings()
     target = Target.coerce(target)
-    precision, batch = target.precision, target.batch
-    keys = list(dict.fromkeys(keys))
-    blocks = []
-    it: Iterable[BlockKey] = keys
+    out = Path(out_dir)
+    _refuse_overwrite(out)
+    networks = {r: list(dict.fromkeys(v)) for r, v in (networks or {}).items() if v}
+    if set(networks) - set(ROLES):
+        raise ValueError(f"network roles must be among {ROLES}, got {sorted(set(networks) - set(ROLES))}")
+    for sub in ("blocks", "networks"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    items = [("block", k) for k in dict.fromkeys(keys)] + [(r, a) for r, v in networks.items() for a in v]
+    it: Iterable = items
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(keys, desc="writing bundle", unit="block")
-    g = torch.Generator().manual_seed(0)
-    for key in it:
-        fname = f"blocks/{key.digest()}.onnx"
+        it = tqdm(items, desc="writing bundle", unit="graph")
+    gen = torch.Generator().manual_seed(0)
+    blocks, nets = [], []
+    for role, x in it:
+        if role == "block":
+            fname, shape = f"blocks/{x.digest()}.onnx", list(x.in_shape)
+            blocks.append({"file": fname, "label": str(x), "in": shape, "key": x.to_dict()})
+        else:
+            fname, shape = f"networks/{x.digest()}.onnx", [x.in_chans, x.resolution, x.resolution]
+            nets.append({"file": fname, "label": x.name or x.digest()[:12], "in": shape, "role": role,
+                         "arch": x.to_dict()})
         if not (out / fname).is_file():
-            x = torch.randn(batch, *key.in_shape, generator=g)
-            data = export_onnx(build_layer(key), x)
-            if precision == "int8":
-                data = quantize_qdq(data, [torch.randn(batch, *key.in_shape, generator=g).numpy() for _ in range(4)])
-            (out / fname).write_bytes(data)
-        blocks.append({"file": fname, "label": str(key), "in": list(key.in_shape), "key": key.to_dict()})
+            torch.manual_seed(0)
+            module = build_layer(x) if role == "block" else build(x)
+            atomic_bytes(out / fname, _graph(module, shape, target, gen))
     overhead = "blocks/_overhead.onnx"
-    from nas.latency.runtimes import _Tiny
-
-    export_onnx(_Tiny(), torch.randn(batch, 8, 8, 8), out / overhead)
-    runtime = target.runtime
+    atomic_bytes(out / overhead, _graph(_Tiny(), (8, 8, 8), target.replace(precision="fp32"), gen))
     manifest = {
-        "schema": BUNDLE_SCHEMA,
-        "schema_version": 1,
-        "bundle_id": f"{target.name}-{now_iso()}",
-        "target": target.name,
-        "device_kind": target.device.kind,
-        "expected_device": target.device.name,
-        "bundle_runtime": "trtexec" if runtime == "tensorrt" else "onnxruntime",
-        "provider": target.provider or "CPUExecutionProvider",
-        "precision": precision,
-        "batch": batch,
-        "threads": target.threads,
-        "settings": {k: getattr(settings, k) for k in ("warmup", "repeats", "min_time_s", "max_spread", "remeasure")},
+        "schema": BUNDLE_SCHEMA, "schema_version": BUNDLE_VERSION,
+        "bundle_id": f"{target.name}-{now_iso()}-{uuid.uuid4().hex[:8]}",
+        "target": target.name, "target_config": target.to_dict(),
+        "device_kind": target.device.kind, "expected_device": target.device.name,
+        "runtime": target.runtime, "provider": target.provider or "",
+        "precision": target.precision, "batch": target.batch, "threads": target.threads,
+        "settings": {k: getattr(settings, k) for k in _SETTINGS},
+        "spaces": list(spaces), "resolution": resolution,
         "overhead": overhead,
         "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17},
-        "blocks": blocks,
+        "import_command": import_command,
+        "blocks": blocks, "networks": nets,
     }
+    for src, dst in _SCRIPTS.items():
+        if Path(__file__).with_name(src).is_file():
+            shutil.copyfile(Path(__file__).with_name(src), out / dst)
     atomic_write_json(out / "manifest.json", manifest)
-    shutil.copyfile(_SCRIPT, out / "measure_bundle.py")
     return out / "manifest.json"
 
 
-def import_bundle(results: str | Path, table: LatencyTable | None = None) -> LatencyTable:
-    """Read ``results.json`` (and the ``manifest.json`` beside it) into a table.
+def atomic_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
-    A new table takes its metadata from the results (device, runtime, precision as measured on
-    the device).  An existing table must have been measured with the same device and runtime.
-    """
+
+def _read(results: str | Path) -> tuple[Path, dict, dict]:
+    """results.json and the manifest.json beside it, checked to be one bundle of this format."""
     rp = Path(results)
+    if rp.is_dir():
+        rp = rp / "results.json"
     mp = rp.with_name("manifest.json")
-    for p in (rp, mp):
+    for p in (mp, rp):
         if not p.is_file():
-            raise FileNotFoundError(f"bundle file not found: {p}")
+            what = "measure the bundle on the device first (python3 measure_bundle.py)" if p == rp else "not a bundle"
+            raise BundleError(f"{p} not found: {what}")
     try:
         res, man = json.loads(rp.read_text()), json.loads(mp.read_text())
     except json.JSONDecodeError as e:
-        raise TableError(f"{rp.parent}: corrupt bundle file ({e})") from None
-    if man.get("schema") != BUNDLE_SCHEMA or res.get("schema") != "hwnas.bundle_results":
-        raise TableError(f"{rp.parent}: not a hwnas bundle (manifest.json / results.json schema)")
+        raise BundleError(f"{rp.parent}: corrupt bundle file ({e}); measure again (results.json) or write the "
+                          "bundle again (manifest.json)") from None
+    if man.get("schema") != BUNDLE_SCHEMA or res.get("schema") != RESULTS_SCHEMA:
+        raise BundleError(f"{rp.parent}: not a hwnas bundle (manifest.json / results.json schema)")
+    if man.get("schema_version") != BUNDLE_VERSION or res.get("schema_version") != BUNDLE_VERSION:
+        made = (man.get("tool") or {}).get("version", "?")
+        raise BundleError(f"{rp.parent}: bundle format {man.get('schema_version')} (written by hwnas {made}); this "
+                          f"hwnas {__version__} reads format {BUNDLE_VERSION}: write the bundle again with this "
+                          "version (nas.profile ... bundle=<dir>) and measure it")
     if res.get("bundle_id") != man.get("bundle_id"):
-        raise TableError(f"{rp}: results belong to bundle {res.get('bundle_id')!r}, not {man.get('bundle_id')!r}")
-    meta = {
-        "source": "measured",
-        "target": man["target"],
-        "device": res["device"],
-        "runtime": res["runtime"],
-        "precision": res["precision"],
-        "batch": res["batch"],
-        "threads": res["threads"],
+        raise BundleError(f"{rp}: results belong to bundle {res.get('bundle_id')!r}, not {man.get('bundle_id')!r} "
+                          "(the manifest beside them); use the results.json measured from this bundle")
+    return rp, res, man
+
+
+def _with(command: str | None, **overrides: Any) -> str:
+    """``command`` (the user's import command) with ``key=value`` overrides set (added or replaced)."""
+    import shlex
+
+    words = shlex.split(command or "python -m nas.profile conf=<target> import_bundle=<bundle>/results.json")
+    for k, v in overrides.items():
+        k = k.replace("_", ".") if k.startswith("conf_") else k
+        words = [w for w in words if not w.startswith(f"{k}=")] + ([f"{k}={v}"] if v is not None else [])
+    return shell_join(words)
+
+
+def _differences(res: dict, man: dict, target: Target, command: str | None) -> list[str]:
+    """Each way the measured results do not fit ``target``: the field, both values and the fix."""
+    from nas.latency.runtimes import device_mismatch
+
+    rt = res.get("runtime") or {}
+    out = []
+    if rt.get("name") != target.runtime:
+        out.append(f"runtime: measured with {rt.get('name')!r}, target {target.name!r} names {target.runtime!r} "
+                   f"(import into a target whose runtime is {rt.get('name')!r}: {_with(command, runtime=rt.get('name'))})")
+    elif target.runtime == "onnxruntime":
+        want = target.provider or "CPUExecutionProvider"
+        if (rt.get("provider") or "CPUExecutionProvider") != want:
+            out.append(f"provider: measured with {rt.get('provider')!r}, target {target.name!r} names {want!r} "
+                       f"(measure again with `python3 measure_bundle.py --provider {want}`, or "
+                       f"{_with(command, provider=rt.get('provider'))})")
+    if res.get("precision") != target.precision:
+        out.append(f"precision: measured at {res.get('precision')!r}, target {target.name!r} is {target.precision!r} "
+                   f"(the bundle was written for target {man.get('target')!r}; write one with conf={target.name} "
+                   "bundle=<dir> and measure that)")
+    for f in ("batch", "threads"):
+        if res.get(f) != getattr(target, f):
+            fix = f"`python3 measure_bundle.py --threads {target.threads}`" if f == "threads" else \
+                f"a bundle written with conf={target.name}"
+            out.append(f"{f}: measured with {res.get(f)!r}, target {target.name!r} has {getattr(target, f)!r} ({fix})")
+    dev = res.get("device") or {}
+    why = device_mismatch(target.to_dict()["device"], dev)
+    if why:
+        name = str(dev.get("name"))
+        fix = _with(command, conf_device_name=f"'{name}'")
+        out.append(f"device: {why.replace('this machine is', 'the results were measured on')} (if that is the "
+                   f"device you mean, name it in the target: device.name: {name!r} in its file, or {fix})")
+    return out
+
+
+def _metadata(res: dict, man: dict, target: Target, measured: dict[str, str]) -> dict[str, Any]:
+    """Table metadata from what the script recorded on the device: never a device, runtime or
+    precision that was not measured."""
+    return {
+        "source": "measured", "target": target.name,
+        "device": res["device"], "runtime": res["runtime"], "precision": res["precision"],
+        "batch": res["batch"], "threads": res["threads"],
         "measurement": {**res["settings"], "statistic": "median", "unit": "ms", "via": "device bundle"},
         "call_overhead_ms": res.get("call_overhead_ms"),
-        "created": now_iso(),
-        "updated": now_iso(),
-        "tool": man["tool"],
+        "created": now_iso(), "updated": now_iso(), "tool": man["tool"],
+        "bundle": {"id": man["bundle_id"], **measured},
     }
+
+
+def _check_table(table: LatencyTable, meta: dict[str, Any]) -> None:
+    """An existing table takes results from the same device, runtime, precision, batch and threads only."""
+    for f in ("precision", "batch", "threads"):
+        if table.metadata.get(f) != meta[f]:
+            raise BundleError(f"bundle measured {f}={meta[f]!r}, the table has {table.metadata.get(f)!r}: import "
+                              "into a new table (out=<path>)")
+    for f in ("device", "runtime"):
+        got, have = meta[f].get("name"), (table.metadata.get(f) or {}).get("name")
+        if got != have:
+            raise BundleError(f"bundle was measured on {f} {got!r}, the table on {have!r}: import into a new table "
+                              "(out=<path>)")
+
+
+def _entry(e: Mapping[str, Any]) -> Entry:
+    return Entry(float(e["median_ms"]), float(e["p10_ms"]), float(e["p90_ms"]), int(e["n"]),
+                 int(e.get("remeasured", 0)), str(e.get("measured_at", "")), tuple(e.get("rounds_ms") or ()))
+
+
+def _decode(man: dict, kind: str, d: Mapping[str, Any]):
+    try:
+        return BlockKey.from_dict(d) if kind == "block" else Arch.from_dict(d)
+    except (KeyError, TypeError, ValueError) as e:
+        made = (man.get("tool") or {}).get("version", "?")
+        raise BundleError(f"bundle written by hwnas {made} holds a {kind} this hwnas {__version__} cannot read "
+                          f"({e}); write the bundle again with this version") from None
+
+
+def import_bundle(results: str | Path, target: Target | dict[str, Any], table: LatencyTable | None = None, *,
+                  allow_mismatch: bool = False, command: str | None = None) -> tuple[LatencyTable, dict[str, Any]]:
+    """Read ``results.json`` (or a bundle folder) into ``table`` (a new one when None) for ``target``.
+
+    Refuses results that do not fit the target (runtime, provider, precision, batch, threads,
+    device: ``BundleError`` naming each field and the command that fixes it; ``allow_mismatch``
+    accepts them, recording what was measured).  A half-measured bundle imports what it has and
+    says what is left.  Returns the table and a summary (counts measured / total per kind)."""
+    target = Target.coerce(target)
+    rp, res, man = _read(results)
+    diffs = _differences(res, man, target, command)
+    if diffs and not allow_mismatch:
+        raise BundleError(f"{rp} does not fit target {target.name!r}: " + "; ".join(diffs)
+                          + "; or pass allow_mismatch=true to import it as measured")
+    entries = res.get("entries") or {}
+    by_file = {b["file"]: ("block", b) for b in man["blocks"]} | {n["file"]: (n["role"], n) for n in man["networks"]}
+    unknown = sorted(set(entries) - set(by_file))
+    if unknown:
+        raise BundleError(f"{rp}: entries {unknown[:3]} are not in the manifest beside it")
+    count = {"blocks": [0, len(man["blocks"])], "networks": [0, sum(n["role"] != "held_out" for n in man["networks"])],
+             "held_out": [0, sum(n["role"] == "held_out" for n in man["networks"])]}
+    decoded = []
+    for fname, e in entries.items():
+        role, item = by_file[fname]
+        kind = "blocks" if role == "block" else "held_out" if role == "held_out" else "networks"
+        count[kind][0] += 1
+        if kind != "held_out":
+            decoded.append((role, _decode(man, "block" if role == "block" else "network",
+                                          item["key"] if role == "block" else item["arch"]), _entry(e)))
+    measured = {k: f"{m}/{n}" for k, (m, n) in count.items()}
+    meta = _metadata(res, man, target, measured)
+    if diffs:
+        meta["mismatch"] = diffs
     if table is None:
         table = LatencyTable(metadata=meta)
     else:
-        for f in ("precision", "batch", "threads"):
-            if table.metadata.get(f) != meta[f]:
-                raise TableError(f"bundle {f}={meta[f]!r} differs from the table's {table.metadata.get(f)!r}")
-        for f in ("device", "runtime"):
-            if table.metadata[f].get("name") != meta[f].get("name"):
-                raise TableError(
-                    f"bundle was measured on {f} {meta[f].get('name')!r}, the table on {table.metadata[f].get('name')!r}"
-                )
-    by_file = {b["file"]: b for b in man["blocks"]}
-    for fname, e in res["entries"].items():
-        if fname not in by_file:
-            raise TableError(f"{rp}: entry {fname!r} is not in the manifest")
-        key = BlockKey.from_dict(by_file[fname]["key"])
-        table.add(key, Entry(float(e["median_ms"]), float(e["p10_ms"]), float(e["p90_ms"]), int(e["n"]),
-                             int(e.get("remeasured", 0)), str(e.get("measured_at", ""))))
-    return table
+        _check_table(table, meta)
+        table.metadata.update({k: meta[k] for k in ("updated", "bundle", "call_overhead_ms") if meta[k] is not None})
+    for role, x, entry in decoded:
+        if role == "block":
+            table.add(x, entry)
+        else:
+            table.networks[x] = entry
+    left = {k: n - m for k, (m, n) in count.items() if n > m}
+    return table, {"measured": measured, "left": left, "complete": not left, "mismatch": diffs}
+
+
+def bundle_networks(results: str | Path, role: str = "held_out") -> list[tuple[Arch, float]]:
+    """The networks of ``role`` measured in a bundle, as (arch, median ms): the held-out networks
+    ``nas.validate`` scores a bundle-built predictor on."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    _, res, man = _read(results)
+    entries = res.get("entries") or {}
+    return [(_decode(man, "network", n["arch"]), float(entries[n["file"]]["median_ms"]))
+            for n in man["networks"] if n["role"] == role and n["file"] in entries]

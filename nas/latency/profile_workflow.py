@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from nas._io import shell_join
 from nas.arch import Arch, BlockKey
 from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
 from nas.latency.profiler import (
@@ -128,12 +129,14 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
                    pruned_networks: int = 20, models: Sequence[str] = (), in_chans: Sequence[int] = (),
                    num_classes: Sequence[int] = (), refresh: int = 0, recalibrate: bool = False,
                    allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
-                   budget_min: float | None = None, say: Callable[[str], None] = log.info) -> dict[str, Any]:
+                   budget_min: float | None = None, held_out: int = 0, command: str | None = None,
+                   say: Callable[[str], None] = log.info) -> dict[str, Any]:
     """Build (or extend, refresh, recalibrate) the target's latency table on this machine, or write /
     import a bundle for a device without torch; the ``nas.profile`` command.  ``budget_min``: stop
-    measuring when these minutes are spent (a re-run continues).  Returns a summary."""
+    measuring when these minutes are spent (a re-run continues).  ``held_out``: seeded networks (spread
+    over the spaces) a bundle adds for validation only.  ``command``: the command line as typed, for the hints printed
+    with a bundle.  Returns a summary."""
     from nas.latency.bundle import import_bundle as _import_bundle
-    from nas.latency.bundle import write_bundle
 
     target = Target.coerce(target)
     settings = settings or ProfileSettings()
@@ -145,19 +148,20 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     keys, all_spaces, pruned, where = _collect(names, resolution, cal_names, models=models, in_chans=in_chans,
                                                num_classes=num_classes, pruned_networks=pruned_networks)
     if bundle:
-        manifest = write_bundle(keys, target, bundle, settings=settings, progress=progress)
-        say(f"wrote a bundle of {len(keys)} blocks ({where}) to {manifest.parent}\n"
-            f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py\n"
-            f"then here:      python -m nas.profile conf={target.name} "
-            f"import_bundle={manifest.parent}/results.json")
-        return {"bundle": str(manifest.parent), "blocks": len(keys)}
+        nets = {"calibration": [a for sp in all_spaces for a in calibration_archs(sp, calibration_networks,
+                                                                                resolution=resolution)],
+                "pruned": pruned}
+        return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, held_out=held_out,
+                             command=command, progress=progress, say=say)
     table = LatencyTable.load(out) if out.is_file() else None
     if import_bundle:
-        table = _import_bundle(import_bundle, table)
-        table.check_target(target, allow_mismatch=allow_mismatch)
+        table, rep = _import_bundle(import_bundle, target, table, allow_mismatch=allow_mismatch, command=command)
         table.save(out)
-        say(f"imported {import_bundle} into {out}: {table.describe()}")
-        return {"table": str(out), "entries": len(table)}
+        m = rep["measured"]
+        say(f"imported {import_bundle} into {out}: {table.describe()}; measured {m['blocks']} blocks, "
+            f"{m['networks']} calibration networks" + ("" if rep["complete"] else
+            "; the rest is not measured yet: run measure_bundle.py again on the device and import again"))
+        return {"table": str(out), "entries": len(table), "networks": len(table.networks), **rep}
     table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
     if recalibrate and refresh:
         raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
@@ -179,6 +183,39 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
         f"{settings.rounds} round(s), blocks and networks interleaved: {len(jobs)} measurements{budget}")
     return _measure_table(jobs, table, out, runtime, settings, freq=freq, budget_min=budget_min,
                           progress=progress, say=say)
+
+
+def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSettings, names: list[str],
+                  resolution: int | None, where: str, *, held_out: int, command: str | None, progress: bool,
+                  say: Callable[[str], None]) -> dict[str, Any]:
+    """Write a bundle of everything a local profile measures (+ ``held_out`` networks per space)."""
+    from nas.latency.bundle import write_bundle
+    from nas.latency.profiler import VALIDATION_SEED
+    from nas.latency.validate import held_out_set
+
+    if held_out:
+        exclude = {a.digest() for v in nets.values() for a in v}
+        nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
+                                        seed=VALIDATION_SEED)[0]
+    bdir = Path(bundle)
+    cmd = import_command(command, target, bdir)
+    manifest = write_bundle(keys, target, bdir, networks=nets, settings=settings, spaces=names,
+                            resolution=resolution, import_command=cmd, progress=progress)
+    counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
+    say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent}\n"
+        f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py\n"
+        f"then here:      {cmd}")
+    return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
+
+
+def import_command(command: str | None, target: Target, bundle: Path) -> str:
+    """The command that imports ``bundle``'s results: the user's own (``command``, with every override
+    they gave: a custom target's too) with ``bundle=`` replaced by ``import_bundle=``."""
+    import shlex
+
+    words = shlex.split(command or f"python -m nas.profile conf={target.name}")
+    words = [w for w in words if not w.startswith(("bundle=", "held_out=", "progress="))]
+    return shell_join([*words, f"import_bundle={bundle}/results.json"])
 
 
 def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:

@@ -109,15 +109,38 @@ def _nvidia_smi(query: str) -> str | None:
         return None
 
 
-def _jetpack() -> str | None:
-    p = Path("/etc/nv_tegra_release")
-    if p.is_file():
-        return p.read_text().splitlines()[0].strip()
-    return None
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace").replace("\x00", "").strip() or None
+    except OSError:
+        return None
+
+
+def _jetson(ident: dict[str, Any]) -> None:
+    """A Jetson's board (``/proc/device-tree/model``) and L4T release (``/etc/nv_tegra_release``);
+    ``measure_bundle.py`` reads them the same way."""
+    tegra = _read("/etc/nv_tegra_release")
+    if tegra:  # "# R36 (release), REVISION: 3.0, ..." -> L4T 36.3.0
+        ident["jetpack"] = tegra.splitlines()[0]
+        m = re.search(r"R(\d+) \(release\), REVISION: ([\d.]+)", tegra)
+        ident["l4t"] = f"{m.group(1)}.{m.group(2)}" if m else None
+    model = _read("/proc/device-tree/model")
+    if model:
+        ident["model"] = model
+
+
+def _cuda_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"CUDA Version:\s*([\d.]+)", out)
+    return m.group(1) if m else None
 
 
 def device_identity(kind: str = "cpu") -> dict[str, Any]:
-    """What this machine is, for table metadata: CPU model and flags, GPU name, driver, JetPack."""
+    """What this machine is, for table metadata: CPU model and flags, GPU name, driver and CUDA, and
+    on a Jetson its board and L4T release (the board's model is its name)."""
     info = _cpuinfo()
     ident: dict[str, Any] = {
         "kind": kind,
@@ -129,16 +152,23 @@ def device_identity(kind: str = "cpu") -> dict[str, Any]:
         "os": platform.platform(),
         "gpu": None,
         "driver": None,
-        "jetpack": _jetpack(),
+        "jetpack": None,
     }
-    if kind in ("gpu", "jetson") and torch.cuda.is_available():
-        ident["gpu"] = torch.cuda.get_device_name(0)
-        ident["cuda"] = torch.version.cuda
+    _jetson(ident)
     if kind in ("gpu", "jetson"):
+        if torch.cuda.is_available():
+            ident["gpu"] = torch.cuda.get_device_name(0)
         ident["gpu"] = ident["gpu"] or _nvidia_smi("name")
         ident["driver"] = _nvidia_smi("driver_version")
+        ident["cuda"] = _cuda_version() or torch.version.cuda
+        if kind == "jetson" and ident.get("model"):
+            ident["gpu"] = ident["model"]
     ident["name"] = ident["gpu"] if kind in ("gpu", "jetson") and ident["gpu"] else ident["cpu"]
     return ident
+
+
+def _words(name: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", name.lower())) - {"nvidia"}
 
 
 def device_mismatch(want: dict[str, Any] | None, here: dict[str, Any], *, exact: bool = False) -> str | None:
@@ -150,7 +180,10 @@ def device_mismatch(want: dict[str, Any] | None, here: dict[str, Any], *, exact:
     """
     want = want or {}
     name = want.get("name")
-    if name and here.get("name") != name:
+    gpu = here.get("kind", "cpu") != "cpu" and not exact
+    # a GPU or board by the words of its name ("Jetson AGX Orin" is the "NVIDIA Jetson AGX Orin Developer
+    # Kit"); a CPU by its exact model name
+    if name and here.get("name") != name and not (gpu and _words(name) <= _words(str(here.get("name") or ""))):
         return f"this machine is {here.get('name')!r}, not {name!r}"
     if here.get("kind", "cpu") != "cpu" and want.get("kind", "cpu") != "cpu":
         return None

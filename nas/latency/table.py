@@ -202,7 +202,9 @@ class LatencyTable:
         return (
             f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')} "
             f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}, {m.get('precision')}, "
-            f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries"
+            f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries, "
+            + (f"{len(self.networks)} calibration networks" if self.networks
+               else "uncalibrated (no whole networks measured)")
         )
 
     # ------------------------------------------------------------------------------------
@@ -354,6 +356,11 @@ class LatencyTable:
         diffs = []
         for f in MATCH_FIELDS:
             got = _field(self.metadata, f)
+            if f == "device.name" and target.device.kind != "cpu" and want[f] is not None:
+                from nas.latency.runtimes import device_mismatch  # a board or GPU by the words of its name
+
+                if not device_mismatch({"name": want[f]}, {"kind": target.device.kind, "name": got}):
+                    continue
             if want[f] is not None and got != want[f]:
                 diffs.append(f"{f}: table has {got!r}, target {target.name!r} wants {want[f]!r}")
         if diffs and not allow_mismatch:

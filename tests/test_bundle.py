@@ -1,0 +1,248 @@
+"""Device bundles: written here, measured by the standalone script (numpy + one runtime, no torch),
+imported by construction into a calibrated table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nas.latency.bundle import BundleError, bundle_networks, import_bundle, write_bundle
+from nas.latency.measure import ProfileSettings
+from nas.latency.profiler import calibration_archs
+from nas.latency.table import LatencyTable
+from nas.space import load_space
+from nas.target import Target
+
+FAST = ProfileSettings(warmup=1, repeats=3, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=2)
+CPU = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+       "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
+       "device": {"name": None, "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}}
+CMD = "python -m nas.profile conf=mine search_space=tiny import_bundle=b/results.json"
+
+
+def _measure(bundle: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run([python, str(bundle / "measure_bundle.py"), *args], cwd=bundle, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A bundle of 4 blocks, 2 calibration and 1 held-out network, measured in two runs (the first
+    stopped by --limit: resumable)."""
+    space = load_space("tiny")
+    out = tmp_path_factory.mktemp("bundle") / "b"
+    nets = calibration_archs(space, 3)
+    write_bundle(space.unique_blocks()[:4], CPU, out, networks={"calibration": nets[:2], "held_out": nets[2:]},
+                 settings=FAST, spaces=["tiny"], import_command=CMD, progress=False)
+    first = _measure(out, "--limit", "5")
+    assert first.returncode == 0, first.stderr
+    assert "14 measurements left, 5 now" in first.stdout and "9 measurements left; run again" in first.stdout
+    again = _measure(out)
+    assert again.returncode == 0, again.stderr
+    assert "9 measurements left, 9 now" in again.stdout and CMD in again.stdout  # the import command to run
+    return out, nets
+
+
+def test_manifest_and_script_are_standalone(measured):
+    out, nets = measured
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["schema_version"] == 2 and man["runtime"] == "onnxruntime" and man["settings"]["rounds"] == 2
+    assert [n["role"] for n in man["networks"]] == ["calibration", "calibration", "held_out"]
+    assert all((out / n["file"]).is_file() for n in man["blocks"] + man["networks"])
+    for script in ("measure_bundle.py", "hwnas_trt.py"):
+        src = (out / script).read_text()
+        assert "import torch" not in src and "from nas" not in src and "import nas" not in src
+
+
+def test_import_makes_a_calibrated_table(measured):
+    out, nets = measured
+    table, rep = import_bundle(out / "results.json", CPU, command=CMD)
+    assert rep["complete"] and rep["measured"] == {"blocks": "4/4", "networks": "2/2", "held_out": "1/1"}
+    assert set(table.networks) == set(nets[:2]) and len(table) == 4  # held-out networks stay out of the table
+    assert all(e.rounds == 2 for e in [*table.entries.values(), *table.networks.values()])
+    meta = table.metadata
+    assert meta["source"] == "measured" and meta["measurement"]["via"] == "device bundle"
+    assert meta["runtime"]["name"] == "onnxruntime" and meta["call_overhead_ms"] > 0
+    assert meta["device"]["name"] and "uncalibrated" not in table.describe()
+    held = bundle_networks(out / "results.json")
+    assert [a for a, _ in held] == nets[2:] and held[0][1] > 0
+    p = table.save(out.parent / "t.json")
+    assert LatencyTable.load(p).networks == table.networks
+
+
+def _edited(out: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the measured bundle's manifest + results with ``edit(results, manifest)`` applied."""
+    d = tmp_path / "copy"
+    d.mkdir()
+    res, man = (json.loads((out / f).read_text()) for f in ("results.json", "manifest.json"))
+    edit(res, man)
+    (d / "results.json").write_text(json.dumps(res))
+    (d / "manifest.json").write_text(json.dumps(man))
+    return d / "results.json"
+
+
+@pytest.mark.parametrize("edit, target, expect", [
+    (lambda r, m: r["runtime"].update(provider="CUDAExecutionProvider"), CPU,
+     "provider: measured with 'CUDAExecutionProvider'.*measure_bundle.py --provider CPUExecutionProvider"),
+    (lambda r, m: None, {**CPU, "runtime": "tensorrt", "provider": ""},
+     "runtime: measured with 'onnxruntime', target 'cpu' names 'tensorrt'.*runtime=onnxruntime"),
+    (lambda r, m: None, {**CPU, "precision": "int8"}, "precision: measured at 'fp32', target 'cpu' is 'int8'"),
+    (lambda r, m: None, {**CPU, "threads": 4}, "threads: measured with 1.*measure_bundle.py --threads 4"),
+    (lambda r, m: r["device"].update(name="Raspberry Pi 5"), {**CPU, "device": {**CPU["device"], "name": "Xeon"}},
+     "device: the results were measured on 'Raspberry Pi 5', not 'Xeon'.*\"conf.device.name='Raspberry Pi 5'\""),
+])
+def test_import_refuses_what_the_target_does_not_name(measured, tmp_path, edit, target, expect):
+    out, _ = measured
+    res = _edited(out, tmp_path, edit)
+    with pytest.raises(BundleError, match=expect):
+        import_bundle(res, target, command=CMD)
+    # allowed, it records what was measured, never what the target names
+    table, rep = import_bundle(res, target, allow_mismatch=True, command=CMD)
+    assert rep["mismatch"] and table.metadata["precision"] == "fp32"
+    assert table.metadata["runtime"]["name"] == "onnxruntime"
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda r, m: r.update(bundle_id="other"), "results belong to bundle 'other'"),
+    (lambda r, m: m.update(schema_version=1), "bundle format 1 .*write the bundle again"),
+    (lambda r, m: m["blocks"][0]["key"].update(kind="no_such_kind"), "cannot read"),
+    (lambda r, m: r["entries"].update({"blocks/x.onnx": {}}), "not in the manifest"),
+])
+def test_import_refuses_foreign_or_old_bundles(measured, tmp_path, edit, expect):
+    out, _ = measured
+    with pytest.raises(BundleError, match=expect):
+        import_bundle(_edited(out, tmp_path, edit), CPU)
+
+
+def test_import_into_a_table_of_another_device_is_refused(measured):
+    out, _ = measured
+    table, _ = import_bundle(out / "results.json", CPU)
+    table.metadata["device"] = {**table.metadata["device"], "name": "another CPU"}
+    with pytest.raises(BundleError, match="measured on device .* the table on 'another CPU'"):
+        import_bundle(out / "results.json", CPU, table)
+
+
+def test_bundle_with_results_is_not_overwritten(measured):
+    out, _ = measured
+    before = (out / "manifest.json").read_text()
+    with pytest.raises(BundleError, match="holds measurements .* import them first"):
+        write_bundle([], CPU, out, progress=False)
+    assert (out / "manifest.json").read_text() == before
+
+
+def test_script_errors_are_one_line(measured, tmp_path):
+    out, _ = measured
+    r = _measure(out, "--runtime", "trtexec")
+    assert r.returncode == 1 and r.stderr.strip().startswith("error: trtexec not found")
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = _measure(out, "--provider", "CUDAExecutionProvider")
+    assert r.returncode == 1 and "pip install onnxruntime-gpu" in r.stderr and "Traceback" not in r.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text(json.dumps({**json.loads((out / "manifest.json").read_text()),
+                                                     "bundle_id": "x"}))
+    (other / "results.json").write_text((out / "results.json").read_text())
+    r = subprocess.run([sys.executable, str(out / "measure_bundle.py"), str(other)], capture_output=True, text=True)
+    assert r.returncode == 1 and "belongs to another bundle" in r.stderr
+    r = _measure(out, "--identify")
+    assert r.returncode == 0 and json.loads(r.stdout)["kind"] == "cpu"
+
+
+def test_tensorrt_int8_bundle_is_symmetric(tmp_path):
+    """An int8 bundle for TensorRT holds QDQ graphs TensorRT consumes: int8, zero point 0."""
+    import onnx
+    from onnx import numpy_helper
+
+    space = load_space("tiny")
+    t = {**CPU, "runtime": "tensorrt", "provider": "", "precision": "int8", "device": {**CPU["device"], "kind": "gpu"}}
+    write_bundle(space.unique_blocks()[5:7], t, tmp_path / "b", networks={"calibration": calibration_archs(space, 1)},
+                 settings=FAST, progress=False)
+    files = sorted((tmp_path / "b").glob("*/*.onnx"))
+    assert len(files) == 4
+    for f in files:
+        if f.name.startswith("_overhead"):
+            continue
+        m = onnx.load(f)
+        onnx.checker.check_model(m)
+        inits = {i.name: i for i in m.graph.initializer}
+        q = [n for n in m.graph.node if n.op_type == "QuantizeLinear"]
+        assert q, f
+        for n in q:
+            zp = inits[n.input[2]]
+            assert zp.data_type == onnx.TensorProto.INT8 and not numpy_helper.to_array(zp).any(), f
+
+
+def test_cli_bundle_hint_keeps_the_users_overrides(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "nas.profile", "conf=jetson", "conf.device.name=Jetson Orin Nano",
+                        "search_space=tiny", f"bundle={tmp_path / 'b'}", "calibration_networks=1",
+                        "pruned_networks=0", "held_out=1", "progress=false"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    man = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert man["runtime"] == "tensorrt" and man["precision"] == "fp16" and len(man["blocks"]) == 250
+    assert [n["role"] for n in man["networks"]] == ["calibration", "held_out"]
+    hint = f"python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" search_space=tiny " \
+           f"calibration_networks=1 pruned_networks=0 import_bundle={tmp_path / 'b'}/results.json"
+    assert hint in r.stdout and man["import_command"] == hint
+
+
+def _no_torch_python(root: Path) -> str:
+    """A venv whose Python has numpy and onnxruntime (linked from this environment) and no torch."""
+    import onnxruntime
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    site = next(root.glob("lib/python3*/site-packages"))
+    src = Path(np.__file__).parent.parent
+    for pkg in ("numpy", "numpy.libs", "onnxruntime"):
+        if (src / pkg).exists():
+            (site / pkg).symlink_to(src / pkg)
+    assert Path(onnxruntime.__file__).parent.parent == src
+    py = str(root / "bin" / "python")
+    r = subprocess.run([py, "-c", "import numpy, onnxruntime, importlib.util as u; print(u.find_spec('torch'))"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stderr
+    return py
+
+
+@pytest.mark.slow
+def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
+    """Bundle here -> measured by a Python without torch -> import -> held-out networks of the space
+    (measured the same way, not in the calibration set) predicted within ±10% for >= 95%."""
+    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.profile_workflow import profile_target
+    from nas.latency.scoring import score
+
+    py = _no_torch_python(tmp_path / "venv")
+    settings = ProfileSettings(warmup=5, repeats=20, min_time_s=0.03, max_spread=0.2, remeasure=1, rounds=2)
+    b = tmp_path / "b"
+    profile_target(CPU, spaces="tiny", bundle=b, settings=settings, calibration_networks=30, pruned_networks=10,
+                   held_out=40, progress=False)
+    r = _measure(b, python=py)
+    assert r.returncode == 0, r.stderr
+    rep = profile_target(CPU, spaces="tiny", import_bundle=b / "results.json", out=tmp_path / "t.json",
+                         calibration_networks=30, pruned_networks=10, progress=False)
+    assert rep["complete"] and rep["networks"] == 40
+    table = LatencyTable.load(tmp_path / "t.json")
+    pred = LatencyPredictor().fit(table)
+    held = bundle_networks(b / "results.json")
+    assert len(held) == 40 and not {a for a, _ in held} & set(table.networks)
+    s = score(pred.predict([a for a, _ in held]), [ms for _, ms in held])
+    assert s["within_10pct"] >= 0.95, s
+
+
+def test_targets_accept_their_own_measurements():
+    """trtexec and TensorRT's Python API are both the runtime 'tensorrt' (the script records 'via')."""
+    from nas.latency.bundle import _differences
+
+    t = Target.coerce({**CPU, "runtime": "tensorrt", "provider": "", "precision": "fp16",
+                       "device": {**CPU["device"], "kind": "jetson", "name": "Jetson AGX Orin"}})
+    dev = {"kind": "jetson", "name": "NVIDIA Jetson AGX Orin Developer Kit", "cpu_flags": []}
+    for via in ("trtexec", "python"):
+        res = {"runtime": {"name": "tensorrt", "provider": "", "via": via}, "precision": "fp16", "batch": 1,
+               "threads": 1, "device": dev}
+        assert _differences(res, {"target": "jetson"}, t, None) == []
