@@ -246,3 +246,21 @@ def test_targets_accept_their_own_measurements():
         res = {"runtime": {"name": "tensorrt", "provider": "", "via": via}, "precision": "fp16", "batch": 1,
                "threads": 1, "device": dev}
         assert _differences(res, {"target": "jetson"}, t, None) == []
+
+
+def test_budgeted_measuring_goes_calibration_networks_first(tmp_path):
+    """A budget spends its minutes as nas.profile's does: calibration networks, then the most used blocks."""
+    space = load_space("tiny")
+    out = tmp_path / "b"
+    write_bundle(space.unique_blocks()[:3], CPU, out, networks={"calibration": calibration_archs(space, 2)},
+                 settings=FAST, budget_min=1e-6, progress=False)
+    r = _measure(out)  # the bundle's budget: spent after the first measurement
+    assert r.returncode == 0, r.stderr
+    assert "budget of" in r.stdout and "run again" in r.stdout
+    res = json.loads((out / "results.json").read_text())
+    assert list(res["entries"]) and all(f.startswith("networks/") for f in res["entries"])
+    assert not res["complete"]
+    table, rep = import_bundle(out, CPU)
+    assert not rep["complete"] and rep["left"]["blocks"] == 3 and len(table.networks) == len(res["entries"])
+    r = _measure(out, "--budget-min", "0")
+    assert r.returncode == 1 and "--budget-min 0" in r.stderr

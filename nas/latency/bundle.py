@@ -72,7 +72,7 @@ def _refuse_overwrite(out: Path) -> None:
 def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_dir: str | Path, *,
                  networks: Mapping[str, Sequence[Arch]] | None = None, settings: ProfileSettings | None = None,
                  spaces: Sequence[str] = (), resolution: int | None = None, import_command: str | None = None,
-                 progress: bool = True) -> Path:
+                 budget_min: float | None = None, progress: bool = True) -> Path:
     """Write the blocks, the networks (by role: ``calibration``, ``pruned``, ``held_out``), the
     manifest and the measuring scripts into ``out_dir``; return the manifest path.  A folder holding
     results of a bundle is never overwritten."""
@@ -123,7 +123,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
         "spaces": list(spaces), "resolution": resolution,
         "overhead": overhead,
         "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17},
-        "import_command": import_command,
+        "import_command": import_command, "budget_min": budget_min,
         "blocks": blocks, "networks": nets,
     }
     for src, dst in _SCRIPTS.items():

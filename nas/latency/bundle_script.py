@@ -295,16 +295,25 @@ def load_results(path, man):
     return res
 
 
-def plan(man, res, only, rounds):
+def plan(man, res, only, rounds, priority=False):
     """(round, item) pairs still to measure: every round of each graph that lacks it, each round in
-    its own seeded shuffled order so drift spreads over blocks and networks alike."""
-    items = [("block", b) for b in man["blocks"]] + [("network", n) for n in man["networks"]]
+    its own seeded shuffled order so drift spreads over blocks and networks alike.  ``priority``
+    (a time budget): the first round in the order that buys the most per minute instead: the
+    calibration networks, then the blocks as the manifest lists them (the ones the spaces' networks
+    use most first), then the pruned and held-out networks; the later rounds after all of it."""
+    nets = sorted(man["networks"], key=lambda n: ("calibration", "pruned", "held_out").index(n["role"]))
+    if priority:
+        items = [("network", n) for n in nets if n["role"] == "calibration"] + [("block", b) for b in man["blocks"]] \
+            + [("network", n) for n in nets if n["role"] != "calibration"]
+    else:
+        items = [("block", b) for b in man["blocks"]] + [("network", n) for n in nets]
     if only != "all":
         items = [it for it in items if it[0] == only[:-1]]
     todo = []
     for r in range(1, rounds + 1):
         order = list(range(len(items)))
-        random.Random(r).shuffle(order)
+        if not (priority and r == 1):
+            random.Random(r).shuffle(order)
         todo += [(r, items[i][1]) for i in order
                  if len((res["entries"].get(items[i][1]["file"]) or {}).get("rounds_ms", [])) < r]
     return todo, len(items)
@@ -319,6 +328,9 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: the bundle's)")
     ap.add_argument("--only", choices=["all", "blocks", "networks"], default="all")
     ap.add_argument("--limit", type=int, default=None, help="measure at most this many graphs (rounds) this run")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="stop after this many minutes, calibration networks and most used blocks first "
+                         "(default: the bundle's budget_min, if it was written with one)")
     ap.add_argument("--identify", action="store_true", help="print this device's identity and exit")
     args = ap.parse_args()
     try:
@@ -334,19 +346,24 @@ def main():
         return
     if args.limit is not None and args.limit < 1:
         fail(f"--limit {args.limit}: give a number of graphs >= 1")
+    if args.budget_min is not None and not args.budget_min > 0:
+        fail(f"--budget-min {args.budget_min:g}: give the minutes to spend measuring, a number > 0")
     s = man["settings"]
     factory, rt_info = pick_runtime(args, man)
     out_path = os.path.join(args.bundle, "results.json")
     res = load_results(out_path, man)
     res.update({"device": identity(man["device_kind"]), "runtime": rt_info, "precision": man["precision"],
                 "batch": man["batch"], "threads": args.threads or man["threads"], "settings": s})
-    todo, _ = plan(man, res, args.only, int(s.get("rounds", 1)))
+    todo, _ = plan(man, res, args.only, int(s.get("rounds", 1)),
+                   priority=(args.budget_min or man.get("budget_min")) is not None)
     left = len(todo)
     todo = todo[:args.limit] if args.limit is not None else todo
     print(f"{len(man['blocks'])} blocks and {len(man['networks'])} networks, {s.get('rounds', 1)} round(s): "
           f"{left} measurements left, {len(todo)} now with {rt_info['name']} {rt_info['version']} "
           f"({rt_info['provider'] or rt_info['via']}, {man['precision']})", flush=True)
-    measure_all(factory, todo, res, man, s, args.bundle, out_path)
+    budget = args.budget_min if args.budget_min is not None else man.get("budget_min")
+    budget_s = 60 * budget if budget else None
+    measure_all(factory, todo, res, man, s, args.bundle, out_path, budget_s)
     if "overhead" in man and res.get("call_overhead_ms") is None:
         res["call_overhead_ms"] = measure_one(factory, os.path.join(args.bundle, man["overhead"]),
                                               [man["batch"], 8, 8, 8], s)[0]["median_ms"]
@@ -358,10 +375,15 @@ def main():
           f"{'; run again to continue' if left else ''}). Bring it back and import it:\n  {cmd}")
 
 
-def measure_all(factory, todo, res, man, s, bundle, out_path):
+def measure_all(factory, todo, res, man, s, bundle, out_path, budget_s=None):
     t0 = last = time.time()
     try:
         for i, (r, item) in enumerate(todo, 1):
+            if budget_s is not None and time.time() - t0 >= budget_s:
+                atomic_json(out_path, res)
+                print(f"budget of {budget_s / 60:g} min spent after {i - 1} measurements; run again (with a "
+                      "budget or without) to continue where this stopped", flush=True)
+                break
             shape = [man["batch"], *item["in"]]
             st, tries = measure_one(factory, os.path.join(bundle, item["file"]), shape, s)
             res["entries"][item["file"]] = merge(res["entries"].get(item["file"]), st, tries)

@@ -140,7 +140,7 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
 
     target = Target.coerce(target)
     settings = settings or ProfileSettings()
-    check_budget(budget_min, measuring=not (bundle or import_bundle or refresh or recalibrate))
+    check_budget(budget_min, measuring=not (import_bundle or refresh or recalibrate))
     out = Path(out) if out else resolve_table_path(target.table or f"{target.name}.json", for_writing=True)
     names = space_names(spaces)
     resolution = resolution or target.resolution
@@ -151,8 +151,10 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
         nets = {"calibration": [a for sp in all_spaces for a in calibration_archs(sp, calibration_networks,
                                                                                 resolution=resolution)],
                 "pruned": pruned}
+        freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
+        keys = sorted(keys, key=lambda k: -freq.get(k, 0))
         return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, held_out=held_out,
-                             command=command, progress=progress, say=say)
+                             budget_min=budget_min, command=command, progress=progress, say=say)
     table = LatencyTable.load(out) if out.is_file() else None
     if import_bundle:
         table, rep = _import_bundle(import_bundle, target, table, allow_mismatch=allow_mismatch, command=command)
@@ -186,9 +188,10 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
 
 
 def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSettings, names: list[str],
-                  resolution: int | None, where: str, *, held_out: int, command: str | None, progress: bool,
-                  say: Callable[[str], None]) -> dict[str, Any]:
-    """Write a bundle of everything a local profile measures (+ ``held_out`` networks per space)."""
+                  resolution: int | None, where: str, *, held_out: int, budget_min: float | None,
+                  command: str | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """Write a bundle of everything a local profile measures (+ ``held_out`` networks); ``budget_min``
+    becomes the script's default budget, spent in the same order as here."""
     from nas.latency.bundle import write_bundle
     from nas.latency.profiler import VALIDATION_SEED
     from nas.latency.validate import held_out_set
@@ -200,10 +203,11 @@ def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSet
     bdir = Path(bundle)
     cmd = import_command(command, target, bdir)
     manifest = write_bundle(keys, target, bdir, networks=nets, settings=settings, spaces=names,
-                            resolution=resolution, import_command=cmd, progress=progress)
+                            resolution=resolution, import_command=cmd, budget_min=budget_min, progress=progress)
     counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
     say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent}\n"
-        f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py\n"
+        f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py"
+        f"{f'   (budget {budget_min:g} min; run again to continue)' if budget_min else ''}\n"
         f"then here:      {cmd}")
     return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
 
@@ -214,7 +218,7 @@ def import_command(command: str | None, target: Target, bundle: Path) -> str:
     import shlex
 
     words = shlex.split(command or f"python -m nas.profile conf={target.name}")
-    words = [w for w in words if not w.startswith(("bundle=", "held_out=", "progress="))]
+    words = [w for w in words if not w.startswith(("bundle=", "held_out=", "progress=", "budget_min="))]
     return shell_join([*words, f"import_bundle={bundle}/results.json"])
 
 
@@ -226,8 +230,8 @@ def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
         raise ValueError(f"budget_min={budget_min}: the minutes to spend measuring, a number > 0 "
                          "(leave it out, or null, for no budget)")
     if not measuring:
-        raise ValueError(f"budget_min={budget_min:g} applies to measuring the table; bundle=, import_bundle=, "
-                         "refresh= and recalibrate= take no budget")
+        raise ValueError(f"budget_min={budget_min:g} applies to measuring (here, or on the device through "
+                         "bundle=); import_bundle=, refresh= and recalibrate= take no budget")
 
 
 def _call_ms(target: Target, table: LatencyTable) -> Callable[[Any, str], float]:
