@@ -264,3 +264,15 @@ def test_budgeted_measuring_goes_calibration_networks_first(tmp_path):
     assert not rep["complete"] and rep["left"]["blocks"] == 3 and len(table.networks) == len(res["entries"])
     r = _measure(out, "--budget-min", "0")
     assert r.returncode == 1 and "--budget-min 0" in r.stderr
+
+
+def test_import_for_other_spaces_is_refused(measured, tmp_path):
+    from nas.latency.profile_workflow import profile_target
+
+    out, _ = measured
+    with pytest.raises(BundleError, match=r"written for spaces \['tiny'\], this command names \['mbv3'\]"):
+        profile_target(CPU, spaces="mbv3", import_bundle=out, out=tmp_path / "t.json", progress=False)
+    assert not (tmp_path / "t.json").exists()
+    rep = profile_target(CPU, spaces="tiny", import_bundle=out, out=tmp_path / "t.json", calibration_networks=1,
+                         pruned_networks=0, progress=False, say=lambda line: None)
+    assert rep["complete"] and rep["covered"] == 4 and rep["blocks_of_spaces"] > 4

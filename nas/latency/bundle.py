@@ -31,7 +31,8 @@ from nas.latency.measure import ProfileSettings
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
 from nas.target import Target
 
-__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_networks", "import_bundle", "write_bundle"]
+__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_manifest", "bundle_networks", "import_bundle",
+           "write_bundle"]
 
 BUNDLE_SCHEMA = "hwnas.bundle"
 RESULTS_SCHEMA = "hwnas.bundle_results"
@@ -298,6 +299,11 @@ def import_bundle(results: str | Path, target: Target | dict[str, Any], table: L
             table.networks[x] = entry
     left = {k: n - m for k, (m, n) in count.items() if n > m}
     return table, {"measured": measured, "left": left, "complete": not left, "mismatch": diffs}
+
+
+def bundle_manifest(results: str | Path) -> dict[str, Any]:
+    """The manifest of the bundle ``results`` (its results.json or folder) belongs to, checked."""
+    return _read(results)[2]
 
 
 def bundle_networks(results: str | Path, role: str = "held_out") -> list[tuple[Arch, float]]:

@@ -136,7 +136,6 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     measuring when these minutes are spent (a re-run continues).  ``held_out``: seeded networks (spread
     over the spaces) a bundle adds for validation only.  ``command``: the command line as typed, for the hints printed
     with a bundle.  Returns a summary."""
-    from nas.latency.bundle import import_bundle as _import_bundle
 
     target = Target.coerce(target)
     settings = settings or ProfileSettings()
@@ -157,13 +156,8 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
                              budget_min=budget_min, command=command, progress=progress, say=say)
     table = LatencyTable.load(out) if out.is_file() else None
     if import_bundle:
-        table, rep = _import_bundle(import_bundle, target, table, allow_mismatch=allow_mismatch, command=command)
-        table.save(out)
-        m = rep["measured"]
-        say(f"imported {import_bundle} into {out}: {table.describe()}; measured {m['blocks']} blocks, "
-            f"{m['networks']} calibration networks" + ("" if rep["complete"] else
-            "; the rest is not measured yet: run measure_bundle.py again on the device and import again"))
-        return {"table": str(out), "entries": len(table), "networks": len(table.networks), **rep}
+        return _import(import_bundle, target, table, out, keys, names if spaces else None, where,
+                       allow_mismatch=allow_mismatch, command=command, say=say)
     table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
     if recalibrate and refresh:
         raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
@@ -210,6 +204,33 @@ def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSet
         f"{f'   (budget {budget_min:g} min; run again to continue)' if budget_min else ''}\n"
         f"then here:      {cmd}")
     return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
+
+
+def _import(results, target: Target, table: LatencyTable | None, out: Path, keys: list[BlockKey],
+            spaces: list[str] | None, where: str, *, allow_mismatch: bool, command: str | None,
+            say: Callable[[str], None]) -> dict[str, Any]:
+    """Import a bundle's results into ``out``; ``spaces`` (when the command names them) must be the
+    bundle's.  Says what was measured, what is left and how much of the spaces' blocks it covers."""
+    from nas.latency.bundle import BundleError, bundle_manifest
+    from nas.latency.bundle import import_bundle as _import_bundle
+
+    man = bundle_manifest(results)
+    if spaces is not None and sorted(man.get("spaces") or []) != sorted(spaces):
+        raise BundleError(f"the bundle was written for spaces {man.get('spaces')}, this command names {spaces}: "
+                          f"import with search_space=[{','.join(man.get('spaces') or [])}], or write a bundle for "
+                          f"{','.join(spaces)} and measure it")
+    table, rep = _import_bundle(results, target, table, allow_mismatch=allow_mismatch, command=command)
+    table.save(out)
+    m = rep["measured"]
+    covered = sum(k in table.entries for k in keys)
+    say(f"imported {results} into {out}: {table.describe()}; measured {m['blocks']} blocks, {m['networks']} "
+        f"calibration networks" + ("" if rep["complete"] else "; the rest is not measured yet: run "
+                                   "measure_bundle.py again on the device and import again"))
+    if covered < len(keys) and rep["complete"]:
+        say(f"the table holds {covered} of the {len(keys)} blocks of {where}: the learned model predicts the "
+            "rest; for all of them, write a bundle with this command's spaces (bundle=<dir>) and measure it")
+    return {"table": str(out), "entries": len(table), "networks": len(table.networks), "covered": covered,
+            "blocks_of_spaces": len(keys), **rep}
 
 
 def import_command(command: str | None, target: Target, bundle: Path) -> str:
