@@ -39,6 +39,19 @@ def keys():
     return load_space("tiny").unique_blocks()[:3]
 
 
+def _fake_tensorrt(monkeypatch, version):
+    """A stand-in ``tensorrt`` module of ``version`` (torch's lazy imports look it up, so it has a spec
+    and torch._dynamo is loaded before it appears)."""
+    import importlib.machinery
+
+    import torch._dynamo  # noqa: F401
+
+    fake = types.ModuleType("tensorrt")
+    fake.__version__ = version
+    fake.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+
+
 def _zero_points(data):
     m = onnx.load_from_string(data)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
@@ -56,8 +69,7 @@ def test_builder_flags_per_precision():
     assert flags("int8", "10.9.0.34", qdq=True) == ("INT8", "FP16")
     assert flags("fp32", "10.9.0.34", qdq=True) == ("INT8",)  # TensorRT 10 refuses Q/DQ without INT8
     assert flags("int8", "11.1.0", qdq=True) == () == flags("fp32", "11.1.0", qdq=False)  # strong typing
-    with pytest.raises(ValueError, match="int8 needs a QDQ ONNX graph"):
-        flags("int8", "10.9.0", qdq=False)
+    assert flags("int8", "10.9.0", qdq=False) == ("FP16",)  # nothing quantized: never implicit int8
     with pytest.raises(RuntimeError, match="tensorrt<11"):
         flags("fp16", "11.1.0", qdq=False)
     with pytest.raises(ValueError, match="precision must be one of fp32, fp16, int8, got 'bf16'"):
@@ -128,7 +140,7 @@ def test_int8_graphs_follow_the_runtime(monkeypatch, keys):
     real = ort.get_available_providers
     monkeypatch.setattr(ort, "get_available_providers",
                         lambda: [*real(), "CUDAExecutionProvider", "TensorrtExecutionProvider"])
-    monkeypatch.setitem(sys.modules, "tensorrt", types.SimpleNamespace(__version__="10.9.0.34"))
+    _fake_tensorrt(monkeypatch, "10.9.0.34")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     key = keys[0]
     for rt, settings, dtype in [
@@ -144,7 +156,7 @@ def test_int8_graphs_follow_the_runtime(monkeypatch, keys):
 
 
 def test_tensorrt_fp16_refused_on_tensorrt_11(monkeypatch):
-    monkeypatch.setitem(sys.modules, "tensorrt", types.SimpleNamespace(__version__="11.1.0"))
+    _fake_tensorrt(monkeypatch, "11.1.0")
     with pytest.raises(RuntimeUnavailable) as e:
         get_runtime(target("tensorrt", precision="fp16"))
     assert "tensorrt<11" in _one_line(e)

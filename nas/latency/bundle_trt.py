@@ -62,15 +62,15 @@ def builder_flags(precision: str, trt_version: str, *, qdq: bool) -> tuple[str, 
 
     ``qdq``: the graph holds Q/DQ nodes.  TensorRT 10 (weakly typed networks) refuses a Q/DQ graph
     without the INT8 flag, so it is set whenever the graph is quantized, and int8 adds FP16 so the
-    layers left unquantized run in fp16 rather than fp32.  TensorRT 11 removed the precision flags
-    (strong typing: the graph's types decide), so there the list is empty and fp16 is refused.
+    layers left unquantized run in fp16 rather than fp32.  int8 never sets INT8 on a graph without
+    Q/DQ (that would ask for implicit quantization, which needs a calibrator): a graph the QDQ
+    quantizer left float (no Conv, Gemm, MatMul or Add: a pooling block, the empty overhead graph)
+    is built with FP16 only, as those layers run in an int8 engine.  TensorRT 11 removed the
+    precision flags (strong typing: the graph's types decide), so there the list is empty and fp16
+    is refused.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "int8" and not qdq:
-        raise ValueError("int8 needs a QDQ ONNX graph (explicit quantization, no calibrator); this graph has "
-                         "no QuantizeLinear / DequantizeLinear: quantize it first (nas.compress.ptq.quantize_qdq "
-                         "with TENSORRT_QDQ_SETTINGS)")
     major = int(str(trt_version).split(".")[0])
     if major >= 11:
         if precision == "fp16":
@@ -78,7 +78,7 @@ def builder_flags(precision: str, trt_version: str, *, qdq: bool) -> tuple[str, 
                                "only from an fp16 ONNX graph; install TensorRT 10 (pip install 'tensorrt<11')")
         return ()
     return {"fp32": ("INT8",) if qdq else (), "fp16": ("FP16", "INT8") if qdq else ("FP16",),
-            "int8": ("INT8", "FP16")}[precision]
+            "int8": ("INT8", "FP16") if qdq else ("FP16",)}[precision]
 
 
 def _has_qdq(trt: Any, network: Any) -> bool:
