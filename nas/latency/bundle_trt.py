@@ -212,6 +212,14 @@ class _Cudart:
         self.call("cudaMemcpy", ctypes.c_void_p(dst), ctypes.c_void_p(host.ctypes.data), ctypes.c_size_t(host.nbytes),
                   1)  # cudaMemcpyHostToDevice
 
+    def release(self, buffers: Sequence[int], stream: int, events: Sequence[int]) -> None:
+        """Free device memory, events and the stream (statuses ignored: this runs at garbage collection)."""
+        for p in buffers:
+            self.lib.cudaFree(ctypes.c_void_p(p))
+        for e in events:
+            self.lib.cudaEventDestroy(ctypes.c_void_p(e))
+        self.lib.cudaStreamDestroy(ctypes.c_void_p(stream))
+
     def elapsed_ms(self, start: int, end: int) -> float:
         ms = ctypes.c_float()
         self.call("cudaEventElapsedTime", ctypes.byref(ms), ctypes.c_void_p(start), ctypes.c_void_p(end))
@@ -236,14 +244,6 @@ def _stats(ms: Sequence[float]) -> dict[str, float]:
     a = np.asarray(ms, dtype=np.float64)
     return {"median_ms": float(np.median(a)), "p10_ms": float(np.percentile(a, 10)),
             "p90_ms": float(np.percentile(a, 90)), "n": int(a.size)}
-
-
-def _release(cuda: _Cudart, buffers: list[int], stream: int, events: tuple[int, int]) -> None:
-    for p in buffers:
-        cuda.lib.cudaFree(ctypes.c_void_p(p))
-    for e in events:
-        cuda.lib.cudaEventDestroy(ctypes.c_void_p(e))
-    cuda.lib.cudaStreamDestroy(ctypes.c_void_p(stream))
 
 
 def _settings(settings: dict) -> tuple[int, int, float]:
@@ -295,6 +295,6 @@ def measure_factory(path: str, shape: list[int], precision: str, settings: dict)
         return _stats(times)
 
     # device memory, stream and events live as long as once() does; the engine outlives them
-    weakref.finalize(once, _release, cuda, buffers, stream, events)
+    weakref.finalize(once, cuda.release, buffers, stream, events)
     once.keep = built  # type: ignore[attr-defined]
     return once
