@@ -387,7 +387,7 @@ class TorchCompileRuntime(TorchRuntime):
 @_register("tensorrt")
 class TensorRTRuntime(Runtime):
     """A TensorRT engine built from the block's ONNX export with the ONNX parser
-    (``nas.latency.bundle_trt``, which device bundles use too): fp32; fp16 through the FP16 builder
+    (``nas.latency.bundle_trt``, which also runs standalone on devices): fp32; fp16 through the FP16 builder
     flag; int8 from the QDQ export quantized with ``TENSORRT_QDQ_SETTINGS`` (explicit quantization,
     INT8 + FP16 flags, no calibrator).  Runs with ``execute_async_v3`` on torch CUDA tensors."""
 
