@@ -294,7 +294,7 @@ def measure_factory(path: str, shape: list[int], precision: str, settings: dict)
             times.append(run_timed())
         return _stats(times)
 
-    # device memory, stream and events live as long as once() does; the engine outlives them
+    # device memory, the stream and the events are freed when once() is (it holds the engine too)
     weakref.finalize(once, cuda.release, buffers, stream, events)
     once.keep = built  # type: ignore[attr-defined]
     return once
