@@ -30,10 +30,24 @@ def _has_cuda() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch sees none)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A GPU test on a GPU machine that lacks the runtime it needs (tensorrt, onnxruntime-gpu's
+    providers) is skipped with the runtime's own reason, which names what to install."""
+    try:
+        return (yield)
+    except Exception as e:
+        from nas.latency.runtimes import RuntimeUnavailable
+
+        if "gpu" in item.keywords and isinstance(e, RuntimeUnavailable):
+            pytest.skip(str(e))
+        raise
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -16,6 +16,7 @@ to install.
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import re
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -42,6 +44,7 @@ __all__ = [
     "device_identity",
     "device_mismatch",
     "get_runtime",
+    "trt_ep_options",
 ]
 
 RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
@@ -256,6 +259,36 @@ class _Tiny(nn.Module):
         return x * 1.5
 
 
+_GPU_EP_HINT = {
+    "CUDAExecutionProvider": "pip install onnxruntime-gpu (with a CUDA GPU and its driver)",
+    "TensorrtExecutionProvider": "pip install onnxruntime-gpu tensorrt (TensorRT's libraries on LD_LIBRARY_PATH)",
+}
+_CACHE_BYTES = 4 << 30  # exported graphs kept for later rounds (export + quantization are slow)
+
+
+def _exported(rt: Runtime, module: nn.Module, in_shape: tuple[int, int, int], key: Any) -> bytes:
+    """``module`` exported to ONNX at ``rt``'s batch, QDQ-quantized with ``rt.qdq_settings()`` for
+    int8 (calibrated on four seeded batches); cached on ``rt`` per ``key`` when given."""
+    from nas.compress.ptq import quantize_qdq
+    from nas.export.onnx import export_onnx
+
+    cache: dict = rt.__dict__.setdefault("_onnx_cache", {})
+    if key is not None and (key, in_shape) in cache:
+        return cache[(key, in_shape)]
+    data = export_onnx(module, rt._input(in_shape))
+    if rt.precision == "int8":
+        data = quantize_qdq(data, [rt._input(in_shape).numpy() for _ in range(4)], **rt.qdq_settings())
+    if key is not None and sum(map(len, cache.values())) + len(data) <= _CACHE_BYTES:
+        cache[(key, in_shape)] = data
+    return data
+
+
+def trt_ep_options(precision: str) -> dict[str, Any]:
+    """onnxruntime's TensorRT provider options for ``precision``: fp16 sets its FP16 flag; int8 runs the
+    QDQ graph with TensorRT's INT8 (and FP16) flags and no calibration table (explicit quantization)."""
+    return {"trt_fp16_enable": precision in ("fp16", "int8"), "trt_int8_enable": precision == "int8"}
+
+
 @_register("onnxruntime")
 class OnnxRuntime(Runtime):
     precisions = ("fp32", "fp16", "int8")
@@ -270,11 +303,9 @@ class OnnxRuntime(Runtime):
         if self.provider not in self._PROVIDERS:
             raise RuntimeUnavailable(f"unknown onnxruntime provider {self.provider!r}; use one of {self._PROVIDERS}")
         if self.provider not in ort.get_available_providers():
-            hint = {"CUDAExecutionProvider": "pip install onnxruntime-gpu (and a CUDA GPU)",
-                    "TensorrtExecutionProvider": "pip install onnxruntime-gpu with TensorRT libraries on the path"}
             raise RuntimeUnavailable(
                 f"onnxruntime provider {self.provider} is not available here (available: "
-                f"{', '.join(ort.get_available_providers())}); {hint.get(self.provider, '')}"
+                f"{', '.join(ort.get_available_providers())}); {_GPU_EP_HINT.get(self.provider, '')}"
             )
         if self.precision == "fp16" and self.provider != "TensorrtExecutionProvider":
             raise RuntimeUnavailable("fp16 with onnxruntime is supported through the TensorRT provider only")
@@ -284,32 +315,30 @@ class OnnxRuntime(Runtime):
 
         return ort.__version__
 
-    _CACHE_BYTES = 4 << 30  # exported graphs kept for later rounds (export + quantization are slow)
+    def qdq_settings(self) -> dict[str, Any]:
+        """int8 QDQ settings: TensorRT's symmetric form for the TensorRT provider (it refuses a zero
+        point other than 0), onnxruntime's u8/s8 form for the CPU and CUDA providers."""
+        from nas.compress.ptq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS
+
+        return copy.deepcopy(TENSORRT_QDQ_SETTINGS if self.provider == "TensorrtExecutionProvider" else QDQ_SETTINGS)
 
     def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
         """The graph onnxruntime runs (QDQ-quantized for int8); cached per ``key`` when given."""
-        from nas.compress.ptq import quantize_qdq
-        from nas.export.onnx import export_onnx
-
-        cache: dict = self.__dict__.setdefault("_onnx_cache", {})
-        if key is not None and (key, in_shape) in cache:
-            return cache[(key, in_shape)]
-        x = self._input(in_shape)
-        data = export_onnx(module, x)
-        if self.precision == "int8":
-            data = quantize_qdq(data, [self._input(in_shape).numpy() for _ in range(4)])
-        if key is not None and sum(map(len, cache.values())) + len(data) <= self._CACHE_BYTES:
-            cache[(key, in_shape)] = data
-        return data
+        return _exported(self, module, in_shape, key)
 
     def session(self, data: bytes):
         from nas.export.onnx import ort_session
 
         providers: list[Any] = [self.provider]
         if self.provider == "TensorrtExecutionProvider":
-            providers = [(self.provider, {"trt_fp16_enable": self.precision == "fp16",
-                                          "trt_int8_enable": False}), "CUDAExecutionProvider"]
-        return ort_session(data, threads=self.threads, providers=providers)
+            providers = [(self.provider, trt_ep_options(self.precision)), "CUDAExecutionProvider"]
+        sess = ort_session(data, threads=self.threads, providers=providers)
+        if sess.get_providers()[0] != self.provider:  # onnxruntime falls back to the CPU with a warning only
+            raise RuntimeUnavailable(
+                f"onnxruntime could not start {self.provider} (it fell back to {sess.get_providers()[0]}): its "
+                f"CUDA / cuDNN{' / TensorRT' if 'Tensorrt' in self.provider else ''} libraries are missing or do "
+                f"not match; {_GPU_EP_HINT[self.provider]}")
+        return sess
 
     def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
         return self.runner_for_onnx(self.onnx_bytes(module, in_shape, key=key), in_shape)
@@ -390,16 +419,27 @@ class TorchCompileRuntime(TorchRuntime):
 
 @_register("tensorrt")
 class TensorRTRuntime(Runtime):
+    """A TensorRT engine built from the block's ONNX export with the ONNX parser
+    (``nas.latency.bundle_trt``, which also runs standalone on devices): fp32; fp16 through the FP16 builder
+    flag; int8 from the QDQ export quantized with ``TENSORRT_QDQ_SETTINGS`` (explicit quantization,
+    INT8 + FP16 flags, no calibrator).  Runs with ``execute_async_v3`` on torch CUDA tensors."""
+
     precisions = ("fp32", "fp16", "int8")
 
     def check(self) -> None:
+        from nas.latency import bundle_trt
+
         try:
-            import tensorrt  # noqa: F401
+            import tensorrt
         except ImportError:
             raise RuntimeUnavailable(
                 "TensorRT is not installed: pip install tensorrt (or use JetPack's python3-libnvinfer), "
                 "or write a device bundle with `python -m nas.profile ... bundle=<dir>` and run it with trtexec"
             ) from None
+        try:
+            bundle_trt.builder_flags(self.precision, tensorrt.__version__, qdq=self.precision == "int8")
+        except RuntimeError as e:
+            raise RuntimeUnavailable(str(e)) from None
         if not torch.cuda.is_available():
             raise RuntimeUnavailable("TensorRT needs a CUDA device, and torch sees none here")
 
@@ -408,38 +448,64 @@ class TensorRTRuntime(Runtime):
 
         return tensorrt.__version__
 
-    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *,  # pragma: no cover
-                key: Any = None) -> Callable[[], Any]:
-        import tensorrt as trt
+    def qdq_settings(self) -> dict[str, Any]:
+        """TensorRT's symmetric int8 QDQ settings (zero point 0, per-channel weights, float biases)."""
+        from nas.compress.ptq import TENSORRT_QDQ_SETTINGS
 
-        from nas.export.onnx import export_onnx
+        return copy.deepcopy(TENSORRT_QDQ_SETTINGS)
 
-        x = self._input(in_shape)
-        data = export_onnx(module, x)
-        logger = trt.Logger(trt.Logger.ERROR)
-        builder = trt.Builder(logger)
-        network = builder.create_network(0)
-        parser = trt.OnnxParser(network, logger)
-        if not parser.parse(data):
-            raise RuntimeError("TensorRT could not parse the block: " + str(parser.get_error(0)))
-        config = builder.create_builder_config()
-        if self.precision == "fp16":
-            config.set_flag(trt.BuilderFlag.FP16)
-        elif self.precision == "int8":
-            config.set_flag(trt.BuilderFlag.INT8)
-        engine = trt.Runtime(logger).deserialize_cuda_engine(builder.build_serialized_network(network, config))
-        ctx = engine.create_execution_context()
-        xin = x.cuda()
-        out_name = engine.get_tensor_name(1)
-        out = torch.empty(tuple(engine.get_tensor_shape(out_name)), device="cuda")
-        ctx.set_tensor_address(engine.get_tensor_name(0), xin.data_ptr())
-        ctx.set_tensor_address(out_name, out.data_ptr())
+    def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
+        """The graph TensorRT builds from: the ONNX export, QDQ-quantized for int8."""
+        return _exported(self, module, in_shape, key)
+
+    def plan(self, data: bytes, *, key: Any = None) -> bytes:
+        """The serialized engine for ONNX ``data`` (building takes seconds: cached per ``key``, so a
+        later round deserializes a fresh engine instead of building again)."""
+        from nas.latency.bundle_trt import build_plan
+
+        cache: dict = self.__dict__.setdefault("_plan_cache", {})
+        if key is not None and key in cache:
+            return cache[key]
+        plan = build_plan(data, self.precision)
+        if key is not None and sum(map(len, cache.values())) + len(plan) <= _CACHE_BYTES:
+            cache[key] = plan
+        return plan
+
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
+        data = self.onnx_bytes(module, in_shape, key=key)
+        return self._runner(self.plan(data, key=None if key is None else (key, in_shape)), in_shape)
+
+    def runner_for_onnx(self, data: bytes, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+        """A runner for exported ONNX bytes (a QDQ graph builds with INT8 whatever the precision)."""
+        return self._runner(self.plan(data), in_shape)
+
+    def _runner(self, plan: bytes, in_shape: tuple[int, int, int]) -> Callable[[], Any]:  # pragma: no cover - GPU
+        """Bind the seeded input (``self._input``) and an output buffer per output tensor, as torch
+        CUDA tensors, once; a call is ``execute_async_v3`` on a side stream, then its synchronize.
+        ``runner.outputs`` holds the output tensors by name (for comparing with torch)."""
+        from nas.latency.bundle_trt import Engine, io_tensors
+
+        built = Engine(plan)
+        x = self._input(in_shape).cuda()
+        tensors: dict[str, torch.Tensor] = {}
+        inputs = set()
+        for name, is_input, shape, dtype in io_tensors(built, x.shape):
+            if is_input:
+                inputs.add(name)
+            tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+            tensors[name] = x.to(tdtype).reshape(shape).contiguous() if is_input else \
+                torch.empty(shape, dtype=tdtype, device="cuda")
+            built.context.set_tensor_address(name, tensors[name].data_ptr())
         stream = torch.cuda.Stream()
+        torch.cuda.synchronize()  # the input copy is done before the engine reads it on its stream
 
         def run() -> None:
-            ctx.execute_async_v3(stream.cuda_stream)
+            if not built.context.execute_async_v3(stream.cuda_stream):
+                raise RuntimeError("TensorRT failed to run the engine")
             stream.synchronize()
 
+        run.outputs = {n: t for n, t in tensors.items() if n not in inputs}  # type: ignore[attr-defined]
+        run.keep = (built, tensors)  # type: ignore[attr-defined]  # bound buffers live as long as the runner
         return run
 
 
