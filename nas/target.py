@@ -176,7 +176,7 @@ def _serves(t: Target, prec: str) -> bool:
 
 def runs_here(target: Target) -> bool:
     """Whether ``target`` is this machine's CPU with onnxruntime (so its latency can be measured here)."""
-    from nas.latency.runtimes import device_identity, device_mismatch
+    from nas.latency.device import device_identity, device_mismatch
 
     return (target.runtime == "onnxruntime" and target.provider == "CPUExecutionProvider"
             and target.device.kind == "cpu"

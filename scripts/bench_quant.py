@@ -156,7 +156,7 @@ def main() -> None:
                           "max_ratio": float(np.max([ratio[n][v] for n in names])),
                           "share_le_0.6": float(np.mean([ratio[n][v] <= 0.6 for n in names])),
                           "n": len(names)} for v in VARIANTS}
-    from nas.latency.runtimes import device_identity
+    from nas.latency.device import device_identity
 
     report = {"target": args.target, "device": device_identity("cpu"), "table_device": table_dev,
               "runtime": rt.info(), "rounds": args.rounds, "variants": VARIANTS, "median_ms": med,

@@ -153,7 +153,7 @@ def main() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from nas.cli._common import fmt_table
-    from nas.latency.runtimes import device_identity
+    from nas.latency.device import device_identity
     from nas.target import load_target
     from nas.train.pipeline import train_front
     from nas.train.settings import ExportSettings, FitSettings, PipelineSettings

@@ -29,7 +29,7 @@ def machine(tmp_path, monkeypatch):
     identity set by ``machine["ident"] = ...``."""
     import nas.latency.here as here
     import nas.latency.roofline as roofline
-    import nas.latency.runtimes as runtimes
+    import nas.latency.device as device
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
     state = {"ident": ZEN3, "measured": 0}
@@ -40,7 +40,7 @@ def machine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(roofline, "measure_peaks", measure)
     monkeypatch.setattr(here, "machine_identity", lambda: dict(state["ident"]))
-    monkeypatch.setattr(runtimes, "device_identity", lambda kind="cpu": {**state["ident"], "kind": kind})
+    monkeypatch.setattr(device, "device_identity", lambda kind="cpu": {**state["ident"], "kind": kind})
     return state
 
 

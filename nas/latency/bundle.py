@@ -181,7 +181,7 @@ def _with(command: str | None, **overrides: Any) -> str:
 
 def _differences(res: dict, man: dict, target: Target, command: str | None) -> list[str]:
     """Each way the measured results do not fit ``target``: the field, both values and the fix."""
-    from nas.latency.runtimes import device_mismatch
+    from nas.latency.device import device_mismatch
 
     rt = res.get("runtime") or {}
     out = []

@@ -55,9 +55,9 @@ def _physical_cores(text: str) -> int:
 
 
 def machine_identity() -> dict[str, Any]:
-    """This machine's CPU as ``nas.latency.runtimes.device_identity`` records it in a table's metadata,
+    """This machine's CPU as ``nas.latency.device.device_identity`` records it in a table's metadata,
     plus ``vendor`` and ``physical_cores``."""
-    from nas.latency.runtimes import device_identity
+    from nas.latency.device import device_identity
 
     ident = device_identity("cpu")
     try:

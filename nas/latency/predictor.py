@@ -430,7 +430,7 @@ def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, An
     if target.device.kind != "cpu" or meta.get("kind", "cpu") != "cpu":
         return None
     if here is None:
-        from nas.latency.runtimes import device_identity
+        from nas.latency.device import device_identity
 
         here = device_identity("cpu")
     if not meta.get("machine") or meta["machine"] != here.get("machine"):

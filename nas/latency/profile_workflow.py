@@ -32,7 +32,8 @@ from nas.latency.profiler import (
     run_jobs,
     space_names,
 )
-from nas.latency.runtimes import device_identity, device_mismatch, get_runtime
+from nas.latency.device import device_identity, device_mismatch
+from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import LatencyTable, now_iso, resolve_table_path
 from nas.target import Target

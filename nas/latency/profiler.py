@@ -37,7 +37,8 @@ from nas.latency.measure import (
     measure_key,
     measure_overhead,
 )
-from nas.latency.runtimes import Runtime, device_identity
+from nas.latency.device import device_identity
+from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, now_iso
 from nas.target import Target
 

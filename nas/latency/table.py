@@ -333,7 +333,7 @@ class LatencyTable:
     def measured_elsewhere(self, here: dict[str, Any] | None = None) -> str | None:
         """Why this machine (``here``, default ``device_identity()`` of the table's device kind) is not the
         processor the table was measured on, or None: name, ISA flags and CPU family/model must all be the same."""
-        from nas.latency.runtimes import device_identity, device_mismatch
+        from nas.latency.device import device_identity, device_mismatch
 
         dev = self.metadata.get("device") or {}
         dev = {**dev, "name": str(dev.get("name", "?"))}
@@ -357,7 +357,7 @@ class LatencyTable:
         for f in MATCH_FIELDS:
             got = _field(self.metadata, f)
             if f == "device.name" and target.device.kind != "cpu" and want[f] is not None:
-                from nas.latency.runtimes import device_mismatch  # a board or GPU by the words of its name
+                from nas.latency.device import device_mismatch  # a board or GPU by the words of its name
 
                 if not device_mismatch({"name": want[f]}, {"kind": target.device.kind, "name": got}):
                     continue
