@@ -27,9 +27,9 @@ PEAKS = {"peak_gflops": 80.0, "mem_bandwidth_gbs": 15.0, "overhead_us": 0.3,
 def machine(tmp_path, monkeypatch):
     """A fresh HWNAS_HOME, the microbenchmark replaced by fixed figures (counted), and this machine's
     identity set by ``machine["ident"] = ...``."""
+    import nas.latency.device as device
     import nas.latency.here as here
     import nas.latency.roofline as roofline
-    import nas.latency.device as device
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
     state = {"ident": ZEN3, "measured": 0}

@@ -22,6 +22,7 @@ from typing import Any
 
 from nas._io import shell_join
 from nas.arch import Arch, BlockKey
+from nas.latency.device import device_identity, device_mismatch
 from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
 from nas.latency.profiler import (
     block_frequency,
@@ -32,7 +33,6 @@ from nas.latency.profiler import (
     run_jobs,
     space_names,
 )
-from nas.latency.device import device_identity, device_mismatch
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import LatencyTable, now_iso, resolve_table_path

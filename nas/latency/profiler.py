@@ -29,6 +29,7 @@ import numpy as np
 
 from nas import __version__
 from nas.arch import Arch, BlockKey
+from nas.latency.device import device_identity
 from nas.latency.measure import (
     ProfileReport,
     ProfileSettings,
@@ -37,7 +38,6 @@ from nas.latency.measure import (
     measure_key,
     measure_overhead,
 )
-from nas.latency.device import device_identity
 from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, now_iso
 from nas.target import Target
