@@ -127,6 +127,12 @@ def test_import_into_a_table_of_another_device_is_refused(measured):
         import_bundle(out / "results.json", CPU, table)
 
 
+def test_bundle_for_a_torch_runtime_is_refused(tmp_path):
+    with pytest.raises(BundleError, match="runs 'torch'; a bundle holds ONNX graphs"):
+        write_bundle([], {**CPU, "runtime": "torch"}, tmp_path / "b", progress=False)
+    assert not (tmp_path / "b").exists()
+
+
 def test_bundle_with_results_is_not_overwritten(measured):
     out, _ = measured
     before = (out / "manifest.json").read_text()

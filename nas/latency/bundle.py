@@ -84,6 +84,10 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
 
     settings = settings or ProfileSettings()
     target = Target.coerce(target)
+    if target.runtime not in ("onnxruntime", "tensorrt"):
+        raise BundleError(f"target {target.name!r} runs {target.runtime!r}; a bundle holds ONNX graphs for "
+                          "onnxruntime or TensorRT: profile on the device itself (python -m nas.profile "
+                          f"conf={target.name} there)")
     out = Path(out_dir)
     _refuse_overwrite(out)
     networks = {r: list(dict.fromkeys(v)) for r, v in (networks or {}).items() if v}
