@@ -132,8 +132,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
         "blocks": blocks, "networks": nets,
     }
     for src, dst in _SCRIPTS.items():
-        if Path(__file__).with_name(src).is_file():
-            shutil.copyfile(Path(__file__).with_name(src), out / dst)
+        shutil.copyfile(Path(__file__).with_name(src), out / dst)
     atomic_write_json(out / "manifest.json", manifest)
     return out / "manifest.json"
 
