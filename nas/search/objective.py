@@ -178,7 +178,12 @@ class SearchProblem:
 
     def record(self) -> dict[str, Any]:
         """The settings that define the study (checked when a study is resumed)."""
-        data = {k: v for k, v in self.data.settings.to_dict().items() if k not in ("root", "download")}
+        # where the files are, and how many processes read them, do not change a score; the streamed
+        # datasets' transform settings do nothing for the in-memory ones (so their studies keep their record)
+        skip = {"root", "download", "num_workers"}
+        if not self.data.streamed:
+            skip |= {"auto_augment", "crop_scale", "crop_pct"}
+        data = {k: v for k, v in self.data.settings.to_dict().items() if k not in skip}
         ev = {k: v for k, v in self.evaluator.settings().items() if k != "device"}
         return {
             "version": SCHEMA_VERSION,
