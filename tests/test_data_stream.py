@@ -68,13 +68,20 @@ def test_transforms_give_the_configured_resolution(tmp_path, kw):
 
 def test_worker_processes_give_the_same_batches(tmp_path):
     root = _folder(tmp_path)
-    a, b = _load(root), _load(root, num_workers=2)
-    xa, ya = next(a.batches("val", batch_size=64))
-    for _ in range(2):  # the second pass reuses the persistent workers
-        xb, yb = next(b.batches("val", batch_size=64))
+    kw = {"augment": "crop_flip", "auto_augment": "rand-m9-mstd0.5"}
+    a, b = _load(root, **kw), _load(root, num_workers=2, **kw)
+
+    def batch(d, seed):
+        return next(d.batches("train", batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed),
+                              augment=True))
+
+    xa, ya = batch(a, 5)
+    for _ in range(2):  # the second pass reuses the persistent workers, which keep no random state
+        xb, yb = batch(b, 5)
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
-    loader, _ = next(iter(b.val._loaders.values()))
-    assert loader.num_workers == 2 and loader.persistent_workers and len(b.val._loaders) == 1
+    assert not torch.equal(batch(b, 6)[0], xa)
+    loader, _ = next(iter(b.train._loaders.values()))
+    assert loader.num_workers == 2 and loader.persistent_workers and len(b.train._loaders) == 1
 
 
 def test_the_trainer_runs_on_a_streamed_dataset(tmp_path):

@@ -10,14 +10,15 @@ a horizontal flip with ``augment=crop_flip`` and RandAugment / AutoAugment with
 per epoch) and pinned memory when the batches go to a CUDA device.
 
 The order of the samples is the caller's (``torch.randperm`` with the caller's generator, as for
-the in-memory splits), so the same generator gives the same batches; augmentation draws happen in
-the workers, seeded from the loader's own seed, so augmented batches are reproducible for one
-``num_workers`` setting.
+the in-memory splits), and each training sample's random transform is drawn from a seed that the
+same generator gives it, so the same generator gives the same batches with any ``num_workers``,
+and persistent workers carry no random state from one trial or epoch to the next.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,24 +40,42 @@ class _Samples(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
+        """Item ``key``, or ``(i, seed)``: item ``i`` with its random transform drawn from ``seed``
+        (torch's, Python's and numpy's global RNGs, restored after, so the caller's streams are left alone)."""
+        i, seed = key if isinstance(key, tuple) else (key, None)
         img, y = self.base[int(self.indices[i])]
         if img.mode != self.mode:
             img = img.convert(self.mode)
-        return self.transform(img), int(y)
+        if seed is None:
+            return self.transform(img), int(y)
+        state, np_state = random.getstate(), np.random.get_state()  # timm's RandAugment draws from both
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                random.seed(seed)
+                np.random.seed(seed)
+                return self.transform(img), int(y)
+        finally:
+            random.setstate(state)
+            np.random.set_state(np_state)
 
 
-class _Order(Sampler[int]):
-    """Yields the order the caller set for this pass (the loader's sampler; lives in the main process)."""
+class _Order(Sampler):
+    """Yields the order the caller set for this pass, each index with its augmentation seed when
+    there are seeds (the loader's sampler; it runs in the main process)."""
 
     def __init__(self, n: int) -> None:
         self.order = torch.arange(n)
+        self.seeds: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.order)
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order.tolist())
+    def __iter__(self) -> Iterator[Any]:
+        if self.seeds is None:
+            return iter(self.order.tolist())
+        return iter(zip(self.order.tolist(), self.seeds.tolist()))
 
 
 def make_transforms(resolution: int, *, augment: str, auto_augment: str | None, crop_scale: float,
@@ -102,7 +121,8 @@ class StreamSplit:
             w = self.num_workers
             dl = DataLoader(self._sets[augment], batch_size=batch_size, sampler=order, drop_last=drop_last,
                             num_workers=w, persistent_workers=w > 0, pin_memory=pin,
-                            prefetch_factor=2 if w > 0 else None)
+                            prefetch_factor=2 if w > 0 else None,
+                            generator=torch.Generator().manual_seed(0))  # its worker seeds: not from the global RNG
             self._loaders[key] = (dl, order)
         return self._loaders[key]
 
@@ -111,6 +131,7 @@ class StreamSplit:
         n = len(self)
         dl, order = self._loader(batch_size, augment, drop_last and n >= batch_size, device.type == "cuda")
         order.order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        order.seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator) if augment else None
         for x, y in dl:
             yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
