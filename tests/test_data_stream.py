@@ -106,3 +106,12 @@ def test_in_memory_datasets_refuse_auto_augment():
 def test_loader_settings_are_validated(kw, match):
     with pytest.raises(ValueError, match=match):
         load_data({"name": "digits", **kw})
+
+
+@pytest.mark.gpu
+def test_batches_for_cuda_come_from_pinned_memory(tmp_path):
+    d = _load(_folder(tmp_path), num_workers=1)
+    x, y = next(d.batches("val", batch_size=4, device="cuda"))
+    assert x.is_cuda and y.is_cuda and x.shape == (4, 3, 16, 16)
+    loader, _ = next(iter(d.val._loaders.values()))
+    assert loader.pin_memory

@@ -244,6 +244,7 @@ class SearchProblem:
         trial.set_user_attr("status", "running")
         self.last = TrialOutcome(trial.number, "running", None, None, None, 0.0)
         ms = feasible = None
+        epochs: dict[int, float] = {}  # with a pruner: the validation accuracy after each epoch
         try:
             arch = self.space.sample(trial)
             dep = self.deployed(arch)
@@ -270,7 +271,6 @@ class SearchProblem:
             if not feasible:
                 return self._finish(trial, t0, "over_budget", OVER_BUDGET_SCORE, ms, False)
             self.evaluations += 1
-            epochs: dict[int, float] = {}
             res = self._evaluate(trial, arch, digest, epochs)
             if not math.isfinite(res.score):
                 raise ValueError(f"the evaluator returned a non-finite score {res.score}")
@@ -286,6 +286,7 @@ class SearchProblem:
             trial.set_user_attr("status", "pruned")
             trial.set_user_attr("metrics", {"epochs": float(max(epochs, default=0)), "seconds": secs})
             self.last = TrialOutcome(trial.number, "pruned", None, ms, True, secs)
+            _free_accelerator_memory()
             raise
         except KeyboardInterrupt:
             self._set_failed(trial, t0, "interrupted", "interrupted (KeyboardInterrupt)", ms, feasible)

@@ -262,6 +262,9 @@ def prepare_search(
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)  # validate before loading data
     prn = make_pruner(pruner, max_resource=int(getattr(ev, "epochs", 1)))
+    if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
+        log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
+                    prn.name, getattr(ev, "epochs", 1))
     ds = data if isinstance(data, Dataset) else load_data(data)
     lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
