@@ -87,7 +87,7 @@ def test_conf_alias_and_user_targets(tmp_path, monkeypatch):
 APP_SCHEMAS = {"space": "_space_schema", "profile": "_profile_schema", "predict": "_predict_schema",
                "validate": "_validate_schema", "search": "_search_schema", "train": "_train_schema",
                "export": "_export_schema"}
-GROUPS = {"target", "data", "evaluator", "sampler"}
+GROUPS = {"target", "data", "evaluator", "sampler", "pruner"}
 # values a primary YAML computes at composition, so they cannot be a dataclass default
 INTERPOLATED = {
     ("search", "latency_budget_ms"): "the selected target's budget: ${target.latency_budget_ms}",

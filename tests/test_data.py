@@ -163,16 +163,36 @@ def _fake_cifar(root, n=20):
         pickle.dump({"label_names": [f"c{i}" for i in range(10)]}, f)
 
 
-def test_cifar10_fake(tmp_path):
+@pytest.fixture
+def fake_cifar_ok(monkeypatch):
+    """torchvision checks the CIFAR-10 files' MD5 sums; the fake files pass when they exist."""
+    import os
+
+    import torchvision.datasets.cifar as tv_cifar
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+
+
+def test_cifar10_fake(tmp_path, fake_cifar_ok):
     _fake_cifar(tmp_path)
     d = load_data({"name": "cifar10", "root": str(tmp_path), "resolution": 16, "val_fraction": 0.1,
-                   "augment": "crop_flip"})
-    assert d.in_chans == 3 and len(d.train) + len(d.val) == 100 and len(d.test) == 20
-    assert d.classes[3] == "c3" and d.train.images.shape[-1] == 16
+                   "augment": "crop_flip", "num_workers": 0})
+    assert d.streamed and d.in_chans == 3 and len(d.train) + len(d.val) == 100 and len(d.test) == 20
+    assert d.classes[3] == "c3"
+    for split in ("train", "val", "test"):
+        x, y = next(d.batches(split, batch_size=8, augment=split == "train"))
+        assert x.shape == (8, 3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.long
+    # data.root may name the batches folder itself
+    d2 = load_data({"name": "cifar10", "root": str(tmp_path / "cifar-10-batches-py"), "resolution": 16,
+                    "val_fraction": 0.1, "num_workers": 0})
+    assert torch.equal(d2.val.labels, d.val.labels)
     with pytest.raises(DatasetNotFoundError, match="cifar-10-batches-py"):
         load_data({"name": "cifar10", "root": str(tmp_path / "empty"), "resolution": 32})
     with pytest.raises(DatasetNotFoundError, match="needs data.root"):
         load_data({"name": "cifar10", "resolution": 32})
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(DatasetNotFoundError, match="extract the python version there again"):
+        load_data({"name": "cifar10", "root": str(tmp_path), "resolution": 32})
 
 
 def _fake_images(folder, classes=("cat", "dog"), n=6, size=(20, 14)):
@@ -189,15 +209,19 @@ def _fake_images(folder, classes=("cat", "dog"), n=6, size=(20, 14)):
 def test_imagefolder_split_here(tmp_path, channels):
     _fake_images(tmp_path)
     d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "channels": channels,
-                   "val_fraction": 0.34})
+                   "val_fraction": 0.34, "num_workers": 0})
     assert d.classes == ("cat", "dog") and d.in_chans == channels
-    assert len(d.val) == 4 and len(d.train) == 8 and d.train.images.shape[-2:] == (8, 8)
+    assert len(d.val) == 4 and len(d.train) == 8
+    assert sorted(d.val.labels.tolist()) == [0, 0, 1, 1]  # stratified
+    x, _ = next(d.batches("train", batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0),
+                          augment=True))
+    assert x.shape == (8, channels, 8, 8)
 
 
 def test_imagefolder_train_val_folders(tmp_path):
     _fake_images(tmp_path / "train")
     _fake_images(tmp_path / "val", n=2)
-    d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8})
+    d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0})
     assert len(d.train) == 12 and len(d.val) == 4
 
 

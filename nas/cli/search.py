@@ -86,6 +86,7 @@ def _prepare_search(cfg: DictConfig, target: Target, run_dir: Path) -> Any:
         data=OmegaConf.to_container(cfg.data, resolve=True),
         evaluator=OmegaConf.to_container(cfg.evaluator, resolve=True),
         sampler=OmegaConf.to_container(cfg.sampler, resolve=True),
+        pruner=OmegaConf.to_container(cfg.pruner, resolve=True),
         budgets=Budgets(latency_ms=cfg.latency_budget_ms, memory_kb=cfg.memory_budget_kb),
         seed=cfg.seed,
         run_dir=run_dir,
@@ -109,6 +110,7 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
           f"data     {p.data.describe()}\n"
           f"score    {p.evaluator.describe()}\n"
           f"sampler  {cfg.sampler.name} (seed {cfg.seed})\n"
+          f"pruner   {p.pruner.describe() if p.pruner is not None else 'none'}\n"
           f"study    {study.study_name!r} in {search.storage_desc} "
           f"({'new' if search.created else f'resumed: {done} trials done'}); run dir {search.run_dir}", flush=True)
 

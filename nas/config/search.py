@@ -2,9 +2,9 @@
 
 The group schemas are generated from the library's own settings dataclasses
 (``nas.data.DataSettings``, the evaluators in ``nas.search.evaluate``, the sampler settings in
-``nas.search.study``), plus a ``name`` field, so names, types and defaults live in one place; a typo or a
+``nas.search.study``, the pruner settings in ``nas.search.pruners``), plus a ``name`` field, so names, types and defaults live in one place; a typo or a
 wrong type in any group fails when the config is composed.  Group options (``conf/data/*.yaml``,
-``conf/evaluator/*.yaml``, ``conf/sampler/*.yaml``) start from these schemas.
+``conf/evaluator/*.yaml``, ``conf/sampler/*.yaml``, ``conf/pruner/*.yaml``) start from these schemas.
 """
 
 from __future__ import annotations
@@ -18,12 +18,17 @@ from omegaconf import MISSING
 from nas.config import TargetConfig, register_configs, schema_from
 from nas.data import DataSettings
 from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator
+from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings
 from nas.search.study import NSGA2Settings, RandomSettings, TPESettings
 
 __all__ = [
     "DataConfig",
+    "HyperbandPrunerConfig",
+    "MedianPrunerConfig",
+    "NoPrunerConfig",
     "NSGA2SamplerConfig",
     "RandomSamplerConfig",
+    "SHAPrunerConfig",
     "SearchAppConfig",
     "TPESamplerConfig",
     "TrainEvaluatorConfig",
@@ -38,6 +43,12 @@ ZeroCostEvaluatorConfig = schema_from(ZeroCostEvaluator, name="zero_cost", schem
 NSGA2SamplerConfig = schema_from(NSGA2Settings, name="nsga2", schema_name="NSGA2SamplerConfig")
 TPESamplerConfig = schema_from(TPESettings, name="tpe", schema_name="TPESamplerConfig")
 RandomSamplerConfig = schema_from(RandomSettings, name="random", schema_name="RandomSamplerConfig")
+NoPrunerConfig = schema_from(NoPrunerSettings, name="none", schema_name="NoPrunerConfig")
+MedianPrunerConfig = schema_from(MedianSettings, name="median", schema_name="MedianPrunerConfig")
+SHAPrunerConfig = schema_from(SHASettings, name="sha", schema_name="SHAPrunerConfig")
+HyperbandPrunerConfig = schema_from(HyperbandSettings, name="hyperband", schema_name="HyperbandPrunerConfig")
+_PRUNER_SCHEMAS = {"none": NoPrunerConfig, "median": MedianPrunerConfig, "sha": SHAPrunerConfig,
+                   "hyperband": HyperbandPrunerConfig}
 
 
 @dataclass
@@ -48,6 +59,7 @@ class SearchAppConfig:
     data: Any = MISSING  # group `data`: DataConfig
     evaluator: Any = MISSING  # group `evaluator`: one of the evaluator schemas
     sampler: Any = MISSING  # group `sampler`: one of the sampler schemas
+    pruner: Any = MISSING  # group `pruner`: one of the pruner schemas (evaluator=train only)
     search_space: str = "tiny"  # a name in search_spaces/ or a path to a YAML space
     n_trials: int = 36  # the study's total (a re-run resumes up to it)
     latency_budget_ms: float | None = None  # conf/search.yaml: the target's; null = no latency constraint
@@ -71,3 +83,5 @@ def register_search_configs() -> None:
     cs.store(name="_sampler_nsga2_schema", node=NSGA2SamplerConfig)
     cs.store(name="_sampler_tpe_schema", node=TPESamplerConfig)
     cs.store(name="_sampler_random_schema", node=RandomSamplerConfig)
+    for name, node in _PRUNER_SCHEMAS.items():
+        cs.store(name=f"_pruner_{name}_schema", node=node)

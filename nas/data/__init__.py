@@ -14,11 +14,22 @@ Datasets are registered by name (``data=<name>`` on the command line):
     imagefolder    ``root/<class>/*.png|jpg`` (split into train/val here), or
                    ``root/train/<class>/...`` + ``root/val/<class>/...``.
 
-Every dataset is resized once to ``resolution`` (bilinear, antialiased), split into a
-stratified, seeded validation set held out of the training images (the official test split, when
-there is one, is kept apart as ``test`` and never used by the search), optionally subsampled,
-and normalised per channel with the training split's mean and std.  ``Dataset.batches`` yields
-float batches, with seeded random-crop / flip augmentation on the training split if asked.
+Where the images live:
+
+- digits and fashion_mnist are **held in memory**: resized once to ``resolution`` (bilinear,
+  antialiased) as uint8 tensors, normalised per channel with the training split's mean and std;
+  ``augment`` is a seeded random translation (``crop``) and flip (``crop_flip``) on the tensors.
+- cifar10 and imagefolder are **streamed** (``nas.data.stream``): torchvision's ``CIFAR10`` /
+  ``ImageFolder`` read the files, timm's transforms make each image ``resolution`` px as it is
+  loaded (training: RandomResizedCrop from ``crop_scale`` of the area, a flip with ``crop_flip``,
+  RandAugment with ``auto_augment``; scoring: resize + centre crop by ``crop_pct``), and a
+  ``DataLoader`` with ``num_workers`` persistent workers batches them.  Only the file list and the
+  labels stay in RAM (CIFAR-10's torchvision class also keeps its 32x32 uint8 pixels: 180 MB).
+
+Every dataset gets a stratified, seeded validation split held out of the training images (the
+official test split, when there is one, is kept apart as ``test`` and never used by the search)
+and may be subsampled (``train_samples`` / ``val_samples``).  ``Dataset.batches`` yields
+normalised float batches of either kind.
 
 The loaders are in ``nas.data.datasets``.  A dataset that cannot be found raises ``DatasetNotFoundError`` naming every place it looked and
 how to get it.  Nothing is downloaded unless ``download`` is true.
@@ -40,10 +51,12 @@ from nas.data.datasets import (
     _DATASETS,
     DEBIAN_FASHION_MNIST,
     DatasetNotFoundError,
+    _Files,
     dataset_names,
     read_idx,
     register_dataset,
 )
+from nas.data.stream import StreamSplit, make_transforms
 
 __all__ = [
     "AUGMENTS",
@@ -52,6 +65,7 @@ __all__ = [
     "Dataset",
     "DatasetNotFoundError",
     "Split",
+    "StreamSplit",
     "adapt_arch",
     "dataset_names",
     "load_data",
@@ -78,6 +92,11 @@ class DataSettings:
     augment: str = "none"  # none | crop | crop_flip (training batches only)
     download: bool = False  # fashion_mnist / cifar10: download if not found
     seed: int = 0  # the split and the subsampling
+    # streamed datasets (cifar10, imagefolder) only:
+    num_workers: int = 4  # DataLoader worker processes (persistent; 0: load in the main process)
+    auto_augment: str | None = None  # timm's RandAugment / AutoAugment string, e.g. rand-m9-mstd0.5
+    crop_scale: float = 0.08  # RandomResizedCrop: smallest crop, as a fraction of the image area
+    crop_pct: float = 0.875  # scoring: resize to resolution / crop_pct, then centre crop
 
     def __post_init__(self) -> None:
         if self.name not in _DATASETS:
@@ -93,6 +112,16 @@ class DataSettings:
                 _pos_int(f"data.{k}", v)
         if self.augment not in AUGMENTS:
             raise ValueError(f"data.augment must be one of {', '.join(AUGMENTS)}, got {self.augment!r}")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"data.num_workers must be an integer >= 0 (0: load in the main process), "
+                             f"got {self.num_workers!r}")
+        for k in ("crop_scale", "crop_pct"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ValueError(f"data.{k} must be in (0, 1], got {v!r}")
+        if self.auto_augment is not None and not isinstance(self.auto_augment, str):
+            raise ValueError(f"data.auto_augment must be a timm augmentation string (e.g. rand-m9-mstd0.5) or null, "
+                             f"got {self.auto_augment!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DataSettings:
@@ -128,6 +157,10 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def channels(self) -> int:
+        return int(self.images.shape[1])
+
     def subset(self, idx: np.ndarray | torch.Tensor) -> Split:
         idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
         return Split(self.images[idx], self.labels[idx])
@@ -138,9 +171,9 @@ class Dataset:
     """A loaded dataset: train / val (/ test) splits at ``resolution``, and how to normalise them."""
 
     name: str
-    train: Split
-    val: Split
-    test: Split | None
+    train: Split | StreamSplit
+    val: Split | StreamSplit
+    test: Split | StreamSplit | None
     num_classes: int
     classes: tuple[str, ...]
     resolution: int
@@ -152,7 +185,12 @@ class Dataset:
 
     @property
     def in_chans(self) -> int:
-        return int(self.train.images.shape[1])
+        return self.train.channels
+
+    @property
+    def streamed(self) -> bool:
+        """Read from disk per batch (``StreamSplit``), not held in memory."""
+        return isinstance(self.train, StreamSplit)
 
     def describe(self) -> str:
         t = f", {len(self.test)} test" if self.test is not None else ""
@@ -177,10 +215,31 @@ class Dataset:
         drop_last: bool = False,
         device: str | torch.device = "cpu",
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Float image batches and labels of ``split`` ('train', 'val' or 'test')."""
+        """Float image batches and labels of ``split`` ('train', 'val' or 'test'); ``augment``: the
+        training augmentation (``data.augment``, and ``auto_augment`` when streamed)."""
+        s = self._split(split)
+        if isinstance(s, StreamSplit):
+            return s.batches(batch_size=batch_size, shuffle=shuffle, generator=generator, augment=augment,
+                             drop_last=drop_last, device=torch.device(device))
+        return self._memory_batches(s, batch_size=batch_size, shuffle=shuffle, generator=generator, augment=augment,
+                                    drop_last=drop_last, device=device)
+
+    def images(self, split: str, idx: torch.Tensor) -> torch.Tensor:
+        """The normalised images of ``split`` at positions ``idx`` (no augmentation)."""
+        s = self._split(split)
+        if isinstance(s, StreamSplit):
+            return s.eval_images(idx.tolist())
+        return self.normalize(s.images[idx])
+
+    def _split(self, split: str) -> Split | StreamSplit:
         s = {"train": self.train, "val": self.val, "test": self.test}.get(split)
         if s is None:
             raise ValueError(f"dataset {self.name!r} has no {split!r} split")
+        return s
+
+    def _memory_batches(self, s: Split, *, batch_size: int, shuffle: bool, generator: torch.Generator | None,
+                        augment: bool, drop_last: bool, device: str | torch.device
+                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(s)
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         stop = n - n % batch_size if drop_last and n >= batch_size else n
@@ -220,6 +279,12 @@ def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
     """Load, split, subsample, resize and normalise a dataset (see the module docs)."""
     s = settings if isinstance(settings, DataSettings) else DataSettings.from_dict(dict(settings))
     raw = _DATASETS[s.name](s)
+    if isinstance(raw, _Files):
+        return _load_streamed(s, raw)
+    if s.auto_augment:
+        raise ValueError(f"data.auto_augment={s.auto_augment!r}: dataset {s.name!r} is held in memory and augmented "
+                         f"with data.augment (none, crop, crop_flip); auto_augment applies to the streamed datasets "
+                         f"(cifar10, imagefolder): remove it")
     classes = raw.classes
     rng = np.random.default_rng(s.seed)
     if raw.val_x is not None:
@@ -247,6 +312,39 @@ def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
     ds = Dataset(s.name, train, val, test, len(classes), tuple(classes), s.resolution, mean, std, s.augment,
                  raw.source, s)
     log.debug("loaded %s", ds.describe())
+    return ds
+
+
+def _subsample(idx: np.ndarray, cap: int | None, rng: np.random.Generator) -> np.ndarray:
+    if cap is None or cap >= len(idx):
+        return idx
+    return idx[np.sort(rng.permutation(len(idx))[:cap])]
+
+
+def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
+    """Split and subsample by label (no image is read), and wrap each split in a ``StreamSplit``."""
+    rng = np.random.default_rng(s.seed)
+    targets = np.asarray(f.train.targets, dtype=np.int64)
+    if f.val is not None:
+        tr_idx, va_idx = np.arange(len(targets)), np.arange(len(f.val.targets))
+    else:
+        tr_idx, va_idx = _stratified_split(targets, s.val_fraction, rng)
+    tr_idx = _subsample(tr_idx, s.train_samples, rng)
+    va_idx = _subsample(va_idx, s.val_samples, rng)
+    if len(tr_idx) == 0 or len(va_idx) == 0:
+        raise ValueError(f"dataset {s.name!r} from {f.source}: the split left {len(tr_idx)} training and "
+                         f"{len(va_idx)} validation images; add images or change data.val_fraction")
+    train_tf, eval_tf = make_transforms(s.resolution, augment=s.augment, auto_augment=s.auto_augment,
+                                        crop_scale=s.crop_scale, crop_pct=s.crop_pct, mean=f.mean, std=f.std)
+
+    def split(base: Any, idx: np.ndarray) -> StreamSplit:
+        return StreamSplit(base, idx, channels=f.channels, train_tf=train_tf, eval_tf=eval_tf,
+                           num_workers=s.num_workers)
+
+    test = split(f.test, np.arange(len(f.test.targets))) if f.test is not None else None
+    ds = Dataset(s.name, split(f.train, tr_idx), split(f.val if f.val is not None else f.train, va_idx), test,
+                 len(f.classes), tuple(f.classes), s.resolution, tuple(f.mean), tuple(f.std), s.augment, f.source, s)
+    log.debug("streaming %s (%d workers)", ds.describe(), s.num_workers)
     return ds
 
 

@@ -1,7 +1,9 @@
-"""The registered dataset loaders (``data=<name>``): each returns native-resolution uint8 images and labels.
+"""The registered dataset loaders (``data=<name>``).
 
-``nas.data.load_data`` resizes, splits and normalises what they return; the module docs of ``nas.data``
-describe each dataset and where it is looked for.
+The small datasets (digits, fashion_mnist) return native-resolution uint8 images and labels
+(``_Raw``), which ``nas.data.load_data`` resizes, splits and keeps in memory; cifar10 and
+imagefolder return torchvision datasets (``_Files``) that ``nas.data.stream`` reads per batch.
+The module docs of ``nas.data`` describe each dataset and where it is looked for.
 """
 
 from __future__ import annotations
@@ -9,11 +11,10 @@ from __future__ import annotations
 import gzip
 import logging
 import os
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,15 +46,15 @@ class _Raw:
     test_y: np.ndarray | None
     classes: tuple[str, ...]
     source: str
-    val_x: np.ndarray | None = None  # an explicit validation split (imagefolder train/ + val/)
+    val_x: np.ndarray | None = None  # an explicit validation split
     val_y: np.ndarray | None = None
 
 
-_DATASETS: Registry[Callable[[DataSettings], _Raw]] = Registry("dataset")
+_DATASETS: Registry[Callable[[DataSettings], Any]] = Registry("dataset")
 
 
 def register_dataset(name: str) -> Callable:
-    """Decorator registering a loader ``fn(settings) -> _Raw`` under ``name``."""
+    """Decorator registering a loader ``fn(settings) -> _Raw | _Files`` under ``name``."""
     return _DATASETS.register(name)
 
 
@@ -154,8 +155,29 @@ def _fashion_from(files: dict[str, Path], folder: Path) -> _Raw:
                 arrs["test_y"].astype(np.int64), FASHION_CLASSES, str(folder))
 
 
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # the training set's per-channel statistics
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+@dataclass
+class _Files:
+    """What a streamed loader returns: torchvision datasets (images decoded per item, labels in
+    ``targets``) and how to normalise them."""
+
+    train: Any
+    val: Any | None
+    test: Any | None
+    classes: tuple[str, ...]
+    source: str
+    channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
 @register_dataset("cifar10")
-def _cifar10(s: DataSettings) -> _Raw:
+def _cifar10(s: DataSettings) -> _Files:
+    from torchvision.datasets import CIFAR10
+
     if not s.root:
         raise DatasetNotFoundError(
             "cifar10 needs data.root: the folder holding cifar-10-batches-py/ (the CIFAR-10 python version from "
@@ -163,76 +185,30 @@ def _cifar10(s: DataSettings) -> _Raw:
             "with torchvision"
         )
     root = Path(s.root).expanduser()
-    cands = [root / "cifar-10-batches-py", root]
-    folder = next((c for c in cands if (c / "data_batch_1").is_file()), None)
-    if folder is None and s.download:
-        from torchvision.datasets import CIFAR10
-
-        log.info("downloading CIFAR-10 into %s", root)
-        CIFAR10(str(root), train=True, download=True)
-        folder = root / "cifar-10-batches-py"
-    if folder is None:
+    if root.name == CIFAR10.base_folder and (root / "data_batch_1").is_file():
+        root = root.parent  # data.root named the batches folder itself
+    folder = root / CIFAR10.base_folder
+    if not (folder / "data_batch_1").is_file() and not s.download:
         raise DatasetNotFoundError(
-            f"CIFAR-10 not found: looked for data_batch_1..5 and test_batch in {', '.join(map(str, cands))}. "
-            f"Download the python version from https://www.cs.toronto.edu/~kriz/cifar.html and extract it under "
-            f"data.root, or add data.download=true to download it with torchvision"
+            f"CIFAR-10 not found: looked for data_batch_1..5 and test_batch in {folder}. Download the python version "
+            f"from https://www.cs.toronto.edu/~kriz/cifar.html and extract it under data.root, or add "
+            f"data.download=true to download it with torchvision"
         )
-
-    def batch(name: str) -> tuple[np.ndarray, np.ndarray]:
-        p = folder / name
-        if not p.is_file():
-            raise DatasetNotFoundError(f"CIFAR-10 in {folder} is incomplete: {p} is missing")
-        with open(p, "rb") as f:
-            d = pickle.load(f, encoding="latin1")  # the official python format is pickled numpy
-        return np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32), np.asarray(d["labels"], dtype=np.int64)
-
-    parts = [batch(f"data_batch_{i}") for i in range(1, 6)]
-    tx, ty = batch("test_batch")
-    classes: tuple[str, ...] = tuple(str(i) for i in range(10))
-    meta = folder / "batches.meta"
-    if meta.is_file():
-        with open(meta, "rb") as f:
-            classes = tuple(pickle.load(f, encoding="latin1").get("label_names", classes))
-    return _Raw(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), tx, ty, classes,
-                str(folder))
-
-
-def _list_class_folder(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
-    classes = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
-    items = []
-    for i, c in enumerate(classes):
-        for p in sorted((folder / c).rglob("*")):
-            if p.suffix.lower() in _IMAGE_EXTS and p.is_file():
-                items.append((p, i))
-    return classes, items
-
-
-def _load_images(items: list[tuple[Path, int]], channels: int, r: int) -> tuple[np.ndarray, np.ndarray]:
-    """Resize (shorter side to r) + centre crop each image to r x r; N x C x r x r uint8."""
-    from PIL import Image
-
-    mode = "L" if channels == 1 else "RGB"
-    xs = np.empty((len(items), channels, r, r), dtype=np.uint8)
-    ys = np.empty(len(items), dtype=np.int64)
-    for j, (p, label) in enumerate(items):
-        try:
-            with Image.open(p) as im:
-                im = im.convert(mode)
-                w, h = im.size
-                sc = r / min(w, h)
-                nw, nh = max(r, round(w * sc)), max(r, round(h * sc))
-                im = im.resize((nw, nh), Image.BILINEAR)
-                left, top = (nw - r) // 2, (nh - r) // 2
-                a = np.asarray(im.crop((left, top, left + r, top + r)), dtype=np.uint8)
-        except OSError as e:
-            raise ValueError(f"cannot read image {p}: {e}") from None
-        xs[j] = a[None] if channels == 1 else a.transpose(2, 0, 1)
-        ys[j] = label
-    return xs, ys
+    if s.download:
+        log.info("CIFAR-10 into %s (downloaded if missing)", root)
+    try:
+        train = CIFAR10(str(root), train=True, download=s.download)
+        test = CIFAR10(str(root), train=False, download=False)
+    except RuntimeError as e:  # torchvision: "Dataset not found or corrupted" (a file missing or damaged)
+        raise DatasetNotFoundError(f"CIFAR-10 in {folder}: {e}; extract the python version there again, or add "
+                                   f"data.download=true") from None
+    return _Files(train, None, test, tuple(train.classes), str(folder), 3, CIFAR10_MEAN, CIFAR10_STD)
 
 
 @register_dataset("imagefolder")
-def _imagefolder(s: DataSettings) -> _Raw:
+def _imagefolder(s: DataSettings) -> _Files:
+    from torchvision.datasets import ImageFolder
+
     if not s.root:
         raise DatasetNotFoundError("imagefolder needs data.root: a folder of class folders (root/<class>/*.png), "
                                    "or root/train/<class>/... and root/val/<class>/...")
@@ -242,24 +218,22 @@ def _imagefolder(s: DataSettings) -> _Raw:
                                    f"class (root/<class>/*.png), or train/ and val/ folders of class folders")
     channels = s.channels or 3
     val_dir = next((root / v for v in ("val", "validation") if (root / v).is_dir()), None)
-    if (root / "train").is_dir() and val_dir is not None:
-        classes, tr_items = _list_class_folder(root / "train")
-        vclasses, va_items = _list_class_folder(val_dir)
-        if vclasses != classes:
-            raise ValueError(f"imagefolder: {root / 'train'} has classes {classes} but {val_dir} has {vclasses}")
-    else:
-        classes, tr_items = _list_class_folder(root)
-        va_items = []
-    if len(classes) < 2 or not tr_items:
+    split_dirs = (root / "train").is_dir() and val_dir is not None
+    tr_dir = root / "train" if split_dirs else root
+    classes = sorted(d.name for d in tr_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+    n_images = sum(1 for c in classes for p in (tr_dir / c).rglob("*") if p.suffix.lower() in _IMAGE_EXTS)
+    if len(classes) < 2 or not n_images:
         raise DatasetNotFoundError(
-            f"imagefolder: found {len(classes)} class folder(s) and {len(tr_items)} images ({', '.join(_IMAGE_EXTS)}) "
-            f"in {root}; expected at least two class folders of images: root/<class>/*.png"
+            f"imagefolder: found {len(classes)} class folder(s) and {n_images} images ({', '.join(_IMAGE_EXTS)}) "
+            f"in {tr_dir}; expected at least two class folders of images: root/<class>/*.png"
         )
-    rng = np.random.default_rng(s.seed)
-    tr_x, tr_y = _load_images(tr_items, channels, s.resolution)
-    va_x = va_y = None
-    if va_items:
-        if s.val_samples is not None and s.val_samples < len(va_items):
-            va_items = [va_items[i] for i in np.sort(rng.permutation(len(va_items))[: s.val_samples])]
-        va_x, va_y = _load_images(va_items, channels, s.resolution)
-    return _Raw(tr_x, tr_y, None, None, tuple(classes), str(root), va_x, va_y)
+    train = ImageFolder(str(tr_dir), allow_empty=True)
+    val = None
+    if split_dirs:
+        val = ImageFolder(str(val_dir), allow_empty=True)
+        if val.classes != train.classes:
+            raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {val_dir} has {val.classes}")
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+    mean, std = ((0.5,), (0.5,)) if channels == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
+    return _Files(train, val, None, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))

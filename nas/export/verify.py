@@ -57,7 +57,7 @@ def calibration_inputs(data: Dataset, n: int, *, seed: int) -> list[np.ndarray]:
     """``n`` training images (seeded choice), batch 1, normalised as in training."""
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(data.train), generator=g)[: min(n, len(data.train))]
-    x = data.normalize(data.train.images[idx])
+    x = data.images("train", idx)
     return [x[i: i + 1].numpy() for i in range(len(x))]
 
 

@@ -11,7 +11,10 @@ Evaluators are registered by name (``evaluator=<name>`` on the command line):
                signal, not an accuracy.
 
 Every evaluator is a frozen dataclass of its settings (validated in ``__post_init__``) with
-``evaluate(arch, data, seed=...) -> EvalResult``.  The Arch must already match the data (its
+``evaluate(arch, data, seed=...) -> EvalResult``.  An evaluator with ``epochs`` (``fidelity``
+true: ``train``) also takes ``on_epoch(epochs_trained, val_accuracy)``, called after every epoch
+but the last, so a pruner (``nas.search.pruners``) can stop a hopeless trial early by raising from
+it; scoring those epochs never changes the training run or its final score.  The Arch must already match the data (its
 classes, input channels and resolution: ``nas.data.adapt_arch``).  Randomness (weight init,
 shuffling, augmentation, the proxy batch) comes from ``seed`` alone; the global torch RNG state
 is restored afterwards, so evaluating is reproducible and leaves no trace.
@@ -130,6 +133,7 @@ class Evaluator(ABC):
     """Scores an Arch on a dataset; ``metric`` names the score (higher is better)."""
 
     name: ClassVar[str] = ""
+    fidelity: ClassVar[bool] = False  # evaluate() takes on_epoch: it can be stopped after any epoch
 
     @property
     @abstractmethod
@@ -174,6 +178,7 @@ class TrainEvaluator(Evaluator):
     bn_recalibration_batches: int = 8  # re-estimate BatchNorm statistics on this many batches before scoring
 
     OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adamw", "sgd")
+    fidelity: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check_pos(self, "epochs", self.epochs, integer=True)
@@ -202,7 +207,10 @@ class TrainEvaluator(Evaluator):
         """The training loop's settings (``nas.train.fit``) these evaluator settings name."""
         return FitSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(FitSettings)})
 
-    def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
+    def evaluate(self, arch: Arch, data: Dataset, *, seed: int,
+                 on_epoch: Callable[[int, float], None] | None = None) -> EvalResult:
+        """Train, recalibrate BatchNorm, score.  ``on_epoch(epochs_trained, val_accuracy)`` after every
+        epoch but the last (whose accuracy is the score); an exception it raises ends the evaluation."""
         t0 = time.perf_counter()
         fs = self.fit_settings()
         with _seeded_build(arch, data, self.device, seed) as (model, device):
@@ -210,11 +218,16 @@ class TrainEvaluator(Evaluator):
                 model = model.to(memory_format=torch.channels_last)
             gen = torch.Generator().manual_seed(seed)  # one generator: every epoch's batches, then BN recalibration
             dtype = amp_dtype(device, self.amp)
+            epoch_end = None
+            if on_epoch is not None:
+                def epoch_end(m: nn.Module, epoch: int, _loss: float) -> None:
+                    if epoch + 1 < self.epochs:
+                        on_epoch(epoch + 1, self._score_between_epochs(m, data, device, dtype, seed, epoch))
             train_loss, steps = train_epochs(
                 model, data, build_optimizer(model, fs, self.lr), settings=fs,
                 schedule=Schedule.of(len(data.train), fs, self.epochs), lr=self.lr, epochs=range(self.epochs),
                 generator=lambda _epoch: gen, device=device, amp=dtype, stage="evaluator train",
-                hint="lower evaluator.lr or set evaluator.grad_clip")
+                hint="lower evaluator.lr or set evaluator.grad_clip", on_epoch_end=epoch_end)
             train_s = time.perf_counter() - t0
             recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
                                   generator=gen, device=device, amp_dtype=dtype)
@@ -224,6 +237,18 @@ class TrainEvaluator(Evaluator):
             "val_loss": val_loss, "train_loss": train_loss, "train_seconds": train_s, "steps": float(steps),
             "epochs": float(self.epochs),
         })
+
+    def _score_between_epochs(self, model: nn.Module, data: Dataset, device: torch.device, dtype, seed: int,
+                              epoch: int) -> float:
+        """Validation accuracy after ``epoch`` (BatchNorm recalibrated first), leaving the run as it was:
+        its own batch generator and a forked RNG, so training goes on exactly as without it (the next
+        epoch's forward in train mode uses batch statistics, not the recalibrated running ones)."""
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
+                                  generator=torch.Generator().manual_seed(seed * 7919 + epoch + 1), device=device,
+                                  amp_dtype=dtype)
+            acc, _ = self._score(model, data, device, dtype)
+        return acc
 
     @torch.no_grad()
     def _score(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype) -> tuple[float, float]:

@@ -17,6 +17,10 @@ One trial:
    new ``max_consecutive_duplicates`` times in a row the space is taken as exhausted and the run
    stops;
 5. otherwise the evaluator scores the Arch at the dataset's resolution (``status=evaluated``).
+   With a pruner (``nas.search.pruners``) the ``train`` evaluator's validation accuracy after each
+   epoch is kept in the trial (user attribute ``intermediate``) and the pruner may stop the
+   training: the trial is told PRUNED (``status=pruned``), keeps its epoch accuracies, counts
+   towards ``n_trials`` but has no score and is never on the Pareto front.
 
 Objectives: maximise the score (validation accuracy, or a zero-cost proxy), minimise predicted
 latency (ms).  Every trial keeps its deployed Arch (JSON), digest, latency provenance, costs,
@@ -50,6 +54,7 @@ from nas.cost import arch_cost
 from nas.data import Dataset, adapt_arch
 from nas.latency.base import LatencyModel
 from nas.search.evaluate import Evaluator
+from nas.search.pruners import TrialPruner, record_epoch
 from nas.search.storage import SCHEMA_VERSION
 from nas.space import SearchSpace
 from nas.target import Target
@@ -59,7 +64,7 @@ __all__ = ["OVER_BUDGET_SCORE", "STATUSES", "WORKER", "Budgets", "DuplicateArch"
 log = logging.getLogger(__name__)
 
 OVER_BUDGET_SCORE = 0.0  # placeholder objective of an untrained, over-budget trial
-STATUSES = ("running", "evaluated", "over_budget", "duplicate", "error", "interrupted", "stale")
+STATUSES = ("running", "evaluated", "pruned", "over_budget", "duplicate", "error", "interrupted", "stale")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -149,7 +154,12 @@ class SearchProblem:
         budgets: Budgets,
         train_seed: int,
         deploy_resolution: int | None = None,
+        pruner: TrialPruner | None = None,
     ) -> None:
+        if pruner is not None and not evaluator.fidelity:
+            raise ValueError(f"pruner={pruner.name} needs an evaluator that trains over epochs (evaluator=train); "
+                             f"evaluator={evaluator.name} has no epochs to stop early: use pruner=none")
+        self.pruner = pruner
         self.space, self.data, self.evaluator, self.latency = space, data, evaluator, latency
         self.target, self.budgets, self.train_seed = Target.coerce(target), budgets, int(train_seed)
         self.deploy_resolution = int(deploy_resolution or self.target.resolution or space.resolution)
@@ -168,7 +178,12 @@ class SearchProblem:
 
     def record(self) -> dict[str, Any]:
         """The settings that define the study (checked when a study is resumed)."""
-        data = {k: v for k, v in self.data.settings.to_dict().items() if k not in ("root", "download")}
+        # where the files are, and how many processes read them, do not change a score; the streamed
+        # datasets' transform settings do nothing for the in-memory ones (so their studies keep their record)
+        skip = {"root", "download", "num_workers"}
+        if not self.data.streamed:
+            skip |= {"auto_augment", "crop_scale", "crop_pct"}
+        data = {k: v for k, v in self.data.settings.to_dict().items() if k not in skip}
         ev = {k: v for k, v in self.evaluator.settings().items() if k != "device"}
         return {
             "version": SCHEMA_VERSION,
@@ -229,6 +244,7 @@ class SearchProblem:
         trial.set_user_attr("status", "running")
         self.last = TrialOutcome(trial.number, "running", None, None, None, 0.0)
         ms = feasible = None
+        epochs: dict[int, float] = {}  # with a pruner: the validation accuracy after each epoch
         try:
             arch = self.space.sample(trial)
             dep = self.deployed(arch)
@@ -255,12 +271,22 @@ class SearchProblem:
             if not feasible:
                 return self._finish(trial, t0, "over_budget", OVER_BUDGET_SCORE, ms, False)
             self.evaluations += 1
-            res = self.evaluator.evaluate(self.trained(arch), self.data, seed=self.eval_seed(digest))
+            res = self._evaluate(trial, arch, digest, epochs)
             if not math.isfinite(res.score):
                 raise ValueError(f"the evaluator returned a non-finite score {res.score}")
             trial.set_user_attr("metrics", {**res.metrics, "seconds": res.seconds})
+            if self.pruner is not None:
+                epochs[int(res.metrics.get("epochs", len(epochs) + 1))] = float(res.score)
+                record_epoch(trial, epochs)
             return self._finish(trial, t0, "evaluated", float(res.score), ms, True)
         except DuplicateArch:
+            raise
+        except optuna.TrialPruned:
+            secs = time.perf_counter() - t0
+            trial.set_user_attr("status", "pruned")
+            trial.set_user_attr("metrics", {"epochs": float(max(epochs, default=0)), "seconds": secs})
+            self.last = TrialOutcome(trial.number, "pruned", None, ms, True, secs)
+            _free_accelerator_memory()
             raise
         except KeyboardInterrupt:
             self._set_failed(trial, t0, "interrupted", "interrupted (KeyboardInterrupt)", ms, feasible)
@@ -270,6 +296,22 @@ class SearchProblem:
             self._set_failed(trial, t0, "error", msg, ms, feasible)
             _free_accelerator_memory()
             raise
+
+    def _evaluate(self, trial: optuna.Trial, arch: Arch, digest: str, epochs: dict[int, float]) -> Any:
+        """The evaluator's result; with a pruner, each epoch's accuracy is recorded in ``epochs`` and the
+        trial, and ``optuna.TrialPruned`` raised when the pruner stops it."""
+        seed = self.eval_seed(digest)
+        if self.pruner is None:
+            return self.evaluator.evaluate(self.trained(arch), self.data, seed=seed)
+        pruner = self.pruner
+
+        def on_epoch(done: int, acc: float) -> None:
+            epochs[done] = float(acc)
+            record_epoch(trial, epochs)
+            if pruner.should_prune(trial):
+                raise optuna.TrialPruned(f"stopped by the {pruner.name} pruner after {done} epochs ({acc:.4f})")
+
+        return self.evaluator.evaluate(self.trained(arch), self.data, seed=seed, on_epoch=on_epoch)
 
     def _finish(self, trial: optuna.Trial, t0: float, status: str, score: float, ms: float,
                 feasible: bool) -> tuple[float, float]:

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 from nas.arch import Arch
+from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 
 __all__ = ["pareto_front", "plot_pareto", "trial_records", "write_outputs"]
@@ -47,7 +48,9 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "peak_activation_kb": (cost["peak_activation_bytes"] / 1024.0) if "peak_activation_bytes" in cost else None,
             "latency_violation": cons.get("latency"),
             "memory_violation": cons.get("memory"),
-            "eval_seconds": (ua.get("metrics") or {}).get("seconds") if status == "evaluated" else None,
+            "eval_seconds": (ua.get("metrics") or {}).get("seconds") if status in ("evaluated", "pruned") else None,
+            "epochs_trained": _epochs_trained(t, status),
+            "epoch_scores": " ".join(f"{v:.4g}" for _, v in sorted(intermediate_values(t).items())) or None,
             "duration_s": t.duration.total_seconds() if t.duration is not None else None,
             "duplicate_of": ua.get("duplicate_of", ua.get("cached_from")),
             "worker": ua.get("worker"),
@@ -59,6 +62,14 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "_metrics": ua.get("metrics"),
         })
     return rows
+
+
+def _epochs_trained(t: optuna.trial.FrozenTrial, status: str) -> int | None:
+    """Epochs a trained trial ran: all of them, or as many as it had when a pruner stopped it."""
+    if status not in ("evaluated", "pruned"):
+        return None
+    ep = (t.user_attrs.get("metrics") or {}).get("epochs")
+    return int(ep) if ep is not None else None
 
 
 def _compact(arch: Arch) -> str:
@@ -96,8 +107,8 @@ def pareto_front(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 _CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_source", "feasible", "params", "macs",
-                "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "duration_s",
-                "duplicate_of", "worker", "digest", "error", "arch")
+                "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "epochs_trained",
+                "epoch_scores", "duration_s", "duplicate_of", "worker", "digest", "error", "arch")
 
 
 def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
@@ -242,6 +253,9 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
                    alpha=0.5, zorder=2, clip_on=False)
         handles.append(Line2D([], [], ls="", marker="|", markersize=9, color="tab:red",
                               label=f"over budget, not trained ({len(over)})"))
+    pruned = sum(r["status"] == "pruned" for r in records)
+    if pruned:
+        handles.append(Line2D([], [], ls="", label=f"({pruned} trials stopped early by the pruner: no score)"))
     if xs_all:
         x0, x1 = min(xs_all), max(xs_all)
         span = max(x1 - x0, 1e-6)

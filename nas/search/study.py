@@ -38,6 +38,7 @@ from nas.data import Dataset
 from nas.latency.base import LatencyModel
 from nas.search.evaluate import Evaluator
 from nas.search.objective import Budgets, DuplicateArch, SearchProblem, TrialOutcome
+from nas.search.pruners import make_pruner, pruner_names
 from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
 from nas.search.samplers import (
@@ -75,10 +76,12 @@ __all__ = [
     "TPESettings",
     "fail_stale_trials",
     "make_sampler",
+    "make_pruner",
     "make_storage",
     "open_study",
     "pareto_front",
     "plot_pareto",
+    "pruner_names",
     "sampler_names",
     "sampler_settings_class",
     "trial_records",
@@ -129,6 +132,8 @@ def _run_one(study: optuna.Study, problem: SearchProblem) -> TrialOutcome:
         values = problem(trial)
     except DuplicateArch:
         study.tell(trial, state=TrialState.FAIL)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
     except KeyboardInterrupt:
         study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         raise
@@ -213,6 +218,7 @@ class Search:
                               "warning": p.latency.warning},
             "data_description": p.data.describe(),
             "evaluator_description": p.evaluator.describe(),
+            "pruner": p.pruner.to_dict() if p.pruner is not None else {"name": "none"},
             "storage": self.storage_desc,
             "run_dir": str(self.run_dir),
         }
@@ -237,11 +243,14 @@ def prepare_search(
     latency: LatencyModel | None = None,
     allow_mismatch: bool = False,
     command: Sequence[str] | None = None,
+    pruner: dict[str, Any] | None = None,
 ) -> Search:
     """Load the space, data, evaluator and latency model; open (or create) the study in its storage.
 
     The run dir belongs to one study (``nas.search.rundir``): a run dir that holds another one is
-    refused before anything is written.  ``command``: the user's command-line arguments, recorded
+    refused before anything is written.  ``pruner``: ``{"name": "sha", ...}`` (``nas.search.pruners``;
+    None: no pruning); it does not define the study, so a study may be resumed with another one.
+    ``command``: the user's command-line arguments, recorded
     in the run dir and used to spell out the command that starts a refused search elsewhere."""
     from nas.data import load_data
     from nas.latency import load_latency_model
@@ -252,10 +261,14 @@ def prepare_search(
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)  # validate before loading data
+    prn = make_pruner(pruner, max_resource=int(getattr(ev, "epochs", 1)))
+    if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
+        log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
+                    prn.name, getattr(ev, "epochs", 1))
     ds = data if isinstance(data, Dataset) else load_data(data)
     lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
-                            train_seed=seed)
+                            train_seed=seed, pruner=prn)
     problem.check_budgets()
     run_dir = Path(run_dir)
     name = study_name or default_study_name(space=space.name, data=ds.name, target=target.name)
