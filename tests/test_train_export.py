@@ -242,8 +242,9 @@ def test_export_takes_every_arch_file_train_writes(trained, tmp_path, capsys):
              (None, "pruned.ckpt", "fp32")]  # prune_plan.json, results.json, YAML: test_load_arch_file_...
     for i, (arch, ckpt, prec) in enumerate(cases):
         dst = tmp_path / f"{i}.{prec}.onnx"
-        args = ["conf=cpu", "conf.table=null", f"weights={mdir / ckpt}", f"precision={prec}",
-                f"out={dst}", "verify_samples=50", "export.rounds=1", "export.repeats=5", "export.min_time_s=0"]
+        args = ["conf=cpu", "conf.table=null", f"weights={mdir / ckpt}", f"precision={prec}", f"out={dst}",
+                "verify_samples=50", "export.calib_samples=32", "export.rounds=1", "export.repeats=5",
+                "export.min_time_s=0"]
         args += [f"arch={mdir / arch}"] if arch else []
         if i == 0:  # the command line once; the other cases in process (same code path, no start-up cost)
             r = run("nas.export", *args, cwd=tmp_path)
