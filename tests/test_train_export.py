@@ -198,8 +198,8 @@ def test_exports_are_the_searched_networks(trained, search_run):
     ck = torch.load(out / m["id"] / "fp32.ckpt", weights_only=True)
     assert ck["meta"]["data"]["resolution"] == 32
     md = (out / "report.md").read_text()
-    assert f"- {m['id']}: input 1x1x32x32; the fp32 file is the network the search scored (the front's " \
-           f"{entry['latency_ms']:.4f} ms (fp32, target `cpu`) is its latency)" in md
+    assert f"- {m['id']}: input 1x1x32x32; the fp32 file is the network the search scored: the front's " \
+           f"{entry['latency_ms']:.4f} ms (fp32, target `cpu`) is for this input" in md
 
 
 def test_another_resolution_reports_both_latencies(search_run, tmp_path):
@@ -435,3 +435,27 @@ def test_load_arch_file_reads_arch_and_records(tmp_path):
         load_arch_file(tmp_path / "broken.json")
     with pytest.raises(FileNotFoundError, match="no such file; give one of arch.json, pruned_arch.json"):
         load_arch_file(tmp_path / "nope.json")
+
+
+def test_a_front_without_deployment_resolution_needs_one(tmp_path):
+    """An older pareto.json without search.deploy_resolution: the front's Arch resolution is the
+    deployed one; a front mixing resolutions is refused unless resolution= names one."""
+    from nas.space import load_space
+    from nas.target import load_target
+    from nas.train.pipeline import _resolution
+    from nas.train.search_run import load_search_run
+    from nas.train.settings import PipelineSettings
+
+    arch = load_space("tiny").random(1).with_head(in_chans=1)
+    doc = {"schema": "hwnas.pareto", "search": {"data": {"name": "digits"}},
+           "pareto": [{"arch": arch.with_resolution(32).to_dict(), "latency_ms": 0.1}]}
+    (tmp_path / "pareto.json").write_text(json.dumps(doc))
+    run = load_search_run(tmp_path)
+    assert run.resolution == 32 and run.searched_shape(0) == [1, 1, 32, 32]
+    doc["pareto"].append({"arch": arch.with_resolution(24).to_dict(), "latency_ms": 0.2})
+    (tmp_path / "pareto.json").write_text(json.dumps(doc))
+    run = load_search_run(tmp_path)
+    assert run.resolution is None
+    with pytest.raises(ValueError, match="records no deployment resolution.*resolution=<px>"):
+        _resolution(run, PipelineSettings(run=str(tmp_path), target=load_target("cpu")))
+    assert _resolution(run, PipelineSettings(run=str(tmp_path), target=load_target("cpu"), resolution=16)) == 16

@@ -67,8 +67,8 @@ def test_the_report_says_what_input_the_files_take(tmp_path):
     write_report(tmp_path, rep)
     md = (tmp_path / "report.md").read_text()
     assert "Exported input (every file of the model, batch 1, NCHW):" in md
-    assert "- m0: input 1x3x32x32; the fp32 file is the network the search scored (the front's 0.0413 ms " \
-           "(fp32, target `cpu`) is its latency)" in md
+    assert "- m0: input 1x3x32x32; the fp32 file is the network the search scored: the front's 0.0413 ms " \
+           "(fp32, target `cpu`) is for this input" in md
     m = {"id": "m0", "variants": rep["models"][0]["variants"], "input": _input([1, 3, 16, 16], [1, 3, 32, 32], False)}
     assert input_line(m) == ("- m0: input 1x3x16x16, NOT the searched 1x3x32x32: the front's 0.0413 ms (fp32, target "
                              "`cpu`) is for 1x3x32x32; the files have the latency of 1x3x16x16 (fp32 file: 0.0145 ms "

@@ -150,7 +150,7 @@ def load_arch_file(path: str | Path) -> Arch:
 
 def export_checkpoint(
     *,
-    arch_path: str | Path | None,
+    arch_path: str | Path | None = None,
     weights: str | Path,
     precision: str,
     target: Target | Mapping[str, Any],

@@ -260,10 +260,10 @@ def _stage_prune(ctx: _Context, model: nn.Module, arch0: Arch, mdir: Path, base_
     s, p = ctx.s, ctx.s.prune
     plan = _prune_plan(ctx, model, arch0, mdir)
     pruned = apply_plan(model, plan)
+    atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
     hist = fit(pruned, ctx.data, settings=s.train, epochs=p.epochs, lr=p.lr, ckpt=mdir / "pruned.ckpt",
                seed=s.seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
                stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature)
-    atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")
     res["prune"] = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
     loop_path = mdir / "prune_measured.json"
     if loop_path.is_file():

@@ -143,7 +143,7 @@ def input_line(model: Mapping[str, Any]) -> str | None:
              if ms is not None else "the front's latency")
     shape, searched = _shape(i["shape"]), _shape(i["searched_shape"])
     if i["as_searched"]:
-        return f"- {model['id']}: input {shape}; the fp32 file is the network the search scored ({front} is its latency)"
+        return f"- {model['id']}: input {shape}; the fp32 file is the network the search scored: {front} is for this input"
     fp32 = next((v for v in model.get("variants", []) if v["variant"] == "fp32"), None)
     pred = (fp32 or {}).get("predicted")
     what = "the searched input shape but not the searched Arch" if shape == searched else f"NOT the searched {searched}"
