@@ -69,7 +69,7 @@ def test_train_cli_writes_checkpoints_exports_and_report(trained):
     assert rep["schema"] == "hwnas.train_report" and len(rep["models"]) == 1
     m = rep["models"][0]
     mdir = out / m["id"]
-    for f in ("arch.json", "fp32.ckpt", "pruned.ckpt", "qat.ckpt", "prune_plan.json", "results.json"):
+    for f in ("arch.json", "fp32.ckpt", "pruned.ckpt", "qat.ckpt", "prune_plan.json", "pruned_arch.json", "results.json"):
         assert (mdir / f).is_file(), f
     ck = torch.load(mdir / "fp32.ckpt", weights_only=True)
     assert ck["epoch"] == 2 and len(ck["history"]) == 2
