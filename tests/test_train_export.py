@@ -69,7 +69,7 @@ def test_train_cli_writes_checkpoints_exports_and_report(trained):
     assert rep["schema"] == "hwnas.train_report" and len(rep["models"]) == 1
     m = rep["models"][0]
     mdir = out / m["id"]
-    for f in ("arch.json", "fp32.ckpt", "pruned.ckpt", "qat.ckpt", "prune_plan.json", "results.json"):
+    for f in ("arch.json", "fp32.ckpt", "pruned.ckpt", "qat.ckpt", "prune_plan.json", "pruned_arch.json", "results.json"):
         assert (mdir / f).is_file(), f
     ck = torch.load(mdir / "fp32.ckpt", weights_only=True)
     assert ck["epoch"] == 2 and len(ck["history"]) == 2
@@ -167,26 +167,95 @@ def test_select_errors(search_run, capsys):
     assert code == 2 and "prune.criterion must be one of l1, bn, taylor, loss" in err
 
 
-def test_export_cli_verifies(trained, tmp_path, capsys):
+def _onnx_input(path):
+    import onnx
+
+    return [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
+
+
+def test_exports_are_the_searched_networks(trained, search_run):
+    """The search predicts latency at the target's deployment resolution (the tiny space's 32 px) while
+    it scores digits at 16 px: nas.train trains and exports at 32 px, so the fp32 file is the very
+    network of the front (same Arch digest) and every file takes the searched input shape."""
+    out, _ = trained
+    entry = json.loads((search_run / "pareto.json").read_text())["pareto"][0]
+    a = entry["arch"]
+    searched = [1, a["in_chans"], a["resolution"], a["resolution"]]
+    assert searched == [1, 1, 32, 32]  # the fixture's search: digits at 16 px, deployed at 32 px
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["resolution"] == {"searched": 32, "exported": 32}
+    m = rep["models"][0]
+    assert m["id"].endswith(entry["digest"][:8]) and m["input"]["as_searched"]
+    assert m["input"]["shape"] == m["input"]["searched_shape"] == searched
+    assert m["input"]["searched_ms"] == entry["latency_ms"]
+    for v in m["variants"]:
+        assert v["input_shape"] == searched and _onnx_input(v["onnx"]) == searched, v["variant"]
+    fp32 = next(v for v in m["variants"] if v["variant"] == "fp32")
+    from nas.arch import Arch
+
+    assert Arch.from_dict(fp32["arch"]).digest() == entry["digest"]
+    assert fp32["predicted"]["ms"] == pytest.approx(entry["latency_ms"])  # same estimate, same network
+    ck = torch.load(out / m["id"] / "fp32.ckpt", weights_only=True)
+    assert ck["meta"]["data"]["resolution"] == 32
+    md = (out / "report.md").read_text()
+    assert f"- {m['id']}: input 1x1x32x32; the fp32 file is the network the search scored: the front's " \
+           f"{entry['latency_ms']:.4f} ms (fp32, target `cpu`) is for this input" in md
+
+
+def test_another_resolution_reports_both_latencies(search_run, tmp_path):
+    """resolution=16 (the dataset's: faster training) exports at 16 px; the report says the files are
+    not the searched 32-px networks and gives both latencies, the front's and the fp32 file's."""
+    from nas.target import load_target
+    from nas.train.pipeline import train_front
+    from nas.train.settings import PipelineSettings
+
+    s = PipelineSettings(run=str(search_run), target=load_target("cpu").replace(table=None), out=str(tmp_path),
+                         select=0, resolution=16, train_samples=128,
+                         train={"epochs": 1, "batch_size": 64, "bn_recalibration_batches": 1},
+                         prune={"enabled": False}, qat={"enabled": False},
+                         export={"measure": False, "calib_samples": 16, "eval_samples": 32})
+    rep = train_front(s)
+    entry = json.loads((search_run / "pareto.json").read_text())["pareto"][0]
+    m = rep["models"][0]
+    assert rep["resolution"] == {"searched": 32, "exported": 16}
+    assert m["input"]["shape"] == [1, 1, 16, 16] and m["input"]["searched_shape"] == [1, 1, 32, 32]
+    assert not m["input"]["as_searched"]
+    for v in m["variants"]:
+        assert v["input_shape"] == _onnx_input(v["onnx"]) == [1, 1, 16, 16]
+    fp32 = next(v for v in m["variants"] if v["variant"] == "fp32")
+    assert fp32["predicted"]["ms"] < entry["latency_ms"]  # a quarter of the pixels
+    md = (tmp_path / "report.md").read_text()
+    assert f"- {m['id']}: input 1x1x16x16, NOT the searched 1x1x32x32: the front's {entry['latency_ms']:.4f} ms " \
+           f"(fp32, target `cpu`) is for 1x1x32x32; the files have the latency of 1x1x16x16 (fp32 file: " \
+           f"{fp32['predicted']['ms']:.4f} ms predicted)" in md
+    with pytest.raises(ValueError, match="resolution must be a positive integer, got 0"):
+        PipelineSettings(run=str(search_run), target=load_target("cpu"), resolution=0)
+
+
+def test_export_takes_every_arch_file_train_writes(trained, tmp_path, capsys):
+    """Each checkpoint nas.train writes exports with an Arch file beside it, unedited, or with none
+    (the checkpoint's own Arch), at the searched input shape."""
     out, _ = trained
     mdir = next(p for p in out.iterdir() if p.is_dir())
-    plan = json.loads((mdir / "prune_plan.json").read_text())
-    (tmp_path / "pruned.json").write_text(json.dumps(plan["arch"]))
     cases = [("arch.json", "fp32.ckpt", "fp32"), ("arch.json", "fp32.ckpt", "int8"),
-             (str(tmp_path / "pruned.json"), "qat.ckpt", "int8")]
+             ("pruned_arch.json", "qat.ckpt", "int8"), ("export/qat_int8.json", "qat.ckpt", "int8"),
+             (None, "pruned.ckpt", "fp32")]  # prune_plan.json, results.json, YAML: test_load_arch_file_...
     for i, (arch, ckpt, prec) in enumerate(cases):
-        dst = tmp_path / f"{ckpt}.{prec}.onnx"
-        args = ["conf=cpu", "conf.table=null", f"arch={mdir / arch}", f"weights={mdir / ckpt}", f"precision={prec}",
-                f"out={dst}", "verify_samples=100", "export.rounds=1", "export.repeats=5", "export.min_time_s=0"]
+        dst = tmp_path / f"{i}.{prec}.onnx"
+        args = ["conf=cpu", "conf.table=null", f"weights={mdir / ckpt}", f"precision={prec}", f"out={dst}",
+                "verify_samples=50", "export.calib_samples=32", "export.rounds=1", "export.repeats=5",
+                "export.min_time_s=0"]
+        args += [f"arch={mdir / arch}"] if arch else []
         if i == 0:  # the command line once; the other cases in process (same code path, no start-up cost)
             r = run("nas.export", *args, cwd=tmp_path)
             assert r.returncode == 0, r.stderr
             stdout = r.stdout
         else:
             code, err, stdout = _run_in_process("export", args, capsys)
-            assert code == 0, err
+            assert code == 0, (arch, ckpt, err)
         rec = json.loads(dst.with_suffix(".json").read_text())
-        assert rec["file_bytes"] == dst.stat().st_size and rec["verify"]["samples"] == 100
+        assert rec["file_bytes"] == dst.stat().st_size and rec["verify"]["samples"] == 50
+        assert rec["input_shape"] == _onnx_input(dst) == [1, 1, 32, 32] and "input 1x1x32x32" in stdout
         if prec == "fp32":
             assert rec["verify"]["max_abs_diff"] < 1e-4 and "max |onnxruntime - torch|" in stdout
             assert "predicted:" in stdout and rec["predicted"]["ms"] > 0
@@ -217,11 +286,21 @@ def test_export_bad_input_overwrites_nothing(trained, tmp_path, capsys):
     code, err, _ = _run_in_process("export", [*base, f"weights={mdir / 'fp32.ckpt'}"], capsys)
     assert code == 2 and "exists; pass overwrite=true" in err
     # a QAT checkpoint asked for fp32
-    plan = json.loads((mdir / "prune_plan.json").read_text())
-    (tmp_path / "pruned.json").write_text(json.dumps(plan["arch"]))
-    code, err, _ = _run_in_process("export", ["conf=cpu", "conf.table=null", f"arch={tmp_path / 'pruned.json'}",
+    code, err, _ = _run_in_process("export", ["conf=cpu", "conf.table=null", f"arch={mdir / 'pruned_arch.json'}",
                                            f"out={dst}", f"weights={mdir / 'qat.ckpt'}", "overwrite=true"], capsys)
     assert code == 2 and "QAT (int8) checkpoint" in err
+    # the unpruned Arch for the pruned checkpoint: the difference is named
+    code, err, _ = _run_in_process("export", [*base, f"weights={mdir / 'pruned.ckpt'}", "overwrite=true"], capsys)
+    assert code == 2 and "trained for another Arch" in err and "in the checkpoint" in err
+    # a bare state dict records no Arch: arch= is needed
+    code, err, _ = _run_in_process("export", ["conf=cpu", "conf.table=null", f"out={dst}", "overwrite=true",
+                                              f"weights={tmp_path / 'other.pt'}"], capsys)
+    assert code == 2 and "records no Arch: give arch=" in err
+    # a file that holds no Arch
+    (tmp_path / "notes.json").write_text('{"hello": 1}')
+    code, err, _ = _run_in_process("export", ["conf=cpu", "conf.table=null", f"arch={tmp_path / 'notes.json'}",
+                                              f"out={dst}", f"weights={mdir / 'fp32.ckpt'}", "overwrite=true"], capsys)
+    assert code == 2 and "neither an Arch nor a record holding one" in err and "pruned_arch.json" in err
     assert dst.read_bytes() == b"keep me" and not dst.with_suffix(".json").exists()
 
 
@@ -231,7 +310,7 @@ def test_each_criterion_prunes_through_the_pipeline(search_run, tmp_path, capsys
     for loss), the pruned network is exported and its plan reloads; bad settings are named."""
     out = tmp_path / criterion
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "select=0", f"out={out}", *FAST,
-                                             "prune.ratio=0.6", f"prune.criterion={criterion}",
+                                             "prune.ratio=0.6", f"prune.criterion={criterion}", "train_samples=512",
                                              "prune.loss_samples=64", "qat.enabled=false"], capsys)
     assert code == 0, err
     (mdir,) = [p for p in out.iterdir() if p.is_dir()]
@@ -330,3 +409,53 @@ def test_report_marks_estimates_and_extrapolations(tmp_path):
     assert cols == {"fp32": "0.0200 (extrap.)", "pruned": "0.0200 (est.)", "ptq_int8": "0.0200"}
     write_report(tmp_path, rep)
     assert "*(extrap.)* a network outside the range" in (tmp_path / "report.md").read_text()
+
+
+def test_load_arch_file_reads_arch_and_records(tmp_path):
+    """An Arch as JSON or YAML, or a record holding one under 'arch'; anything else named."""
+    import yaml
+
+    from nas.space import load_space
+    from nas.train.checkpoint import load_arch_file
+
+    arch = load_space("tiny").random(3).with_head(in_chans=1).with_resolution(32)
+    (tmp_path / "a.json").write_text(arch.to_json())
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(arch.to_dict()))
+    (tmp_path / "plan.json").write_text(json.dumps({"original": {}, "arch": arch.to_dict(), "steps": []}))
+    for f in ("a.json", "a.yaml", "plan.json"):
+        assert load_arch_file(tmp_path / f) == arch, f
+    (tmp_path / "bad.yaml").write_text("a: [")
+    with pytest.raises(ValueError, match="bad.yaml: not valid YAML"):
+        load_arch_file(tmp_path / "bad.yaml")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="neither an Arch nor a record holding one under 'arch' \\(found list\\)"):
+        load_arch_file(tmp_path / "list.json")
+    (tmp_path / "broken.json").write_text(json.dumps({**arch.to_dict(), "extra": 1}))
+    with pytest.raises(ValueError, match="broken.json: Arch: unknown key"):
+        load_arch_file(tmp_path / "broken.json")
+    with pytest.raises(FileNotFoundError, match="no such file; give one of arch.json, pruned_arch.json"):
+        load_arch_file(tmp_path / "nope.json")
+
+
+def test_a_front_without_deployment_resolution_needs_one(tmp_path):
+    """An older pareto.json without search.deploy_resolution: the front's Arch resolution is the
+    deployed one; a front mixing resolutions is refused unless resolution= names one."""
+    from nas.space import load_space
+    from nas.target import load_target
+    from nas.train.pipeline import _resolution
+    from nas.train.search_run import load_search_run
+    from nas.train.settings import PipelineSettings
+
+    arch = load_space("tiny").random(1).with_head(in_chans=1)
+    doc = {"schema": "hwnas.pareto", "search": {"data": {"name": "digits"}},
+           "pareto": [{"arch": arch.with_resolution(32).to_dict(), "latency_ms": 0.1}]}
+    (tmp_path / "pareto.json").write_text(json.dumps(doc))
+    run = load_search_run(tmp_path)
+    assert run.resolution == 32 and run.searched_shape(0) == [1, 1, 32, 32]
+    doc["pareto"].append({"arch": arch.with_resolution(24).to_dict(), "latency_ms": 0.2})
+    (tmp_path / "pareto.json").write_text(json.dumps(doc))
+    run = load_search_run(tmp_path)
+    assert run.resolution is None
+    with pytest.raises(ValueError, match="records no deployment resolution.*resolution=<px>"):
+        _resolution(run, PipelineSettings(run=str(tmp_path), target=load_target("cpu")))
+    assert _resolution(run, PipelineSettings(run=str(tmp_path), target=load_target("cpu"), resolution=16)) == 16

@@ -49,3 +49,33 @@ def test_quantization_record_follows_the_runtime():
     assert trt["ptq"]["activation_type"] == "QInt8" and trt["ptq"]["extra_options"]["ActivationSymmetric"]
     assert "zero point 0" in trt["qat"]["activations"] and "[-127, 127]" in trt["qat"]["weights"]
     assert quantization_record(True, 64) == cpu
+
+
+def _input(shape, searched, as_searched, ms=0.0413):
+    return {"shape": shape, "searched_shape": searched, "as_searched": as_searched, "searched_ms": ms,
+            "searched_target": "cpu", "searched_precision": "fp32"}
+
+
+def test_the_report_says_what_input_the_files_take(tmp_path):
+    """The exported input shape is always stated; when it is not the searched network's, both
+    latencies are given and the files' is named."""
+    from nas.train.report import input_line
+
+    pred = {"ms": 0.0145, "source": "measured", "outside": ""}
+    rep = _report({"fp32": "cpu"}, [_var("fp32", "fp32", pred)])
+    rep["models"][0]["input"] = _input([1, 3, 32, 32], [1, 3, 32, 32], True)
+    write_report(tmp_path, rep)
+    md = (tmp_path / "report.md").read_text()
+    assert "Exported input (every file of the model, batch 1, NCHW):" in md
+    assert "- m0: input 1x3x32x32; the fp32 file is the network the search scored: the front's 0.0413 ms " \
+           "(fp32, target `cpu`) is for this input" in md
+    m = {"id": "m0", "variants": rep["models"][0]["variants"], "input": _input([1, 3, 16, 16], [1, 3, 32, 32], False)}
+    assert input_line(m) == ("- m0: input 1x3x16x16, NOT the searched 1x3x32x32: the front's 0.0413 ms (fp32, target "
+                             "`cpu`) is for 1x3x32x32; the files have the latency of 1x3x16x16 (fp32 file: 0.0145 ms "
+                             "predicted)")
+    m["input"] = _input([1, 3, 32, 32], [1, 3, 32, 32], False, ms=None)
+    m["variants"] = []
+    assert input_line(m) == ("- m0: input 1x3x32x32, the searched input shape but not the searched Arch: the front's "
+                             "latency is for 1x3x32x32; the files have the latency of 1x3x32x32")
+    assert input_line({"id": "old", "variants": []}) is None  # a report written before inputs were recorded
+

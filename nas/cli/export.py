@@ -1,9 +1,11 @@
-"""``python -m nas.export arch=<arch.json> weights=<ckpt> precision=fp32|int8``: ONNX export + verification.
+"""``python -m nas.export weights=<ckpt> [arch=<arch file>] precision=fp32|int8``: ONNX export + verification.
 
 Thin Hydra entry point over ``nas.train.checkpoint.export_checkpoint``: exports the checkpoint (a float
 one: fp32, or int8 by onnxruntime's static PTQ; a QAT one: its own QDQ int8), checks onnxruntime
 against torch (max abs difference for fp32, top-1 agreement for int8) and shows the exported
 model's latency measured on this machine next to its prediction, when the target is this CPU.
+``arch`` takes any Arch file ``nas.train`` writes (``arch.json``, ``pruned_arch.json``,
+``prune_plan.json``, ``export/<variant>.json``), or is left out: the checkpoint records its Arch.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def run(cfg: DictConfig) -> dict:
     )
     v = rec["verify"]
     print(f"exported {rec['precision']} ({rec['how']}): {rec['onnx']} ({rec['file_bytes'] / 1024:.1f} KiB, "
-          f"{rec['params']:,} params)")
+          f"{rec['params']:,} params, input {'x'.join(map(str, rec['input_shape']))})")
     check = (f"max |onnxruntime - torch| = {v['max_abs_diff']:.3g}" if rec["precision"] == "fp32"
              else f"top-1 agreement with {v['against']}: {100 * v['top1_agreement']:.2f}%")
     acc = f"; accuracy {100 * v['onnx_accuracy']:.2f}%" if "onnx_accuracy" in v else ""

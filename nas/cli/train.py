@@ -36,7 +36,8 @@ def settings_from_config(cfg: DictConfig):
         train["epochs"] = c["epochs"]
     return PipelineSettings(
         run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=c["max_ms"],
-        data_root=c["data_root"], train_samples=c["train_samples"], seed=c["seed"],
+        data_root=c["data_root"], train_samples=c["train_samples"], resolution=c["resolution"],
+        seed=c["seed"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),
         qat=QATSettings(**c["qat"]), export=ExportSettings(**c["export"]), targets=TargetNames(**c["targets"]),
     )

@@ -53,6 +53,7 @@ class TrainAppConfig:
     out: str | None = None  # null: <run>/train
     data_root: str | None = None  # where the dataset is, if not where the search found it
     train_samples: int | None = None  # training images (null: all; the search may have subsampled)
+    resolution: int | None = None  # px trained and exported at (null: the search's deployment resolution)
     seed: int = 0
     allow_mismatch: bool = False
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -64,10 +65,10 @@ class TrainAppConfig:
 
 @dataclass
 class ExportAppConfig:
-    """``python -m nas.export arch=<arch.json> weights=<ckpt> precision=fp32|int8 [out=...]``."""
+    """``python -m nas.export weights=<ckpt> [arch=<arch.json>] precision=fp32|int8 [out=...]``."""
 
     target: TargetConfig = MISSING
-    arch: str = MISSING
+    arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
     weights: str = MISSING
     precision: str = "fp32"  # fp32 | int8
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx (+ .json report)

@@ -23,8 +23,8 @@ from nas.arch import Arch
 from nas.target import PRECISIONS, Target
 from nas.train.settings import ExportSettings
 
-__all__ = ["CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "diff_messages", "export_checkpoint", "load_checkpoint", "load_state", "model_from_checkpoint",
-           "save_checkpoint"]
+__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "diff_messages", "export_checkpoint",
+           "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
 CKPT_VERSION = 1
@@ -113,9 +113,44 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "
     return model.eval()
 
 
+ARCH_FILES = "arch.json, pruned_arch.json, prune_plan.json, results.json or export/<variant>.json"
+
+
+def load_arch_file(path: str | Path) -> Arch:
+    """The ``Arch`` in a file ``nas.train`` (or anyone) wrote: an Arch as JSON or YAML, or a record
+    holding one under ``arch``: ``prune_plan.json`` (the pruned Arch), ``results.json`` (the
+    unpruned one), an export record ``export/<variant>.json`` (that file's network).  So every
+    checkpoint ``nas.train`` writes exports with a file beside it, without editing."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"arch={path}: no such file; give one of {ARCH_FILES} from the model's folder, "
+                                f"or leave arch out to use the Arch the checkpoint records")
+    text = p.read_text()
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text)
+    except Exception as e:
+        raise ValueError(f"arch={path}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} "
+                         f"({e})") from None
+    if isinstance(doc, Mapping) and isinstance(doc.get("arch"), Mapping) and "blocks" not in doc:
+        doc = doc["arch"]
+    if not isinstance(doc, Mapping) or "blocks" not in doc:
+        keys = sorted(doc)[:8] if isinstance(doc, Mapping) else type(doc).__name__
+        raise ValueError(f"arch={path}: neither an Arch nor a record holding one under 'arch' (found {keys}); "
+                         f"give one of {ARCH_FILES}")
+    try:
+        return Arch.from_dict(dict(doc))
+    except ValueError as e:
+        raise ValueError(f"arch={path}: {e}") from None
+
+
 def export_checkpoint(
     *,
-    arch_path: str | Path,
+    arch_path: str | Path | None = None,
     weights: str | Path,
     precision: str,
     target: Target | Mapping[str, Any],
@@ -129,6 +164,9 @@ def export_checkpoint(
     """Export a checkpoint to ONNX, verify it with onnxruntime, predict (and measure) its latency
     (``nas.export.checkpoint.export_model``).
 
+    ``arch_path``: an Arch file (``load_arch_file``: an Arch, or a ``nas.train`` record holding
+    one); None: the Arch the checkpoint records (every ``nas.train`` checkpoint does).
+
     Every input is checked before anything is written: an unsupported precision, a checkpoint
     that does not match the Arch, an existing output without ``overwrite``.
     """
@@ -141,8 +179,14 @@ def export_checkpoint(
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     check_number("verify_samples", verify_samples, integer=True)
-    arch = Arch.load(str(arch_path))
     ckpt = load_checkpoint(weights)
+    if arch_path is not None:
+        arch = load_arch_file(arch_path)
+    elif isinstance(ckpt.get("arch"), Mapping):
+        arch = Arch.from_dict(dict(ckpt["arch"]))
+    else:
+        raise ValueError(f"weights={weights} is a bare state dict that records no Arch: give arch=<file> "
+                         f"(one of {ARCH_FILES})")
     model = model_from_checkpoint(ckpt, arch, where=str(weights))
     is_qat = isinstance(model, QATNet)
     if is_qat and precision == "fp32":
@@ -162,4 +206,5 @@ def export_checkpoint(
                          "give data={name: ..., resolution: ...} (the checkpoint records none)")
     return export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
                         verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
-                        source={"arch": str(arch_path), "weights": str(weights)})
+                        source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
+                                "weights": str(weights)})

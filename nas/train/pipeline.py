@@ -5,11 +5,19 @@
 and for each selected architecture, in ``<out>/<id>/`` (``id`` = pareto index + Arch digest):
 
 1. **fp32**: trains it from scratch on the search's dataset (all training images unless
-   ``train_samples``), at the dataset's resolution; ``fp32.ckpt`` after every epoch.
+   ``train_samples``), resized to the resolution the search predicted its latency at (the
+   target's deployment resolution, ``pareto.json``'s ``search.deploy_resolution``; ``resolution``
+   overrides it); ``fp32.ckpt`` after every epoch.  The search scored accuracy at the dataset's
+   resolution only as a cheap ranking signal: the network that ships takes the deployed input, so
+   it is trained, pruned, quantized and exported at that input, and every exported file has the
+   input shape whose latency the Pareto front shows.  With ``resolution`` set to another size
+   (e.g. the dataset's, to train faster) the report states both latencies, the front's at the
+   searched shape and the files' at theirs, and which one the files have.
 2. **prune** (``prune.enabled``): channel importance, a latency-aware plan toward
    ``prune.target_ms`` (or ``prune.ratio`` x the unpruned prediction) scored by the target's
-   latency model (``prune_plan.json``), the kept weights copied into the pruned ``Arch``, then
-   fine-tuning (``pruned.ckpt``).
+   latency model (``prune_plan.json``), the kept weights copied into the pruned ``Arch``
+   (``pruned_arch.json``: the Arch of ``pruned.ckpt`` and ``qat.ckpt``), then fine-tuning
+   (``pruned.ckpt``).
 3. **qat** (``qat.enabled``): BN folded, activation ranges calibrated on training batches,
    fake-quant fine-tuning (``qat.ckpt``).
 4. **export**: ONNX models in ``export/`` — ``fp32``, ``pruned``, ``ptq_int8`` (onnxruntime static
@@ -76,9 +84,19 @@ class _Context:
     measure_here: dict[str, bool]
 
 
+def _resolution(run: SearchRun, s: PipelineSettings) -> int:
+    """The input resolution to train and export at: ``s.resolution``, else the search's deployment one."""
+    r = s.resolution or run.resolution
+    if r is None:
+        raise ValueError(f"{run.path / 'pareto.json'}: the search records no deployment resolution and its front "
+                         f"mixes resolutions; give the one to train and export at with resolution=<px>")
+    return r
+
+
 def _data_settings(run: SearchRun, s: PipelineSettings) -> DataSettings:
     d = {k: v for k, v in run.data.items() if k in DataSettings.__dataclass_fields__}
     d["train_samples"] = s.train_samples  # full training: all training images unless capped
+    d["resolution"] = _resolution(run, s)  # the images the deployed network takes
     if s.data_root:
         d["root"] = s.data_root
     return DataSettings.from_dict(d)
@@ -120,6 +138,7 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     split = eval_split(ctx.data)
     rec: dict[str, Any] = {
         "variant": name, "precision": prec, "arch": arch.to_dict(), "onnx": str(path), "file_bytes": len(data),
+        "input_shape": [1, *in_shape],
         "params": arch_cost(arch).params, "accuracy": onnx_accuracy(data, ctx.data, split,
                                                                      limit=ctx.s.export.eval_samples),
         "accuracy_split": split, "torch_accuracy": torch_acc, "predicted": _predict(ctx, prec, arch),
@@ -241,6 +260,7 @@ def _stage_prune(ctx: _Context, model: nn.Module, arch0: Arch, mdir: Path, base_
     s, p = ctx.s, ctx.s.prune
     plan = _prune_plan(ctx, model, arch0, mdir)
     pruned = apply_plan(model, plan)
+    atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
     hist = fit(pruned, ctx.data, settings=s.train, epochs=p.epochs, lr=p.lr, ckpt=mdir / "pruned.ckpt",
                seed=s.seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
                stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature)
@@ -307,10 +327,22 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
     return variants
 
 
+def _input_record(ctx: _Context, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
+    """The exported input shape against the searched one: the report's ``input``.  ``as_searched``:
+    the fp32 export is the very network the search scored (same Arch digest), so the front's
+    latency (``searched_ms``, predicted by the search for ``searched_target``) is the file's."""
+    target = ctx.run.record.get("target") or {}
+    return {"shape": [1, arch0.in_chans, arch0.resolution, arch0.resolution],
+            "searched_shape": ctx.run.searched_shape(index), "as_searched": arch0.digest() == searched.digest(),
+            "searched_ms": ctx.run.entries[index].get("latency_ms"), "searched_target": target.get("name"),
+            "searched_precision": target.get("precision")}
+
+
 def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     """Every stage for one Pareto architecture, in ``<out>/<id>/``; its result record."""
     s, data = ctx.s, ctx.data
-    arch0 = adapt_arch(Arch.from_dict(ctx.run.entries[index]["arch"]), data)
+    searched = Arch.from_dict(ctx.run.entries[index]["arch"])
+    arch0 = adapt_arch(searched, data)
     mid = model_id(index, arch0)
     mdir = Path(s.out or ctx.run.path / "train") / mid
     mdir.mkdir(parents=True, exist_ok=True)
@@ -320,6 +352,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
                  "arch": arch0.digest()}
     log.info("model %s: %s", mid, arch0)
     model, res = _stage_fp32(ctx, index, arch0, mdir, base_meta)
+    res["input"] = _input_record(ctx, index, searched, arch0)
     models = {"fp32": (model, arch0), "final": (model, arch0)}
     if s.prune.enabled:
         models["final"] = _stage_prune(ctx, model, arch0, mdir, base_meta, res)
@@ -354,6 +387,7 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
     report = {
         "schema": REPORT_SCHEMA, "version": 1, "run": str(run.path), "target": s.target.name,
         "data": data.describe(), "accuracy_split": eval_split(data),
+        "resolution": {"searched": run.resolution, "exported": data.resolution},
         "latency_targets": {p: t.name if t else None for p, t in targets.items()},
         "measured_here": here,
         "quantization": quantization_record(s.qat.reduce_range, s.export.calib_samples,

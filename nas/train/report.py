@@ -8,8 +8,8 @@ from typing import Any
 
 from nas._io import atomic_write_json, atomic_write_text
 
-__all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "deployment_choice", "quantization_record",
-           "report_rows", "write_report"]
+__all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "deployment_choice", "input_line",
+           "quantization_record", "report_rows", "write_report"]
 
 REPORT_SCHEMA = "hwnas.train_report"
 
@@ -102,6 +102,7 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     if missing:
         by += " (no target predicts " + ", ".join(missing) + ": name one with " + \
             " ".join(f"`targets.{p}=<target>`" for p in missing) + ")"
+    lines += _input_lines(report)
     lines += ["", "Predicted latency: " + by + "; *(est.)* marks a roofline estimate, *(extrap.)* a network "
               "outside the range of the table's calibration networks (the calibration extrapolates: profile at this resolution).  "
               "Error = (predicted − measured) / measured.",
@@ -127,6 +128,36 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
+def _shape(shape: list[int]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def input_line(model: Mapping[str, Any]) -> str | None:
+    """What input the model's files take, against the network the search scored; both latencies when
+    they differ (the front's at the searched shape, the fp32 file's at its own), and which is the files'."""
+    i = model.get("input")
+    if not i:
+        return None
+    ms = i.get("searched_ms")
+    front = (f"the front's {ms:.4f} ms ({i.get('searched_precision') or '?'}, target `{i.get('searched_target') or '?'}`)"
+             if ms is not None else "the front's latency")
+    shape, searched = _shape(i["shape"]), _shape(i["searched_shape"])
+    if i["as_searched"]:
+        return f"- {model['id']}: input {shape}; the fp32 file is the network the search scored: {front} is for this input"
+    fp32 = next((v for v in model.get("variants", []) if v["variant"] == "fp32"), None)
+    pred = (fp32 or {}).get("predicted")
+    what = "the searched input shape but not the searched Arch" if shape == searched else f"NOT the searched {searched}"
+    files = f" (fp32 file: {pred['ms']:.4f} ms predicted)" if pred else ""
+    return (f"- {model['id']}: input {shape}, {what}: {front} is for {searched}; the files have the latency of "
+            f"{shape}{files}")
+
+
+def _input_lines(report: Mapping[str, Any]) -> list[str]:
+    """The Exported input section: one ``input_line`` per model that records its input."""
+    got = [line for line in map(input_line, report["models"]) if line]
+    return ["", "Exported input (every file of the model, batch 1, NCHW):", "", *got] if got else []
+
+
 def _deploy_lines(report: Mapping[str, Any]) -> list[str]:
     """The Deploy section: each model's choice (``deployment_choice``), or why there is none."""
     choices = report.get("deploy") or {}
@@ -147,7 +178,3 @@ def _deploy_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']}{est} "
                      f"(latency vs fp32: {rel or 'no other variant within tolerance'})")
     return lines
-
-
-# --------------------------------------------------------------------------------------------
-# one checkpoint -> ONNX (python -m nas.export)

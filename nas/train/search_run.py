@@ -21,6 +21,12 @@ class SearchRun:
     data: dict[str, Any]  # DataSettings fields
     search_space: str | None
     record: dict[str, Any]
+    resolution: int | None  # the deployment resolution the search predicted every front latency at
+
+    def searched_shape(self, index: int) -> list[int]:
+        """The input shape (batch 1) of the network the search scored at ``index`` of the front."""
+        a = self.entries[index]["arch"]
+        return [1, int(a["in_chans"]), int(a["resolution"]), int(a["resolution"])]
 
 
 def load_search_run(run: str | Path) -> SearchRun:
@@ -59,7 +65,17 @@ def load_search_run(run: str | Path) -> SearchRun:
             space = cfg.get("search_space") or space
     if not data.get("name"):
         raise ValueError(f"{pj}: the search record names no dataset ('search.data.name')")
-    return SearchRun(p, entries, str(doc.get("metric", "score")), data, space, record)
+    return SearchRun(p, entries, str(doc.get("metric", "score")), data, space, record, _resolution(record, entries))
+
+
+def _resolution(record: dict[str, Any], entries: tuple[dict[str, Any], ...]) -> int | None:
+    """The search's deployment resolution: its record's, else (older runs) the front's Arch resolution,
+    which is the deployed network's; None when neither says."""
+    r = record.get("deploy_resolution")
+    if r is None:
+        res = {e["arch"].get("resolution") if isinstance(e["arch"], dict) else None for e in entries}
+        r = res.pop() if len(res) == 1 else None
+    return r if isinstance(r, int) and not isinstance(r, bool) and r > 0 else None
 
 
 def select_entries(run: SearchRun, select: Any = "all", max_ms: float | None = None) -> list[int]:

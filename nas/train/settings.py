@@ -219,6 +219,9 @@ class PipelineSettings:
     max_ms: float | None = None
     data_root: str | None = None
     train_samples: int | None = None
+    # input resolution trained and exported at; None: the one the search predicted latency at (its
+    # deployment resolution), so the exported files are the networks of the Pareto front
+    resolution: int | None = None
     seed: int = 0
     allow_mismatch: bool = False
     train: FitSettings = field(default_factory=FitSettings)
@@ -240,3 +243,5 @@ class PipelineSettings:
             check_number("max_ms", self.max_ms)
         if self.train_samples is not None:
             check_number("train_samples", self.train_samples, integer=True)
+        if self.resolution is not None:
+            check_number("resolution", self.resolution, integer=True)
