@@ -126,10 +126,47 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path, nets, monkeypatch):
     assert len(saved) + len(saved.networks) == 5
 
 
-@pytest.mark.parametrize("bad", [0, -1, -0.5, "ten", True])
-def test_bad_budget_is_refused(bad):
-    with pytest.raises(ValueError, match="budget_min"):
+@pytest.mark.parametrize("bad,shown", [(0, "0"), (0.0, "0"), (-1, "-1"), (-0.5, "-0.5"), ("ten", "ten"),
+                                       (True, "True")])
+def test_bad_budget_is_refused(bad, shown):
+    with pytest.raises(ValueError, match=f"^budget_min={shown}: the minutes to spend measuring, a number > 0"):
         check_budget(bad)
+
+
+def test_an_interrupted_budgeted_profile_resumes(tmp_path, nets, monkeypatch):
+    """Ctrl-C in a budgeted run keeps what was measured and its log; the same command again
+    measures only what is missing, and a budget of its own applies to that run."""
+    dev = FakeDevice(monkeypatch)
+    real = profiler.measure_key
+
+    def stop_at_sixth(k, rt, s):  # the first block measurement after six items
+        if len(dev.seen) >= 6:
+            raise KeyboardInterrupt
+        return real(k, rt, s)
+
+    monkeypatch.setattr(profiler, "measure_key", stop_at_sixth)
+    path = tmp_path / "t.json"
+    table = LatencyTable(metadata=dict(META), path=path)
+    jobs = profiler.plan_jobs(KEYS, nets, table, S, call_ms=call_ms)
+    with pytest.raises(KeyboardInterrupt):
+        profiler.run_jobs(jobs, None, table, S, path=path, progress=False, budget_s=30.0, clock=dev.clock)
+    saved = LatencyTable.load(path)
+    first = {(x, 1) for x in dev.seen}
+    n = len(dev.seen)
+    assert n >= 6 and len(saved) + len(saved.networks) == n
+    run = saved.metadata["profile_log"][0]
+    assert run["budget_min"] == 0.5 and len(run["jobs"]) == n and not run["stopped_by_budget"]
+    assert run["left"] == len(jobs) - n
+
+    monkeypatch.setattr(profiler, "measure_key", real)
+    dev.seen.clear()
+    again = profiler.plan_jobs(KEYS, nets, saved, S, call_ms=call_ms)
+    assert len(again) == len(jobs) - n
+    rep = profiler.run_jobs(again, None, saved, S, path=path, progress=False, budget_s=20.0, clock=dev.clock)
+    assert rep.stopped_by_budget and 0 < len(rep.done) < len(again)
+    assert not first & {(j.item, j.round) for j in rep.done}  # nothing measured twice
+    log = LatencyTable.load(path).metadata["profile_log"]
+    assert [r["budget_min"] for r in log] == [0.5, pytest.approx(1 / 3)] and log[1]["stopped_by_budget"]
 
 
 def test_budget_with_bundle_or_refresh_is_refused():

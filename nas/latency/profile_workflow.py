@@ -186,7 +186,9 @@ def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
     if budget_min is None:
         return
     if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:
-        raise ValueError(f"budget_min={budget_min}: the minutes to spend measuring, a number > 0 "
+        number = isinstance(budget_min, (int, float)) and not isinstance(budget_min, bool)
+        shown = f"{budget_min:g}" if number else budget_min
+        raise ValueError(f"budget_min={shown}: the minutes to spend measuring, a number > 0 "
                          "(leave it out, or null, for no budget)")
     if not measuring:
         raise ValueError(f"budget_min={budget_min:g} applies to measuring the table; bundle=, import_bundle=, "
