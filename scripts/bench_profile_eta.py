@@ -72,7 +72,16 @@ def main() -> None:
         elapsed, left = next(((e, v) for e, v in steps if e >= share * total), steps[-1])
         at[f"{share:.2f}"] = {"elapsed_s": elapsed, "expected_total_s": elapsed + left,
                               "error": (elapsed + left) / total - 1}
-    result = {"target": args.target, "space": args.space, "runtime": runtime.info(), "settings": settings.__dict__,
+    # what each kind of measurement took against its plan, per round (round 1 exports each graph)
+    ratios: dict[str, dict[str, float]] = {}
+    prev = 0.0
+    for job, (elapsed, _) in zip(rep.done, steps):
+        r = ratios.setdefault(f"{job.kind} round {job.round}", {"planned_s": 0.0, "took_s": 0.0, "n": 0})
+        r["planned_s"] += job.cost_s
+        r["took_s"] += elapsed - prev
+        r["n"] += 1
+        prev = elapsed
+    result = {"per_kind": ratios, "target": args.target, "space": args.space, "runtime": runtime.info(), "settings": settings.__dict__,
               "blocks": sum(j.kind == "block" for j in jobs), "networks": sum(j.kind == "network" for j in jobs),
               "total_s": total, "planned_s": rep.planned_s, "plan_error": rep.planned_s / total - 1, "at": at}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +93,9 @@ def main() -> None:
     for share, a in at.items():
         ok = "" if abs(a["error"]) <= 0.25 else "  (off by more than 25%)"
         print(f"{float(share):5.0%} {a['elapsed_s']:10.1f} {a['expected_total_s']:12.1f} {100 * a['error']:+6.1f}%{ok}")
+    for k, r in ratios.items():
+        print(f"  {k}: {r['n']} measurements, planned {r['planned_s']:.1f}s, took {r['took_s']:.1f}s "
+              f"(x{r['took_s'] / max(r['planned_s'], 1e-9):.2f})")
     print(f"-> {args.out}")
 
 

@@ -38,8 +38,8 @@ from nas.latency.profiler import job_id
 from nas.latency.scoring import score
 from nas.latency.table import Entry, LatencyTable
 
-__all__ = ["GAP_S", "MIN_ENTRIES", "Order", "budget_plot", "budget_report", "measuring_order",
-           "table_at"]
+__all__ = ["GAP_S", "MIN_ENTRIES", "Order", "budget_plot", "budget_report", "layer_times", "measuring_order",
+           "table_at", "time_covered"]
 
 GAP_S = 600.0  # without a profile log: a pause longer than this between entries is not measuring time
 MIN_ENTRIES = 10  # a curve point needs this many block entries for the learned model to fit
@@ -133,14 +133,19 @@ def _first_rounds(e: Entry, r: int) -> Entry:
                  e.rounds_ms[:r])
 
 
-def time_covered(predictor, archs: Sequence[Arch], measured: set | dict) -> float:
-    """The share of ``archs``' summed per-layer time (``predictor``'s figures) in blocks ``measured``."""
-    tot = cov = 0.0
+def layer_times(predictor, archs: Sequence[Arch]) -> dict[BlockKey, float]:
+    """Each block's summed per-layer time (``predictor``'s figures) over ``archs``."""
+    out: dict[BlockKey, float] = {}
     for a in archs:
         for k, row in zip(a.keys(), predictor.breakdown(a)):
-            tot += row["ms"]
-            cov += row["ms"] if k in measured else 0.0
-    return cov / tot if tot > 0 else 1.0
+            out[k] = out.get(k, 0.0) + row["ms"]
+    return out
+
+
+def time_covered(times: dict[BlockKey, float], measured: set | dict) -> float:
+    """The share of the time in ``times`` (``layer_times``) that falls in blocks ``measured``."""
+    tot = sum(times.values())
+    return sum(v for k, v in times.items() if k in measured) / tot if tot > 0 else 1.0
 
 
 def budget_report(predictor, vs, *, space_keys: Sequence[BlockKey], reached: dict[str, float],
@@ -158,14 +163,15 @@ def budget_report(predictor, vs, *, space_keys: Sequence[BlockKey], reached: dic
     budgets = [r.get("budget_min") for r in order.runs if r.get("budget_min")]
     if not always and measured == len(keys) and not budgets:
         return None
+    times = layer_times(predictor, vs.archs)
     out: dict[str, Any] = {
         "blocks": {"measured": measured, "of": len(keys), "share": measured / len(keys) if keys else 1.0},
-        "time_covered": time_covered(predictor, vs.archs, table.entries),
+        "time_covered": time_covered(times, table.entries),
         "networks": len(table.networks), "reached": reached, "budget_min": budgets,
         "stopped_by_budget": any(r.get("stopped_by_budget") for r in order.runs),
         "order_source": order.source, "unlogged": order.unlogged, "minutes_measured": order.seconds / 60,
     }
-    out["curve"] = _curve(predictor, vs, order)
+    out["curve"] = _curve(predictor, vs, order, times)
     rounds = int((table.metadata.get("measurement") or {}).get("rounds") or 1)
     left = len(keys) - measured
     mins = left * rounds * order.block_round_s / 60 if order.block_round_s else None
@@ -176,7 +182,7 @@ def budget_report(predictor, vs, *, space_keys: Sequence[BlockKey], reached: dic
     return out
 
 
-def _curve(predictor, vs, order: Order) -> list[dict[str, Any]]:
+def _curve(predictor, vs, order: Order, times: dict[BlockKey, float]) -> list[dict[str, Any]]:
     """The predictor refitted on the first k minutes' table, for k at ``FRACTIONS`` of the
     minutes measured, scored on the held-out networks."""
     meas = np.asarray(vs.measured_ms, float)
@@ -193,7 +199,7 @@ def _curve(predictor, vs, order: Order) -> list[dict[str, Any]]:
         pred = model.predict(vs.archs)
         points.append({"minutes": s / 60, "blocks": len(sub.entries), "networks": len(sub.networks),
                        "calibrated": model.calibration_ is not None,
-                       "time_covered": time_covered(predictor, vs.archs, sub.entries), **score(pred, meas)})
+                       "time_covered": time_covered(times, sub.entries), **score(pred, meas)})
     return points
 
 
