@@ -78,8 +78,8 @@ def _budget_lines(b: dict) -> list[str]:
              f"{b['networks']} calibration networks; {b['minutes_measured']:.1f} min of measuring "
              f"(order from the table's {b['order_source']})"]
     if b["order_source"] != "profile log":
-        lines.append("  (no profile log in the table: minutes are estimated from the entries' measured_at, the time "
-                     "of their last round)")
+        lines.append("  (no profile log in the table: order and minutes come from the entries' measured_at, the time "
+                     "of their last round, so with several rounds the minutes span about the last round only)")
     elif b["unlogged"]:
         lines.append(f"  ({b['unlogged']} entries predate the profile log: counted as measured at minute 0)")
     rows = [[f"{p['minutes']:.1f}", p["blocks"], p["networks"], f"{100 * p['time_covered']:.1f}%",
