@@ -228,7 +228,8 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
                 "blocks)" if covered < 1 else "the rounds left make their figures steadier")
         say(f"budget of {budget_min:g} min spent: {jr.left} of {jr.planned} measurements left; the measured blocks "
             f"make up {100 * covered:.1f}% of the layers of the spaces' sampled networks, {rest}. Run again "
-            f"(with a larger budget_min, or none) to continue where this stopped")
+            f"(with a larger budget_min, or none) to continue where this stopped; nas.validate shows what these "
+            f"minutes bought and what more would")
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "others_added": table.others_added, "requested": rep.requested,
             "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": settings.rounds,
