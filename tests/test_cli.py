@@ -20,17 +20,39 @@ def _cli(module, *args, env=None):
 
 
 @pytest.mark.parametrize("cmd,takes_target", [("profile", True), ("predict", True), ("validate", True),
-                                              ("space", False)])
+                                              ("export", True), ("space", False)])
 def test_help_lists_only_what_the_command_uses(cmd, takes_target):
     r = _cli(f"nas.{cmd}", "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"nas.{cmd}:")
-    assert not any(g in r.stdout for g in SEARCH_GROUPS), r.stdout
+    own = ("data:",) if cmd == "export" else ()  # nas.export's config has a data option of its own
+    assert not any(g in r.stdout for g in SEARCH_GROUPS if g not in own), r.stdout
     assert "Configuration groups" not in r.stdout
     if takes_target:
         assert f"conf=<name>, one of: {', '.join(target_names())}" in r.stdout
     else:
         assert "conf=" not in r.stdout
+    # nas.export takes a dataset (its calibration / verification images); the others none
+    datasets = next((ln for ln in r.stdout.splitlines() if ln.startswith("data=<name>, one of: ")), None)
+    if cmd == "export":
+        assert datasets and {"digits", "fashion_mnist"} <= set(datasets.split(": ", 1)[1].split(" (")[0].split(", "))
+    else:
+        assert datasets is None
+
+
+def test_help_lists_the_users_targets_beside_the_shipped_ones(tmp_path):
+    """A target of the user's own joins the list; the shipped ones stay (whatever else a user added)."""
+    from nas.config import CONF_DIR
+
+    (tmp_path / "target").mkdir()
+    src = (CONF_DIR / "target" / "cpu.yaml").read_text()
+    (tmp_path / "target" / "mybox.yaml").write_text(src.replace("name: cpu", "name: mybox"))
+    r = _cli("nas.profile", "--help", env={"HWNAS_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("conf=<name>, one of: "))
+    listed = set(line.split(": ", 1)[1].split(", "))
+    assert {"cpu", "jetson", "gpu", "here", "mybox"} <= listed
+    assert not list(CONF_DIR.glob("target/here_*.yaml"))  # conf=here writes to $HWNAS_HOME, never the package
 
 
 def test_search_help_lists_its_groups():

@@ -260,3 +260,39 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     rc["network_ms"] = [1.0]
     with pytest.raises(TableError, match="corrupt recalibration"):
         LatencyPredictor().fit(tab)
+
+
+def test_validate_prints_the_budget_section():
+    from nas.cli.validate import _budget_lines
+
+    point = {"minutes": 2.0, "blocks": 40, "networks": 12, "time_covered": 0.5, "within_5pct": 0.25,
+             "within_10pct": 0.5, "mape": 12.0, "kendall_tau": 0.8}
+    b = {"blocks": {"measured": 80, "of": 200, "share": 0.4}, "budget_min": [5.0], "time_covered": 0.7,
+         "networks": 30, "minutes_measured": 5.0, "order_source": "profile log", "unlogged": 0,
+         "curve": [point, {**point, "minutes": 5.0, "blocks": 80, "within_10pct": 0.6}],
+         "sentence": "measuring the remaining 120 blocks (~7.5 min at the measured rate, 1 round(s) each) would ..."}
+    lines = _budget_lines(b)
+    assert lines[0].startswith("budget: 80 of 200 blocks of the spaces measured (40.0%) under a budget of 5 min")
+    assert "covering 70.0% of the held-out networks' time" in lines[0]
+    assert "within ±10%" in lines[1] and "60.0%" in lines[1] and lines[-1] == b["sentence"]
+    lines = _budget_lines({**b, "order_source": "measured_at", "budget_min": []})
+    assert "no profile log" in lines[1] and "under a budget" not in lines[0]
+
+
+@pytest.mark.slow
+def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
+    t = tmp_path / "t.json"
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "calibration_networks=20",
+            "pruned_networks=0", "budget_min=0.4", *FAST, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "budget of 0.4 min spent" in r.stdout
+    out = tmp_path / "v" / "report.json"
+    r = run("nas.validate", "conf=cpu", *HERE, f"conf.table={t}", "search_space=tiny", "n=8", "drift_anchors=0",
+            f"out={out}", *FAST, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    b = json.loads(out.read_text())["budget"]
+    assert b["budget_min"] == [0.4] and b["stopped_by_budget"] and 0 < b["blocks"]["share"] < 1
+    assert b["order_source"] == "profile log" and b["curve"] and b["curve"][-1]["n"] == 8
+    assert b["sentence"].startswith(f"measuring the remaining {b['remaining']['blocks']} blocks")
+    assert "blocks of the spaces measured" in r.stdout and b["sentence"] in r.stdout
+    assert out.with_suffix(".budget.png").stat().st_size > 5000 and "budget curve:" in r.stdout

@@ -58,10 +58,38 @@ def run(cfg: DictConfig) -> dict:
               f"networks from calibration-only spaces ({', '.join(c['spaces'])})")
     for line in reproducibility_lines(report):
         print(f"  {line}")
+    if "budget" in report:
+        print("\n".join(_budget_lines(report["budget"])))
     if "drift_warning" in report:
         print(f"WARNING: {report['drift_warning']}")
     print(f"report: {out}\nplot:   {png}")
+    if "budget" in report:
+        b = report["budget"]
+        print(f"budget curve: {b['plot']}" if b["plot"] else f"budget curve: {b['plot_note']}")
     return report
+
+
+def _budget_lines(b: dict) -> list[str]:
+    """The report's budget section (``nas.latency.budget_curve``) as lines for the terminal."""
+    bl = b["blocks"]
+    budget = f" under a budget of {', '.join(f'{m:g}' for m in b['budget_min'])} min" if b["budget_min"] else ""
+    lines = [f"budget: {bl['measured']} of {bl['of']} blocks of the spaces measured ({100 * bl['share']:.1f}%)"
+             f"{budget}, covering {100 * b['time_covered']:.1f}% of the held-out networks' time; "
+             f"{b['networks']} calibration networks; {b['minutes_measured']:.1f} min of measuring "
+             f"(order from the table's {b['order_source']})"]
+    if b["order_source"] != "profile log":
+        lines.append("  (no profile log in the table: order and minutes come from the entries' measured_at, the time "
+                     "of their last round, so with several rounds the minutes span about the last round only)")
+    elif b["unlogged"]:
+        lines.append(f"  ({b['unlogged']} entries predate the profile log: counted as measured at minute 0)")
+    rows = [[f"{p['minutes']:.1f}", p["blocks"], p["networks"], f"{100 * p['time_covered']:.1f}%",
+             f"{100 * p['within_5pct']:.1f}%", f"{100 * p['within_10pct']:.1f}%", f"{p['mape']:.2f}%",
+             f"{p['kendall_tau']:.3f}"] for p in b["curve"]]
+    if rows:
+        lines.append(fmt_table(rows, ["minutes", "blocks", "networks", "time measured", "within ±5%",
+                                      "within ±10%", "MAPE", "Kendall τ"]))
+    lines.append(b["sentence"])
+    return lines
 
 
 @hydra_app("validate")

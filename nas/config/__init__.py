@@ -245,6 +245,12 @@ Override anything in the config (foo.bar=value)
 $CONFIG
 
 ${hydra.help.footer}"""
+# nas.export: the targets and the datasets (its calibration / verification images), no search groups
+_HELP_TARGET_DATA = _HELP_TARGET.replace("\n== Config ==", """
+== Datasets ==
+data=<name>, one of: ${hwnas_options:data} (none: the checkpoint's own)
+
+== Config ==""")
 _HELP_PLAIN = """${hydra.help.header}
 == Config ==
 Override anything in the config (foo.bar=value)
@@ -260,8 +266,12 @@ def register_configs() -> None:
     from nas.target import target_names
 
     OmegaConf.register_new_resolver("hwnas_targets", lambda: ", ".join(target_names()), replace=True)
+    OmegaConf.register_new_resolver(  # a config group's options in the package's conf/ (for --help)
+        "hwnas_options", lambda group: ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))),
+        replace=True)
     cs = ConfigStore.instance()
-    for name, template in (("hwnas_target", _HELP_TARGET), ("hwnas_plain", _HELP_PLAIN)):
+    for name, template in (("hwnas_target", _HELP_TARGET), ("hwnas_target_data", _HELP_TARGET_DATA),
+                           ("hwnas_plain", _HELP_PLAIN)):
         cs.store(group="hydra/help", name=name, node={"app_name": "${hydra.job.name}", "header": "", "footer": "",
                                                      "template": template})
     cs.store(name="_target_schema", node=TargetConfig)

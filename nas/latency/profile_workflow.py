@@ -249,7 +249,9 @@ def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
     if budget_min is None:
         return
     if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:
-        raise ValueError(f"budget_min={budget_min}: the minutes to spend measuring, a number > 0 "
+        number = isinstance(budget_min, (int, float)) and not isinstance(budget_min, bool)
+        shown = f"{budget_min:g}" if number else budget_min
+        raise ValueError(f"budget_min={shown}: the minutes to spend measuring, a number > 0 "
                          "(leave it out, or null, for no budget)")
     if not measuring:
         raise ValueError(f"budget_min={budget_min:g} applies to measuring (here, or on the device through "
@@ -289,7 +291,8 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
                 "blocks)" if covered < 1 else "the rounds left make their figures steadier")
         say(f"budget of {budget_min:g} min spent: {jr.left} of {jr.planned} measurements left; the measured blocks "
             f"make up {100 * covered:.1f}% of the layers of the spaces' sampled networks, {rest}. Run again "
-            f"(with a larger budget_min, or none) to continue where this stopped")
+            f"(with a larger budget_min, or none) to continue where this stopped; nas.validate shows what these "
+            f"minutes bought and what more would")
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "others_added": table.others_added, "requested": rep.requested,
             "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": settings.rounds,

@@ -442,6 +442,7 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
         bar = tqdm(total=round(eta.remaining(), 1), unit="s", dynamic_ncols=True, smoothing=0,
                    desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
     save = Throttle(lambda: table.save(path), settings.save_every_s)
+    run_log = _log_run(table, jobs, budget_s)
     save()
     t0 = clock()
     try:
@@ -459,8 +460,11 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
             rep.seconds += took
             eta.done(job, took)
             report.done.append(job)
-            save()
             elapsed = clock() - t0
+            if run_log is not None:
+                run_log["jobs"].append([job_id(job.item, job.kind), job.round, round(elapsed, 2)])
+                run_log["seconds"] = round(elapsed, 2)
+            save()
             if on_step is not None:
                 on_step(elapsed, eta.remaining())
             if bar is not None:
@@ -475,7 +479,31 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
         raise
     finally:
         report.seconds = clock() - t0
+        if run_log is not None:
+            run_log.update(seconds=round(report.seconds, 2), left=report.left or len(jobs) - len(report.done),
+                           stopped_by_budget=report.stopped_by_budget)
+            save()
         save.flush()
         if bar is not None:
             bar.close()
     return report
+
+
+def job_id(item: Any, kind: str) -> str:
+    """A measurement's item in the table's ``profile_log``: ``b``/``n`` and 16 hex digits of the
+    block's / network's digest."""
+    return ("b" if kind == "block" else "n") + item.digest()[:16]
+
+
+def _log_run(table: LatencyTable, jobs: Sequence[Job], budget_s: float | None) -> dict[str, Any] | None:
+    """Append this run's record to the table's ``metadata["profile_log"]`` (None when nothing is
+    planned): its budget and, as it goes, every measurement in order with the seconds since the run
+    started, so ``nas.validate`` can refit on what the first k minutes of measuring gave
+    (``nas.latency.budget_curve``).  Entries keep only their last round's ``measured_at``, which
+    says neither the order of first measurements nor the time a run spent."""
+    if not jobs:
+        return None
+    run = {"started": now_iso(), "budget_min": budget_s / 60 if budget_s else None, "planned": len(jobs),
+           "left": len(jobs), "stopped_by_budget": False, "seconds": 0.0, "jobs": []}
+    table.metadata.setdefault("profile_log", []).append(run)
+    return run

@@ -365,7 +365,9 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
                     drift_anchors: int = 10, recalibrate: bool = False, allow_mismatch: bool = False,
                     progress: bool = True, say=log.info) -> dict[str, Any]:
     """Measure held-out networks on this machine and score every method (``validate``); write the
-    report (JSON) to ``out`` and its scatter plot beside it (``out`` with ``.png``).  The
+    report (JSON) to ``out`` and its scatter plot beside it (``out`` with ``.png``); for a table
+    built under a budget, or missing blocks of the spaces, also what it reached and what more
+    measuring would buy (``report["budget"]``, plotted to ``.budget.png``).  The
     ``nas.validate`` command.  Ctrl-C raises ``Interrupted``; the measurements so far are cached."""
     from nas.latency.measure import Interrupted, ProfileSettings
     from nas.latency.predictor import load_latency_model
@@ -403,6 +405,26 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
     report["target"] = target.name
     report["table"] = model.describe()
     report["calibration_networks"] = model.n_calibration_
+    budget = _budget_section(model, vs, space_names(spaces), resolution or target.resolution, report, out,
+                             title=f"{target.name}: {model.device}")
+    if budget is not None:
+        report["budget"] = budget
     atomic_write_json(out, report)
     scatter_plot(report, out.with_suffix(".png"), title=f"{target.name}: {model.device}")
     return report
+
+
+def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str], resolution: int | None,
+                    report: dict[str, Any], out: Path, *, title: str) -> dict[str, Any] | None:
+    """``nas.latency.budget_curve.budget_report`` for a budgeted or partial table, with its plot
+    (``out`` with ``.budget.png``) when matplotlib is installed; None for a complete table."""
+    from nas.latency.budget_curve import budget_plot, budget_report
+    from nas.space import load_space
+
+    keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
+    budget = budget_report(model, vs, space_keys=keys, reached=report["methods"]["predictor"])
+    if budget is not None:
+        budget["plot"] = budget_plot(budget, out.with_suffix(".budget.png"), title=title)
+        if budget["plot"] is None:
+            budget["plot_note"] = "matplotlib is not installed: no plot (pip install matplotlib)"
+    return budget
