@@ -59,7 +59,7 @@ def test_manifest_and_script_are_standalone(measured):
         assert "import torch" not in src and "from nas" not in src and "import nas" not in src
 
 
-def test_import_makes_a_calibrated_table(measured):
+def test_import_makes_a_table_with_calibration_networks(measured):
     out, nets = measured
     table, rep = import_bundle(out / "results.json", CPU, command=CMD)
     assert rep["complete"] and rep["measured"] == {"blocks": "4/4", "networks": "2/2", "held_out": "1/1"}
@@ -78,7 +78,7 @@ def test_import_makes_a_calibrated_table(measured):
 def _edited(out: Path, tmp_path: Path, edit) -> Path:
     """A copy of the measured bundle's manifest + results with ``edit(results, manifest)`` applied."""
     d = tmp_path / "copy"
-    d.mkdir()
+    d.mkdir(parents=True)
     res, man = (json.loads((out / f).read_text()) for f in ("results.json", "manifest.json"))
     edit(res, man)
     (d / "results.json").write_text(json.dumps(res))
@@ -282,3 +282,23 @@ def test_import_for_other_spaces_is_refused(measured, tmp_path):
     rep = profile_target(CPU, spaces="tiny", import_bundle=out, out=tmp_path / "t.json", calibration_networks=1,
                          pruned_networks=0, progress=False, say=lambda line: None)
     assert rep["complete"] and rep["covered"] == 4 and rep["blocks_of_spaces"] > 4
+
+
+def test_validate_on_the_bundles_held_out_networks(measured, tmp_path):
+    """nas.validate bundle=: the table's predictor scored on the networks the device measured, nothing measured here."""
+    from nas.latency.validate import validate_target
+
+    out, nets = measured
+    table, _ = import_bundle(out, CPU)
+    path = table.save(tmp_path / "t.json")
+    target = {**CPU, "table": str(path)}
+    report = validate_target(target, bundle=out / "results.json", out=tmp_path / "v" / "report.json",
+                             say=lambda line: None)
+    assert report["methods"]["predictor"]["n"] == 1 and (tmp_path / "v" / "report.json").is_file()
+    other = _edited(out, tmp_path, lambda r, m: r.update(threads=4))
+    with pytest.raises(ValueError, match="measured with threads 4 vs the table's 1"):
+        validate_target(target, bundle=other, out=tmp_path / "v2.json", say=lambda line: None)
+    empty = _edited(out, tmp_path / "e", lambda r, m: [r["entries"].pop(n["file"]) for n in m["networks"]
+                                                      if n["role"] == "held_out"])
+    with pytest.raises(ValueError, match="no measured held-out networks: write the bundle with held_out=N"):
+        validate_target(target, bundle=empty, out=tmp_path / "v3.json", say=lambda line: None)

@@ -28,6 +28,7 @@ def run(cfg: DictConfig) -> dict:
             models=list(cfg.models or ()), spaces=cfg.search_space, resolution=cfg.resolution, out=out,
             seed=cfg.seed, settings=ProfileSettings(**OmegaConf.to_container(cfg.profile)),
             drift_anchors=cfg.drift_anchors, recalibrate=cfg.recalibrate, allow_mismatch=cfg.allow_mismatch,
+            bundle=cfg.bundle,
             progress=cfg.progress, say=lambda line: print(line, flush=True))
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)

@@ -173,6 +173,8 @@ class ValidateAppConfig:
     seed: int = 7_000_001
     drift_anchors: int = 10  # calibration networks per space re-measured beside the held-out set; 0 = none
     recalibrate: bool = False  # re-measure every calibration network and score the predictor calibrated on them
+    # a device bundle's results.json (written with held_out=N): score on the networks it measured, measure nothing
+    bundle: str | None = None
     allow_mismatch: bool = False
     progress: bool = True
     profile: MeasureConfig = field(default_factory=MeasureConfig)

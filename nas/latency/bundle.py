@@ -31,7 +31,7 @@ from nas.latency.measure import ProfileSettings
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
 from nas.target import Target
 
-__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_manifest", "bundle_networks", "import_bundle",
+__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results", "import_bundle",
            "write_bundle"]
 
 BUNDLE_SCHEMA = "hwnas.bundle"
@@ -302,6 +302,11 @@ def import_bundle(results: str | Path, target: Target | dict[str, Any], table: L
             table.networks[x] = entry
     left = {k: n - m for k, (m, n) in count.items() if n > m}
     return table, {"measured": measured, "left": left, "complete": not left, "mismatch": diffs}
+
+
+def bundle_results(results: str | Path) -> dict[str, Any]:
+    """The results of a bundle (its results.json or folder), checked against the manifest beside them."""
+    return _read(results)[1]
 
 
 def bundle_manifest(results: str | Path) -> dict[str, Any]:

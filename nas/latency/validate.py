@@ -363,8 +363,9 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
                     spaces: str | Sequence[str] | None = None, resolution: int | None = None,
                     out: str | Path = "validation/report.json", seed: int = VALIDATION_SEED, settings=None,
                     drift_anchors: int = 10, recalibrate: bool = False, allow_mismatch: bool = False,
-                    progress: bool = True, say=log.info) -> dict[str, Any]:
-    """Measure held-out networks on this machine and score every method (``validate``); write the
+                    bundle: str | Path | None = None, progress: bool = True, say=log.info) -> dict[str, Any]:
+    """Measure held-out networks on this machine (or take those a device ``bundle`` measured, written
+    with ``held_out=N``) and score every method (``validate``); write the
     report (JSON) to ``out`` and its scatter plot beside it (``out`` with ``.png``); for a table
     built under a budget, or missing blocks of the spaces, also what it reached and what more
     measuring would buy (``report["budget"]``, plotted to ``.budget.png``).  The
@@ -380,11 +381,17 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
+    if bundle is not None:
+        vs = bundle_validation_set(model, bundle, allow_mismatch=allow_mismatch)
+        say(f"validating on {len(vs.archs)} held-out networks ({', '.join(sorted(set(vs.groups)))}) measured "
+            f"on the device through the bundle {bundle}")
+        return _finish(model, target, vs, Path(out), spaces, resolution, recalibrate=False)
     ident = device_identity(target.device.kind)
     why = model.table_.measured_elsewhere(ident)
     if why and not allow_mismatch:
         raise ValueError(f"the table was measured on {model.device!r} but {why}: validate on "
-                         f"the device the table describes (or pass allow_mismatch=true)")
+                         f"the device the table describes, through a bundle (nas.profile ... bundle=<dir> "
+                         f"held_out=N, then bundle=<dir>/results.json here), or pass allow_mismatch=true")
     exclude = {a.digest() for a, _ in table_networks(model.table_)}
     archs, groups = held_out_set(space_names(spaces), n, pruned, models, exclude=exclude,
                                  resolution=resolution or target.resolution, seed=seed)
@@ -401,6 +408,13 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
                               anchors_per_group=None if recalibrate else drift_anchors)
     except KeyboardInterrupt as e:
         raise Interrupted(f"measurements so far are cached beside {out}; run again to continue") from e
+    return _finish(model, target, vs, out, spaces, resolution, recalibrate=recalibrate)
+
+
+def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool) -> dict[str, Any]:
+    """Score ``vs``, add the budget section, write the report and its plots."""
+    from nas.latency.profiler import space_names
+
     report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate)
     report["target"] = target.name
     report["table"] = model.describe()
@@ -412,6 +426,29 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
     atomic_write_json(out, report)
     scatter_plot(report, out.with_suffix(".png"), title=f"{target.name}: {model.device}")
     return report
+
+
+def bundle_validation_set(model: LatencyPredictor, results: str | Path, *, allow_mismatch: bool = False) -> ValidationSet:
+    """The held-out networks a device bundle measured (``nas.profile ... bundle=<dir> held_out=N``),
+    refused unless measured on the device, runtime and precision of the predictor's table."""
+    from nas.latency.bundle import bundle_networks, bundle_results
+
+    res = bundle_results(results)
+    meta = model.table_.metadata
+    diffs = [f"{f} {res.get(f)!r} vs the table's {meta.get(f)!r}" for f in ("precision", "batch", "threads")
+             if res.get(f) != meta.get(f)]
+    for f in ("device", "runtime"):
+        got, have = (res.get(f) or {}).get("name"), (meta.get(f) or {}).get("name")
+        if got != have:
+            diffs.append(f"{f} {got!r} vs the table's {have!r}")
+    if diffs and not allow_mismatch:
+        raise ValueError(f"{results} was measured with {'; '.join(diffs)}: validate with the bundle whose results "
+                         "built this table (or pass allow_mismatch=true)")
+    held = bundle_networks(results, "held_out")
+    if not held:
+        raise ValueError(f"{results} holds no measured held-out networks: write the bundle with held_out=N "
+                         "(nas.profile ... bundle=<dir> held_out=100) and measure it on the device")
+    return ValidationSet([a for a, _ in held], [ms for _, ms in held], [a.name or "held-out" for a, _ in held])
 
 
 def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str], resolution: int | None,
