@@ -453,3 +453,7 @@ def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
         batch=t.batch,
         device_kind=t.device.kind,
     )
+
+
+# ExecuTorch and OpenVINO register themselves here (their packages are imported only when used)
+from nas.latency import runtimes_edge as _runtimes_edge  # noqa: E402, F401
