@@ -115,3 +115,84 @@ def test_prepare_reuses_the_conversion_per_key(monkeypatch):
     rt.prepare(module, CONV.in_shape, key=CONV)
     rt.prepare(module, CONV.in_shape)  # no key: converted again
     assert len(calls) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# nas.export format=pte|openvino
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A float checkpoint (a bare state dict) of a tiny digits network and its Arch file."""
+    from nas.builder import build
+    from nas.space import load_space
+
+    arch = load_space("tiny").random(4).with_head(in_chans=1, num_classes=10).with_resolution(16)
+    (tmp_path / "arch.json").write_text(__import__("json").dumps(arch.to_dict()))
+    torch.manual_seed(0)
+    torch.save(build(arch).state_dict(), tmp_path / "fp32.ckpt")
+    return tmp_path
+
+
+def _export(tmp_path, capsys, *args):
+    """``nas.export`` in process on the checkpoint; (exit code, stderr, stdout)."""
+    from nas.cli.export import run
+    from nas.config import compose_app
+
+    cfg = compose_app("export", [f"arch={tmp_path / 'arch.json'}", f"weights={tmp_path / 'fp32.ckpt'}",
+                                 "verify_samples=20", "data=digits", "export.calib_samples=8", "export.rounds=1",
+                                 "export.warmup=1", "export.repeats=3", "export.min_time_s=0", *args])
+    try:
+        run(cfg)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.err, cap.out
+
+
+def _check_export(tmp_path, capsys, fmt: str, precision: str, conf: str) -> dict:
+    import json
+
+    ext = {"pte": ".pte", "openvino": ".xml"}[fmt]
+    code, err, out = _export(tmp_path, capsys, f"conf={conf}", f"format={fmt}", f"precision={precision}")
+    assert code == 0, err
+    path = tmp_path / f"fp32.{precision}{ext}"
+    rec = json.loads(path.with_suffix(".json").read_text())
+    files = [path] + ([path.with_suffix(".bin")] if fmt == "openvino" else [])
+    assert rec["file_bytes"] == sum(p.stat().st_size for p in files) and rec["verify"]["samples"] == 20
+    if precision == "fp32":
+        assert rec["verify"]["max_abs_diff"] < 1e-4 and f"max |{rec['runtime']} - torch|" in out
+    else:
+        assert rec["verify"]["top1_agreement"] >= 0.8 and "top-1 agreement" in out
+    sibling = conf + ("_int8" if precision == "int8" else "")  # an fp32 target predicts int8 with its sibling
+    assert rec["predicted"]["target"] == sibling and rec["measured"]["median_ms"] > 0  # device.name null: this CPU
+    return rec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_export_openvino_ir_verified(checkpoint, capsys, precision):
+    """About 35 s each here (digits, conversion, verification, the prediction and the timing)."""
+    pytest.importorskip("openvino")
+    if precision == "int8":
+        pytest.importorskip("nncf")
+    rec = _check_export(checkpoint, capsys, "openvino", precision, "openvino_cpu")
+    assert rec["how"] == "fp32" if precision == "fp32" else rec["how"].startswith("NNCF")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_export_pte_verified(checkpoint, capsys, precision):
+    """Lowering a whole network to XNNPACK takes 30-90 s here."""
+    pytest.importorskip("executorch.runtime")
+    _check_export(checkpoint, capsys, "pte", precision, "executorch_cpu")
+
+
+def test_export_format_errors_are_one_line(checkpoint, capsys):
+    code, err, _ = _export(checkpoint, capsys, "format=tflite")
+    assert code != 0 and "format must be onnx, pte or openvino, got 'tflite'" in err
+    pytest.importorskip("openvino")
+    code, err, _ = _export(checkpoint, capsys, "format=openvino", f"out={checkpoint / 'm.onnx'}")
+    assert code != 0 and "format=openvino writes a .xml file" in err
+    assert not (checkpoint / "m.onnx").exists()
