@@ -116,7 +116,10 @@ def pte_method(data: bytes, *, threads: int | None = None) -> Any:
 
         if _threadpool_get_thread_count() != threads:
             _unsafe_reset_threadpool(threads)
-    return ETRuntime.get().load_program(data).load_method("forward")
+    program = ETRuntime.get().load_program(data)
+    method = program.load_method("forward")
+    method.program = program  # the program (and the bytes it runs from) lives as long as its method
+    return method
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,7 +253,8 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
     the one measuring loop (median of ``export.rounds`` rounds, a fresh load each)."""
     from nas.latency import load_latency_model
     from nas.latency.measure import measure, summarize_times
-    from nas.latency.runtimes import RUNTIMES, device_identity, device_mismatch
+    from nas.latency.runtimes import device_identity, device_mismatch
+    from nas.latency.runtimes_edge import ExecuTorchRuntime, OpenVINORuntime
     from nas.target import precision_targets
 
     runtime = EDGE_FORMATS[fmt]
@@ -264,7 +268,8 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
     if not export.measure or t.device.kind != "cpu" or device_mismatch(t.to_dict()["device"], device_identity("cpu")):
         return pred, None
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
-    rt = RUNTIMES[runtime](provider=t.provider, precision="fp32", threads=t.threads)  # the file decides the precision
+    cls = ExecuTorchRuntime if fmt == "pte" else OpenVINORuntime
+    rt = cls(provider=t.provider, precision="fp32", threads=t.threads)  # the file decides the precision
     rounds = []
     for _ in range(export.rounds):
         run = rt.runner_for_pte(path.read_bytes(), in_shape) if fmt == "pte" else rt.runner_for_model(path, in_shape)

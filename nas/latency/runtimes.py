@@ -445,6 +445,8 @@ class TensorRTRuntime(Runtime):
 
 def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
     """The runtime a target config names (``runtime``, ``provider``, ``precision``, ...)."""
+    from nas.latency import runtimes_edge  # noqa: F401  # registers executorch and openvino (imports neither)
+
     t = Target.coerce(target)
     return RUNTIMES[t.runtime](
         provider=t.provider or "",
@@ -453,7 +455,3 @@ def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
         batch=t.batch,
         device_kind=t.device.kind,
     )
-
-
-# ExecuTorch and OpenVINO register themselves here (their packages are imported only when used)
-from nas.latency import runtimes_edge as _runtimes_edge  # noqa: E402, F401
