@@ -104,6 +104,23 @@ def test_executorch_int8_close_to_torch():
     _check_block(_runtime("executorch", "int8"), CONV, tol=0.15)
 
 
+def test_openvino_runs_a_qdq_graph_as_int8():
+    """The reader a QAT checkpoint's export goes through: OpenVINO runs onnxruntime-style QDQ."""
+    pytest.importorskip("openvino")
+    from nas.compress.ptq import quantize_qdq
+    from nas.export.edge import openvino_model
+    from nas.export.onnx import export_onnx
+
+    rt = get_runtime(load_target("openvino_cpu"))
+    module = build_layer(MBCONV).eval()
+    x = rt._input(MBCONV.in_shape)
+    qdq = quantize_qdq(export_onnx(module, x), [c.numpy() for c in rt.calibration(MBCONV.in_shape)])
+    run = rt.runner_for_model(openvino_model(None, x, precision="int8", onnx=qdq), MBCONV.in_shape)
+    run()
+    with torch.no_grad():
+        assert _rel_err(run.output(), module(x).numpy()) < 0.15
+
+
 def test_prepare_reuses_the_conversion_per_key(monkeypatch):
     rt = _runtime("openvino", "fp32")
     import nas.export.edge as edge
@@ -159,7 +176,7 @@ def _check_export(tmp_path, capsys, fmt: str, precision: str, conf: str) -> dict
     code, err, out = _export(tmp_path, capsys, f"conf={conf}", f"format={fmt}", f"precision={precision}")
     assert code == 0, err
     path = tmp_path / f"fp32.{precision}{ext}"
-    rec = json.loads(path.with_suffix(".json").read_text())
+    rec = json.loads((tmp_path / f"fp32.{precision}{ext}.json").read_text())  # beside an ONNX export's .json
     files = [path] + ([path.with_suffix(".bin")] if fmt == "openvino" else [])
     assert rec["file_bytes"] == sum(p.stat().st_size for p in files) and rec["verify"]["samples"] == 20
     if precision == "fp32":
@@ -197,3 +214,36 @@ def test_export_format_errors_are_one_line(checkpoint, capsys):
     code, err, _ = _export(checkpoint, capsys, "format=openvino", f"out={checkpoint / 'm.onnx'}")
     assert code != 0 and "format=openvino writes a .xml file" in err
     assert not (checkpoint / "m.onnx").exists()
+
+
+@pytest.mark.slow
+def test_export_qat_checkpoint(tmp_path, capsys):
+    """A QAT checkpoint: OpenVINO IR from its own QDQ graph; ``.pte`` refused with the fix (40 s here)."""
+    import dataclasses
+    import json
+
+    pytest.importorskip("openvino")
+    from nas.builder import build
+    from nas.compress.qat import QuantSettings, calibrate, prepare_qat
+    from nas.space import load_space
+    from nas.train.checkpoint import CKPT_FORMAT, CKPT_VERSION, save_checkpoint
+
+    arch = load_space("tiny").random(4).with_head(in_chans=1, num_classes=10).with_resolution(16)
+    (tmp_path / "arch.json").write_text(json.dumps(arch.to_dict()))
+    torch.manual_seed(0)
+    m = build(arch).train()
+    with torch.no_grad():
+        for _ in range(3):  # non-trivial BN statistics, as after training
+            m(torch.randn(8, 1, 16, 16))
+    q = prepare_qat(m.eval(), QuantSettings())
+    calibrate(q, [torch.randn(8, 1, 16, 16) for _ in range(4)])
+    save_checkpoint(tmp_path / "fp32.ckpt", {"format": CKPT_FORMAT, "version": CKPT_VERSION, "arch": arch.to_dict(),
+                                             "qat": dataclasses.asdict(q.settings), "model": q.eval().state_dict()})
+    code, err, out = _export(tmp_path, capsys, "conf=openvino_cpu_int8", "format=openvino", "precision=int8")
+    assert code == 0, err
+    rec = json.loads((tmp_path / "fp32.int8.xml.json").read_text())
+    assert rec["how"] == "QAT QDQ read by OpenVINO" and rec["verify"]["against"] == "the fake-quant torch model"
+    assert rec["verify"]["top1_agreement"] >= 0.8
+    code, err, _ = _export(tmp_path, capsys, "conf=executorch_cpu_int8", "format=pte", "precision=int8")
+    assert code != 0 and "ExecuTorch does not read" in err and "format=openvino" in err
+    assert not (tmp_path / "fp32.int8.pte").exists()

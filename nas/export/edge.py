@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 __all__ = ["EDGE_FORMATS", "edge_summary", "export_edge", "openvino_compile", "openvino_model", "pte_bytes",
-           "pte_method", "require"]
+           "pte_method", "report_path", "require"]
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +160,18 @@ def openvino_compile(model: Any, *, threads: int = 1) -> Any:
 # checkpoint export
 
 
+def report_path(path: Path) -> Path:
+    """The export record beside ``path``: ``<file>.pte.json`` / ``<file>.xml.json``, never the ONNX
+    export's ``<file>.json``, so every format of one checkpoint can sit side by side."""
+    return path.with_name(path.name + ".json")
+
+
 def _out_path(fmt: str, weights: str | Path, precision: str, out: str | Path | None, overwrite: bool) -> Path:
     suffix = ".pte" if fmt == "pte" else ".xml"
     path = Path(out) if out else Path(weights).with_suffix(f".{precision}{suffix}")
     if path.suffix != suffix:
         raise ValueError(f"format={fmt} writes a {suffix} file, got out={str(path)!r}: name it <file>{suffix}")
-    written = [path, path.with_suffix(".json")] + ([path.with_suffix(".bin")] if fmt == "openvino" else [])
+    written = [path, report_path(path)] + ([path.with_suffix(".bin")] if fmt == "openvino" else [])
     for p in written:
         if p.exists() and not overwrite:
             raise ValueError(f"{p} exists; pass overwrite=true or another out=")
@@ -284,7 +290,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
                 overwrite: bool = False, allow_mismatch: bool = False, export: Any = None) -> dict[str, Any]:
     """Export a checkpoint as an ExecuTorch program (``fmt="pte"``) or an OpenVINO IR (``"openvino"``),
     run the written file against torch, predict (and, on this CPU, measure) its latency; write
-    ``<out>.json`` beside it and return that record.  Int8 of a float checkpoint is calibrated on
+    its record (``report_path``) beside it and return the record.  Int8 of a float checkpoint is calibrated on
     ``export.calib_samples`` training images of ``data`` (default: the checkpoint's dataset)."""
     from nas._checks import check_number
     from nas._io import atomic_write_json
@@ -332,7 +338,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
            "input_shape": [1, *in_shape]}
     if pred and meas:
         rec["error_pct"] = 100.0 * (pred["ms"] - meas["median_ms"]) / meas["median_ms"]
-    atomic_write_json(path.with_suffix(".json"), rec)
+    atomic_write_json(report_path(path), rec)
     return rec
 
 
@@ -351,5 +357,5 @@ def edge_summary(rec: dict[str, Any]) -> list[str]:
     lines.append(f"measured:  {m['median_ms']:.4f} ms on this machine (p10 {m['p10_ms']:.4f}, p90 {m['p90_ms']:.4f}); "
                  f"prediction error {rec['error_pct']:+.1f}%" if m else
                  "measured:  not measured (the target is not this machine's CPU with this runtime)")
-    lines.append(f"report:    {rec['file'].rsplit('.', 1)[0]}.json")
+    lines.append(f"report:    {report_path(Path(rec['file']))}")
     return lines
