@@ -50,6 +50,7 @@ class _EdgeRuntime(Runtime):
     precisions = ("fp32", "int8")
     provider_name = ""
     package = ""
+    io = ""
 
     def check(self) -> None:
         from nas.export.edge import require
@@ -64,6 +65,11 @@ class _EdgeRuntime(Runtime):
 
     def version(self) -> str:
         return _version(self.package)
+
+    def info(self) -> dict[str, Any]:
+        """Name, version and provider (what a table is matched on), and how a timed call does its I/O:
+        the table metadata's ``measurement.io`` describes onnxruntime's binding."""
+        return {**super().info(), "io": self.io}
 
     def calibration(self, in_shape: tuple[int, int, int]) -> list[torch.Tensor]:
         """Seeded random input batches (distinct from the timed input) calibrating an int8 block."""
@@ -84,6 +90,7 @@ class _EdgeRuntime(Runtime):
 class ExecuTorchRuntime(_EdgeRuntime):
     provider_name = "XNNPACK"
     package = "executorch"
+    io = "inputs bound once; outputs allocated by every Method.execute (no output binding in its Python runtime)"
 
     def pte(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
         """The ExecuTorch program this runtime runs for ``module`` (cached per ``key``)."""
@@ -116,6 +123,8 @@ class ExecuTorchRuntime(_EdgeRuntime):
 class OpenVINORuntime(_EdgeRuntime):
     provider_name = "CPU"
     package = "openvino"
+
+    io = "input tensor set once; outputs in the infer request's own buffers"
 
     def info(self) -> dict[str, Any]:
         out = super().info()
