@@ -22,7 +22,7 @@ __all__ = ["PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "pr
 
 PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
-RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt")
+RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Target:
     name: str
     device: Device
     latency_budget_ms: float
-    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt
+    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt | executorch | openvino
     provider: str = "CPUExecutionProvider"  # onnxruntime execution provider
     precision: str = "fp32"  # fp32 | fp16 | int8
     batch: int = 1

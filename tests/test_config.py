@@ -35,8 +35,9 @@ def test_every_target_composes(app, target):
     assert t["name"] == target
     for k in ("runtime", "precision", "batch", "threads", "latency_budget_ms"):
         assert t[k] is not None
-    for k in ("name", "kind", "peak_gflops", "mem_bandwidth_gbs"):
+    for k in ("kind", "peak_gflops", "mem_bandwidth_gbs"):
         assert t["device"][k] not in (None, "???")
+    assert t["device"]["name"] != "???"  # null: whatever machine runs the command (no identity check)
 
 
 def test_override_and_typos():

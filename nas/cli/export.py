@@ -25,6 +25,15 @@ def run(cfg: DictConfig) -> dict:
     from nas.train.settings import ExportSettings
 
     c = OmegaConf.to_container(cfg, resolve=True)
+    if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.export.edge
+        from nas.export.edge import edge_summary, export_edge
+
+        rec = export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
+                          target=c["target"], out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
+                          overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],
+                          export=ExportSettings(**c["export"]))
+        print("\n".join(edge_summary(rec)))
+        return rec
     rec = export_checkpoint(
         arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=Target.coerce(c["target"]), out=c["out"],
         data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],

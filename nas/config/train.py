@@ -71,7 +71,8 @@ class ExportAppConfig:
     arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
     weights: str = MISSING
     precision: str = "fp32"  # fp32 | int8
-    out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx (+ .json report)
+    format: str = "onnx"  # onnx | pte (ExecuTorch, XNNPACK) | openvino (OpenVINO IR .xml + .bin)
+    out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     verify_samples: int = 500
     overwrite: bool = False

@@ -366,6 +366,8 @@ class TensorRTRuntime(Runtime):
 
 def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
     """The runtime a target config names (``runtime``, ``provider``, ``precision``, ...)."""
+    from nas.latency import runtimes_edge  # noqa: F401  # registers executorch and openvino (imports neither)
+
     t = Target.coerce(target)
     return RUNTIMES[t.runtime](
         provider=t.provider or "",
