@@ -117,3 +117,18 @@ def test_bad_parameters_and_not_fitted(tables):
     with pytest.raises(NotFittedError):
         TransferPredictor(sources=[src]).predict(load_space("tiny").random(0))
     assert TransferPredictor(sources=[src], method="gbm").get_params()["method"] == "gbm"
+
+
+def test_load_latency_model_transfer_from(tables, tmp_path):
+    from nas.latency import load_latency_model
+
+    src, part, _ = tables
+    src.save(tmp_path / "source.json")
+    part.save(tmp_path / "new.json")
+    target = {"name": "new", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+              "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
+              "device": {"name": "New", "kind": "cpu", "peak_gflops": 40.0, "mem_bandwidth_gbs": 8.0}}
+    m = load_latency_model(target, table_path=tmp_path / "new.json", transfer_from=[str(tmp_path / "source.json")],
+                           method="scale")
+    assert isinstance(m, TransferPredictor) and m.source_names_ == ["source.json"]
+    assert m.predict(load_space("tiny").random(3))[0] > 0
