@@ -84,14 +84,17 @@ class TransferPredictor(LatencyPredictor):
     Parameters (stored as given; ``fit`` sets the attributes ending in ``_``):
         sources: source tables (``LatencyTable`` objects, or names / paths that
             ``resolve_table_path`` finds) of other devices, same runtime and precision.
-        method: the per-block transfer model, one of ``METHODS`` (see the module docs).
+        method: the per-block transfer model, one of ``METHODS`` (see the module docs).  ``stack``
+            (default) was the most even in ``scripts/bench_onboard.py``: it keeps the new device's
+            own block model and weighs the sources by how well they fit, so it is rarely worse than
+            the partial table alone.
         calibrate, random_state, refresh, residual: as for ``LatencyPredictor``.
     """
 
     # no block model on the completed table: blocks outside it are transferred (``_Transferred``)
     learned = False
 
-    def __init__(self, *, sources: Sequence[LatencyTable | str | Path] = (), method: str = "ridge",
+    def __init__(self, *, sources: Sequence[LatencyTable | str | Path] = (), method: str = "stack",
                  calibrate: bool = True, random_state: int = 0, refresh: bool = True,
                  residual: bool = True) -> None:
         self.sources, self.method = sources, method
