@@ -203,9 +203,34 @@ def main() -> None:
     out["chosen_method"] = max(mean, key=mean.get)
     print("\nmean held-out within ±10% per transfer method: "
           + ", ".join(f"{k} {100 * v:.1f}%" for k, v in mean.items()) + f" -> {out['chosen_method']}")
+    out["goal"] = goal(out)
+    for line in out["goal"]["lines"]:
+        print(line)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     plot(out, Path(args.out).with_suffix(".png"))
     print(f"-> {args.out}, {Path(args.out).with_suffix('.png')} ({time.time() - t0:.0f} s)")
+
+
+def goal(out: dict) -> dict:
+    """The users' goal for a device never seen (>= 95% of held-out networks within ±10% after <= 5
+    minutes, >= 99% after <= 10, τ >= 0.95), checked for the chosen transfer method per device at
+    the largest simulated budget within each limit."""
+    name = f"transfer_{out['chosen_method']}"
+    res: dict = {"method": name, "lines": []}
+    for d, r in out["devices"].items():
+        got = {}
+        for minutes, need in ((5, 0.95), (10, 0.99)):
+            rows = [b for b in r["budgets"] if b["minutes"] <= minutes]
+            best = max(rows, key=lambda b: b["minutes"])["scores"][name]["held_out"] if rows else None  # budget_min=minutes
+            got[f"{minutes}_min"] = best and {"within_10pct": best["within_10pct"], "kendall_tau": best["kendall_tau"],
+                                              "met": bool(best["within_10pct"] >= need and best["kendall_tau"] >= 0.95)}
+            if best:
+                res["lines"].append(
+                    f"goal {d}, <= {minutes} min: {100 * best['within_10pct']:.1f}% within ±10% (need {100 * need:.0f}%), "
+                    f"τ {best['kendall_tau']:.3f}: {'MET' if got[f'{minutes}_min']['met'] else 'NOT MET'} "
+                    f"(own full table: {100 * r['full']['held_out']['within_10pct']:.1f}%)")
+        res[d] = got
+    return res
 
 
 def plot(out: dict, path: Path) -> None:
