@@ -132,3 +132,13 @@ def test_load_latency_model_transfer_from(tables, tmp_path):
                            method="scale")
     assert isinstance(m, TransferPredictor) and m.source_names_ == ["source.json"]
     assert m.predict(load_space("tiny").random(3))[0] > 0
+
+
+def test_compiled_space_predictor_agrees(tables):
+    """The vectorised search path (``compile``) sees the transferred blocks as ``predict`` does."""
+    src, part, _ = tables
+    tp = TransferPredictor(sources=[src], method="scale").fit(part)
+    space = load_space("tiny")
+    P = space.sample_indices(20, 0)
+    np.testing.assert_allclose(tp.compile(space).predict_indices(P),
+                               tp.predict([space.decode_indices(p) for p in P]), rtol=1e-9)
