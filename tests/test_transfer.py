@@ -117,6 +117,8 @@ def test_bad_parameters_and_not_fitted(tables):
     with pytest.raises(NotFittedError):
         TransferPredictor(sources=[src]).predict(load_space("tiny").random(0))
     assert TransferPredictor(sources=[src], method="gbm").get_params()["method"] == "gbm"
+    one = TransferPredictor(sources=src, method="scale", calibrate=False).fit(part)  # one table, not a list
+    assert len(one.source_models_) == 1
 
 
 def test_load_latency_model_transfer_from(tables, tmp_path):

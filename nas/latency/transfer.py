@@ -107,7 +107,8 @@ class TransferPredictor(LatencyPredictor):
         if len(table) == 0:
             raise ValueError("cannot transfer to an empty table: measure a few blocks on the new device first "
                              "(python -m nas.profile budget_min=2)")
-        srcs = [s if isinstance(s, LatencyTable) else LatencyTable.load(resolve_table_path(s)) for s in self.sources]
+        given = [self.sources] if isinstance(self.sources, (str, Path, LatencyTable)) else list(self.sources)
+        srcs = [s if isinstance(s, LatencyTable) else LatencyTable.load(resolve_table_path(s)) for s in given]
         if not srcs:
             raise ValueError("sources is empty: give at least one table of another device with the same runtime "
                              "and precision (e.g. sources=['epyc_zen5.json'])")
