@@ -394,8 +394,11 @@ class RooflineModel(LatencyModel):
 
 
 def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bool = False,
-                       table_path: str | Path | None = None, **predictor_kw: Any) -> LatencyModel:
-    """A fitted predictor on the target's measured table, else a labelled roofline estimate."""
+                       table_path: str | Path | None = None, transfer_from: Sequence[str] = (),
+                       **predictor_kw: Any) -> LatencyModel:
+    """A fitted predictor on the target's measured table, else a labelled roofline estimate.
+    ``transfer_from``: tables of other devices (same runtime and precision) that fill the blocks
+    a briefly measured table lacks (``nas.latency.transfer.TransferPredictor``)."""
     target = Target.coerce(target)
     name = table_path or target.table
     if not name:
@@ -408,7 +411,12 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
         diffs = table.check_target(target, allow_mismatch=allow_mismatch)
     except TableError:
         raise
-    model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
+    if transfer_from:
+        from nas.latency.transfer import TransferPredictor
+
+        model = TransferPredictor(sources=list(transfer_from), **predictor_kw).fit(table, mismatched=bool(diffs))
+    else:
+        model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
     model.elsewhere_ = elsewhere_warning(target, table)
     return model
 
