@@ -183,6 +183,16 @@ def test_tensorrt_int8_bundle_is_symmetric(tmp_path):
             assert zp.data_type == onnx.TensorProto.INT8 and not numpy_helper.to_array(zp).any(), f
 
 
+def test_import_command_keeps_the_users_overrides(tmp_path):
+    from nas.latency.profile_workflow import import_command
+
+    typed = "python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" bundle=b held_out=3 budget_min=2"
+    got = import_command(typed, Target.coerce({**CPU, "name": "jetson"}), tmp_path / "b")
+    assert got == f"python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" " \
+                  f"import_bundle={tmp_path / 'b'}/results.json"
+
+
+@pytest.mark.slow
 def test_cli_bundle_hint_keeps_the_users_overrides(tmp_path):
     r = subprocess.run([sys.executable, "-m", "nas.profile", "conf=jetson", "conf.device.name=Jetson Orin Nano",
                         "search_space=tiny", f"bundle={tmp_path / 'b'}", "calibration_networks=1",
