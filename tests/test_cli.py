@@ -19,6 +19,7 @@ def _cli(module, *args, env=None):
                           timeout=300, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd,takes_target", [("profile", True), ("predict", True), ("validate", True),
                                               ("export", True), ("space", False)])
 def test_help_lists_only_what_the_command_uses(cmd, takes_target):
@@ -40,6 +41,7 @@ def test_help_lists_only_what_the_command_uses(cmd, takes_target):
         assert datasets is None
 
 
+@pytest.mark.slow
 def test_help_lists_the_users_targets_beside_the_shipped_ones(tmp_path):
     """A target of the user's own joins the list; the shipped ones stay (whatever else a user added)."""
     from nas.config import CONF_DIR

@@ -25,6 +25,7 @@ def table(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_predict_cli(table, tmp_path):
     from nas.space import load_space
 
@@ -197,6 +198,7 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     assert r.returncode == 2 and "pick one" in r.stderr
 
 
+@pytest.mark.slow
 def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, monkeypatch):
     import shutil
     from types import SimpleNamespace
