@@ -192,21 +192,6 @@ def test_import_command_keeps_the_users_overrides(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_bundle_hint_keeps_the_users_overrides(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nas.profile", "conf=jetson", "conf.device.name=Jetson Orin Nano",
-                        "search_space=tiny", f"bundle={tmp_path / 'b'}", "calibration_networks=1",
-                        "pruned_networks=0", "held_out=1", "progress=false"],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert r.returncode == 0, r.stderr
-    man = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert man["runtime"] == "tensorrt" and man["precision"] == "fp16" and len(man["blocks"]) == 250
-    assert [n["role"] for n in man["networks"]] == ["calibration", "held_out"]
-    hint = f"python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" search_space=tiny " \
-           f"calibration_networks=1 pruned_networks=0 import_bundle={tmp_path / 'b'}/results.json"
-    assert hint in r.stdout and man["import_command"] == hint
-
-
-@pytest.mark.slow
 def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
     """Bundle here -> measured by a Python without torch -> import -> a predictor calibrated on the
     bundle's networks, scored on held-out networks the same script measured.  How close it gets is a
