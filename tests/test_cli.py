@@ -57,6 +57,7 @@ def test_help_lists_the_users_targets_beside_the_shipped_ones(tmp_path):
     assert not list(CONF_DIR.glob("target/here_*.yaml"))  # conf=here writes to $HWNAS_HOME, never the package
 
 
+@pytest.mark.slow
 def test_search_help_lists_its_groups():
     r = _cli("nas.search", "--help")
     assert r.returncode == 0, r.stderr

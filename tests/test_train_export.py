@@ -232,6 +232,7 @@ def test_another_resolution_reports_both_latencies(search_run, tmp_path):
         PipelineSettings(run=str(search_run), target=load_target("cpu"), resolution=0)
 
 
+@pytest.mark.slow
 def test_export_takes_every_arch_file_train_writes(trained, tmp_path, capsys):
     """Each checkpoint nas.train writes exports with an Arch file beside it, unedited, or with none
     (the checkpoint's own Arch), at the searched input shape."""
