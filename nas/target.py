@@ -64,6 +64,9 @@ class Target:
     threads: int = 1
     resolution: int | None = None  # deployment resolution; None = the space's own
     table: str | None = None  # a file in the tables dirs (or a path); None = roofline estimate
+    # tables of other devices (same runtime, provider, precision, batch, threads) that fill the blocks a
+    # briefly measured table lacks, per block (nas.latency.transfer); [auto] = every such table found
+    transfer_from: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16", "int8"):
@@ -74,6 +77,10 @@ class Target:
                 raise ValueError(f"target.{f} must be a positive integer, got {v!r}")
         if isinstance(self.device, Mapping):
             object.__setattr__(self, "device", Device(**dict(self.device)))
+        tf = self.transfer_from
+        if isinstance(tf, str) or not all(isinstance(x, str) and x for x in (tf or ())):
+            raise ValueError(f"target.transfer_from must be a list of table names or paths (or [auto]), got {tf!r}")
+        object.__setattr__(self, "transfer_from", tuple(tf or ()))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
@@ -105,6 +112,7 @@ class Target:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["device"]["cpu_flags"] = list(self.device.cpu_flags)
+        d["transfer_from"] = list(self.transfer_from)
         return d
 
     def replace(self, **changes: Any) -> Target:

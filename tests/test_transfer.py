@@ -144,3 +144,59 @@ def test_compiled_space_predictor_agrees(tables):
     P = space.sample_indices(20, 0)
     np.testing.assert_allclose(tp.compile(space).predict_indices(P),
                                tp.predict([space.decode_indices(p) for p in P]), rtol=1e-9)
+
+
+def _target(**kw):
+    return {"name": "new", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+            "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
+            "device": {"name": "New", "kind": "cpu", "peak_gflops": 40.0, "mem_bandwidth_gbs": 8.0}, **kw}
+
+
+def test_the_targets_transfer_from_and_auto(tables, monkeypatch, tmp_path):
+    """``conf.transfer_from`` reaches every command through the Target; ``auto`` finds the
+    compatible tables of other devices in the tables folders, not the table itself nor an int8 one."""
+    from nas.latency import load_latency_model
+    from nas.resources import user_tables_dir
+    from nas.target import Target
+
+    src, part, _ = tables
+    monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
+    folder = user_tables_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    src.save(folder / "src_fp32.json")
+    table(source_ms, KEYS[:40], precision="int8", device={"name": "Other"}).save(folder / "src_int8.json")
+    part.save(folder / "new.json")
+    monkeypatch.setattr("nas.resources.tables_dir", lambda: folder.parent / "none")  # the shipped ones left out
+    m = load_latency_model(_target(table="new.json", transfer_from=["src_fp32.json"]), method="scale")
+    assert isinstance(m, TransferPredictor) and m.source_names_ == ["src_fp32.json"]
+    auto = load_latency_model(_target(table="new.json", transfer_from=["auto"]), method="scale")
+    assert auto.source_names_ == ["src_fp32.json"]
+    assert not isinstance(load_latency_model(_target(table="new.json")), TransferPredictor)
+    with pytest.raises(ValueError, match="no table 'missing.json'"):
+        load_latency_model(_target(table="new.json", transfer_from=["missing.json"]))
+    with pytest.raises(ValueError, match="names only new.json itself"):
+        load_latency_model(_target(table="new.json", transfer_from=["new.json"]))
+    with pytest.raises(ValueError, match="its precision is 'int8'"):
+        load_latency_model(_target(table="new.json", transfer_from=["src_int8.json"]))
+    with pytest.raises(ValueError, match="transfer_from must be a list"):
+        Target.coerce(_target(transfer_from="auto"))
+    assert Target.coerce(_target(transfer_from=["auto"])).to_dict()["transfer_from"] == ["auto"]
+
+
+def test_validate_scores_the_table_without_transfer_too(tables):
+    """With transfer, nas.validate's report has the device's own table beside it, and the budget
+    curve both, each point refitted on the same minutes."""
+    from nas.latency.budget_curve import budget_report
+    from nas.latency.validate import WITHOUT_TRANSFER, ValidationSet, validate
+
+    src, part, _ = tables
+    tp = TransferPredictor(sources=[src], method="scale").fit(part)
+    rng = np.random.default_rng(5)
+    archs = [load_space("tiny").random(rng) for _ in range(30)]
+    vs = ValidationSet(archs, [1.05 * sum(new_ms(k) for k in a.keys()) for a in archs], ["tiny"] * 30)
+    report = validate(tp, ROOF, vs)
+    assert WITHOUT_TRANSFER in report["methods"]
+    assert report["methods"]["predictor"]["mape"] < report["methods"][WITHOUT_TRANSFER]["mape"]
+    b = budget_report(tp, vs, space_keys=KEYS, reached=report["methods"]["predictor"])
+    assert b["blocks"]["measured"] == len(part.entries) < len(KEYS)
+    assert b["curve"] and all("without_transfer" in p for p in b["curve"])

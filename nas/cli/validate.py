@@ -17,7 +17,7 @@ from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
 @user_errors
 def run(cfg: DictConfig) -> dict:
     from nas.latency.measure import Interrupted, ProfileSettings
-    from nas.latency.validate import RESCALED, reproducibility_lines, validate_target
+    from nas.latency.validate import RESCALED, WITHOUT_TRANSFER, reproducibility_lines, validate_target
 
     check_counts(cfg, {"n": "held-out networks", "pruned": "held-out networks",
                        "drift_anchors": "calibration networks per space"})
@@ -57,6 +57,9 @@ def run(cfg: DictConfig) -> dict:
         c = report["calibration_spaces"]
         print(f"  recalibrated_search_spaces_only: recalibrated without the {c['networks']} of {c['of']} calibration "
               f"networks from calibration-only spaces ({', '.join(c['spaces'])})")
+    if WITHOUT_TRANSFER in report["methods"]:
+        print(f"  {WITHOUT_TRANSFER}: the same measured table without the blocks transferred from other devices "
+              f"(transfer_from)")
     for line in reproducibility_lines(report):
         print(f"  {line}")
     if "budget" in report:
@@ -83,12 +86,15 @@ def _budget_lines(b: dict) -> list[str]:
                      "of their last round, so with several rounds the minutes span about the last round only)")
     elif b["unlogged"]:
         lines.append(f"  ({b['unlogged']} entries predate the profile log: counted as measured at minute 0)")
+    transfer = any("without_transfer" in p for p in b["curve"])
     rows = [[f"{p['minutes']:.1f}", p["blocks"], p["networks"], f"{100 * p['time_covered']:.1f}%",
              f"{100 * p['within_5pct']:.1f}%", f"{100 * p['within_10pct']:.1f}%", f"{p['mape']:.2f}%",
-             f"{p['kendall_tau']:.3f}"] for p in b["curve"]]
+             f"{p['kendall_tau']:.3f}"]
+            + ([f"{100 * p['without_transfer']['within_10pct']:.1f}%"] if transfer else []) for p in b["curve"]]
     if rows:
         lines.append(fmt_table(rows, ["minutes", "blocks", "networks", "time measured", "within ±5%",
-                                      "within ±10%", "MAPE", "Kendall τ"]))
+                                      "within ±10%", "MAPE", "Kendall τ"]
+                               + (["±10% without transfer"] if transfer else [])))
     lines.append(b["sentence"])
     return lines
 

@@ -397,8 +397,10 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
                        table_path: str | Path | None = None, transfer_from: Sequence[str] = (),
                        **predictor_kw: Any) -> LatencyModel:
     """A fitted predictor on the target's measured table, else a labelled roofline estimate.
-    ``transfer_from``: tables of other devices (same runtime and precision) that fill the blocks
-    a briefly measured table lacks (``nas.latency.transfer.TransferPredictor``)."""
+    ``transfer_from`` (default the target's own ``transfer_from``): tables of other devices (same
+    runtime and precision) that fill the blocks a briefly measured table lacks
+    (``nas.latency.transfer.TransferPredictor``); ``auto`` among them stands for every compatible
+    table found (``nas.latency.transfer.find_sources``)."""
     target = Target.coerce(target)
     name = table_path or target.table
     if not name:
@@ -411,10 +413,12 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
         diffs = table.check_target(target, allow_mismatch=allow_mismatch)
     except TableError:
         raise
+    transfer_from = list(transfer_from or target.transfer_from)
     if transfer_from:
-        from nas.latency.transfer import TransferPredictor
+        from nas.latency.transfer import TransferPredictor, resolve_sources
 
-        model = TransferPredictor(sources=list(transfer_from), **predictor_kw).fit(table, mismatched=bool(diffs))
+        sources = resolve_sources(table, transfer_from)
+        model = TransferPredictor(sources=sources, **predictor_kw).fit(table, mismatched=bool(diffs))
     else:
         model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
     model.elsewhere_ = elsewhere_warning(target, table)

@@ -48,7 +48,8 @@ from nas.latency.block_model import KINDS, BlockFeaturizer, make_block_model
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.table import Entry, LatencyTable, _field, resolve_table_path
 
-__all__ = ["COMPATIBLE_FIELDS", "METHODS", "TransferPredictor", "check_compatible"]
+__all__ = ["AUTO", "COMPATIBLE_FIELDS", "METHODS", "TransferPredictor", "check_compatible", "find_sources",
+           "resolve_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ COMPATIBLE_FIELDS = ("runtime.name", "runtime.provider", "precision", "batch", "
 METHODS = ("scale", "ridge", "gbm", "stack")
 MIN_PER_KIND = 3  # fewer measured blocks of a kind: its scale is the global one
 _FLOOR_MS = 1e-4
+AUTO = "auto"  # in transfer_from: every compatible table found (find_sources)
 
 
 def check_compatible(table: LatencyTable, source: LatencyTable) -> None:
@@ -68,6 +70,69 @@ def check_compatible(table: LatencyTable, source: LatencyTable) -> None:
         if mine != theirs:
             raise ValueError(f"cannot transfer from {_name(source)}: its {f} is {theirs!r}, the new device's table "
                              f"has {mine!r}; transfer needs source tables of the same runtime and precision")
+
+
+def _compatible(table: LatencyTable, source: LatencyTable) -> bool:
+    return all(_field(table.metadata, f) == _field(source.metadata, f) for f in COMPATIBLE_FIELDS)
+
+
+def _same_file(a: Path | None, b: Path | None) -> bool:
+    try:
+        return a is not None and b is not None and a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def find_sources(table: LatencyTable) -> list[Path]:
+    """Every table in the user's and the shipped tables folders that can lend ``table`` its blocks:
+    measured (not an estimate), of the same runtime, provider, precision, batch and threads
+    (``COMPATIBLE_FIELDS``), on another device (not ``table``'s own file, not a table of the same
+    device name and CPU flags).  A file that does not load as a table is passed over."""
+    from nas.resources import tables_dir, user_tables_dir
+
+    mine = table.metadata.get("device") or {}
+    found: dict[str, Path] = {}
+    for folder in (user_tables_dir(), tables_dir()):
+        for p in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            if p.name in found or _same_file(p, table.path):
+                continue
+            try:
+                src = LatencyTable.load(p)
+            except Exception:  # noqa: BLE001 - a foreign or damaged file is simply not a source
+                continue
+            dev = src.metadata.get("device") or {}
+            same_device = (dev.get("name") == mine.get("name") and dev.get("cpu_flags") == mine.get("cpu_flags")
+                           and dev.get("cpu_family") == mine.get("cpu_family"))
+            if src.metadata.get("source") == "measured" and _compatible(table, src) and not same_device:
+                found[p.name] = p
+    return list(found.values())
+
+
+def resolve_sources(table: LatencyTable, names: Sequence[str | Path]) -> list[Path]:
+    """``transfer_from`` as source table paths: names and paths as given (a missing one is an error
+    naming what exists), ``auto`` as ``find_sources``; duplicates and ``table``'s own file dropped."""
+    out: list[Path] = []
+    for n in names:
+        if str(n) == AUTO:
+            found = find_sources(table)
+            if not found:
+                raise ValueError(f"transfer_from=[{AUTO}]: no table of another device with the same "
+                                 f"{', '.join(COMPATIBLE_FIELDS)} as {_name(table)} was found in the tables folders; "
+                                 "name the source tables instead, or leave transfer_from empty")
+            out.extend(found)
+            continue
+        p = resolve_table_path(n)
+        if not p.is_file():
+            raise ValueError(f"transfer_from: no table {str(n)!r} (looked for {p}); give a table name in the tables "
+                             f"folders, a path, or {AUTO}")
+        out.append(p)
+    uniq: list[Path] = []
+    for p in out:
+        if not _same_file(p, table.path) and not any(_same_file(p, q) for q in uniq):
+            uniq.append(p)
+    if not uniq:
+        raise ValueError(f"transfer_from names only {_name(table)} itself: name tables of other devices")
+    return uniq
 
 
 def _name(t: LatencyTable) -> str:
