@@ -124,8 +124,9 @@ def _target_dirs() -> list[Path]:
 
 
 def target_names() -> list[str]:
-    """Every target name: the shipped ones, the user's own ($HWNAS_HOME/target/) and ``here`` (this machine)."""
-    return sorted({"here"} | {p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    """Every target name: the shipped ones, the user's own ($HWNAS_HOME/target/), ``here`` (this machine)
+    and ``here_gpu`` (its GPU)."""
+    return sorted({"here", "here_gpu"} | {p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
 
 
 def load_target(name: str) -> Target:
@@ -136,10 +137,10 @@ def load_target(name: str) -> Target:
 
     from nas.config import TargetConfig
 
-    if name == "here":
+    if name in ("here", "here_gpu"):
         from nas.latency.here import ensure_here_target
 
-        name = ensure_here_target()
+        name = ensure_here_target(kind="gpu" if name == "here_gpu" else "cpu")
     path = next((d / f"{name}.yaml" for d in _target_dirs() if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         raise ValueError(f"unknown target {name!r}; targets: {', '.join(target_names())}")

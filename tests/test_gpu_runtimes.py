@@ -414,3 +414,13 @@ def test_bundle_measurer_times_an_onnx_file(tmp_path, keys, precision):
         assert set(r) == {"median_ms", "p10_ms", "p90_ms", "n"}
         assert 0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] and r["n"] >= 5
     assert bundle_trt.version()
+
+
+@pytest.mark.gpu
+def test_here_gpu_microbenchmark_measures_the_gpu():
+    from nas.latency.here import gpu_identity, measure_gpu_peaks
+
+    ident = gpu_identity()
+    peaks = measure_gpu_peaks(matmul_n=2048, copy_mb=256, chain_ops=50)
+    assert peaks["peak_gflops"] > 1000 and peaks["mem_bandwidth_gbs"] > 100 and peaks["overhead_us"] > 0
+    assert ident["gpu"] in peaks["spec_source"]

@@ -165,3 +165,64 @@ def test_help_and_completion_offer_here():
     assert "here" in line.split("one of:")[1].replace(",", " ").split()
     r = _cli("nas.cli.search", "-sc", "query=bash", env={"COMP_LINE": "python -m nas.search conf=he"})
     assert r.returncode == 0 and r.stdout.split() == ["conf=here"], r.stderr
+
+
+H100 = {**XEON, "kind": "gpu", "gpu": "NVIDIA H100 80GB HBM3", "name": "NVIDIA H100 80GB HBM3", "driver": "580.82",
+        "cuda": "13.0"}
+GPU_PEAKS = {"peak_gflops": 51000.0, "mem_bandwidth_gbs": 2900.0, "overhead_us": 2.5,
+             "spec_source": "measured on NVIDIA H100 80GB HBM3 by nas.latency.here.measure_gpu_peaks"}
+
+
+@pytest.fixture
+def gpu_machine(machine, monkeypatch):
+    """``machine`` with a GPU: ``gpu_identity`` gives ``machine["gpu"]`` (None: no GPU) and the GPU
+    microbenchmark fixed figures (counted in ``machine["gpu_measured"]``)."""
+    import nas.latency.here as here
+
+    machine.update(gpu=H100, gpu_measured=0)
+
+    def ident():
+        if machine["gpu"] is None:
+            raise ValueError("conf=here_gpu: no NVIDIA GPU is visible on this machine")
+        return dict(machine["gpu"])
+
+    def measure(**_):
+        machine["gpu_measured"] += 1
+        return GPU_PEAKS
+
+    monkeypatch.setattr(here, "gpu_identity", ident)
+    monkeypatch.setattr(here, "measure_gpu_peaks", measure)
+    return machine
+
+
+def test_conf_here_gpu_is_this_machines_gpu(gpu_machine, tmp_path):
+    t = compose_app("search", ["conf=here_gpu"]).target
+    assert t.name == "here_gpu_h100_80gb_hbm3" and t.provider == "CUDAExecutionProvider"
+    assert t.device.kind == "gpu" and t.device.name == H100["gpu"] and t.table == f"{t.name}.json"
+    text = (tmp_path / "target" / f"{t.name}.yaml").read_text()
+    assert "driver 580.82, CUDA 13.0" in text and "measure_gpu_peaks" in text
+    assert load_target("here_gpu") == load_target(t.name) and gpu_machine["gpu_measured"] == 1
+    assert load_target("here").device.kind == "cpu"  # conf=here stays the CPU
+    gpu_machine["gpu"] = {**H100, "gpu": "NVIDIA L4", "name": "NVIDIA L4"}
+    assert load_target("here_gpu").name == "here_gpu_l4" and gpu_machine["gpu_measured"] == 2
+    assert "here_gpu" in target_names()
+
+
+def test_conf_here_gpu_without_a_gpu_is_one_line(gpu_machine):
+    from nas.latency import load_latency_model
+
+    gpu_machine["gpu"] = None
+    with pytest.raises(ValueError, match="no NVIDIA GPU"):
+        load_target("here_gpu")
+    gpu_machine["gpu"] = H100
+    m = load_latency_model(load_target("here_gpu"))
+    assert "`python -m nas.profile conf=here_gpu`" in m.warning
+
+
+def test_gpu_identity_without_a_gpu(monkeypatch):
+    import nas.latency.device as device
+    from nas.latency.here import gpu_identity
+
+    monkeypatch.setattr(device, "device_identity", lambda kind="cpu": {**XEON, "kind": kind, "gpu": None})
+    with pytest.raises(ValueError, match=r"conf=here_gpu: no NVIDIA GPU .* conf=here is this machine's CPU"):
+        gpu_identity()

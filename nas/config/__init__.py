@@ -194,16 +194,19 @@ def alias_override(arg: str) -> str:
 
 
 def _here_override(args: list[str]) -> list[str]:
-    """``target=here`` -> ``target=here_<slug>``, this machine's own target (written on first use)."""
-    at = [i for i, a in enumerate(args) if a.lstrip("+") == "target=here"]
-    if not at:
-        return args
+    """``target=here`` -> ``target=here_<slug>``, this machine's own target (written on first use);
+    ``target=here_gpu`` -> ``target=here_gpu_<gpu>``, its GPU's."""
     import sys
 
-    from nas.latency.here import ensure_here_target
+    from nas.latency.here import HERE, HERE_GPU, ensure_here_target
 
-    name = ensure_here_target(say=lambda m: print(m, file=sys.stderr, flush=True))
-    return [a.replace("target=here", f"target={name}") if i in at else a for i, a in enumerate(args)]
+    out = list(args)
+    for word, kind in ((HERE, "cpu"), (HERE_GPU, "gpu")):
+        at = [i for i, a in enumerate(out) if a.lstrip("+") == f"target={word}"]
+        if at:
+            name = ensure_here_target(kind=kind, say=lambda m: print(m, file=sys.stderr, flush=True))
+            out = [a.replace(f"target={word}", f"target={name}") if i in at else a for i, a in enumerate(out)]
+    return out
 
 
 def normalize_overrides(args: Sequence[str]) -> list[str]:
@@ -280,6 +283,7 @@ def register_configs() -> None:
     # `conf=here` as a target option (for --help and tab completion); normalize_overrides replaces it
     # by this machine's own target before composing, so this placeholder is never used as it is
     cs.store(group="target", name="here", node=TargetConfig(name="here"))
+    cs.store(group="target", name="here_gpu", node=TargetConfig(name="here_gpu"))
     cs.store(name="_space_schema", node=SpaceAppConfig)
     cs.store(name="_profile_schema", node=ProfileAppConfig)
     cs.store(name="_predict_schema", node=PredictAppConfig)

@@ -1,4 +1,4 @@
-"""This machine as a target: ``conf=here``.
+"""This machine as a target: ``conf=here`` (its CPU) and ``conf=here_gpu`` (its NVIDIA GPU).
 
 ``conf=here`` names the target of the machine the command runs on.  The first use writes
 ``$HWNAS_HOME/target/here_<slug>.yaml`` from the machine's identity (CPU model, vendor,
@@ -7,6 +7,11 @@ family/model, ISA flags, physical cores) with roofline figures measured here
 slug, and so the target's name and its table's name, comes from the identity
 (``here_amd_epyc_f25m1_avx2_2c``), so another machine's ``conf=here`` is another target and
 tables never mix.
+
+``conf=here_gpu`` does the same for the machine's first NVIDIA GPU with onnxruntime's CUDA provider
+(fp32): ``here_gpu_<gpu>.yaml`` records the GPU's name, driver and CUDA version, with roofline
+figures measured on the GPU by ``measure_gpu_peaks`` (torch CUDA: a MatMul, a copy, a chain of
+tiny kernels).  Without a GPU it is a one-line error.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from typing import Any
 
 from nas.resources import user_home
 
-__all__ = ["HERE", "HERE_PREFIX", "ensure_here_target", "here_slug", "is_here_name", "machine_identity",
-           "profile_command"]
+__all__ = ["HERE", "HERE_GPU", "HERE_PREFIX", "ensure_here_target", "gpu_identity", "here_gpu_slug", "here_slug",
+           "is_here_name", "machine_identity", "measure_gpu_peaks", "profile_command"]
 
 log = logging.getLogger(__name__)
 
 HERE = "here"
+HERE_GPU = "here_gpu"
 HERE_PREFIX = "here_"
 _ISA_TIERS = (("amx", {"amx_tile", "amx_int8", "amx_bf16"}), ("avx512", {"avx512f"}), ("avx2", {"avx2"}),
               ("avx", {"avx"}), ("sve", {"sve"}), ("neon", {"asimd", "neon"}))
@@ -40,9 +46,16 @@ def is_here_name(name: str | None) -> bool:
     return bool(name) and (name == HERE or name.startswith(HERE_PREFIX))
 
 
+def _conf_name(target_name: str) -> str:
+    """``conf=`` as the user types it for a target: ``here`` / ``here_gpu`` for this machine's own."""
+    if target_name == HERE_GPU or target_name.startswith(HERE_GPU + "_"):
+        return HERE_GPU
+    return HERE if is_here_name(target_name) else target_name
+
+
 def profile_command(target_name: str) -> str:
     """The command that measures a target's table, as the user types it (``conf=here`` for this machine)."""
-    return f"python -m nas.profile conf={HERE if is_here_name(target_name) else target_name}"
+    return f"python -m nas.profile conf={_conf_name(target_name)}"
 
 
 def _physical_cores(text: str) -> int:
@@ -134,31 +147,134 @@ def _yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
     return header + "defaults:\n  - /_target_schema@_here_\n  - _self_\n\n" + yaml.safe_dump(body, sort_keys=False, width=1000, default_flow_style=None)
 
 
-def ensure_here_target(*, ident: dict[str, Any] | None = None, measure: Callable[[], dict[str, Any]] | None = None,
-                       say: Callable[[str], None] = log.info) -> str:
-    """This machine's target name (``here_<slug>``), writing ``$HWNAS_HOME/target/<name>.yaml`` first
-    when it does not exist (its roofline measured by ``measure``, default ``measure_peaks``).  A file of
-    that name describing another CPU (same slug, other flags) keeps its name; this one gets a suffix."""
+def gpu_identity() -> dict[str, Any]:
+    """This machine's first NVIDIA GPU as ``device_identity("gpu")`` records it (name, driver, CUDA);
+    a one-line error when there is none."""
+    from nas.latency.device import device_identity
+
+    ident = device_identity("gpu")
+    if not ident.get("gpu"):
+        raise ValueError(f"conf={HERE_GPU}: no NVIDIA GPU is visible on this machine (neither torch.cuda nor "
+                         f"nvidia-smi sees one); conf={HERE} is this machine's CPU")
+    return ident
+
+
+def here_gpu_slug(ident: dict[str, Any]) -> str:
+    """``here_gpu_<gpu name>`` for a ``gpu_identity`` (``here_gpu_h100_80gb_hbm3``)."""
+    name = re.sub(r"\bnvidia\b|\bgeforce\b", " ", str(ident.get("gpu") or "gpu").lower())
+    return f"{HERE_GPU}_" + (re.sub(r"[^a-z0-9]+", "_", name).strip("_")[:40].strip("_") or "gpu")
+
+
+def _same_gpu(path: Path, ident: dict[str, Any]) -> bool:
+    from omegaconf import OmegaConf
+
+    try:
+        dev = OmegaConf.to_container(OmegaConf.load(path)).get("device") or {}
+    except Exception:  # an unreadable file is not this machine's: a new name is made beside it
+        return False
+    return dev.get("name") == ident.get("gpu") and dev.get("kind") == "gpu"
+
+
+def _gpu_yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
+    import yaml
+
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    body = {
+        "name": name,
+        "device": {
+            "name": ident.get("gpu"), "kind": "gpu",
+            "description": f"{ident.get('gpu')} (driver {ident.get('driver') or '?'}, CUDA {ident.get('cuda') or '?'}) "
+                           f"in a machine with {ident.get('cpu')}",
+            "peak_gflops": float(peaks["peak_gflops"]), "mem_bandwidth_gbs": float(peaks["mem_bandwidth_gbs"]),
+            "overhead_us": float(peaks["overhead_us"]), "spec_source": f"{peaks['spec_source']}, {when}",
+        },
+        "runtime": "onnxruntime", "provider": "CUDAExecutionProvider", "precision": "fp32",
+        "batch": 1, "threads": 1, "resolution": None, "latency_budget_ms": 2.0, "table": f"{name}.json",
+    }
+    header = (
+        f"# This machine's own GPU target (conf={HERE_GPU}), generated by hwnas on {when} from its identity:\n"
+        f"# {ident.get('gpu')}, driver {ident.get('driver') or '?'}, CUDA {ident.get('cuda') or '?'}.\n"
+        "# Roofline figures measured on the GPU (nas.latency.here.measure_gpu_peaks); onnxruntime CUDA, fp32,\n"
+        f"# batch 1.  Its table: `python -m nas.profile conf={HERE_GPU}` (needs onnxruntime-gpu).\n"
+    )
+    return header + "defaults:\n  - /_target_schema@_here_\n  - _self_\n\n" + yaml.safe_dump(body, sort_keys=False, width=1000, default_flow_style=None)
+
+
+def measure_gpu_peaks(*, matmul_n: int = 4096, copy_mb: int = 1024,  # pragma: no cover - needs a CUDA GPU
+                      chain_ops: int = 200) -> dict[str, Any]:
+    """The first CUDA GPU's fp32 roofline figures, measured with torch and CUDA events (TF32 off):
+    ``peak_gflops`` (an n x n MatMul), ``mem_bandwidth_gbs`` (a copy of ``copy_mb`` MB, read + write),
+    ``overhead_us`` (per kernel of a chain of tiny ReLUs); ``spec_source`` says how."""
+    import torch
+
+    dev = torch.device("cuda")
+
+    def best_ms(fn, repeats: int = 10) -> float:
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(repeats):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        return min(times)
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        x = torch.randn(matmul_n, matmul_n, device=dev)
+        peak = 2 * matmul_n**3 / (best_ms(lambda: x @ x) * 1e-3) / 1e9
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    a = torch.empty(copy_mb * 2**20 // 4, device=dev)
+    b = torch.empty_like(a)
+    bw = 2 * a.numel() * 4 / (best_ms(lambda: b.copy_(a)) * 1e-3) / 1e9
+    t = torch.ones(8, device=dev)
+
+    def chain(k: int):
+        return lambda: [torch.relu_(t) for _ in range(k)]
+
+    overhead = max((best_ms(chain(chain_ops)) - best_ms(chain(1))) / (chain_ops - 1) * 1e3, 0.01)
+    return {"peak_gflops": round(peak, 1), "mem_bandwidth_gbs": round(bw, 1),
+            "overhead_us": round(overhead, 3),
+            "spec_source": f"measured on {torch.cuda.get_device_name(0)} by nas.latency.here.measure_gpu_peaks: MatMul "
+                           f"{matmul_n}^3 fp32 {peak:.0f} GFLOP/s, {copy_mb} MB copy {bw:.0f} GB/s, {overhead:.2f} us "
+                           "per kernel"}
+
+
+def ensure_here_target(*, kind: str = "cpu", ident: dict[str, Any] | None = None,
+                       measure: Callable[[], dict[str, Any]] | None = None, say: Callable[[str], None] = log.info) -> str:
+    """This machine's target name (``here_<slug>``; with ``kind="gpu"`` its GPU's, ``here_gpu_<gpu>``),
+    writing ``$HWNAS_HOME/target/<name>.yaml`` first when it does not exist (its roofline measured by
+    ``measure``, default ``measure_peaks`` / ``measure_gpu_peaks``).  A file of that name describing
+    another CPU (same slug, other flags) keeps its name; this one gets a suffix."""
     from nas._io import atomic_write_text, file_lock
 
-    ident = ident or machine_identity()
+    gpu = kind == "gpu"
+    ident = ident or (gpu_identity() if gpu else machine_identity())
+    same, conf = (_same_gpu, HERE_GPU) if gpu else (_same_machine, HERE)
     folder = user_home() / "target"
-    name = here_slug(ident)
-    if (folder / f"{name}.yaml").is_file() and not _same_machine(folder / f"{name}.yaml", ident):
+    name = here_gpu_slug(ident) if gpu else here_slug(ident)
+    if (folder / f"{name}.yaml").is_file() and not same(folder / f"{name}.yaml", ident):
         name = f"{name}_{_fingerprint(ident)}"
     path = folder / f"{name}.yaml"
-    if path.is_file() and _same_machine(path, ident):
+    if path.is_file() and same(path, ident):
         return name
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with file_lock(folder / ".here", what=f"this machine's target {path}"):
-            if path.is_file() and _same_machine(path, ident):  # another process wrote it meanwhile
+            if path.is_file() and same(path, ident):  # another process wrote it meanwhile
                 return name
-            say(f"conf=here: writing this machine's target {path} (measuring its roofline, a few seconds)")
+            say(f"conf={conf}: writing this machine's target {path} (measuring its roofline, a few seconds)")
             if measure is None:
-                from nas.latency.roofline import measure_peaks as measure
-            atomic_write_text(path, _yaml(name, ident, measure()))
+                from nas.latency.roofline import measure_peaks
+
+                measure = measure_gpu_peaks if gpu else measure_peaks
+            atomic_write_text(path, (_gpu_yaml if gpu else _yaml)(name, ident, measure()))
     except OSError as e:
-        raise ValueError(f"conf=here: cannot write this machine's target {path} ({e.strerror or e}); "
+        raise ValueError(f"conf={conf}: cannot write this machine's target {path} ({e.strerror or e}); "
                          "set HWNAS_HOME to a writable folder") from None
     return name
