@@ -20,15 +20,18 @@ ways, all calibrated on the same training images:
 and reports, per network and variant: (i) the format — every QuantizeLinear's zero point int8 and
 0, per-channel int8 weights (stored as int8, or float behind a QuantizeLinear), which op types read
 a dequantized activation, BatchNormalization nodes left, whether ``onnx.checker`` passes and
-onnxruntime (CPU) runs it; (ii) top-1 on the digits validation split and agreement with the fp32
-ONNX, both in onnxruntime CPU.  TensorRT engine speed is not measured (no GPU here).
+onnxruntime (CPU) runs it; (ii) top-1 on the digits validation split, agreement with the fp32
+ONNX and the logits' relative error, all in onnxruntime CPU.  TensorRT engine speed is not
+measured (no GPU here).
 
-ModelOpt is optional: without it the ModelOpt variants are reported as unavailable with the
-import error.  Its torch exporter needs ``nvidia-modelopt`` plus onnx_graphsurgeon,
-onnxconverter-common, onnxslim and lief (part of its ``[onnx]`` extra); without them the fake-quant
-model is exported with ``torch.onnx.export`` instead (recorded as ``exporter``).
+ModelOpt is optional: without it the ModelOpt variants are reported as "modelopt not installed"
+(the import error in ``modelopt_import``).  Its torch exporter and its ONNX quantizer need
+``nvidia-modelopt`` plus parts of its ``[onnx]`` extra (onnx-graphsurgeon, onnxconverter-common,
+onnxslim, polygraphy, lief); without them the fake-quant model is exported with
+``torch.onnx.export`` instead (each variant's ``how`` says which) and the ONNX variant fails with
+the import error.
 
-    taskset -c 0 python scripts/bench_modelopt.py            # 3 networks (about 6 min on one core)
+    taskset -c 0 python scripts/bench_modelopt.py            # 3 networks (about 5 min on one core)
     taskset -c 0 python scripts/bench_modelopt.py --quick    # 1 network, shorter training
 
 Writes scripts/results/modelopt.json (``--out``) and prints a table.
@@ -63,7 +66,7 @@ TARGET = "jetson_int8"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="one network, shorter training (about 2 min)")
+    p.add_argument("--quick", action="store_true", help="one network, shorter training (about 1.5 min)")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="tiny-space architectures (nas.load_space('tiny').random(seed)); default 1 2 3 (quick: 1)")
     p.add_argument("--epochs", type=int, default=None, help="fp32 training epochs (default 30, quick 15)")
