@@ -40,3 +40,43 @@ def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem):
     ratios = [i8.entries[k].median_ms / f32.entries[k].median_ms for k in common]
     assert rep["blocks"]["all"]["median"] == pytest.approx(float(np.median(ratios)))
     assert rep["blocks"]["all"]["share_le_bar"] == pytest.approx(float(np.mean(np.array(ratios) <= 0.6)))
+
+
+_WITHOUT_MODELOPT = ("import runpy, sys; sys.modules['modelopt'] = None; script = sys.argv[1]; "
+                     "sys.argv = sys.argv[1:]; runpy.run_path(script, run_name='__main__')")
+
+
+def test_bench_modelopt_help_needs_no_modelopt():
+    """nvidia-modelopt is optional: the script explains itself without it."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_modelopt.py"
+    r = subprocess.run([sys.executable, "-c", _WITHOUT_MODELOPT, str(script), "--help"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "usage:" in r.stdout and "--quick" in r.stdout
+
+
+def test_bench_modelopt_without_modelopt_compares_the_hwnas_exports(tmp_path):
+    """Without nvidia-modelopt the hwnas variants still run and are checked for TensorRT's form; the
+    ModelOpt ones say why they did not."""
+    import json
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_modelopt.py"
+    out = tmp_path / "modelopt.json"
+    r = subprocess.run([sys.executable, "-c", _WITHOUT_MODELOPT, str(script), "--seeds", "1", "--epochs", "1",
+                        "--qat-epochs", "1", "--calib", "32", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(out.read_text())
+    assert rep["modelopt"] is None and rep["tensorrt_speed"].startswith("not measured")
+    (net,) = rep["networks"]
+    for name in ("hwnas_ptq", "hwnas_qat"):
+        v = net["variants"][name]
+        assert v["status"] == "ok" and v["onnxruntime_cpu"] == "ok"
+        f = v["format"]
+        assert f["checker"] == "ok" and f["zero_points_int8_0"] and f["weights_per_channel"]
+        assert f["bias"] == "float" and f["batchnorm_nodes"] == 0 and set(f["weights"]) == {"int8"}
+        assert 0.0 <= v["top1"] <= 1.0 and 0.0 <= v["agree_fp32"] <= 1.0
+    for name in ("modelopt_ptq", "modelopt_qat", "modelopt_onnx"):
+        assert net["variants"][name]["status"] == "modelopt not installed"
+    assert set(rep["summary"]) == {"hwnas_ptq", "hwnas_qat"}
+    assert "hwnas_qat" in r.stdout
