@@ -122,3 +122,158 @@ def test_an_arch_for_other_classes_is_refused_with_the_fix():
     sn = Supernet(load_space("tiny"), in_chans=1)
     with pytest.raises(ValueError, match=r"adapt it with Supernet.adapt"):
         sn.subnet(load_space("tiny").smallest())
+
+
+# ---- training, checkpoints, resuming ---------------------------------------------------------
+
+DATA = {"name": "digits", "train_samples": 128, "val_samples": 64}
+
+
+def _settings(**kw):
+    from nas.supernet.settings import SupernetSettings
+
+    return SupernetSettings(**{"epochs": 2, "batch_size": 32, "bn_recalibration_batches": 2, **kw})
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from nas.data import load_data
+
+    return load_data(DATA)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, digits):
+    """A tiny supernet trained for 2 epochs of 4 steps: (checkpoint path, its record)."""
+    from nas.supernet.train import train_supernet
+
+    out = tmp_path_factory.mktemp("supernet")
+    rec = train_supernet(load_space("tiny"), digits, _settings(), out)
+    return out / "supernet.ckpt", rec
+
+
+def test_training_writes_a_checkpoint_recording_what_it_was_trained_for(trained, digits):
+    from nas.supernet.checkpoint import read_checkpoint
+
+    path, rec = trained
+    c = read_checkpoint(path)
+    assert c["epoch"] == 2 and len(c["history"]) == 2
+    assert c["space"]["name"] == "tiny" and c["space"]["digest"] == load_space("tiny").digest()
+    assert (c["data"]["name"], c["data"]["in_chans"], c["data"]["num_classes"], c["data"]["resolution"]) == \
+        ("digits", 1, 10, digits.resolution)
+    assert c["settings"]["random_subnets"] == 2
+    assert all(0 <= h["val_accuracy_largest"] <= 1 for h in c["history"])
+    assert not list(path.parent.glob("*.tmp*"))  # written atomically
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(trained, digits, tmp_path):
+    from nas.supernet.checkpoint import read_checkpoint
+    from nas.supernet.train import train_supernet
+
+    def stop(_rec):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_supernet(load_space("tiny"), digits, _settings(), tmp_path, on_epoch=stop)
+    assert read_checkpoint(tmp_path / "supernet.ckpt")["epoch"] == 1
+    train_supernet(load_space("tiny"), digits, _settings(), tmp_path)  # the same command again
+    done, once = read_checkpoint(tmp_path / "supernet.ckpt"), read_checkpoint(trained[0])
+    assert done["epoch"] == 2
+    for k, v in once["model"].items():
+        assert torch.equal(v, done["model"][k]), k
+
+
+def test_every_process_samples_the_same_subnets_at_a_step():
+    from nas.supernet.train import Dist, SandwichStep
+
+    s = _settings(random_subnets=3)
+    a = SandwichStep(Supernet(load_space("tiny")), s, Dist(0, 2))
+    b = SandwichStep(Supernet(load_space("tiny")), s, Dist(1, 2))
+    assert a.archs(5) == b.archs(5)
+    assert a.archs(5)[:2] == [a.sn.largest, a.sn.smallest] and len(a.archs(5)) == 5
+    assert a.archs(5) != a.archs(6)
+
+
+def test_out_holding_another_supernet_is_refused_and_kept(trained, digits, tmp_path):
+    import shutil
+
+    from nas.space import SearchSpace
+    from nas.supernet.train import train_supernet
+
+    shutil.copy(trained[0], tmp_path / "supernet.ckpt")
+    before = (tmp_path / "supernet.ckpt").read_bytes()
+    with pytest.raises(ValueError, match=r"holds another supernet \(space: .*use another out= or remove it"):
+        cfg = dict(load_space("tiny").config, stem={**load_space("tiny").config["stem"], "width": [8, 16, 24]})
+        train_supernet(SearchSpace(cfg, source="other.yaml"), digits, _settings(), tmp_path)
+    with pytest.raises(ValueError, match=r"settings: .*random_subnets.*use another out= or remove it"):
+        train_supernet(load_space("tiny"), digits, _settings(random_subnets=1), tmp_path)
+    assert (tmp_path / "supernet.ckpt").read_bytes() == before
+
+
+def test_a_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
+    from nas.supernet.checkpoint import load_supernet, read_checkpoint
+
+    bad = tmp_path / "supernet.ckpt"
+    data = trained[0].read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    for fn in (read_checkpoint, load_supernet):
+        with pytest.raises(ValueError, match=r"not a readable supernet checkpoint.*damaged or truncated") as e:
+            fn(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(FileNotFoundError, match="train one with python -m nas.supernet"):
+        read_checkpoint(tmp_path / "nope.ckpt")
+
+
+# ---- the supernet evaluator ------------------------------------------------------------------
+
+
+def test_the_evaluator_scores_the_subnet_with_recalibrated_batchnorm(trained, digits):
+    from nas.data import adapt_arch
+    from nas.search.evaluate import SupernetEvaluator, make_evaluator
+    from nas.supernet.checkpoint import load_supernet
+    from nas.train.fit import accuracy, recalibrate_batchnorm
+
+    ev = make_evaluator({"name": "supernet", "checkpoint": str(trained[0]), "bn_recalibration_batches": 2,
+                         "batch_size": 32, "device": "cpu"})
+    assert isinstance(ev, SupernetEvaluator) and ev.metric == "val_accuracy"
+    ev.check(load_space("tiny"), digits)
+    arch = adapt_arch(load_space("tiny").random(3), digits)
+    res = ev.evaluate(arch, digits, seed=4)
+    sn, _ = load_supernet(trained[0])
+    assert load_supernet(trained[0])[0] is sn  # loaded once per process
+    m = sn.subnet(arch)
+    recalibrate_batchnorm(m, digits, batches=2, batch_size=32, generator=torch.Generator().manual_seed(4))
+    assert res.score == pytest.approx(accuracy(m.eval(), digits, "val"))
+    assert ev.evaluate(arch, digits, seed=4).score == res.score
+
+
+def test_the_evaluator_refuses_a_supernet_for_another_space_resolution_or_split(trained, digits):
+    from nas.data import load_data
+    from nas.search.evaluate import make_evaluator
+
+    ev = make_evaluator({"name": "supernet", "checkpoint": str(trained[0])})
+    with pytest.raises(ValueError, match=r"trained on space 'tiny'.*uses 'mbv3'.*nas.supernet search_space=mbv3"):
+        ev.check(load_space("mbv3"), digits)
+    with pytest.raises(ValueError, match=rf"trained at {digits.resolution}px, this run scores at 32px.*"
+                                         rf"data.resolution={digits.resolution}"):
+        ev.check(load_space("tiny"), load_data({**DATA, "resolution": 32}))
+    with pytest.raises(ValueError, match=r"another split of digits \(seed: 0 in the checkpoint, 1 now\)"):
+        ev.check(load_space("tiny"), load_data({**DATA, "seed": 1}))
+    with pytest.raises(ValueError, match=r"needs the supernet's checkpoint: add supernet="):
+        make_evaluator({"name": "supernet"})
+
+
+def test_a_search_with_a_mismatched_supernet_stops_at_start_writing_nothing(trained, tmp_path, capsys):
+    from nas.cli.search import run
+    from nas.config import compose_app
+
+    out = tmp_path / "run"
+    cfg = compose_app("search", ["conf=cpu", "search_space=mbv3", "evaluator=supernet", f"supernet={trained[0]}",
+                                 f"out={out}", "progress=false"])
+    assert cfg.evaluator.checkpoint == str(trained[0])
+    with pytest.raises(SystemExit) as e:
+        run(cfg, run_dir=out)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: supernet ") and "trained on space 'tiny'" in err and "\n" not in err
+    assert not out.exists()

@@ -98,10 +98,13 @@ def check_matches(meta: dict[str, Any], path: str | Path, *, space: SearchSpace,
     """Refuse a supernet trained for another space, dataset (its split included: scoring on images it
     trained on would flatter it) or, with ``resolution``, another input resolution."""
     got = meta["space"]
+    from nas.space import SPACES_DIR
+
+    shipped = Path(space.source).parent == SPACES_DIR and (SPACES_DIR / f"{space.name}.yaml").is_file()
     if got["digest"] != space.digest():
         raise ValueError(f"supernet {path} was trained on space {got['name']!r} (digest {got['digest']}), this run "
                          f"uses {space.name!r} (digest {space.digest()}): train a supernet for it with "
-                         f"python -m nas.supernet search_space={space.source}")
+                         f"python -m nas.supernet search_space={space.name if shipped else space.source}")
     want = data_record(data)
     have = meta["data"]
     for key in ("name", "in_chans", "num_classes"):
