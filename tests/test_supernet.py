@@ -277,3 +277,92 @@ def test_a_search_with_a_mismatched_supernet_stops_at_start_writing_nothing(trai
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: supernet ") and "trained on space 'tiny'" in err and "\n" not in err
     assert not out.exists()
+
+
+# ---- many processes (slow: process start-up) ------------------------------------------------------
+
+
+_RANK_SCRIPT = """
+import os, sys
+import torch.distributed as td
+from nas.supernet.dist import Dist, check_same_settings
+
+td.init_process_group("gloo")
+rank = td.get_rank()
+record = {"space": "abc", "settings": {"lr": 0.005 if rank == 0 else 0.01, "epochs": 2}}
+try:
+    check_same_settings(record, Dist.current())
+    msg = "ok"
+except ValueError as e:
+    msg = str(e)
+open(os.path.join(sys.argv[1], f"rank{rank}.txt"), "w").write(msg)
+td.destroy_process_group()
+"""
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(*args, timeout=300):
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.slow
+def test_processes_started_with_different_settings_refuse_to_train_naming_the_rank(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(_RANK_SCRIPT)
+    r = _torchrun(str(script), str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        got = (tmp_path / f"rank{rank}.txt").read_text()
+        assert got.startswith("torchrun: rank 1 runs with other settings than rank 0 (settings.lr: 0.005 on rank 0, "
+                              "0.01 on rank 1)"), got
+
+
+@pytest.mark.slow
+def test_torchrun_supernet_then_search_with_it_then_train_from_its_weights(tmp_path, capsys):
+    """The whole flow: two CPU processes train the supernet, a search scores trials by its inherited
+    weights, and nas.train fine-tunes a Pareto network from them."""
+    import json
+
+    from nas.cli.search import run as search
+    from nas.cli.train import run as train
+    from nas.config import compose_app
+    from nas.supernet.checkpoint import load_supernet
+
+    out = tmp_path / "sn"
+    r = _torchrun("-m", "nas.supernet", "data.train_samples=128", "data.val_samples=64", "epochs=1",
+                  "train.batch_size=32", f"out={out}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = json.loads((out / "supernet.json").read_text())
+    assert rec["world_size"] == 2 and len(rec["history"]) == 1
+    assert r.stdout.count("supernet epoch 1/1") == 1  # process 0 reports, the other trains
+    ckpt = out / "supernet.ckpt"
+    assert load_supernet(ckpt)[1]["settings"]["batch_size"] == 32
+
+    run_dir = tmp_path / "search"
+    summary = search(compose_app("search", ["conf=cpu", "evaluator=supernet", f"supernet={ckpt}", "n_trials=4",
+                                            "data.train_samples=128", "data.val_samples=64", "progress=false",
+                                            f"out={run_dir}"]), run_dir=run_dir)
+    assert summary["statuses"].get("evaluated", 0) >= 1
+    pareto = json.loads((run_dir / "pareto.json").read_text())
+    assert pareto["search"]["evaluator"]["name"] == "supernet"
+
+    report = train(compose_app("train", ["conf=cpu", f"run={run_dir}", f"supernet={ckpt}", "select=0", "epochs=1",
+                                         "train_samples=128", "prune.enabled=false", "qat.enabled=false",
+                                         "export.measure=false", f"out={tmp_path / 'train'}"]))
+    assert report["settings"]["supernet"] == str(ckpt)
+    from nas.train.checkpoint import load_checkpoint
+
+    c = load_checkpoint(next((tmp_path / "train").glob("*/fp32.ckpt")))
+    assert c["epoch"] == 1 and c["meta"]["init"]["supernet"] == load_space("tiny").digest()  # fine-tuned from it

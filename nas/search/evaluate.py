@@ -150,6 +150,7 @@ class Evaluator(ABC):
     def check(self, space: Any, data: Dataset) -> None:
         """Refuse, before the search writes anything, a space and dataset this evaluator cannot score
         (a ``ValueError`` naming the mismatch and the fix); most evaluators score any."""
+        return None
 
     def settings(self) -> dict[str, Any]:
         """Everything that changes the score (for the study's record)."""

@@ -10,7 +10,6 @@ finished epoch count, the weights, the optimizer state and the per-epoch history
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +121,3 @@ def check_matches(meta: dict[str, Any], path: str | Path, *, space: SearchSpace,
         raise ValueError(f"supernet {path} was trained on another split of {want['name']} ({'; '.join(d)}), so its "
                          f"validation images may be ones it trained on: use the same data settings")
 
-
-def digest_of(obj: Any) -> str:
-    import hashlib
-
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,11 @@ from torch import nn
 
 from nas.data import Dataset
 from nas.space import SearchSpace
-from nas.supernet.checkpoint import data_record, digest_of, read_checkpoint, save_supernet
+from nas.supernet.checkpoint import data_record, read_checkpoint, save_supernet
+from nas.supernet.dist import Dist, allreduce_grads, check_same_settings
 from nas.supernet.model import Supernet
 from nas.supernet.settings import SupernetSettings
-from nas.train.checkpoint import _leaf_diffs, diff_messages
+from nas.train.checkpoint import diff_messages
 from nas.train.fit import (
     Schedule,
     accuracy,
@@ -44,49 +44,11 @@ from nas.train.fit import (
     train_epochs,
 )
 
-__all__ = ["CKPT_NAME", "SandwichStep", "Dist", "train_supernet"]
+__all__ = ["CKPT_NAME", "SandwichStep", "train_supernet"]
 
 log = logging.getLogger(__name__)
 
 CKPT_NAME = "supernet.ckpt"
-
-
-@dataclass(frozen=True)
-class Dist:
-    """This process's place among the ``torchrun`` processes (rank 0 of 1 without torchrun)."""
-
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def active(self) -> bool:
-        return self.world > 1
-
-    @classmethod
-    def current(cls) -> Dist:
-        import torch.distributed as td
-
-        if td.is_available() and td.is_initialized():
-            import os
-
-            return cls(td.get_rank(), td.get_world_size(), int(os.environ.get("LOCAL_RANK", td.get_rank())))
-        return cls()
-
-
-def _allreduce_grads(params: list[nn.Parameter], world: int) -> None:
-    """Average the gradients over the processes (one flat all-reduce)."""
-    import torch.distributed as td
-
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    td.all_reduce(flat)
-    flat /= world
-    i = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[i:i + n].view_as(p)
-        i += n
 
 
 class SandwichStep:
@@ -124,7 +86,7 @@ class SandwichStep:
             total = total + small.detach().float()
         self.sn.set_arch(self.sn.largest)
         if self.dist.active:
-            _allreduce_grads(self.params, self.dist.world)
+            allreduce_grads(self.params, self.dist.world)
         return total / len(archs)
 
 
@@ -142,22 +104,6 @@ class _Shard:
                 break
             if i % self.dist.world == self.dist.rank:
                 yield b
-
-
-def check_same_settings(record: dict[str, Any], dist: Dist) -> None:
-    """Refuse to train when the processes were started with different settings (all ranks raise)."""
-    if not dist.active:
-        return
-    import torch.distributed as td
-
-    mine = digest_of(record)
-    got: list[Any] = [None] * dist.world
-    td.all_gather_object(got, (mine, record))
-    for r, (d, rec) in enumerate(got):
-        if d != got[0][0]:
-            diffs = [f"{k}: {a!r} on rank 0, {b!r} on rank {r}" for k, a, b in _leaf_diffs(got[0][1], rec, "")]
-            raise ValueError(f"torchrun: rank {r} runs with other settings than rank 0 ({'; '.join(diffs[:3])}); "
-                             f"start every process with the same command")
 
 
 def _resume(path: Path, record: dict[str, Any]) -> dict[str, Any] | None:
