@@ -279,6 +279,29 @@ def test_a_search_with_a_mismatched_supernet_stops_at_start_writing_nothing(trai
     assert not out.exists()
 
 
+@pytest.mark.gpu
+def test_training_and_scoring_on_a_gpu_with_mixed_precision(digits, tmp_path):
+    from nas.data import adapt_arch
+    from nas.search.evaluate import make_evaluator
+    from nas.supernet.train import train_supernet
+
+    rec = train_supernet(load_space("tiny"), digits, _settings(epochs=1, device="cuda", amp=True), tmp_path)
+    assert len(rec["history"]) == 1
+    ev = make_evaluator({"name": "supernet", "checkpoint": str(tmp_path / "supernet.ckpt"), "device": "cuda"})
+    res = ev.evaluate(adapt_arch(load_space("tiny").random(0), digits), digits, seed=0)
+    assert 0.0 <= res.score <= 1.0
+
+
+def test_a_cuda_device_without_cuda_is_a_clear_error(digits, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    from nas.supernet.train import train_supernet
+
+    with pytest.raises(ValueError, match="no CUDA device"):
+        train_supernet(load_space("tiny"), digits, _settings(device="cuda"), tmp_path)
+    assert not (tmp_path / "supernet.ckpt").exists()
+
+
 # ---- many processes (slow: process start-up) ------------------------------------------------------
 
 
