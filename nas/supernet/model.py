@@ -111,16 +111,24 @@ class Supernet(nn.Module):
         return torch.func.functional_call(skel, self.shared_tensors(self.arch), (x,), tie_weights=False, strict=True)
 
     @torch.no_grad()
-    def subnet(self, arch: Arch) -> ArchNet:
+    def subnet(self, arch: Arch, data: Any = None, *, batches: int = 16, batch_size: int = 64,
+               seed: int = 0) -> ArchNet:
         """A standalone ``nas.build(arch)`` network with the weights ``arch`` inherits (copied), in eval
-        mode.  Its BatchNorm statistics are the supernet's; recalibrate them on training batches
-        (``nas.train.fit.recalibrate_batchnorm``) before scoring."""
+        mode.  Its BatchNorm statistics are the supernet's (the largest subnet's running averages); with
+        ``data`` (a ``nas.data.Dataset``) they are re-estimated on ``batches`` shuffled training batches
+        (``nas.train.fit.recalibrate_batchnorm``, seeded by ``seed``), as scoring needs."""
         tensors = self.shared_tensors(arch)
         device = next(self.net.parameters()).device
         with torch.device("meta"):
             model = build(arch)
         model.load_state_dict({k: v.detach().clone() for k, v in tensors.items()}, strict=True, assign=True)
-        return model.to(device).eval()
+        model = model.to(device)
+        if data is not None:
+            from nas.train.fit import recalibrate_batchnorm
+
+            recalibrate_batchnorm(model, data, batches=batches, batch_size=min(batch_size, len(data.train)),
+                                  generator=torch.Generator().manual_seed(seed), device=device)
+        return model.eval()
 
     def extra_repr(self) -> str:
         return f"space={self.space.name!r}, in_chans={self.in_chans}, num_classes={self.num_classes}"
