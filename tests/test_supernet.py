@@ -264,6 +264,17 @@ def test_the_evaluator_refuses_a_supernet_for_another_space_resolution_or_split(
         make_evaluator({"name": "supernet"})
 
 
+def test_nas_train_takes_a_supernet_at_another_resolution_but_not_for_another_space(trained, digits):
+    from nas.data import load_data
+    from nas.supernet.checkpoint import check_matches, load_supernet
+
+    _, meta = load_supernet(trained[0])
+    check_matches(meta, trained[0], space=load_space("tiny"), data=load_data({**DATA, "resolution": 32}),
+                  resolution=False)  # nas.train: trains at the deployment resolution
+    with pytest.raises(ValueError, match=r"trained on space 'tiny'"):
+        check_matches(meta, trained[0], space=load_space("hybrid"), data=digits, resolution=False)
+
+
 def test_a_search_with_a_mismatched_supernet_stops_at_start_writing_nothing(trained, tmp_path, capsys):
     from nas.cli.search import run
     from nas.config import compose_app

@@ -396,17 +396,18 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
     idx = select_entries(run, s.select, s.max_ms)
     multiple, se_ratio = _space_params(run, s.prune.multiple)
     targets = precision_targets(s.target, s.targets.to_dict())
+    data = load_data(_data_settings(run, s))
+    supernet = _load_supernet(s, run, data)  # a supernet for another space or dataset fails before anything is done
     guide = load_latency_model(s.target, allow_mismatch=s.allow_mismatch)
     models = {p: (guide if t is s.target else load_latency_model(t, allow_mismatch=s.allow_mismatch))
               if t is not None else None for p, t in targets.items()}
     for m in {id(m): m for m in [guide, *models.values()] if m is not None}.values():
         if m.warning:
             log.warning("%s", m.warning)
-    data = load_data(_data_settings(run, s))
     here = {p: (t is not None and runs_here(t)) for p, t in targets.items()}
     if s.export.measure and not any(here.values()):
         log.info("the targets are not this machine: exported models are not measured here")
-    ctx = _Context(s, data, run, multiple, se_ratio, targets, models, guide, here, _load_supernet(s, run, data))
+    ctx = _Context(s, data, run, multiple, se_ratio, targets, models, guide, here, supernet)
     results = [_train_one(ctx, i) for i in idx]
     report = {
         "schema": REPORT_SCHEMA, "version": 1, "run": str(run.path), "target": s.target.name,
