@@ -106,6 +106,19 @@ def test_an_arch_outside_the_space_is_refused_by_name(change, message):
         sn.set_arch(arch)
 
 
+def test_a_space_whose_blocks_cannot_share_the_largest_ones_weights_is_refused():
+    from nas.space import SearchSpace
+
+    cfg = {"name": "odd", "input": {"channels": 3, "resolution": 32}, "num_classes": 10,
+           "stem": {"width": [16], "kernel": 3, "stride": 2},
+           "stages": [{"kind": "ir", "depth": [1], "width": [16, 32], "kernel": [3], "expansion": [2], "stride": 2},
+                      {"kind": "attn", "depth": [1], "width": [16, 32], "heads": [2], "mlp_ratio": [2], "stride": 1}],
+           "head": {"style": "pool"}}
+    with pytest.raises(ValueError, match=r"space 'odd' cannot be one supernet: stage 1 \(attn\) from 16 to 32 "
+                                         r"channels needs weight proj\.conv\.weight"):
+        Supernet(SearchSpace(cfg))
+
+
 def test_locate_inverts_decode_on_every_shipped_space():
     for name in list_spaces():
         space = load_space(name)

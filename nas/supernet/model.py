@@ -45,7 +45,36 @@ class Supernet(nn.Module):
         self._offsets = [sum(depths[:i]) for i in range(len(depths))]
         self._skeletons: OrderedDict[Arch, tuple[ArchNet, list[tuple[str, str, tuple[int, ...]]]]] = OrderedDict()
         self.arch = self.largest
-        self._skeleton(self.smallest)  # a space whose smallest subnet needs a weight the largest lacks fails here
+        self._check_shareable()
+
+    def _check_shareable(self) -> None:
+        """Refuse a space with a block that needs a weight the largest architecture lacks (an attention
+        stage whose input projection the largest architecture skips, because its widest input already
+        has the embed width): every first block of a stage, from every input width, with the largest
+        options, against the supernet's."""
+        from nas.arch import BlockKey
+        from nas.builder import build_layer
+        from nas.space import STAGE_KINDS
+
+        full = dict(self.net.named_parameters())
+        in_widths: tuple[int, ...] = self.space.stem_widths
+        for i, (st, h) in enumerate(zip(self.space.stages, self.space.stage_resolutions())):
+            opts = {n: max(st.options[n]) for n in STAGE_KINDS[st.kind]}
+            for c in in_widths:
+                for w in st.width:
+                    block = self.space._make_block(st, c, w, st.stride, opts)
+                    with torch.device("meta"):
+                        layer = build_layer(BlockKey(block, c, h, h))
+                    for name, t in layer.named_parameters():
+                        src = f"blocks.{self._offsets[i]}.{name}"
+                        if src not in full or any(a > b for a, b in zip(t.shape, full[src].shape)):
+                            raise ValueError(
+                                f"space {self.space.name!r} cannot be one supernet: stage {i} ({st.kind}) from {c} "
+                                f"to {w} channels needs weight {name} {tuple(t.shape)}, which its largest "
+                                f"architecture lacks; give the stage widths that differ from the previous stage's, "
+                                f"or stride 2")
+            in_widths = st.width
+        self._skeleton(self.smallest)
 
     # -- architectures ----------------------------------------------------------------------
     def adapt(self, arch: Arch, resolution: int | None = None) -> Arch:
