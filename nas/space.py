@@ -125,8 +125,17 @@ class SearchSpace:
     """A validated search space.  Build with ``load_space(name_or_path)``."""
 
     def __init__(self, config: dict[str, Any], *, source: str = "<dict>") -> None:
+        import copy
+
         self.source = source
         self._parse(config)
+        self.config: dict[str, Any] = copy.deepcopy(config)  # as loaded: rebuilds the space (SearchSpace(config))
+
+    def digest(self) -> str:
+        """Stable identity of the space's definition (sha1 of its canonical JSON; the source path is not part of it)."""
+        from nas.arch import _digest
+
+        return _digest(self.config)
 
     # ------------------------------------------------------------------------------------
     # loading and validation
@@ -349,6 +358,12 @@ class SearchSpace:
         smallest kernels and expansions, no squeeze-excite, fewest heads): a lower bound on latency and
         memory in all but contrived spaces."""
         return self.decode({name: min(ch) for name, ch in self.param_choices().items()})
+
+    def largest(self) -> Arch:
+        """The architecture with the largest choice of every parameter (deepest, widest, largest kernels
+        and expansions, squeeze-excite wherever it is a choice, most heads): it holds every weight any
+        architecture of the space has (``nas.supernet``)."""
+        return self.decode({name: max(ch) for name, ch in self.param_choices().items()})
 
     def random(self, rng: np.random.Generator | int | None = None) -> Arch:
         """A uniformly sampled parameter vector decoded to an Arch (seed or Generator)."""

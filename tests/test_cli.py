@@ -21,21 +21,21 @@ def _cli(module, *args, env=None):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd,takes_target", [("profile", True), ("predict", True), ("validate", True),
-                                              ("export", True), ("space", False)])
+                                              ("export", True), ("supernet", True), ("space", False)])
 def test_help_lists_only_what_the_command_uses(cmd, takes_target):
     r = _cli(f"nas.{cmd}", "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"nas.{cmd}:")
-    own = ("data:",) if cmd == "export" else ()  # nas.export's config has a data option of its own
+    own = ("data:",) if cmd in ("export", "supernet") else ()  # nas.export and nas.supernet take a dataset
     assert not any(g in r.stdout for g in SEARCH_GROUPS if g not in own), r.stdout
     assert "Configuration groups" not in r.stdout
     if takes_target:
         assert f"conf=<name>, one of: {', '.join(target_names())}" in r.stdout
     else:
         assert "conf=" not in r.stdout
-    # nas.export takes a dataset (its calibration / verification images); the others none
+    # nas.export takes a dataset (its calibration / verification images), nas.supernet one to train on
     datasets = next((ln for ln in r.stdout.splitlines() if ln.startswith("data=<name>, one of: ")), None)
-    if cmd == "export":
+    if cmd in ("export", "supernet"):
         assert datasets and {"digits", "fashion_mnist"} <= set(datasets.split(": ", 1)[1].split(" (")[0].split(", "))
     else:
         assert datasets is None

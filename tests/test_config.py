@@ -16,7 +16,7 @@ register_configs()
 register_search_configs()
 register_train_configs()
 TARGETS = sorted(p.stem for p in (CONF_DIR / "target").glob("*.yaml"))
-APPS = ["space", "profile", "predict", "validate", "search", "train", "export"]
+APPS = ["space", "profile", "predict", "validate", "search", "train", "export", "supernet"]
 
 
 def _compose(app, overrides):
@@ -87,12 +87,13 @@ def test_conf_alias_and_user_targets(tmp_path, monkeypatch):
 # app -> its schema's registered name; groups (target, data, ...) are checked by the group test below
 APP_SCHEMAS = {"space": "_space_schema", "profile": "_profile_schema", "predict": "_predict_schema",
                "validate": "_validate_schema", "search": "_search_schema", "train": "_train_schema",
-               "export": "_export_schema"}
+               "export": "_export_schema", "supernet": "_supernet_schema"}
 GROUPS = {"target", "data", "evaluator", "sampler", "pruner"}
 # values a primary YAML computes at composition, so they cannot be a dataclass default
 INTERPOLATED = {
     ("search", "latency_budget_ms"): "the selected target's budget: ${target.latency_budget_ms}",
     ("search", "out"): "a run dir stamped with the start time: runs/search/${now:...}",
+    ("supernet", "out"): "named by the dataset and the space: runs/supernet/${data.name}-${search_space}",
 }
 
 

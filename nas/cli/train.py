@@ -37,7 +37,7 @@ def settings_from_config(cfg: DictConfig):
     return PipelineSettings(
         run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=c["max_ms"],
         data_root=c["data_root"], train_samples=c["train_samples"], resolution=c["resolution"],
-        seed=c["seed"],
+        seed=c["seed"], supernet=c["supernet"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),
         qat=QATSettings(**c["qat"]), export=ExportSettings(**c["export"]), targets=TargetNames(**c["targets"]),
     )

@@ -227,11 +227,13 @@ def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
     from hydra import compose, initialize_config_dir
 
     from nas.config.search import register_search_configs
+    from nas.config.supernet import register_supernet_configs
     from nas.config.train import register_train_configs
 
     register_configs()
     register_search_configs()
     register_train_configs()
+    register_supernet_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name=app, overrides=normalize_overrides(list(overrides)))
 
@@ -256,6 +258,8 @@ _HELP_TARGET_DATA = _HELP_TARGET.replace("\n== Config ==", """
 data=<name>, one of: ${hwnas_options:data} (none: the checkpoint's own)
 
 == Config ==""")
+# nas.supernet: the targets and the dataset it trains on
+_HELP_TARGET_TRAIN_DATA = _HELP_TARGET_DATA.replace("(none: the checkpoint's own)", "(default: digits)")
 _HELP_PLAIN = """${hydra.help.header}
 == Config ==
 Override anything in the config (foo.bar=value)
@@ -276,6 +280,7 @@ def register_configs() -> None:
         replace=True)
     cs = ConfigStore.instance()
     for name, template in (("hwnas_target", _HELP_TARGET), ("hwnas_target_data", _HELP_TARGET_DATA),
+                           ("hwnas_target_train_data", _HELP_TARGET_TRAIN_DATA),
                            ("hwnas_plain", _HELP_PLAIN)):
         cs.store(group="hydra/help", name=name, node={"app_name": "${hydra.job.name}", "header": "", "footer": "",
                                                      "template": template})

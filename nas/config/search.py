@@ -17,7 +17,7 @@ from omegaconf import MISSING
 
 from nas.config import TargetConfig, register_configs, schema_from
 from nas.data import DataSettings
-from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator
+from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
 from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings
 from nas.search.study import NSGA2Settings, RandomSettings, TPESettings
 
@@ -30,6 +30,7 @@ __all__ = [
     "RandomSamplerConfig",
     "SHAPrunerConfig",
     "SearchAppConfig",
+    "SupernetEvaluatorConfig",
     "TPESamplerConfig",
     "TrainEvaluatorConfig",
     "ZeroCostEvaluatorConfig",
@@ -39,6 +40,7 @@ __all__ = [
 
 DataConfig = schema_from(DataSettings, schema_name="DataConfig")
 TrainEvaluatorConfig = schema_from(TrainEvaluator, name="train", schema_name="TrainEvaluatorConfig")
+SupernetEvaluatorConfig = schema_from(SupernetEvaluator, name="supernet", schema_name="SupernetEvaluatorConfig")
 ZeroCostEvaluatorConfig = schema_from(ZeroCostEvaluator, name="zero_cost", schema_name="ZeroCostEvaluatorConfig")
 NSGA2SamplerConfig = schema_from(NSGA2Settings, name="nsga2", schema_name="NSGA2SamplerConfig")
 TPESamplerConfig = schema_from(TPESettings, name="tpe", schema_name="TPESamplerConfig")
@@ -71,6 +73,7 @@ class SearchAppConfig:
     allow_mismatch: bool = False  # use a latency table whose metadata does not match the target
     progress: bool = True
     max_consecutive_failures: int = 10  # stop when this many trials in a row fail (0: never)
+    supernet: str | None = None  # evaluator=supernet: the supernet checkpoint (python -m nas.supernet)
 
 
 def register_search_configs() -> None:
@@ -80,6 +83,7 @@ def register_search_configs() -> None:
     cs.store(name="_data_schema", node=DataConfig)
     cs.store(name="_evaluator_train_schema", node=TrainEvaluatorConfig)
     cs.store(name="_evaluator_zero_cost_schema", node=ZeroCostEvaluatorConfig)
+    cs.store(name="_evaluator_supernet_schema", node=SupernetEvaluatorConfig)
     cs.store(name="_sampler_nsga2_schema", node=NSGA2SamplerConfig)
     cs.store(name="_sampler_tpe_schema", node=TPESamplerConfig)
     cs.store(name="_sampler_random_schema", node=RandomSamplerConfig)

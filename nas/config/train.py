@@ -56,6 +56,7 @@ class TrainAppConfig:
     resolution: int | None = None  # px trained and exported at (null: the search's deployment resolution)
     seed: int = 0
     allow_mismatch: bool = False
+    supernet: str | None = None  # a supernet.ckpt: start every network from its inherited weights, then fine-tune
     train: TrainConfig = field(default_factory=TrainConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
     qat: QATConfig = field(default_factory=QATConfig)

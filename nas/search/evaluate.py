@@ -4,6 +4,10 @@ Evaluators are registered by name (``evaluator=<name>`` on the command line):
 
     train      a few epochs from scratch (AdamW or SGD, linear warm-up then cosine decay, label
                smoothing, AMP on a GPU), scored by top-1 accuracy on the held-out validation split.
+    supernet   the network's weights inherited from a trained weight-sharing supernet
+               (``nas.supernet``; ``supernet=<checkpoint>``), BatchNorm recalibrated on a few
+               training batches, scored by top-1 accuracy on the validation split: seconds per
+               architecture, after training the supernet once.
     zero_cost  a score of the untrained network on one batch: ``naswot`` (Mellor et al. 2021: the
                log-determinant of the kernel of binary activation codes; higher separates inputs
                better) or ``synflow`` (Tanaka et al. 2020 / Abdelfattah et al. 2021: log of the
@@ -54,6 +58,7 @@ __all__ = [
     "EVALUATORS",
     "EvalResult",
     "Evaluator",
+    "SupernetEvaluator",
     "TrainEvaluator",
     "TrainingDiverged",
     "ZeroCostEvaluator",
@@ -141,6 +146,11 @@ class Evaluator(ABC):
 
     @abstractmethod
     def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult: ...
+
+    def check(self, space: Any, data: Dataset) -> None:
+        """Refuse, before the search writes anything, a space and dataset this evaluator cannot score
+        (a ``ValueError`` naming the mismatch and the fix); most evaluators score any."""
+        return None
 
     def settings(self) -> dict[str, Any]:
         """Everything that changes the score (for the study's record)."""
@@ -250,18 +260,75 @@ class TrainEvaluator(Evaluator):
             acc, _ = self._score(model, data, device, dtype)
         return acc
 
-    @torch.no_grad()
     def _score(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype) -> tuple[float, float]:
-        model.eval()
-        correct, loss_sum, n = 0, 0.0, 0
-        for x, y in data.batches("val", batch_size=self.eval_batch_size, device=device):
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                out = model(x)
-            out = out.float()
-            loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
-            correct += int((out.argmax(1) == y).sum())
-            n += len(y)
-        return correct / n, loss_sum / n
+        return _val_score(model, data, device, amp_dtype, self.eval_batch_size)
+
+
+@torch.no_grad()
+def _val_score(model: nn.Module, data: Dataset, device: torch.device, amp_dtype, batch_size: int) -> tuple[float, float]:
+    """(top-1 accuracy, mean cross-entropy) on the validation split, in eval mode."""
+    model.eval()
+    correct, loss_sum, n = 0, 0.0, 0
+    for x, y in data.batches("val", batch_size=batch_size, device=device):
+        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            out = model(x)
+        out = out.float()
+        loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
+        correct += int((out.argmax(1) == y).sum())
+        n += len(y)
+    return correct / n, loss_sum / n
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@register_evaluator("supernet")
+@dataclass(frozen=True)
+class SupernetEvaluator(Evaluator):
+    """Inherited weights from a trained supernet (``python -m nas.supernet``), BatchNorm recalibrated,
+    scored on the validation split (top-1 accuracy, 0..1).  The checkpoint is loaded once per process."""
+
+    checkpoint: str | None = None  # the supernet.ckpt (the command line's supernet=<checkpoint>)
+    bn_recalibration_batches: int = 16  # training batches re-estimating BatchNorm statistics before scoring
+    batch_size: int = 64  # recalibration batch size
+    eval_batch_size: int = 512
+    device: str = "auto"  # auto | cpu | cuda | cuda:<i>
+    amp: bool = True  # mixed precision on CUDA
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.checkpoint, str) or not self.checkpoint:
+            raise ValueError("evaluator supernet needs the supernet's checkpoint: add supernet=<path to supernet.ckpt> "
+                             "(train one with python -m nas.supernet)")
+        _check_pos(self, "bn_recalibration_batches", self.bn_recalibration_batches, integer=True)
+        _check_pos(self, "batch_size", self.batch_size, integer=True)
+        _check_pos(self, "eval_batch_size", self.eval_batch_size, integer=True)
+        if not isinstance(self.device, str):
+            raise ValueError(f"evaluator supernet: device must be a string, got {self.device!r}")
+
+    @property
+    def metric(self) -> str:
+        return "val_accuracy"
+
+    def check(self, space: Any, data: Dataset) -> None:
+        from nas.supernet.checkpoint import check_matches, load_supernet
+
+        _, meta = load_supernet(self.checkpoint)
+        check_matches(meta, self.checkpoint, space=space, data=data)
+
+    def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
+        from nas.supernet.checkpoint import load_supernet
+
+        t0 = time.perf_counter()
+        _check_fit(arch, data)
+        sn, _ = load_supernet(self.checkpoint)
+        device = resolve_device(self.device)
+        dtype = amp_dtype(device, self.amp)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            model = sn.subnet(arch).to(device)
+            recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
+                                  generator=torch.Generator().manual_seed(seed), device=device, amp_dtype=dtype)
+            acc, val_loss = _val_score(model, data, device, dtype, self.eval_batch_size)
+        return EvalResult(acc, self.metric, time.perf_counter() - t0, {"val_loss": val_loss})
 
 
 # --------------------------------------------------------------------------------------------

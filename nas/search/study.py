@@ -266,6 +266,7 @@ def prepare_search(
         log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
                     prn.name, getattr(ev, "epochs", 1))
     ds = data if isinstance(data, Dataset) else load_data(data)
+    ev.check(space, ds)
     lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
                             train_seed=seed, pruner=prn)

@@ -151,6 +151,12 @@ def _distill_loss(loss: torch.Tensor, out: torch.Tensor, teacher: nn.Module, x: 
     return (1.0 - distill) * loss + distill * temperature**2 * kl
 
 
+def _check_finite(loss: torch.Tensor, stage: str, epoch: int, step: int, lr: float, hint: str) -> None:
+    if not torch.isfinite(loss):
+        raise TrainingDiverged(f"{stage}: training diverged: loss {loss.item()} at epoch {epoch + 1} step "
+                               f"{step + 1} (lr {lr:.3g}); {hint}")
+
+
 def train_epochs(
     model: nn.Module,
     data: Dataset,
@@ -170,10 +176,17 @@ def train_epochs(
     temperature: float = 4.0,
     on_epoch_start: Callable[[nn.Module, int], None] | None = None,
     on_epoch_end: Callable[[nn.Module, int, float], None] | None = None,
+    step_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor, int, Callable[[torch.Tensor], None]], torch.Tensor]
+    | None = None,
 ) -> tuple[float, int]:
     """The training loop over ``epochs`` (a range: a resumed run starts late); returns the last
     epoch's mean training loss and the step count.  ``generator(epoch)`` shuffles and augments that
-    epoch's batches; the learning rate of step k is ``lr * lr_factor(k, ...)``."""
+    epoch's batches; the learning rate of step k is ``lr * lr_factor(k, ...)``.
+
+    ``step_fn(model, x, y, step, backward)`` replaces the step's forward pass and loss (the weight-sharing
+    supernet trains several subnets per batch): it calls ``backward(loss)`` for each of its losses
+    (gradients accumulate; mixed-precision scaling included) and returns the loss to report; the
+    optimizer step, clipping and the divergence check stay here."""
     loss_fn = nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
     scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
     if teacher is not None:
@@ -189,16 +202,20 @@ def train_epochs(
             f = lr_factor(step, schedule.total, schedule.warm)
             for g in opt.param_groups:
                 g["lr"] = lr * f
-            with _autocast(device, amp):
-                out = model(x)
-                loss = loss_fn(out, y)
-                if distill:
-                    loss = _distill_loss(loss, out, teacher, x, distill, temperature)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"{stage}: training diverged: loss {loss.item()} at epoch {epoch + 1} step "
-                                       f"{step + 1} (lr {lr * f:.3g}); {hint}")
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
+            if step_fn is not None:
+                opt.zero_grad(set_to_none=True)
+                with _autocast(device, amp):
+                    loss = step_fn(model, x, y, step, lambda t: scaler.scale(t).backward())
+                _check_finite(loss, stage, epoch, step, lr * f, hint)
+            else:
+                with _autocast(device, amp):
+                    out = model(x)
+                    loss = loss_fn(out, y)
+                    if distill:
+                        loss = _distill_loss(loss, out, teacher, x, distill, temperature)
+                _check_finite(loss, stage, epoch, step, lr * f, hint)
+                opt.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
             if settings.grad_clip is not None:
                 scaler.unscale_(opt)
                 nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)

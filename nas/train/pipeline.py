@@ -4,7 +4,8 @@
 (``pareto.json``; the dataset settings from the study record or Hydra's ``.hydra/config.yaml``),
 and for each selected architecture, in ``<out>/<id>/`` (``id`` = pareto index + Arch digest):
 
-1. **fp32**: trains it from scratch on the search's dataset (all training images unless
+1. **fp32**: trains it from scratch (or, with ``supernet``, fine-tunes the weights it inherits from
+   that weight-sharing supernet: ``nas.supernet``) on the search's dataset (all training images unless
    ``train_samples``), resized to the resolution the search predicted its latency at (the
    target's deployment resolution, ``pareto.json``'s ``search.deploy_resolution``; ``resolution``
    overrides it); ``fp32.ckpt`` after every epoch.  The search scored accuracy at the dataset's
@@ -82,6 +83,7 @@ class _Context:
     models: dict[str, Any]  # precision -> LatencyModel or None
     guide: Any  # the latency model guiding pruning (the conf target's)
     measure_here: dict[str, bool]
+    supernet: tuple[Any, dict[str, Any]] | None = None  # (Supernet, its record): the networks' initial weights
 
 
 def _resolution(run: SearchRun, s: PipelineSettings) -> int:
@@ -211,8 +213,14 @@ def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: d
     entry = ctx.run.entries[index]
     torch.manual_seed(s.seed)
     model = build(arch0)
+    meta = {**base_meta, "stage": "fp32"}
+    if ctx.supernet is not None:  # the weights it inherits from the supernet, fine-tuned
+        sn, sn_meta = ctx.supernet
+        model.load_state_dict(sn.subnet(arch0).state_dict())
+        meta["init"] = {"supernet": sn_meta["space"]["digest"], "epoch": sn_meta["epoch"],
+                        "settings": sn_meta["settings"]}
     hist = fit(model, data, settings=s.train, epochs=s.train.epochs, lr=s.train.lr, ckpt=mdir / "fp32.ckpt",
-               seed=s.seed, meta={**base_meta, "stage": "fp32"}, stage=f"{mid} fp32")
+               seed=s.seed, meta=meta, stage=f"{mid} fp32")
     res: dict[str, Any] = {"id": mid, "index": index, "search": {k: entry.get(k) for k in
                                                                    (ctx.run.metric, "latency_ms", "trial", "digest")},
                            "arch": arch0.to_dict(), "history": {"fp32": hist}}
@@ -364,6 +372,22 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     return res
 
 
+def _load_supernet(s: PipelineSettings, run: SearchRun, data: Dataset) -> tuple[Any, dict[str, Any]] | None:
+    """The supernet ``s.supernet`` names, refused unless trained on the search's space and dataset (any
+    resolution: its weights do not depend on the input size, and every epoch recalibrates BatchNorm)."""
+    if s.supernet is None:
+        return None
+    from nas.space import load_space
+    from nas.supernet.checkpoint import check_matches, load_supernet
+
+    if not run.search_space:
+        raise ValueError(f"{run.path}: the search run names no search space, so supernet={s.supernet} cannot be "
+                         f"checked against it; train from scratch (drop supernet=)")
+    sn, meta = load_supernet(s.supernet)
+    check_matches(meta, s.supernet, space=load_space(run.search_space), data=data, resolution=False)
+    return sn, meta
+
+
 def train_front(s: PipelineSettings) -> dict[str, Any]:
     """Run the pipeline on the selected Pareto architectures; write and return the report."""
     from nas.latency import load_latency_model
@@ -372,17 +396,18 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
     idx = select_entries(run, s.select, s.max_ms)
     multiple, se_ratio = _space_params(run, s.prune.multiple)
     targets = precision_targets(s.target, s.targets.to_dict())
+    data = load_data(_data_settings(run, s))
+    supernet = _load_supernet(s, run, data)  # a supernet for another space or dataset fails before anything is done
     guide = load_latency_model(s.target, allow_mismatch=s.allow_mismatch)
     models = {p: (guide if t is s.target else load_latency_model(t, allow_mismatch=s.allow_mismatch))
               if t is not None else None for p, t in targets.items()}
     for m in {id(m): m for m in [guide, *models.values()] if m is not None}.values():
         if m.warning:
             log.warning("%s", m.warning)
-    data = load_data(_data_settings(run, s))
     here = {p: (t is not None and runs_here(t)) for p, t in targets.items()}
     if s.export.measure and not any(here.values()):
         log.info("the targets are not this machine: exported models are not measured here")
-    ctx = _Context(s, data, run, multiple, se_ratio, targets, models, guide, here)
+    ctx = _Context(s, data, run, multiple, se_ratio, targets, models, guide, here, supernet)
     results = [_train_one(ctx, i) for i in idx]
     report = {
         "schema": REPORT_SCHEMA, "version": 1, "run": str(run.path), "target": s.target.name,
@@ -392,7 +417,7 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
         "measured_here": here,
         "quantization": quantization_record(s.qat.reduce_range, s.export.calib_samples,
                                             targets.get("int8") or s.target),
-        "settings": {"train": s.train.to_dict(), "prune": s.prune.to_dict(), "qat": s.qat.to_dict(),
+        "settings": {"train": s.train.to_dict(), "supernet": s.supernet, "prune": s.prune.to_dict(), "qat": s.qat.to_dict(),
                      "export": s.export.to_dict(), "seed": s.seed, "multiple": multiple, "se_ratio": se_ratio},
         "models": results,
         "deploy": {m["id"]: deployment_choice(m) for m in results},

@@ -224,6 +224,9 @@ class PipelineSettings:
     resolution: int | None = None
     seed: int = 0
     allow_mismatch: bool = False
+    # a supernet checkpoint (python -m nas.supernet): each network starts from the weights it inherits
+    # from it (fine-tuned for train.epochs) instead of from scratch; None: from scratch
+    supernet: str | None = None
     train: FitSettings = field(default_factory=FitSettings)
     prune: PruneSettings = field(default_factory=PruneSettings)
     qat: QATSettings = field(default_factory=QATSettings)
@@ -245,3 +248,5 @@ class PipelineSettings:
             check_number("train_samples", self.train_samples, integer=True)
         if self.resolution is not None:
             check_number("resolution", self.resolution, integer=True)
+        if self.supernet is not None and (not isinstance(self.supernet, str) or not self.supernet):
+            raise ValueError(f"supernet must be the path of a supernet checkpoint (supernet.ckpt), got {self.supernet!r}")

@@ -1,0 +1,20 @@
+"""Weight-sharing supernet: every architecture of a search space in one network (``Supernet``),
+trained once with the sandwich rule and in-place distillation (``nas.supernet.train``), on one or many
+processes (``torchrun``); a subnet is extracted with its inherited weights (``Supernet.subnet``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ArchOutsideSpace", "Supernet", "load_supernet", "locate", "share", "train_supernet"]
+
+_HOMES = {"ArchOutsideSpace": "elastic", "locate": "elastic", "share": "elastic", "Supernet": "model",
+          "load_supernet": "checkpoint", "train_supernet": "train"}
+
+
+def __getattr__(name: str) -> Any:  # timm loads with the first use, not with nas.supernet.dist in every process
+    if name not in _HOMES:
+        raise AttributeError(f"module 'nas.supernet' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"nas.supernet.{_HOMES[name]}"), name)

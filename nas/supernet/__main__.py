@@ -1,0 +1,5 @@
+"""``python -m nas.supernet``: the command lives in ``nas.cli.supernet``."""
+
+from nas.cli.supernet import main
+
+main()

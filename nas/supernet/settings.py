@@ -1,0 +1,69 @@
+"""Settings of ``python -m nas.supernet``: the one source of names, types and defaults (the Hydra
+schema ``nas.config.supernet`` is generated from ``SupernetSettings``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from nas._checks import check_number
+from nas.train.settings import FitSettings
+
+__all__ = ["SupernetSettings"]
+
+
+@dataclass(frozen=True)
+class SupernetSettings:
+    """Training the supernet: the sandwich rule with in-place distillation.
+
+    Each step trains the largest subnet on the labels, then the smallest and ``random_subnets``
+    uniformly sampled ones on the largest's soft outputs (``(1 - distill) * CE + distill * T^2 *
+    KL`` at temperature ``T``); their gradients accumulate into one optimizer step.
+    """
+
+    epochs: int = 20
+    batch_size: int = 64  # per process (torchrun: the global batch is this x the process count)
+    optimizer: str = "adamw"  # adamw | sgd (nesterov)
+    lr: float = 0.005
+    weight_decay: float = 0.05  # not applied to norms and biases
+    momentum: float = 0.9  # sgd only
+    label_smoothing: float = 0.1  # the largest subnet's loss on the labels
+    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
+    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
+    random_subnets: int = 2  # uniformly sampled subnets per step, beside the largest and the smallest
+    distill: float = 1.0  # the smaller subnets' weight on the largest's soft outputs (0: labels only)
+    temperature: float = 1.0  # distillation temperature
+    seed: int = 0  # weight init, shuffling and the subnets sampled at each step
+    device: str = "auto"  # auto | cpu | cuda | cuda:<i> (torchrun on GPUs: each process its LOCAL_RANK's GPU)
+    amp: bool = True  # mixed precision on CUDA (bf16 where supported, else fp16 + grad scaling)
+    eval_batch_size: int = 512
+    bn_recalibration_batches: int = 8  # before the per-epoch validation of the largest and the smallest subnet
+
+    def __post_init__(self) -> None:
+        self.fit_settings()  # validates the shared training settings
+        check_number("supernet.random_subnets", self.random_subnets, integer=True, zero=True)
+        if isinstance(self.distill, bool) or not isinstance(self.distill, (int, float)) or not 0 <= self.distill <= 1:
+            raise ValueError(f"supernet.distill must be a weight in [0, 1] (0: labels only), got {self.distill!r}")
+        check_number("supernet.temperature", self.temperature)
+        check_number("supernet.seed", self.seed, integer=True, zero=True)
+        if not isinstance(self.amp, bool):
+            raise ValueError(f"supernet.amp must be true or false, got {self.amp!r}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"supernet.device must be auto, cpu, cuda or cuda:<i>, got {self.device!r}")
+
+    def fit_settings(self) -> FitSettings:
+        """The training loop's settings (``nas.train.fit``) these name."""
+        names = {f.name for f in dataclasses.fields(FitSettings)}
+        return FitSettings(**{k: v for k, v in self.to_dict().items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SupernetSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"supernet: unknown setting(s) {unknown}; valid settings: {sorted(known)}")
+        return cls(**d)
