@@ -24,17 +24,33 @@ def _random_bn_stats(module: nn.Module, seed: int) -> None:
                 m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
 
 
-@pytest.fixture(scope="module", params=list_spaces())
-def space_supernet(request):
-    space = load_space(request.param)
+def _random_supernet(space):
     torch.manual_seed(0)
     sn = Supernet(space)
     _random_bn_stats(sn.net, 1)
-    return space, sn.eval()
+    return sn.eval()
 
 
-def test_subnet_computes_what_the_supernet_set_to_it_computes(space_supernet):
-    space, sn = space_supernet
+@pytest.fixture(scope="module", params=list_spaces())
+def space_supernet(request):
+    space = load_space(request.param)
+    return space, _random_supernet(space)
+
+
+@pytest.fixture(scope="module")
+def sorted_supernet(space_supernet):
+    """The same supernet with its channels sorted by importance: (space, supernet, permutations)."""
+    space, _ = space_supernet
+    sn = _random_supernet(space)
+    return space, sn, sn.sort_channels()
+
+
+def test_subnet_computes_what_the_supernet_set_to_it_computes(space_supernet, sorted_supernet):
+    for sn in (space_supernet[1], sorted_supernet[1]):  # channels in index order, then sorted by importance
+        _check_subnets(space_supernet[0], sn)
+
+
+def _check_subnets(space, sn):
     r = 32 if space.resolution <= 32 else 64
     x = torch.randn(2, space.in_chans, r, r, generator=torch.Generator().manual_seed(2))
     archs = [sn.smallest, sn.largest, *(sn.sample(s) for s in range(4))]
@@ -50,6 +66,61 @@ def test_subnet_computes_what_the_supernet_set_to_it_computes(space_supernet):
         outs.append(y_sub)
     # distinct subnets compute distinct functions (the comparison above is not vacuous)
     assert not torch.allclose(outs[0], outs[1], atol=1e-3)
+
+
+def _x(space):
+    r = 32 if space.resolution <= 32 else 64
+    return torch.randn(2, space.in_chans, r, r, generator=torch.Generator().manual_seed(3))
+
+
+def test_sorting_channels_leaves_the_largest_architecture_unchanged(space_supernet, sorted_supernet):
+    space, sn = space_supernet
+    _, ss, perms = sorted_supernet
+    assert {d.name.split(":")[0] for d in ss.channel_dims} >= {"mid", "se"}
+    assert all(not torch.equal(p, torch.arange(len(p))) for p in perms.values())  # random weights: every dim moved
+    x = _x(space)
+    with torch.no_grad():
+        y, y_sorted = sn.set_arch(sn.largest)(x), ss.set_arch(ss.largest)(x)
+        small, small_sorted = sn.set_arch(sn.smallest)(x), ss.set_arch(ss.smallest)(x)
+    assert torch.allclose(y, y_sorted, atol=1e-5, rtol=1e-4), (y - y_sorted).abs().max()
+    assert not torch.allclose(small, small_sorted, atol=1e-3)  # a narrow subnet now takes other channels
+
+
+def test_sorted_channels_lead_with_the_most_important(sorted_supernet):
+    from nas.supernet.ordering import importance
+
+    space, ss, _ = sorted_supernet
+    weights = dict(ss.net.named_parameters())
+    for d in ss.channel_dims:
+        imp = importance(weights[d.consumer])
+        assert (imp[1:] <= imp[:-1]).all(), d.name
+    kinds = {"tiny": {"mid", "se"}, "mbv3": {"mid", "se", "hidden"}, "hybrid": {"mid", "se", "mlp", "hidden"}}
+    assert {d.name.split(":")[0] for d in ss.channel_dims} == kinds[space.name]
+    for m in ss.net.modules():  # the projection conv reads the expanded channels: its L1 norm decreases along them
+        if hasattr(m, "conv_pwl") and hasattr(m, "bn1"):
+            imp = m.conv_pwl.weight.abs().sum((0, 2, 3))
+            assert (imp[1:] <= imp[:-1]).all()
+
+
+def test_sorting_mid_training_moves_the_optimizer_state_with_the_weights():
+    space = load_space("tiny")
+    x, y = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(0)), torch.arange(8) % 10
+    nets, opts = [], []
+    for _ in range(2):
+        torch.manual_seed(0)
+        sn = Supernet(space).train()
+        nets.append(sn)
+        opts.append(torch.optim.AdamW(sn.parameters(), lr=0.01))
+    for step in range(2):
+        if step == 1:
+            nets[1].sort_channels(opts[1])
+        for sn, opt in zip(nets, opts):
+            opt.zero_grad()
+            nn.functional.cross_entropy(sn(x), y).backward()
+            opt.step()
+    with torch.no_grad():
+        a, b = (sn.eval()(x) for sn in nets)
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-3), (a - b).abs().max()
 
 
 def test_subnet_weights_are_the_leading_channels_and_the_centre_kernel():
@@ -176,6 +247,12 @@ def test_training_writes_a_checkpoint_recording_what_it_was_trained_for(trained,
         ("digits", 1, 10, digits.resolution)
     assert c["settings"]["random_subnets"] == 2
     assert all(0 <= h["val_accuracy_largest"] <= 1 for h in c["history"])
+    assert c["settings"]["sort_channels"]  # the checkpoint holds the sorted weights
+    from nas.supernet.ordering import importance
+
+    for d in Supernet(load_space("tiny"), in_chans=1).channel_dims:
+        imp = importance(c["model"][d.consumer])
+        assert (imp[1:] <= imp[:-1]).all(), d.name
     assert not list(path.parent.glob("*.tmp*"))  # written atomically
 
 

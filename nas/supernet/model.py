@@ -7,7 +7,8 @@ forward runs the very modules ``nas.build(arch)`` makes (built once per Arch on 
 device, without memory) with tensors cut from the shared ones (``nas.supernet.elastic.share``:
 leading channels, centre kernels, the first slots of each stage).  ``subnet(arch)`` copies those
 tensors into a standalone ``nas.build(arch)`` network, which therefore computes exactly what the
-supernet set to ``arch`` computes.
+supernet set to ``arch`` computes.  ``sort_channels`` re-sorts the channels internal to a block
+by importance, so the leading ones a narrow subnet takes are the most important.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from nas.arch import Arch
 from nas.builder import ArchNet, build
 from nas.space import SearchSpace
 from nas.supernet.elastic import locate, share
+from nas.supernet.ordering import ChannelDim, internal_dims, sort_dims
 
 __all__ = ["Supernet"]
 
@@ -45,6 +47,7 @@ class Supernet(nn.Module):
         self._offsets = [sum(depths[:i]) for i in range(len(depths))]
         self._skeletons: OrderedDict[Arch, tuple[ArchNet, list[tuple[str, str, tuple[int, ...]]]]] = OrderedDict()
         self.arch = self.largest
+        self.channel_dims: list[ChannelDim] = internal_dims(self.largest, list(self.net.state_dict()))
         self._check_shareable()
 
     def _check_shareable(self) -> None:
@@ -130,6 +133,14 @@ class Supernet(nn.Module):
         _, names = self._skeleton(arch)
         full = dict(self.net.named_parameters()) | dict(self.net.named_buffers())
         return {name: share(src, full[src], shape) for name, src, shape in names}
+
+    def sort_channels(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, torch.Tensor]:
+        """Re-sort every channel dimension internal to a block (``channel_dims``: expanded, squeeze-excite,
+        attention-MLP and head hidden channels) by importance, most important first, so that a narrow
+        subnet takes the most important ones (``nas.supernet.ordering``).  The largest architecture
+        computes the same function afterwards; ``optimizer``'s state of the permuted parameters moves
+        with them.  Returns each dimension's permutation (new position -> old channel)."""
+        return sort_dims(self.net, self.channel_dims, optimizer)
 
     # -- forward and extraction -------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:

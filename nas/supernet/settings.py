@@ -19,7 +19,9 @@ class SupernetSettings:
 
     Each step trains the largest subnet on the labels, then the smallest and ``random_subnets``
     uniformly sampled ones on the largest's soft outputs (``(1 - distill) * CE + distill * T^2 *
-    KL`` at temperature ``T``); their gradients accumulate into one optimizer step.
+    KL`` at temperature ``T``); their gradients accumulate into one optimizer step.  With
+    ``sort_channels``, every epoch ends by re-sorting the channels internal to a block by importance
+    (``Supernet.sort_channels``), before the validation and the checkpoint.
     """
 
     epochs: int = 20
@@ -39,6 +41,7 @@ class SupernetSettings:
     amp: bool = True  # mixed precision on CUDA (bf16 where supported, else fp16 + grad scaling)
     eval_batch_size: int = 512
     bn_recalibration_batches: int = 8  # before the per-epoch validation of the largest and the smallest subnet
+    sort_channels: bool = True  # after every epoch, re-sort the channels internal to a block by importance
 
     def __post_init__(self) -> None:
         self.fit_settings()  # validates the shared training settings
@@ -47,6 +50,8 @@ class SupernetSettings:
             raise ValueError(f"supernet.distill must be a weight in [0, 1] (0: labels only), got {self.distill!r}")
         check_number("supernet.temperature", self.temperature)
         check_number("supernet.seed", self.seed, integer=True, zero=True)
+        if not isinstance(self.sort_channels, bool):
+            raise ValueError(f"supernet.sort_channels must be true or false, got {self.sort_channels!r}")
         if not isinstance(self.amp, bool):
             raise ValueError(f"supernet.amp must be true or false, got {self.amp!r}")
         if not isinstance(self.device, str):

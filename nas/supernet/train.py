@@ -10,8 +10,10 @@ Many processes (``torchrun --nproc_per_node=N -m nas.supernet ...``): every proc
 whole supernet, trains on its own share of each epoch's batches (the same shuffle, every N-th
 batch) and averages the gradients with the others (one all-reduce per step) before the optimizer
 step, so the weights stay identical everywhere.  Every process samples the same subnets at a step
-(the sample is seeded by the seed and the step number).  Process 0 validates and writes the
-checkpoint after every epoch; a re-run resumes from it.  Before training, the processes compare a
+(the sample is seeded by the seed and the step number).  With ``sort_channels``, every epoch ends
+with the channels internal to a block re-sorted by importance (``Supernet.sort_channels``), on every
+process alike (the order depends on the shared parameters only).  Process 0 then validates and
+writes the checkpoint; a re-run resumes from it.  Before training, the processes compare a
 digest of their settings and refuse to start when one differs.
 """
 
@@ -178,6 +180,8 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
         t0[0] = time.perf_counter()
 
     def epoch_end(_m: nn.Module, epoch: int, loss: float) -> None:
+        if s.sort_channels:  # every process, before the checkpoint: a resumed run continues from sorted weights
+            sn.sort_channels(opt)
         if dist.rank == 0:
             rec = {"epoch": epoch + 1, "train_loss": loss, "seconds": time.perf_counter() - t0[0],
                    **_validate(sn, data, s, device, s.seed * 1_000_003 + epoch + 7)}
