@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 __all__ = ["EDGE_FORMATS", "edge_summary", "export_edge", "openvino_compile", "openvino_model", "pte_bytes",
-           "pte_method", "report_path", "require"]
+           "pte_method", "report_path", "require", "write_openvino"]
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +149,17 @@ def openvino_model(module: nn.Module | None, example: torch.Tensor, *, precision
     return model
 
 
+#: the CPU plugin's settings: float layers in f32 (on CPUs with AMX or AVX-512 BF16 OpenVINO would
+#: otherwise run them in bf16, so an "fp32" table would time bf16), the latency hint
+OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+
+
 def openvino_compile(model: Any, *, threads: int = 1) -> Any:
-    """``model`` compiled for OpenVINO's CPU plugin with ``threads`` inference threads and the latency hint."""
+    """``model`` compiled for OpenVINO's CPU plugin with ``threads`` inference threads, float layers in
+    f32 and the latency hint (``OPENVINO_CONFIG``)."""
     import openvino as ov
 
-    return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+    return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, **OPENVINO_CONFIG})
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,25 +203,32 @@ def _convert(fmt: str, model: nn.Module, in_shape: tuple[int, int, int], precisi
     return openvino_model(model, x0, precision=precision, calib=calib), how
 
 
-def _write(fmt: str, converted: Any, path: Path) -> int:
-    """Write the file(s) atomically (OpenVINO: the .bin first, then the .xml naming it); their size in bytes."""
-    from nas._io import atomic_write_bytes
-
-    if fmt == "pte":
-        atomic_write_bytes(path, converted)
-        return len(converted)
+def write_openvino(model: Any, path: Path) -> int:
+    """Write an ``openvino.Model`` as an IR at ``path`` (``.xml``, its ``.bin`` beside it), fp32
+    weights kept fp32, atomically: the ``.bin`` first, then the ``.xml`` naming it.  The size in bytes."""
     import os
     import tempfile
 
     import openvino as ov
 
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".ov-") as tmp:
         tmp_xml = Path(tmp) / path.name
-        ov.save_model(converted, str(tmp_xml), compress_to_fp16=False)  # fp32 weights stay fp32
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)  # fp32 weights stay fp32
         os.replace(tmp_xml.with_suffix(".bin"), path.with_suffix(".bin"))
         os.replace(tmp_xml, path)
     return path.stat().st_size + path.with_suffix(".bin").stat().st_size
+
+
+def _write(fmt: str, converted: Any, path: Path) -> int:
+    """Write the file(s) atomically; their size in bytes."""
+    from nas._io import atomic_write_bytes
+
+    if fmt == "pte":
+        atomic_write_bytes(path, converted)
+        return len(converted)
+    return write_openvino(converted, path)
 
 
 def _outputs(fmt: str, path: Path, xs: list[np.ndarray]) -> np.ndarray:
