@@ -15,6 +15,9 @@ script measures nothing: it divides.
     python scripts/bench_int8.py --targets executorch_cpu executorch_cpu_int8  # any runtime's pair
     python scripts/bench_int8.py --runtimes --targets cpu openvino_cpu  # two runtimes, one precision
 
+``--reports A.json B.json`` adds the networks two ``nas.validate`` reports both measured (held-out
+networks and timm models, matched by Arch digest), divided the same way (``validated``).
+
 With ``--runtimes`` the two tables are of the same precision and the ratio is the second runtime's
 latency over the first's (``runtimes_<first>_<second>.json``); the bar is then only a reference line.
 
@@ -66,6 +69,8 @@ def main() -> None:
                     help="the fp32 and int8 targets whose tables are divided (default: cpu cpu_int8)")
     ap.add_argument("--runtimes", action="store_true",
                     help="compare two runtimes' tables of one precision (second / first) instead of int8 / fp32")
+    ap.add_argument("--reports", nargs=2, default=None, metavar=("A", "B"),
+                    help="two nas.validate reports (JSON) of the two targets: their common networks divided too")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -136,6 +141,7 @@ def main() -> None:
         "networks": {"all": _summary(r_nets) if len(r_nets) else None, "by_space": by_space,
                      "macs_median": {s: float(np.median(net_macs[spaces == s])) for s in set(spaces)}},
         "timm": timm_rows,
+        "validated": _validated(args.reports) if args.reports else None,
     }
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
     _plot(out / f"{stem}.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
@@ -152,7 +158,28 @@ def main() -> None:
     for r in timm_rows:
         print(f"timm {r['model']:23s} {r['macs'] / 1e6:7.0f} MMACs  fp32 {r['fp32_ms']:.3f} ms  "
               f"int8 {r['int8_ms']:.3f} ms  {r['ratio']:.2f}x")
+    for group, v in (report["validated"] or {}).items():
+        print(f"validated {group:18s} {v['n']:5d} {v['median']:6.2f}x {v['p10']:5.2f}x {v['p90']:5.2f}x")
+        for r in v.get("rows", []):
+            print(f"  {r['model']:28s} {r['a_ms']:.3f} ms -> {r['b_ms']:.3f} ms  {r['ratio']:.2f}x")
     print(f"\n-> {out / (stem + '.json')}, {out / (stem + '.png')}")
+
+
+def _validated(paths: list[str]) -> dict:
+    """Per group (space, timm), the second report's measured latency over the first's for the networks
+    both measured; the timm models one by one."""
+    a, b = ({p["digest"]: p for p in json.loads(Path(x).read_text())["points"]} for x in paths)
+    common = [d for d in a if d in b]
+    out = {}
+    for g in sorted({a[d]["group"] for d in common}):
+        ds = [d for d in common if a[d]["group"] == g]
+        ratios = np.array([b[d]["measured_ms"] / a[d]["measured_ms"] for d in ds])
+        out[g] = {"n": len(ds), "median": float(np.median(ratios)), "p10": float(np.percentile(ratios, 10)),
+                  "p90": float(np.percentile(ratios, 90)), "reports": list(paths)}
+        if g == "timm":
+            out[g]["rows"] = [{"model": a[d]["arch"], "a_ms": a[d]["measured_ms"], "b_ms": b[d]["measured_ms"],
+                               "ratio": b[d]["measured_ms"] / a[d]["measured_ms"]} for d in ds]
+    return out
 
 
 def _int8_settings(table: LatencyTable) -> str:
