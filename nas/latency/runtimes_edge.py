@@ -69,7 +69,7 @@ class _EdgeRuntime(Runtime):
 
     def info(self) -> dict[str, Any]:
         """Name, version and provider (what a table is matched on), and how a timed call does its I/O:
-        the table metadata's ``measurement.io`` describes onnxruntime's binding."""
+        the table metadata's ``measurement.io`` too."""
         return {**super().info(), "io": self.io}
 
     def calibration(self, in_shape: tuple[int, int, int]) -> list[torch.Tensor]:
