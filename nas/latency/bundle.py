@@ -3,9 +3,11 @@
 ``write_bundle`` exports everything ``nas.profile`` measures on a local device: every block, the
 calibration and pruned networks of each space (and of the calibration-only spaces), optional
 held-out networks for validation, the empty-graph overhead and the measurement settings, as ONNX
-files (QDQ-quantized with the target runtime's int8 scheme for int8 targets), plus a
+files (QDQ-quantized with the target runtime's int8 scheme for int8 targets), ExecuTorch programs
+(``.pte``) or OpenVINO IRs (``.xml`` + ``.bin``) for those runtimes' targets, plus a
 ``manifest.json`` and ``measure_bundle.py``, a standalone script that needs only numpy and one
-runtime (onnxruntime with any execution provider, TensorRT's Python API, or ``trtexec``).  On the
+runtime (onnxruntime with any execution provider, TensorRT's Python API, ``trtexec``, ExecuTorch
+or OpenVINO).  On the
 device, ``python3 measure_bundle.py`` writes ``results.json``; ``import_bundle`` turns it into a
 table whose metadata is what the script recorded *on the device*: its identity, runtime and precision.
 
