@@ -12,6 +12,14 @@ script measures nothing: it divides.
 
     python scripts/bench_int8.py                              # conf=cpu / conf=cpu_int8 (the Xeon)
     python scripts/bench_int8.py --targets epyc_zen5 epyc_zen5_int8    # the EPYC Zen 5's pair of tables
+    python scripts/bench_int8.py --targets executorch_cpu executorch_cpu_int8  # any runtime's pair
+    python scripts/bench_int8.py --runtimes --targets cpu openvino_cpu  # two runtimes, one precision
+
+``--reports A.json B.json`` adds the networks two ``nas.validate`` reports both measured (held-out
+networks and timm models, matched by Arch digest), divided the same way (``validated``).
+
+With ``--runtimes`` the two tables are of the same precision and the ratio is the second runtime's
+latency over the first's (``runtimes_<first>_<second>.json``); the bar is then only a reference line.
 
 Writes ``scripts/results/int8.json`` and ``int8.png`` (ratio against MACs) for the default pair,
 ``int8_<fp32 target>.json`` / ``.png`` for another, and prints a table.
@@ -59,6 +67,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs=2, default=["cpu", "cpu_int8"], metavar=("FP32", "INT8"),
                     help="the fp32 and int8 targets whose tables are divided (default: cpu cpu_int8)")
+    ap.add_argument("--runtimes", action="store_true",
+                    help="compare two runtimes' tables of one precision (second / first) instead of int8 / fp32")
+    ap.add_argument("--reports", nargs=2, default=None, metavar=("A", "B"),
+                    help="two nas.validate reports (JSON) of the two targets: their common networks divided too")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -68,12 +80,15 @@ def main() -> None:
 
     t32, t8 = args.targets
     args.fp32, args.int8 = (resolve_table_path(load_target(t).table) for t in args.targets)
-    stem = "int8" if t32 == "cpu" else f"int8_{t32}"
+    stem = f"runtimes_{t32}_{t8}" if args.runtimes else "int8" if t32 == "cpu" else f"int8_{t32}"
     f32, i8 = LatencyTable.load(args.fp32), LatencyTable.load(args.int8)
-    for t, want in ((f32, "fp32"), (i8, "int8")):
+    for t, want in ((f32, "fp32"), (i8, "int8")) if not args.runtimes else ():
         got = t.metadata.get("precision")
         if got != want:
             sys.exit(f"{t.path}: precision {got!r}, expected {want!r}")
+    if args.runtimes and f32.metadata.get("precision") != i8.metadata.get("precision"):
+        sys.exit(f"--runtimes compares one precision: {args.fp32} is {f32.metadata.get('precision')!r}, "
+                 f"{args.int8} {i8.metadata.get('precision')!r}")
 
     # blocks
     keys = [k for k in f32.entries if k in i8.entries]
@@ -117,16 +132,21 @@ def main() -> None:
         "bar": BAR,
         "tables": {"fp32": str(args.fp32), "int8": str(args.int8),
                    "device": f32.metadata.get("device", {}).get("name"),
-                   "int8_settings": "QDQ, u8 activations per-tensor, s8 weights per-channel, reduce_range, MinMax"},
+                   "devices": [t.metadata.get("device", {}) for t in (f32, i8)],
+                   "runtimes": [t.metadata.get("runtime", {}) for t in (f32, i8)],
+                   "measured": [t.metadata.get("updated") for t in (f32, i8)],
+                   "ratio": f"{t8} / {t32}",
+                   "int8_settings": _int8_settings(i8)},
         "blocks": {"all": _summary(r_blocks), "by_kind": by_kind, "by_macs": by_macs},
         "networks": {"all": _summary(r_nets) if len(r_nets) else None, "by_space": by_space,
                      "macs_median": {s: float(np.median(net_macs[spaces == s])) for s in set(spaces)}},
         "timm": timm_rows,
+        "validated": _validated(args.reports) if args.reports else None,
     }
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
     _plot(out / f"{stem}.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
 
-    print(f"int8 / fp32 latency on {report['tables']['device']} (medians; share at or under {BAR}x)")
+    print(f"{t8} / {t32} latency on {report['tables']['device']} (medians; share at or under {BAR}x)")
     print(f"{'':28s} {'n':>5s} {'median':>7s} {'p10':>6s} {'p90':>6s} {'<=0.6x':>7s}")
     rows = [("blocks, all", report["blocks"]["all"])]
     rows += [(f"  MACs {k}", v) for k, v in by_macs.items()]
@@ -138,7 +158,38 @@ def main() -> None:
     for r in timm_rows:
         print(f"timm {r['model']:23s} {r['macs'] / 1e6:7.0f} MMACs  fp32 {r['fp32_ms']:.3f} ms  "
               f"int8 {r['int8_ms']:.3f} ms  {r['ratio']:.2f}x")
+    for group, v in (report["validated"] or {}).items():
+        print(f"validated {group:18s} {v['n']:5d} {v['median']:6.2f}x {v['p10']:5.2f}x {v['p90']:5.2f}x")
+        for r in v.get("rows", []):
+            print(f"  {r['model']:28s} {r['a_ms']:.3f} ms -> {r['b_ms']:.3f} ms  {r['ratio']:.2f}x")
     print(f"\n-> {out / (stem + '.json')}, {out / (stem + '.png')}")
+
+
+def _validated(paths: list[str]) -> dict:
+    """Per group (space, timm), the second report's measured latency over the first's for the networks
+    both measured; the timm models one by one."""
+    a, b = ({p["digest"]: p for p in json.loads(Path(x).read_text())["points"]} for x in paths)
+    common = [d for d in a if d in b]
+    out = {}
+    for g in sorted({a[d]["group"] for d in common}):
+        ds = [d for d in common if a[d]["group"] == g]
+        ratios = np.array([b[d]["measured_ms"] / a[d]["measured_ms"] for d in ds])
+        out[g] = {"n": len(ds), "median": float(np.median(ratios)), "p10": float(np.percentile(ratios, 10)),
+                  "p90": float(np.percentile(ratios, 90)), "reports": list(paths)}
+        if g == "timm":
+            out[g]["rows"] = [{"model": a[d]["arch"], "a_ms": a[d]["measured_ms"], "b_ms": b[d]["measured_ms"],
+                               "ratio": b[d]["measured_ms"] / a[d]["measured_ms"]} for d in ds]
+    return out
+
+
+def _int8_settings(table: LatencyTable) -> str:
+    """How the (second) table's int8 graphs were made, by its runtime."""
+    rt = (table.metadata.get("runtime") or {}).get("name")
+    if table.metadata.get("precision") != "int8":
+        return "none (fp32)"
+    return {"onnxruntime": "QDQ, u8 activations per-tensor, s8 weights per-channel, reduce_range, MinMax",
+            "executorch": "PT2E XNNPACKQuantizer: symmetric int8 activations, per-channel int8 weights",
+            "openvino": "NNCF post-training quantization (default preset)"}.get(rt, str(rt))
 
 
 def _networks(table: LatencyTable) -> dict:

@@ -127,7 +127,7 @@ def test_import_into_a_table_of_another_device_is_refused(measured):
 
 
 def test_bundle_for_a_torch_runtime_is_refused(tmp_path):
-    with pytest.raises(BundleError, match="runs 'torch'; a bundle holds ONNX graphs"):
+    with pytest.raises(BundleError, match="runs 'torch'; a bundle holds graphs for onnxruntime, tensorrt, executorch, openvino"):
         write_bundle([], {**CPU, "runtime": "torch"}, tmp_path / "b", progress=False)
     assert not (tmp_path / "b").exists()
 

@@ -247,3 +247,27 @@ def test_export_qat_checkpoint(tmp_path, capsys):
     code, err, _ = _export(tmp_path, capsys, "conf=executorch_cpu_int8", "format=pte", "precision=int8")
     assert code != 0 and "ExecuTorch does not read" in err and "format=openvino" in err
     assert not (tmp_path / "fp32.int8.pte").exists()
+
+
+@pytest.mark.parametrize("name", ["executorch_cpu", "executorch_cpu_int8", "openvino_cpu", "openvino_cpu_int8"])
+def test_shipped_table_on_another_cpu_warns_and_profiles_into_the_users_folder(name, tmp_path, monkeypatch):
+    """These targets name no device: the shipped table is the Xeon's.  On another processor it warns
+    (naming the same target's profile command) and nas.profile measures into the user's folder, read
+    before the shipped table; on the table's own processor it is used as it is."""
+    from nas.latency.predictor import elsewhere_warning
+    from nas.latency.profile_workflow import default_out
+    from nas.latency.table import TABLES_DIR, LatencyTable, resolve_table_path
+
+    monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
+    target = load_target(name)
+    path = resolve_table_path(target.table)
+    if path.parent != TABLES_DIR or not path.is_file():
+        pytest.skip(f"no shipped {target.table}")
+    table = LatencyTable.load(path)
+    own = dict(table.metadata["device"])
+    other = {**own, "name": "AMD EPYC 9B45", "cpu": "AMD EPYC 9B45", "cpu_family": "26", "cpu_model": "2"}
+    warning = elsewhere_warning(target, table, here=other)
+    assert "ANOTHER PROCESSOR" in warning and f"python -m nas.profile conf={name}" in warning
+    assert elsewhere_warning(target, table, here=own) is None
+    assert default_out(target, here=other) == tmp_path / "latency_tables" / path.name
+    assert default_out(target, here=own) == path

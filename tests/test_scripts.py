@@ -16,10 +16,13 @@ def test_help(script):
     assert "usage:" in r.stdout
 
 
-@pytest.mark.parametrize("fp32,int8,stem", [("cpu", "cpu_int8", "int8"),
-                                             ("epyc_zen5", "epyc_zen5_int8", "int8_epyc_zen5")])
-def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem):
-    """bench_int8 measures nothing: its ratios are the int8 table over the fp32 table."""
+@pytest.mark.parametrize("fp32,int8,stem,flags", [("cpu", "cpu_int8", "int8", []),
+                                                   ("epyc_zen5", "epyc_zen5_int8", "int8_epyc_zen5", []),
+                                                   ("cpu", "executorch_cpu", "runtimes_cpu_executorch_cpu",
+                                                    ["--runtimes"])])
+def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem, flags):
+    """bench_int8 measures nothing: its ratios are the int8 table over the fp32 table (with --runtimes,
+    the second runtime's table over the first's)."""
     import json
 
     from nas.latency.table import LatencyTable
@@ -27,7 +30,7 @@ def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem):
 
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, str(root / "scripts" / "bench_int8.py"), "--out", str(tmp_path),
-                        "--targets", fp32, int8], capture_output=True, text=True, timeout=300)
+                        "--targets", fp32, int8, *flags], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / f"{stem}.json").read_text())
     assert (tmp_path / f"{stem}.png").is_file()

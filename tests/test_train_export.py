@@ -460,3 +460,33 @@ def test_a_front_without_deployment_resolution_needs_one(tmp_path):
     with pytest.raises(ValueError, match="records no deployment resolution.*resolution=<px>"):
         _resolution(run, PipelineSettings(run=str(tmp_path), target=load_target("cpu")))
     assert _resolution(run, PipelineSettings(run=str(tmp_path), target=load_target("cpu"), resolution=16)) == 16
+
+
+@pytest.mark.parametrize("runtime", ["openvino", pytest.param("executorch", marks=pytest.mark.slow)])
+def test_edge_target_exports_its_format(search_run, tmp_path, runtime):
+    """An ExecuTorch / OpenVINO target: the variants are also written in its format, run against torch
+    on the test split, predicted by the target (and its int8 sibling) and measured on this CPU."""
+    pytest.importorskip({"executorch": "executorch.runtime", "openvino": "nncf"}[runtime])
+    from nas.target import load_target
+    from nas.train.pipeline import train_front
+    from nas.train.settings import PipelineSettings
+
+    s = PipelineSettings(run=str(search_run), target=load_target(f"{runtime}_cpu").replace(table=None),
+                         targets={"int8": f"{runtime}_cpu_int8"}, out=str(tmp_path), select=0, train_samples=256,
+                         train={"epochs": 1, "batch_size": 64, "bn_recalibration_batches": 1},
+                         prune={"enabled": False}, qat={"enabled": False},
+                         export={"calib_samples": 16, "eval_samples": 64, "rounds": 1, "warmup": 1, "repeats": 3,
+                                 "min_time_s": 0.0})
+    m = train_front(s)["models"][0]
+    ext = {"executorch": "pte", "openvino": "xml"}[runtime]
+    edge = {v["variant"]: v for v in m["edge_variants"]}
+    assert sorted(edge) == ["fp32", "ptq_int8"]
+    onnx_acc = {v["variant"]: v["accuracy"] for v in m["variants"]}
+    for name, v in edge.items():
+        assert v["runtime"] == runtime and v["file"].endswith(f"{name}.{ext}") and v["verify"]["samples"] == 64
+        assert (tmp_path / m["id"] / "export" / f"{name}.{ext}.json").is_file()
+        assert v["predicted"]["target"] == f"{runtime}_cpu" + ("_int8" if name == "ptq_int8" else "")
+        assert v["measured"]["median_ms"] > 0
+    assert edge["fp32"]["verify"]["max_abs_diff"] < 1e-3
+    assert edge["fp32"]["verify"]["accuracy"] == pytest.approx(onnx_acc["fp32"], abs=1 / 64 + 1e-9)
+    assert edge["ptq_int8"]["verify"]["top1_agreement"] >= 0.8

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["EDGE_FORMATS", "edge_summary", "export_edge", "openvino_compile", "openvino_model", "pte_bytes",
-           "pte_method", "report_path", "require"]
+__all__ = ["EDGE_FORMATS", "edge_summary", "export_edge", "export_model", "openvino_compile", "openvino_model", "pte_bytes",
+           "pte_method", "report_path", "require", "write_openvino"]
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +149,17 @@ def openvino_model(module: nn.Module | None, example: torch.Tensor, *, precision
     return model
 
 
+#: the CPU plugin's settings: float layers in f32 (on CPUs with AMX or AVX-512 BF16 OpenVINO would
+#: otherwise run them in bf16, so an "fp32" table would time bf16), the latency hint
+OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+
+
 def openvino_compile(model: Any, *, threads: int = 1) -> Any:
-    """``model`` compiled for OpenVINO's CPU plugin with ``threads`` inference threads and the latency hint."""
+    """``model`` compiled for OpenVINO's CPU plugin with ``threads`` inference threads, float layers in
+    f32 and the latency hint (``OPENVINO_CONFIG``)."""
     import openvino as ov
 
-    return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+    return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, **OPENVINO_CONFIG})
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,25 +203,32 @@ def _convert(fmt: str, model: nn.Module, in_shape: tuple[int, int, int], precisi
     return openvino_model(model, x0, precision=precision, calib=calib), how
 
 
-def _write(fmt: str, converted: Any, path: Path) -> int:
-    """Write the file(s) atomically (OpenVINO: the .bin first, then the .xml naming it); their size in bytes."""
-    from nas._io import atomic_write_bytes
-
-    if fmt == "pte":
-        atomic_write_bytes(path, converted)
-        return len(converted)
+def write_openvino(model: Any, path: Path) -> int:
+    """Write an ``openvino.Model`` as an IR at ``path`` (``.xml``, its ``.bin`` beside it), fp32
+    weights kept fp32, atomically: the ``.bin`` first, then the ``.xml`` naming it.  The size in bytes."""
     import os
     import tempfile
 
     import openvino as ov
 
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".ov-") as tmp:
         tmp_xml = Path(tmp) / path.name
-        ov.save_model(converted, str(tmp_xml), compress_to_fp16=False)  # fp32 weights stay fp32
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)  # fp32 weights stay fp32
         os.replace(tmp_xml.with_suffix(".bin"), path.with_suffix(".bin"))
         os.replace(tmp_xml, path)
     return path.stat().st_size + path.with_suffix(".bin").stat().st_size
+
+
+def _write(fmt: str, converted: Any, path: Path) -> int:
+    """Write the file(s) atomically; their size in bytes."""
+    from nas._io import atomic_write_bytes
+
+    if fmt == "pte":
+        atomic_write_bytes(path, converted)
+        return len(converted)
+    return write_openvino(converted, path)
 
 
 def _outputs(fmt: str, path: Path, xs: list[np.ndarray]) -> np.ndarray:
@@ -296,7 +309,6 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
     from nas._io import atomic_write_json
     from nas.arch import Arch
     from nas.compress.qat import QATNet
-    from nas.cost import arch_cost
     from nas.data import DataSettings, load_data
     from nas.export.verify import calibration_inputs
     from nas.target import PRECISIONS, Target
@@ -328,17 +340,32 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
         raise ValueError("int8 export of a float checkpoint calibrates on training images: give "
                          "data={name: ..., resolution: ...} (the checkpoint records none)")
     calib = calibration_inputs(ds, export.calib_samples, seed=0) if precision == "int8" and not is_qat else []
+    rec = export_model(fmt, model, arch, path, precision, is_qat=is_qat, calib=calib, data=ds,
+                       verify_samples=verify_samples, target=target, export=export, allow_mismatch=allow_mismatch)
+    rec = {"arch": str(arch_path), "weights": str(weights), **rec}
+    atomic_write_json(report_path(path), rec)
+    return rec
+
+
+def export_model(fmt: str, model: nn.Module, arch: Any, path: Path, precision: str, *, is_qat: bool,
+                 calib: list[np.ndarray], data: Any, verify_samples: int | None, target: Any, export: Any,
+                 allow_mismatch: bool = False) -> dict[str, Any]:
+    """Convert ``model`` (an Arch's network) to ``fmt``, write it to ``path``, run the written file
+    against torch on ``verify_samples`` images of ``data`` (random inputs without data), predict its
+    latency with ``target`` (when it is this format's runtime) and measure it when that target's device
+    is this CPU.  Int8 of a float model is calibrated on ``calib``.  Returns the file's record."""
+    from nas.cost import arch_cost
+
+    in_shape = (arch.in_chans, arch.resolution, arch.resolution)
     converted, how = _convert(fmt, model, in_shape, precision, is_qat=is_qat, calib=calib)
     size = _write(fmt, converted, path)
-    verify = _verify(fmt, path, model, in_shape, data=ds, samples=verify_samples, is_qat=is_qat)
+    verify = _verify(fmt, path, model, in_shape, data=data, samples=verify_samples, is_qat=is_qat)
     pred, meas = _latency(fmt, path, arch, precision, target, export, allow_mismatch)
-    rec = {"arch": str(arch_path), "weights": str(weights), "format": fmt, "runtime": EDGE_FORMATS[fmt],
-           "precision": precision, "how": how, "file": str(path), "file_bytes": size,
-           "params": arch_cost(arch).params, "verify": verify, "predicted": pred, "measured": meas,
-           "input_shape": [1, *in_shape]}
+    rec = {"format": fmt, "runtime": EDGE_FORMATS[fmt], "precision": precision, "how": how, "file": str(path),
+           "file_bytes": size, "params": arch_cost(arch).params, "verify": verify, "predicted": pred,
+           "measured": meas, "input_shape": [1, *in_shape]}
     if pred and meas:
         rec["error_pct"] = 100.0 * (pred["ms"] - meas["median_ms"]) / meas["median_ms"]
-    atomic_write_json(report_path(path), rec)
     return rec
 
 

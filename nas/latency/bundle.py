@@ -3,9 +3,11 @@
 ``write_bundle`` exports everything ``nas.profile`` measures on a local device: every block, the
 calibration and pruned networks of each space (and of the calibration-only spaces), optional
 held-out networks for validation, the empty-graph overhead and the measurement settings, as ONNX
-files (QDQ-quantized with the target runtime's int8 scheme for int8 targets), plus a
+files (QDQ-quantized with the target runtime's int8 scheme for int8 targets), ExecuTorch programs
+(``.pte``) or OpenVINO IRs (``.xml`` + ``.bin``) for those runtimes' targets, plus a
 ``manifest.json`` and ``measure_bundle.py``, a standalone script that needs only numpy and one
-runtime (onnxruntime with any execution provider, TensorRT's Python API, or ``trtexec``).  On the
+runtime (onnxruntime with any execution provider, TensorRT's Python API, ``trtexec``, ExecuTorch
+or OpenVINO).  On the
 device, ``python3 measure_bundle.py`` writes ``results.json``; ``import_bundle`` turns it into a
 table whose metadata is what the script recorded *on the device*: its identity, runtime and precision.
 
@@ -47,20 +49,45 @@ class BundleError(TableError):
     """A bundle or its results that cannot be written or imported as asked."""
 
 
-def _graph(module, in_shape: Sequence[int], target: Target, gen) -> bytes:
-    """The ONNX graph the device runs for ``module``: fp32 (fp16 is the runtime's flag), or QDQ int8
-    with the target runtime's scheme (symmetric for TensorRT)."""
+#: the file each runtime's script loads: ONNX (onnxruntime, TensorRT), an ExecuTorch program, an OpenVINO IR
+SUFFIX = {"onnxruntime": ".onnx", "tensorrt": ".onnx", "executorch": ".pte", "openvino": ".xml"}
+
+
+def _calib(in_shape: Sequence[int], target: Target, gen) -> list:
+    """Seeded random input batches calibrating an int8 graph (four, as the in-process runtimes use)."""
     import torch
 
+    return [torch.randn(target.batch, *in_shape, generator=gen) for _ in range(4)]
+
+
+def _graph(module, in_shape: Sequence[int], target: Target, gen, path: Path) -> None:
+    """Write the graph the device runs for ``module`` to ``path``: ONNX fp32 (fp16 is the runtime's
+    flag) or QDQ int8 with the target runtime's scheme (symmetric for TensorRT); an ExecuTorch
+    program (XNNPACK; int8 by PT2E); or an OpenVINO IR (``.xml`` + ``.bin``; int8 by NNCF)."""
+    import torch
+
+    x = torch.randn(target.batch, *in_shape, generator=gen)
+    int8 = target.precision == "int8"
+    if target.runtime == "executorch":
+        from nas.export.edge import pte_bytes
+
+        calib = _calib(in_shape, target, gen) if int8 else ()
+        atomic_bytes(path, pte_bytes(module.eval(), x, precision=target.precision, calib=calib))
+        return
+    if target.runtime == "openvino":
+        from nas.export.edge import openvino_model, write_openvino
+
+        calib = [c.numpy() for c in _calib(in_shape, target, gen)] if int8 else ()
+        write_openvino(openvino_model(module.eval(), x, precision=target.precision, calib=calib), path)
+        return
     from nas.compress.ptq import quantize_qdq
     from nas.export.onnx import export_onnx
 
-    x = torch.randn(target.batch, *in_shape, generator=gen)
     data = export_onnx(module.eval(), x)
-    if target.precision == "int8":
-        calib = [torch.randn(target.batch, *in_shape, generator=gen).numpy() for _ in range(4)]
+    if int8:
+        calib = [c.numpy() for c in _calib(in_shape, target, gen)]
         data = quantize_qdq(data, calib, target=target)
-    return data
+    atomic_bytes(path, data)
 
 
 def _refuse_overwrite(out: Path) -> None:
@@ -84,10 +111,14 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
 
     settings = settings or ProfileSettings()
     target = Target.coerce(target)
-    if target.runtime not in ("onnxruntime", "tensorrt"):
-        raise BundleError(f"target {target.name!r} runs {target.runtime!r}; a bundle holds ONNX graphs for "
-                          "onnxruntime or TensorRT: profile on the device itself (python -m nas.profile "
-                          f"conf={target.name} there)")
+    if target.runtime not in SUFFIX:
+        raise BundleError(f"target {target.name!r} runs {target.runtime!r}; a bundle holds graphs for "
+                          f"{', '.join(dict.fromkeys(SUFFIX))}: profile on the device itself (python -m "
+                          f"nas.profile conf={target.name} there)")
+    if target.runtime in ("executorch", "openvino"):
+        from nas.export.edge import require
+
+        require(target.runtime + ("-int8" if target.runtime == "openvino" and target.precision == "int8" else ""))
     out = Path(out_dir)
     _refuse_overwrite(out)
     networks = {r: list(dict.fromkeys(v)) for r, v in (networks or {}).items() if v}
@@ -101,22 +132,22 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
         from tqdm.auto import tqdm
 
         it = tqdm(items, desc="writing bundle", unit="graph")
-    gen = torch.Generator().manual_seed(0)
+    gen, ext = torch.Generator().manual_seed(0), SUFFIX[target.runtime]
     blocks, nets = [], []
     for role, x in it:
         if role == "block":
-            fname, shape = f"blocks/{x.digest()}.onnx", list(x.in_shape)
+            fname, shape = f"blocks/{x.digest()}{ext}", list(x.in_shape)
             blocks.append({"file": fname, "label": str(x), "in": shape, "key": x.to_dict()})
         else:
-            fname, shape = f"networks/{x.digest()}.onnx", [x.in_chans, x.resolution, x.resolution]
+            fname, shape = f"networks/{x.digest()}{ext}", [x.in_chans, x.resolution, x.resolution]
             nets.append({"file": fname, "label": x.name or x.digest()[:12], "in": shape, "role": role,
                          "arch": x.to_dict()})
         if not (out / fname).is_file():
             torch.manual_seed(0)
             module = build_layer(x) if role == "block" else build(x)
-            atomic_bytes(out / fname, _graph(module, shape, target, gen))
-    overhead = "blocks/_overhead.onnx"
-    atomic_bytes(out / overhead, _graph(_Tiny(), (8, 8, 8), target.replace(precision="fp32"), gen))
+            _graph(module, shape, target, gen, out / fname)
+    overhead = f"blocks/_overhead{ext}"
+    _graph(_Tiny(), (8, 8, 8), target.replace(precision="fp32"), gen, out / overhead)
     manifest = {
         "schema": BUNDLE_SCHEMA, "schema_version": BUNDLE_VERSION,
         "bundle_id": f"{target.name}-{now_iso()}-{uuid.uuid4().hex[:8]}",
@@ -127,7 +158,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
         "settings": {k: getattr(settings, k) for k in _SETTINGS},
         "spaces": list(spaces), "resolution": resolution,
         "overhead": overhead,
-        "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17},
+        "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17, "format": ext[1:]},
         "import_command": import_command, "budget_min": budget_min,
         "blocks": blocks, "networks": nets,
     }

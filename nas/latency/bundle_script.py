@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Measure a hwnas device bundle: standalone, needs only numpy plus one runtime (no torch, no hwnas).
+"""Measure a hwnas device bundle: standalone, needs only numpy plus one runtime (no hwnas; no torch but
+what ExecuTorch's own Python runtime loads).
 
 Copy the bundle folder to the device and run, from inside it:
 
@@ -11,7 +12,10 @@ Copy the bundle folder to the device and run, from inside it:
 
 Runtimes: onnxruntime (any execution provider it has: fp32, int8 from the QDQ graphs, fp16 through
 the TensorRT provider), TensorRT through its Python API (hwnas_trt.py beside this script, used when
-`import tensorrt` works) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs).
+`import tensorrt` works) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs);
+ExecuTorch (.pte programs, XNNPACK; `pip install executorch`, whose Python runtime imports torch
+itself and takes only torch tensors: this script imports no torch of its own and wraps its numpy
+input with the module that runtime loaded); OpenVINO (IR .xml + .bin, CPU plugin; `pip install openvino`).
 
 It writes results.json next to manifest.json as it goes (atomically, every few seconds and on
 Ctrl-C), so an interrupted run continues where it stopped; every graph is measured in the rounds
@@ -232,9 +236,74 @@ def tensorrt_factory(bundle, precision):
     return factory, {"name": "tensorrt", "version": hwnas_trt.version(), "provider": "", "via": "python"}
 
 
+def executorch_factory(threads):
+    try:
+        import numpy as np
+        from executorch.runtime import Runtime
+    except ImportError as e:
+        fail(f"{e.name} is not installed: pip install numpy executorch")
+    from importlib.metadata import version
+
+    from executorch.extension.pybindings import portable_lib
+
+    if portable_lib._threadpool_get_thread_count() != threads:  # the CPU thread pool XNNPACK runs on
+        portable_lib._unsafe_reset_threadpool(threads)
+    torch = sys.modules["torch"]  # loaded by ExecuTorch's runtime, whose methods take only torch tensors
+    runtime = Runtime.get()
+
+    def factory(path, shape, s):
+        with open(path, "rb") as f:
+            program = runtime.load_program(f.read())
+        method = program.load_method("forward")
+        inputs = (torch.from_numpy(np.random.default_rng(0).standard_normal(shape).astype(np.float32)),)
+        method.execute(inputs)
+
+        def call():  # outputs allocated by every call, as in hwnas's executorch runtime
+            method.execute(inputs)
+
+        call.keep = program
+        return lambda: timed(call, s)
+
+    return factory, {"name": "executorch", "version": version("executorch"), "provider": "XNNPACK", "via": "python"}
+
+
+def openvino_factory(threads):
+    try:
+        import numpy as np
+        import openvino as ov
+    except ImportError as e:
+        fail(f"{e.name} is not installed: pip install numpy openvino")
+    core = ov.Core()
+
+    def factory(path, shape, s):
+        # as hwnas's openvino runtime: float layers in f32 (not bf16 on AMX / AVX-512 BF16 CPUs), latency hint
+        config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+        request = core.compile_model(core.read_model(path), "CPU", config).create_infer_request()
+        x = np.ascontiguousarray(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+        request.set_input_tensor(ov.Tensor(x))
+        request.infer(share_outputs=True)
+
+        def call():  # input set once, outputs in the request's own buffers, as in hwnas's openvino runtime
+            request.infer(share_outputs=True)
+
+        call.keep = x
+        return lambda: timed(call, s)
+
+    return factory, {"name": "openvino", "version": ov.get_version(), "provider": "CPU", "via": "python",
+                     "config": {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}}
+
+
 def pick_runtime(args, man):
     runtime = args.runtime or man["runtime"]
     precision = man["precision"]
+    fmt = os.path.splitext(man.get("overhead") or ".onnx")[1]
+    runs = {".pte": ("executorch",), ".xml": ("openvino",)}.get(fmt, ("onnxruntime", "tensorrt", "trtexec"))
+    if runtime not in runs:
+        fail(f"this bundle holds {fmt} graphs, which {runtime} does not run: use --runtime {' or '.join(runs)}")
+    if runtime == "executorch":
+        return executorch_factory(args.threads or man["threads"])
+    if runtime == "openvino":
+        return openvino_factory(args.threads or man["threads"])
     if runtime == "onnxruntime":
         provider = args.provider or man.get("provider") or "CPUExecutionProvider"
         return ort_factory(provider, args.threads or man["threads"], precision)
@@ -249,7 +318,7 @@ def pick_runtime(args, man):
             fail("TensorRT is not installed: pip install tensorrt (or JetPack's python3-libnvinfer), or put "
                  "trtexec on PATH")
         return tensorrt_factory(args.bundle, precision)
-    fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt or trtexec")
+    fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt, trtexec, executorch or openvino")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,10 +391,11 @@ def plan(man, res, only, rounds, priority=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle", nargs="?", default=os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--runtime", choices=["onnxruntime", "tensorrt", "trtexec"], default=None,
+    ap.add_argument("--runtime", choices=["onnxruntime", "tensorrt", "trtexec", "executorch", "openvino"],
+                    default=None,
                     help="default: the bundle's (tensorrt: the Python API if it imports, else trtexec)")
     ap.add_argument("--provider", default=None, help="onnxruntime execution provider (default: the bundle's)")
-    ap.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: the bundle's)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: the bundle's)")
     ap.add_argument("--only", choices=["all", "blocks", "networks"], default="all")
     ap.add_argument("--limit", type=int, default=None, help="measure at most this many graphs (rounds) this run")
     ap.add_argument("--budget-min", type=float, default=None,

@@ -436,8 +436,6 @@ def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, An
     architecture (``device.machine``, e.g. x86_64) counts: one of another kind of device (a Jetson, a
     GPU) or of another architecture (an ARM board measured through a bundle) describes a remote device,
     which a search from here is expected to use, and one recording no architecture cannot be judged."""
-    from nas.latency.here import profile_command
-
     meta = table.metadata.get("device") or {}
     if target.device.kind != "cpu" or meta.get("kind", "cpu") != "cpu":
         return None
@@ -455,4 +453,14 @@ def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, An
             f"  table: {_cpu_line(meta)}\n"
             f"  here:  {_cpu_line(here)}\n"
             f"  Its latencies are that processor's ({why}); rankings and budgets may not hold on this one.\n"
-            f"  Measure this machine's own table: `{profile_command('here')}`, then use conf=here.")
+            f"  Measure this machine's own table: {_own_table(target)}.")
+
+
+def _own_table(target: Target) -> str:
+    """How to measure this machine's own table: for a target naming no device (any CPU), the same
+    target (its table goes to the user's tables folder, read before the shipped one); else conf=here."""
+    from nas.latency.here import profile_command
+
+    if target.device.name is None:
+        return f"`{profile_command(target.name)}` (written to your tables folder, used before the shipped table)"
+    return f"`{profile_command('here')}`, then use conf=here"

@@ -35,10 +35,11 @@ from nas.latency.profiler import (
 )
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
-from nas.latency.table import LatencyTable, now_iso, resolve_table_path
+from nas.latency.table import TABLES_DIR, LatencyTable, now_iso, resolve_table_path
 from nas.target import Target
 
-__all__ = ["Interrupted", "calibration_space_names", "check_budget", "profile_target", "remeasure_calibration"]
+__all__ = ["Interrupted", "calibration_space_names", "check_budget", "default_out", "profile_target",
+           "remeasure_calibration"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,21 @@ def _collect(names: list[str], resolution: int | None, calibration_spaces, *, mo
     return keys, spaces + cal_spaces, pruned, where
 
 
+def default_out(target: Target, here: dict[str, Any] | None = None) -> Path:
+    """Where ``nas.profile`` writes the target's table: its ``table`` as ``resolve_table_path`` finds it;
+    but for a target naming no device (any CPU) whose table found is a shipped one measured on another
+    processor than this machine (``here``), the user's tables folder, which is read before the
+    shipped one: this machine's own table, never mixed with another processor's."""
+    from nas.resources import user_tables_dir
+
+    name = target.table or f"{target.name}.json"
+    path = resolve_table_path(name, for_writing=True)
+    if target.device.name is None and path.parent == TABLES_DIR and path.is_file():
+        if LatencyTable.load(path).measured_elsewhere(here or device_identity(target.device.kind)):
+            return user_tables_dir() / path.name
+    return path
+
+
 def _open_table(target: Target, out: Path, table: LatencyTable | None, settings: ProfileSettings, *,
                 allow_mismatch: bool) -> tuple[LatencyTable, str, Any]:
     """The table to measure into (new, or ``table`` checked against the target and this machine),
@@ -141,7 +157,7 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     target = Target.coerce(target)
     settings = settings or ProfileSettings()
     check_budget(budget_min, measuring=not (import_bundle or refresh or recalibrate))
-    out = Path(out) if out else resolve_table_path(target.table or f"{target.name}.json", for_writing=True)
+    out = Path(out) if out else default_out(target)
     names = space_names(spaces)
     resolution = resolution or target.resolution
     cal_names = calibration_space_names(calibration_spaces, default=not spaces and not resolution)

@@ -61,16 +61,17 @@ def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: Pr
 
     target = Target.coerce(target)
     name, kind = target.name, target.device.kind
+    info = runtime.info()
     return {
         "source": "measured",
         "target": name,
         "device": device_identity(kind),
-        "runtime": runtime.info(),
+        "runtime": info,
         "precision": runtime.precision,
         "batch": runtime.batch,
         "threads": runtime.threads,
         "measurement": {**asdict(settings), "statistic": "median", "timer": "perf_counter_ns", "unit": "ms",
-                        "io": "inputs and outputs bound once (onnxruntime IOBinding)"},
+                        "io": info.get("io") or "inputs and outputs bound once (onnxruntime IOBinding)"},
         "call_overhead_ms": None,
         "created": now_iso(),
         "updated": now_iso(),

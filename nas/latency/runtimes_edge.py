@@ -11,7 +11,8 @@ slow part, seconds per block) and returns a zero-argument callable running one i
   process share the last one set.  Outputs are allocated per call (the Python runtime has no output
   binding), a cost a program running the network once per frame pays too.
 - ``openvino``: ``provider: CPU``; fp32 from the project's ONNX export, int8 by NNCF post-training
-  quantization, compiled with ``INFERENCE_NUM_THREADS=threads`` and ``PERFORMANCE_HINT=LATENCY``; one
+  quantization, compiled with ``INFERENCE_NUM_THREADS=threads``, ``INFERENCE_PRECISION_HINT=f32`` (float
+  layers in f32, never bf16 on CPUs with AMX) and ``PERFORMANCE_HINT=LATENCY``; one
   infer request with its input set once (its outputs are the request's own buffers).
 
 Converters live in ``nas.export.edge`` (shared with ``nas.export format=pte|openvino``).  Int8 blocks
@@ -68,7 +69,7 @@ class _EdgeRuntime(Runtime):
 
     def info(self) -> dict[str, Any]:
         """Name, version and provider (what a table is matched on), and how a timed call does its I/O:
-        the table metadata's ``measurement.io`` describes onnxruntime's binding."""
+        the table metadata's ``measurement.io`` too."""
         return {**super().info(), "io": self.io}
 
     def calibration(self, in_shape: tuple[int, int, int]) -> list[torch.Tensor]:
@@ -127,7 +128,9 @@ class OpenVINORuntime(_EdgeRuntime):
     io = "input tensor set once; outputs in the infer request's own buffers"
 
     def info(self) -> dict[str, Any]:
-        out = super().info()
+        from nas.export.edge import OPENVINO_CONFIG
+
+        out = {**super().info(), "config": dict(OPENVINO_CONFIG)}
         if self.precision == "int8":
             out["nncf"] = _version("nncf")
         return out

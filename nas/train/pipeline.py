@@ -24,7 +24,10 @@ and for each selected architecture, in ``<out>/<id>/`` (``id`` = pareto index + 
 4. **export**: ONNX models in ``export/`` — ``fp32``, ``pruned``, ``ptq_int8`` (onnxruntime static
    QDQ quantization of the final float model, calibrated on training images: the baseline) and
    ``qat_int8`` — each scored by onnxruntime on the test split (the exact deployed bytes), its
-   latency predicted at its input shape and, when the target is this machine, measured.
+   latency predicted at its input shape and, when the target is this machine, measured.  For an
+   ExecuTorch or OpenVINO target the same variants are also written in its format (``.pte``, or an
+   IR ``.xml`` + ``.bin``; ``results.json``'s ``edge_variants``), run against torch, predicted and,
+   on the target's CPU, measured with that runtime.
 
 Every checkpoint is written atomically at the end of each epoch; re-running the same command
 resumes each stage at its last finished epoch and skips finished stages (Ctrl-C loses at most
@@ -335,6 +338,42 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
     return variants
 
 
+def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
+                ) -> list[dict[str, Any]]:
+    """4b. For an ExecuTorch or OpenVINO target, the variants in its format too (``export/<variant>.pte``
+    or ``.xml``): fp32, pruned and int8 of the final float network (PT2E for ExecuTorch, NNCF for
+    OpenVINO; calibrated on the PTQ baseline's images), and for OpenVINO the QAT network's QDQ graph,
+    each run against torch on the test split, predicted and (on this CPU) measured."""
+    from nas.export.edge import EDGE_FORMATS, export_model, report_path
+
+    fmt = {rt: f for f, rt in EDGE_FORMATS.items()}.get(ctx.s.target.runtime)
+    if fmt is None:
+        return []
+    acc = res["torch_accuracy"]
+    calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + 41)
+    todo = [("fp32", "fp32", models["fp32"], False)]
+    if "pruned" in acc:
+        todo.append(("pruned", "fp32", models["final"], False))
+    todo.append(("ptq_int8", "int8", models["final"], False))
+    if "qat" in models and fmt == "openvino":  # ExecuTorch int8 is PT2E's: it does not read a QDQ graph
+        todo.append(("qat_int8", "int8", models["qat"], True))
+    out = []
+    for name, prec, (model, arch), is_qat in todo:
+        path = mdir / "export" / f"{name}{'.pte' if fmt == 'pte' else '.xml'}"
+        if path.is_file() and report_path(path).is_file():
+            out.append(json.loads(report_path(path).read_text()))
+            continue
+        rec = {"variant": name, **export_model(
+            fmt, model, arch, path, prec, is_qat=is_qat, calib=calib if prec == "int8" and not is_qat else [],
+            data=ctx.data, verify_samples=ctx.s.export.eval_samples, target=ctx.s.target, export=ctx.s.export,
+            allow_mismatch=ctx.s.allow_mismatch)}
+        atomic_write_json(report_path(path), rec)
+        log.info("%s %s.%s: accuracy %.4f%s", mdir.name, name, fmt, rec["verify"].get("accuracy", float("nan")),
+                 f", measured {rec['measured']['median_ms']:.4f} ms" if rec["measured"] else "")
+        out.append(rec)
+    return out
+
+
 def _input_record(ctx: _Context, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
     """The exported input shape against the searched one: the report's ``input``.  ``as_searched``:
     the fp32 export is the very network the search scored (same Arch digest), so the front's
@@ -368,6 +407,9 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
         final, final_arch = models["final"]
         models["qat"] = (_stage_qat(ctx, final, final_arch, model, mdir, base_meta, res), final_arch)
     res["variants"] = _stage_export(ctx, mdir, models, res)
+    edge = _stage_edge(ctx, mdir, models, res)
+    if edge:
+        res["edge_variants"] = edge
     atomic_write_json(mdir / "results.json", res)
     return res
 
