@@ -120,7 +120,8 @@ def test_sorting_mid_training_moves_the_optimizer_state_with_the_weights():
             opt.step()
     with torch.no_grad():
         a, b = (sn.eval()(x) for sn in nets)
-    assert torch.allclose(a, b, atol=1e-4, rtol=1e-3), (a - b).abs().max()
+    # float sums in another channel order differ by ~2e-4 here; an optimizer state left behind by ~4e-3
+    assert torch.allclose(a, b, atol=1e-3, rtol=0), (a - b).abs().max()
 
 
 def test_subnet_weights_are_the_leading_channels_and_the_centre_kernel():
