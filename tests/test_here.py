@@ -164,7 +164,8 @@ def test_help_and_completion_offer_here():
     line = next(s for s in r.stdout.splitlines() if s.startswith("conf=<name>, one of:"))
     assert "here" in line.split("one of:")[1].replace(",", " ").split()
     r = _cli("nas.cli.search", "-sc", "query=bash", env={"COMP_LINE": "python -m nas.search conf=he"})
-    assert r.returncode == 0 and r.stdout.split() == ["conf=here"], r.stderr
+    assert r.returncode == 0 and r.stdout.split() == ["conf=here", "conf=here_gpu"], r.stderr
+    assert "here_gpu" in line.split("one of:")[1].replace(",", " ").split()
 
 
 H100 = {**XEON, "kind": "gpu", "gpu": "NVIDIA H100 80GB HBM3", "name": "NVIDIA H100 80GB HBM3", "driver": "580.82",
