@@ -201,10 +201,7 @@ def _curve(predictor, vs, order: Order, times: dict[BlockKey, float]) -> list[di
                        "calibrated": model.calibration_ is not None,
                        "time_covered": time_covered(times, sub.entries), **score(pred, meas)})
         if getattr(predictor, "partial_", None) is not None:  # transfer: the same minutes without the sources
-            from nas.latency.predictor import LatencyPredictor
-
-            own = LatencyPredictor(calibrate=predictor.calibrate, random_state=predictor.random_state,
-                                   refresh=False, residual=predictor.residual)
+            own = predictor.without_transfer(refresh=False)
             with _quiet("nas.latency.predictor"):
                 own.fit(sub, mismatched=predictor.mismatched_)
             points[-1]["without_transfer"] = score(own.predict(vs.archs), meas)
@@ -214,7 +211,8 @@ def _curve(predictor, vs, order: Order, times: dict[BlockKey, float]) -> list[di
 def measured_table(predictor) -> LatencyTable:
     """The table the device measured: a ``TransferPredictor``'s partial table (its ``table_`` also
     holds the transferred blocks), else the predictor's ``table_``."""
-    return getattr(predictor, "partial_", None) or predictor.table_
+    partial = getattr(predictor, "partial_", None)
+    return partial if partial is not None else predictor.table_
 
 
 @contextlib.contextmanager

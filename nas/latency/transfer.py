@@ -283,6 +283,12 @@ class TransferPredictor(LatencyPredictor):
                 r = r + self.gbm_.predict(self._design(keys, S, M))
         return np.exp(S.mean(axis=1) + r)
 
+    def without_transfer(self, **changes) -> LatencyPredictor:
+        """An unfitted ``LatencyPredictor`` with this predictor's settings (``changes`` override them):
+        fitted on the new device's table alone, what the sources are compared against."""
+        kept = {k: getattr(self, k) for k in ("calibrate", "random_state", "refresh", "residual")}
+        return LatencyPredictor(**{**kept, **changes})
+
     # -- reporting ------------------------------------------------------------------------
     def explain(self, arch: Arch) -> Prediction:
         """As ``LatencyPredictor.explain``; layers the new device did not measure count as learned."""

@@ -252,8 +252,7 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
             report["calibration_spaces"] = {"networks": len(nets) - len(own), "of": len(nets),
                                             "spaces": sorted({a.name for a, _ in nets if a.name in extra})}
     if getattr(predictor, "partial_", None) is not None:  # a TransferPredictor: the same table without the sources
-        own = LatencyPredictor(calibrate=predictor.calibrate, random_state=predictor.random_state,
-                               refresh=predictor.refresh, residual=predictor.residual)
+        own = predictor.without_transfer()
         preds[WITHOUT_TRANSFER] = own.fit(predictor.partial_, mismatched=predictor.mismatched_).predict(vs.archs)
         methods = (*methods, WITHOUT_TRANSFER)
     rf, rc = recorded(predictor.table_)
