@@ -101,19 +101,33 @@ def _fingerprint(ident: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key).encode()).hexdigest()[:6]
 
 
-def _same_machine(path: Path, ident: dict[str, Any]) -> bool:
-    """Whether the target file at ``path`` describes this machine (its CPU name and ISA flags)."""
+def _device_of(path: Path) -> dict[str, Any] | None:
+    """The ``device`` a target file at ``path`` records, or None when it cannot be read (an unreadable
+    file is not this machine's: a new name is made beside it)."""
     from omegaconf import OmegaConf
 
     try:
-        dev = OmegaConf.to_container(OmegaConf.load(path)).get("device") or {}
-    except Exception:  # an unreadable file is not this machine's: a new name is made beside it
-        return False
-    return dev.get("name") == ident.get("cpu") and set(dev.get("cpu_flags") or ()) == set(ident.get("cpu_flags") or ())
+        return OmegaConf.to_container(OmegaConf.load(path)).get("device") or {}
+    except Exception:
+        return None
+
+
+def _same_machine(path: Path, ident: dict[str, Any]) -> bool:
+    """Whether the target file at ``path`` describes this machine (its CPU name and ISA flags)."""
+    dev = _device_of(path)
+    return (dev is not None and dev.get("name") == ident.get("cpu")
+            and set(dev.get("cpu_flags") or ()) == set(ident.get("cpu_flags") or ()))
+
+
+def _target_file(header: str, body: dict[str, Any]) -> str:
+    """A target YAML: the comment ``header``, the target schema as its default, then ``body``."""
+    import yaml
+
+    return header + "defaults:\n  - /_target_schema@_here_\n  - _self_\n\n" + yaml.safe_dump(
+        body, sort_keys=False, width=1000, default_flow_style=None)
 
 
 def _yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
-    import yaml
 
     fam = (f"family {ident['cpu_family']} model {ident['cpu_model']} stepping {ident.get('cpu_stepping', '?')}"
            if ident.get("cpu_family") is not None else str(ident.get("machine") or ""))
@@ -144,7 +158,7 @@ def _yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
         "# 1 thread.  conf=here on this machine reuses this file; another machine's conf=here makes its own.\n"
         "# Its table: `python -m nas.profile conf=here`.\n"
     )
-    return header + "defaults:\n  - /_target_schema@_here_\n  - _self_\n\n" + yaml.safe_dump(body, sort_keys=False, width=1000, default_flow_style=None)
+    return _target_file(header, body)
 
 
 def gpu_identity() -> dict[str, Any]:
@@ -166,17 +180,12 @@ def here_gpu_slug(ident: dict[str, Any]) -> str:
 
 
 def _same_gpu(path: Path, ident: dict[str, Any]) -> bool:
-    from omegaconf import OmegaConf
-
-    try:
-        dev = OmegaConf.to_container(OmegaConf.load(path)).get("device") or {}
-    except Exception:  # an unreadable file is not this machine's: a new name is made beside it
-        return False
-    return dev.get("name") == ident.get("gpu") and dev.get("kind") == "gpu"
+    """Whether the target file at ``path`` describes this machine's GPU (its name)."""
+    dev = _device_of(path)
+    return dev is not None and dev.get("name") == ident.get("gpu") and dev.get("kind") == "gpu"
 
 
 def _gpu_yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
-    import yaml
 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = {
@@ -197,7 +206,7 @@ def _gpu_yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
         "# Roofline figures measured on the GPU (nas.latency.here.measure_gpu_peaks); onnxruntime CUDA, fp32,\n"
         f"# batch 1.  Its table: `python -m nas.profile conf={HERE_GPU}` (needs onnxruntime-gpu).\n"
     )
-    return header + "defaults:\n  - /_target_schema@_here_\n  - _self_\n\n" + yaml.safe_dump(body, sort_keys=False, width=1000, default_flow_style=None)
+    return _target_file(header, body)
 
 
 def measure_gpu_peaks(*, matmul_n: int = 4096, copy_mb: int = 1024,  # pragma: no cover - needs a CUDA GPU
