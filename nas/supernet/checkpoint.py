@@ -13,11 +13,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from nas.space import SearchSpace
 from nas.supernet.model import Supernet
-from nas.train.checkpoint import diff_messages, save_checkpoint
+from nas.train.checkpoint import diff_messages, read_torch_file, save_checkpoint
 
 __all__ = ["SUPERNET_FORMAT", "SUPERNET_VERSION", "check_matches", "data_record", "load_supernet",
            "read_checkpoint", "save_supernet", "space_record"]
@@ -50,15 +48,9 @@ def save_supernet(path: str | Path, *, supernet: Supernet, data: dict[str, Any],
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A supernet checkpoint as written by ``save_supernet``; a missing, truncated or foreign file is a
     one-line error."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(f"supernet checkpoint not found: {p}; train one with python -m nas.supernet")
-    try:
-        c = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:
-        first = (str(e).splitlines() or [""])[0]
-        raise ValueError(f"{p}: not a readable supernet checkpoint ({type(e).__name__}: {first}); the file is "
-                         f"damaged or truncated: re-run python -m nas.supernet to write it again") from None
+    p, c = read_torch_file(path, not_found="supernet checkpoint not found: {p}; train one with python -m nas.supernet",
+                           unreadable="{p}: not a readable supernet checkpoint ({first}); the file is damaged or "
+                                      "truncated: re-run python -m nas.supernet to write it again")
     if not isinstance(c, dict) or c.get("format") != SUPERNET_FORMAT:
         raise ValueError(f"{p}: not a supernet checkpoint (format {c.get('format') if isinstance(c, dict) else None!r}"
                          f", expected {SUPERNET_FORMAT!r}); give the supernet.ckpt that python -m nas.supernet wrote")

@@ -24,7 +24,7 @@ from nas.target import PRECISIONS, Target
 from nas.train.settings import ExportSettings
 
 __all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "diff_messages", "export_checkpoint",
-           "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "save_checkpoint"]
+           "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
 CKPT_VERSION = 1
@@ -36,15 +36,26 @@ def save_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint written by ``fit`` (or a bare state dict, returned as ``{"model": ...}``)."""
+def read_torch_file(path: str | Path, *, not_found: str, unreadable: str) -> tuple[Path, Any]:
+    """``(path, object)`` of a ``torch.save`` file read on the CPU with ``weights_only``.  A missing file
+    raises ``FileNotFoundError(not_found)``, one torch cannot read ``ValueError(unreadable)``; both
+    templates are formatted with ``p`` (the path), ``unreadable`` also with ``err`` (the error's type
+    and message) and ``first`` (its type and the message's first line)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {p}")
+        raise FileNotFoundError(not_found.format(p=p))
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
+        return p, torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ValueError(f"{p}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+        first = (str(e).splitlines() or [""])[0]
+        raise ValueError(unreadable.format(p=p, err=f"{type(e).__name__}: {e}",
+                                           first=f"{type(e).__name__}: {first}")) from None
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint written by ``fit`` (or a bare state dict, returned as ``{"model": ...}``)."""
+    p, obj = read_torch_file(path, not_found="checkpoint not found: {p}",
+                             unreadable="{p}: not a readable torch checkpoint ({err})")
     if isinstance(obj, dict) and obj.get("format") == CKPT_FORMAT:
         return obj
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
