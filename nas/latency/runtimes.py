@@ -157,6 +157,8 @@ class OnnxRuntime(Runtime):
                                      "(onnxruntime-gpu for the CUDA / TensorRT providers)") from None
         if self.provider not in self._PROVIDERS:
             raise RuntimeUnavailable(f"unknown onnxruntime provider {self.provider!r}; use one of {self._PROVIDERS}")
+        if self.provider != "CPUExecutionProvider" and hasattr(ort, "preload_dlls"):
+            ort.preload_dlls()  # CUDA / cuDNN from the nvidia-* wheels, when torch has not loaded them
         if self.provider not in ort.get_available_providers():
             raise RuntimeUnavailable(
                 f"onnxruntime provider {self.provider} is not available here (available: "
