@@ -186,6 +186,37 @@ def test_contributions_never_negative():
     assert all(p._contribution(k) >= 0 for a in far for k in a.keys())
 
 
+def test_calibration_fit_keeps_every_layer_non_negative():
+    from nas.latency.calibration import fit_calibration
+
+    # networks of layers [ms, 1]: y = ms - 0.5 * layers + 2 fits exactly, but a 0.2-ms layer would cost -0.3
+    X = np.array([[1.2, 2], [2.0, 2], [0.4, 2], [2.2, 3], [3.0, 3], [1.4, 3]])
+    y = X[:, 0] - 0.5 * X[:, 1] + 2.0
+    layers = np.array([[0.2, 1.0], [1.0, 1.0]])
+    coef, b = fit_calibration(X, y, np.empty((0, 2)))
+    assert np.allclose(coef, [1.0, -0.5]) and np.isclose(b, 2.0)  # unconstrained: the exact fit
+    coef, b = fit_calibration(X, y, layers)
+    assert (layers @ coef).min() >= -1e-9
+    assert np.mean(np.abs((X @ coef + b) / y - 1)) < 0.2  # still a fit, not just a feasible point
+    coef, b = fit_calibration(X, y, np.array([[1.0, 1.0]]))  # feasible already: returned unchanged
+    assert np.allclose(coef, [1.0, -0.5]) and np.isclose(b, 2.0)
+
+
+def test_shipped_openvino_table_predicts_what_its_calibration_fitted():
+    """OpenVINO's lone blocks do not add up to its networks; a fit with negative layers, clamped at
+    prediction, put every network ~15 us high.  The predictor must predict what it fitted."""
+    from nas.latency.calibration import layer_features, table_networks
+    from nas.target import load_target
+
+    p = load_latency_model(load_target("openvino_cpu"), allow_mismatch=True, refresh=False)
+    layers = np.array([layer_features(k, p._block_ms(k)[0]) for k in p.table_.entries])
+    assert (layers @ p.coef_).min() >= -1e-9
+    archs = [a for a, _ in table_networks(p.table_)]
+    fitted = p.intercept_ + np.array([p.features(a) for a in archs]) @ p.coef_
+    raw = np.array([p.raw_sum(a) for a in archs])
+    assert np.allclose(p.predict(archs), p.below_range(fitted, raw), rtol=1e-6)
+
+
 def test_calibration_recovers_a_concave_relation_and_falls_back_below_its_range():
     """A network whose layers cost more in it than alone by a term concave in their time (a fixed
     per-operator share): the log-time feature carries it.  Far below the calibration networks'

@@ -15,7 +15,8 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
    by the profiler on architectures the validation never uses):
    a linear model of additive per-layer features (``layer_features``: block time, layer count,
    activations crossing layer boundaries, weight bytes, time in SE blocks, depthwise channel
-   padding, log block time), fitted by least squares on *relative* error (weights 1/ms^2).  Why these:
+   padding, log block time, MACs), fitted by least squares on *relative* error (weights 1/ms^2),
+   every layer's contribution kept >= 0 (``fit_calibration``).  Why these:
    a block measured on its own converts its input and output between layouts (onnxruntime's
    NCHWc) and keeps its weights in cache; inside a network it does neither.  After
    ``python -m nas.profile recalibrate=true`` (every calibration network re-measured later, a
@@ -47,7 +48,6 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.ensemble import HistGradientBoostingRegressor
-from sklearn.linear_model import LinearRegression
 from sklearn.utils.validation import check_is_fitted
 
 from nas.arch import Arch, BlockKey
@@ -61,6 +61,7 @@ from nas.latency.calibration import (  # noqa: F401
     N_FEATURES,
     N_MIX,
     _boundary,
+    fit_calibration,
     layer_features,
     layer_mix,
     network_mix,
@@ -150,9 +151,10 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if self.calibrate and len(nets) >= 2 * N_FEATURES:
             X = np.array([self.features(a) for a, _ in nets])
             y = np.array([ms for _, ms in nets])
-            self.calibration_ = LinearRegression().fit(X, y, sample_weight=1.0 / y**2)
-            self.coef_ = self.calibration_.coef_.astype(np.float64)
-            self.intercept_ = float(self.calibration_.intercept_)
+            keys = set(table.entries) | {k for a, _ in nets for k in a.keys()}
+            layers = np.array([layer_features(k, self._block_ms(k)[0]) for k in keys])
+            self.coef_, self.intercept_ = fit_calibration(X, y, layers)
+            self.calibration_ = "linear, per-layer contributions >= 0"
             self.n_calibration_ = len(nets)
             raw = X[:, 0] + self.overhead_ms_  # feature 0 sums the block figures: raw_sum of each network
             self.calibration_range_ = (float(raw.min()), float(raw.max()))
