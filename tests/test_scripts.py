@@ -83,3 +83,73 @@ def test_bench_modelopt_without_modelopt_compares_the_hwnas_exports(tmp_path):
         assert net["variants"][name]["status"] == "modelopt not installed"
     assert set(rep["summary"]) == {"hwnas_ptq", "hwnas_qat"}
     assert "hwnas_qat" in r.stdout
+
+
+def _bench_targets():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_targets.py"
+    spec = importlib.util.spec_from_file_location("bench_targets", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_targets_cross_hypervolume_judges_each_front_on_each_latency():
+    """Front a, networks x (90%) and y (80%); front b, x alone.  On latency p, x is slower than y and
+    both are optimal; on latency q, x is faster and dominates y."""
+    bt = _bench_targets()
+    scores = {"x": 0.9, "y": 0.8}
+    lat = {"p": {"x": 2.0, "y": 1.0}, "q": {"x": 1.0, "y": 2.0}}
+    refs = {"p": (0.5, 4.0), "q": (0.5, 4.0)}  # boxes of 0.5 x 4 = 2
+    fronts = {"a": ["x", "y"], "b": ["x"]}
+    hv = bt.cross_hypervolume(fronts, scores, lat, refs)
+    assert hv["a"]["p"] == pytest.approx((1.0 * 0.3 + 2.0 * 0.4) / 2)
+    assert hv["a"]["q"] == pytest.approx(3.0 * 0.4 / 2)  # y adds nothing where x dominates it
+    assert hv["b"]["p"] == pytest.approx(2.0 * 0.4 / 2)
+    assert hv["b"]["q"] == pytest.approx(hv["a"]["q"])
+    assert bt.front_of(["x", "y"], scores, lat["q"]) == ["x"]
+    assert bt.still_optimal(fronts, ["x", "y"], scores, lat) == {"a": {"p": 2, "q": 1}, "b": {"p": 1, "q": 1}}
+    cmp = bt.compare_fronts(fronts, ["x", "y"], scores, lat, refs)
+    assert cmp["jaccard"]["a"]["b"] == pytest.approx(0.5) and cmp["common"]["a"]["b"] == 1
+    assert cmp["hypervolume"][bt.BEST] == pytest.approx({"p": hv["a"]["p"], "q": hv["a"]["q"]})
+    assert cmp["hypervolume_share_of_best"]["b"]["p"] == pytest.approx(0.8 / 1.1)
+    assert cmp["kendall_tau"]["p"]["q"] == pytest.approx(-1.0)  # p and q rank x and y the other way round
+
+
+def test_bench_targets_shares_each_score_across_searches(tmp_path):
+    """A score is kept per (Arch, seed): asked again, in this process or the next, it is not re-evaluated;
+    the wrapper reports the wrapped evaluator's settings, so the study records what it would."""
+    import dataclasses
+
+    from nas.search.evaluate import EvalResult, Evaluator
+    from nas.space import load_space
+
+    calls = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Counting(Evaluator):
+        name = "counting"
+        epochs: int = 2
+
+        @property
+        def metric(self):
+            return "val_accuracy"
+
+        def evaluate(self, arch, data, *, seed):
+            calls.append((arch.digest(), seed))
+            return EvalResult(0.5 + seed / 100, self.metric, 1.0, {"epochs": 2.0})
+
+    bt = _bench_targets()
+    arch, other = load_space("tiny").random(0), load_space("tiny").random(1)
+    path = tmp_path / "evaluations.json"
+    ev = bt.SharedEvaluations(Counting(), path, context={"data": "d"})
+    assert ev.settings() == {"name": "counting", "epochs": 2} and ev.metric == "val_accuracy"
+    assert ev.evaluate(arch, None, seed=3).score == ev.evaluate(arch, None, seed=3).score == 0.53
+    ev.evaluate(arch, None, seed=4)
+    again = bt.SharedEvaluations(Counting(), path, context={"data": "d"})
+    assert again.evaluate(arch, None, seed=4).score == 0.54 and again.reused == 1 and again.trained == 0
+    again.evaluate(other, None, seed=3)
+    assert calls == [(arch.digest(), 3), (arch.digest(), 4), (other.digest(), 3)]
+    fresh = bt.SharedEvaluations(Counting(), path, context={"data": "other data"})
+    assert fresh.scores == {}
