@@ -52,8 +52,20 @@ def process_group(device: str):
 
 
 def _rows(history: list[dict[str, Any]]) -> list[list[str]]:
-    return [[str(h["epoch"]), f"{h['train_loss']:.4f}", f"{100 * h['val_accuracy_largest']:.2f}%",
-             f"{100 * h['val_accuracy_smallest']:.2f}%", f"{h['seconds']:.1f}"] for h in history]
+    return [[str(h["epoch"]), h.get("phase", "sandwich"), f"{h['train_loss']:.4f}",
+             f"{100 * h['val_accuracy_largest']:.2f}%", f"{100 * h['val_accuracy_smallest']:.2f}%",
+             f"{h['seconds']:.1f}"] for h in history]
+
+
+def _training(s) -> str:
+    """The schedule in words, for the start-up lines."""
+    per_step = f"largest + smallest + {s.random_subnets} random subnets per step"
+    if s.schedule == "sandwich":
+        return f"sandwich rule: {per_step}"
+    from nas.supernet.schedule import phases
+
+    table = ", ".join(f"{p.name} from epoch {p.start + 1}" for p in phases(s))
+    return f"progressive shrinking ({table}): {per_step}, the smaller ones along the unlocked dimensions"
 
 
 @user_errors
@@ -74,8 +86,7 @@ def run(cfg: DictConfig) -> dict:
         if rank0:
             print(f"space    {space.name} ({space.source}, 10^{space.log10_size():.1f} architectures)\n"
                   f"data     {data.describe()}\n"
-                  f"training sandwich rule: largest + smallest + {s.random_subnets} random subnets per step, "
-                  f"{s.epochs} epochs -> {Path(cfg.out) / 'supernet.ckpt'}", flush=True)
+                  f"training {_training(s)}, {s.epochs} epochs -> {Path(cfg.out) / 'supernet.ckpt'}", flush=True)
         try:
             rec = train_supernet(space, data, s, cfg.out, extra={"target": cfg.target.name})
         except KeyboardInterrupt:
@@ -84,7 +95,7 @@ def run(cfg: DictConfig) -> dict:
     if rank0:
         rec["target"] = cfg.target.name
         atomic_write_json(Path(cfg.out) / "supernet.json", rec)
-        print(fmt_table(_rows(rec["history"]), ["epoch", "loss", "largest val", "smallest val", "s"]))
+        print(fmt_table(_rows(rec["history"]), ["epoch", "phase", "loss", "largest val", "smallest val", "s"]))
         print(f"supernet: {rec['path']} ({rec['params'] / 1e6:.2f}M shared parameters, {rec['world_size']} "
               f"process{'es' if rec['world_size'] > 1 else ''})\n"
               f"search with it: python -m nas.search search_space={cfg.search_space} data={data.name} "

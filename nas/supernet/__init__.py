@@ -1,6 +1,7 @@
 """Weight-sharing supernet: every architecture of a search space in one network (``Supernet``),
-trained once with the sandwich rule and in-place distillation (``nas.supernet.train``), on one or many
-processes (``torchrun``); a subnet is extracted with its inherited weights (``Supernet.subnet``)."""
+trained once with the sandwich rule or progressive shrinking and in-place distillation
+(``nas.supernet.train``, ``nas.supernet.schedule``), on one process or many (``torchrun``); a subnet
+is extracted with its inherited weights (``Supernet.subnet``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ a supernet for another space, dataset or resolution.
 A checkpoint (``torch.save`` of plain types, written atomically after every epoch) holds ``format``
 = ``SUPERNET_FORMAT``, the space (name, digest and its definition, so it rebuilds without the YAML),
 the dataset (its settings, name, input channels, classes, resolution), the training settings, the
-finished epoch count, the weights, the optimizer state and the per-epoch history.
+schedule's phases (name, first epoch and elastic dimensions of each; ``nas.supernet.schedule``), the
+finished epoch count, the weights, the optimizer state and the per-epoch history (with each epoch's
+phase).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def data_record(data: Any) -> dict[str, Any]:
 
 
 def save_supernet(path: str | Path, *, supernet: Supernet, data: dict[str, Any], settings: dict[str, Any],
-                  epoch: int, opt: dict[str, Any] | None, history: list[dict[str, Any]]) -> None:
+                  epoch: int, opt: dict[str, Any] | None, history: list[dict[str, Any]],
+                  phases: list[dict[str, Any]] | None = None) -> None:
     save_checkpoint(Path(path), {
         "format": SUPERNET_FORMAT, "version": SUPERNET_VERSION, "space": space_record(supernet.space),
-        "data": data, "settings": settings, "epoch": epoch, "model": supernet.net.state_dict(), "opt": opt,
-        "history": history})
+        "data": data, "settings": settings, "phases": phases, "epoch": epoch, "model": supernet.net.state_dict(),
+        "opt": opt, "history": history})
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

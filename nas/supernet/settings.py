@@ -15,13 +15,16 @@ __all__ = ["SupernetSettings"]
 
 @dataclass(frozen=True)
 class SupernetSettings:
-    """Training the supernet: the sandwich rule with in-place distillation.
+    """Training the supernet: the sandwich rule (or progressive shrinking) with in-place distillation.
 
     Each step trains the largest subnet on the labels, then the smallest and ``random_subnets``
     uniformly sampled ones on the largest's soft outputs (``(1 - distill) * CE + distill * T^2 *
     KL`` at temperature ``T``); their gradients accumulate into one optimizer step.  With
-    ``sort_channels``, every epoch ends by re-sorting the channels internal to a block by importance
-    (``Supernet.sort_channels``), before the validation and the checkpoint.
+    ``schedule="progressive"`` the smallest and the sampled subnets vary only along the dimensions
+    unlocked so far (``nas.supernet.schedule``): none before ``phase_starts[0]`` of the epochs (the
+    largest trains alone), then kernels, from ``phase_starts[1]`` depths too, from ``phase_starts[2]``
+    every dimension.  With ``sort_channels``, every epoch ends by re-sorting the channels internal to
+    a block by importance (``Supernet.sort_channels``), before the validation and the checkpoint.
     """
 
     epochs: int = 20
@@ -42,6 +45,10 @@ class SupernetSettings:
     eval_batch_size: int = 512
     bn_recalibration_batches: int = 8  # before the per-epoch validation of the largest and the smallest subnet
     sort_channels: bool = True  # after every epoch, re-sort the channels internal to a block by importance
+    schedule: str = "sandwich"  # sandwich (every dimension elastic throughout) | progressive (progressive shrinking)
+    # progressive: the fractions of the epochs at which kernel, depth and width become elastic (Once-for-All's
+    # proportions: 180 epochs of the largest, 120 of kernels, 25+120 of depths, 25+120 of widths)
+    phase_starts: tuple[float, ...] = (0.3, 0.5, 0.75)
 
     def __post_init__(self) -> None:
         self.fit_settings()  # validates the shared training settings
@@ -52,10 +59,22 @@ class SupernetSettings:
         check_number("supernet.seed", self.seed, integer=True, zero=True)
         if not isinstance(self.sort_channels, bool):
             raise ValueError(f"supernet.sort_channels must be true or false, got {self.sort_channels!r}")
+        if self.schedule not in ("sandwich", "progressive"):
+            raise ValueError(f"supernet.schedule must be sandwich or progressive, got {self.schedule!r}")
+        self._check_phase_starts()
         if not isinstance(self.amp, bool):
             raise ValueError(f"supernet.amp must be true or false, got {self.amp!r}")
         if not isinstance(self.device, str):
             raise ValueError(f"supernet.device must be auto, cpu, cuda or cuda:<i>, got {self.device!r}")
+
+    def _check_phase_starts(self) -> None:
+        f = self.phase_starts
+        ok = isinstance(f, (tuple, list)) and len(f) == 3 and all(
+            not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1 for v in f)
+        if not ok or list(f) != sorted(f):
+            raise ValueError(f"supernet.phase_starts must be 3 fractions of the epochs, 0 <= kernel <= depth <= "
+                             f"width <= 1 (when each dimension becomes elastic), got {f!r}")
+        object.__setattr__(self, "phase_starts", tuple(float(v) for v in f))  # Hydra gives a list
 
     def fit_settings(self) -> FitSettings:
         """The training loop's settings (``nas.train.fit``) these name."""

@@ -1,10 +1,13 @@
-"""Training the supernet: the sandwich rule with in-place distillation, on one process or many.
+"""Training the supernet: the sandwich rule or progressive shrinking, with in-place distillation, on
+one process or many.
 
 Each step (``SandwichStep``) trains, on one batch, the largest subnet on the labels, then the
 smallest and ``random_subnets`` uniformly sampled ones on the largest's soft outputs; the
-gradients of all of them accumulate into one optimizer step of the shared weights.  The loop is
-``nas.train.fit.train_epochs`` (optimizer, warm-up + cosine schedule, clipping, mixed precision on
-CUDA); the supernet contributes only the step.
+gradients of all of them accumulate into one optimizer step of the shared weights.  With
+``schedule=progressive`` the smallest and the sampled subnets vary only along the dimensions the
+epoch's phase has unlocked (``nas.supernet.schedule``); in the first phase the largest trains alone.
+The loop is ``nas.train.fit.train_epochs`` (optimizer, warm-up + cosine schedule, clipping, mixed
+precision on CUDA); the supernet contributes only the step.
 
 Many processes (``torchrun --nproc_per_node=N -m nas.supernet ...``): every process holds the
 whole supernet, trains on its own share of each epoch's batches (the same shuffle, every N-th
@@ -34,6 +37,7 @@ from nas.space import SearchSpace
 from nas.supernet.checkpoint import data_record, read_checkpoint, save_supernet
 from nas.supernet.dist import Dist, allreduce_grads, check_same_settings
 from nas.supernet.model import Supernet
+from nas.supernet.schedule import draw, phase_at, phases
 from nas.supernet.settings import SupernetSettings
 from nas.train.checkpoint import diff_messages
 from nas.train.fit import (
@@ -51,22 +55,32 @@ __all__ = ["CKPT_NAME", "SandwichStep", "train_supernet"]
 log = logging.getLogger(__name__)
 
 CKPT_NAME = "supernet.ckpt"
+# settings added since checkpoints were first written, with the value an older checkpoint trained with
+_ADDED_SETTINGS = {"schedule": "sandwich", "phase_starts": SupernetSettings().phase_starts}
 
 
 class SandwichStep:
-    """One training step of the sandwich rule (``nas.train.fit.train_epochs``'s ``step_fn``)."""
+    """One training step (``nas.train.fit.train_epochs``'s ``step_fn``): the largest subnet on the labels,
+    the others distilled from it; which others depends on the schedule's phase at the step's epoch
+    (an epoch is ``steps_per_epoch`` steps; progressive shrinking needs it)."""
 
-    def __init__(self, supernet: Supernet, s: SupernetSettings, dist: Dist) -> None:
-        self.sn, self.s, self.dist = supernet, s, dist
+    def __init__(self, supernet: Supernet, s: SupernetSettings, dist: Dist, *,
+                 steps_per_epoch: int | None = None) -> None:
+        if steps_per_epoch is None and s.schedule != "sandwich":
+            raise ValueError(f"SandwichStep: schedule {s.schedule!r} changes phase by epoch; give steps_per_epoch")
+        self.sn, self.s, self.dist, self.steps_per_epoch = supernet, s, dist, steps_per_epoch or 1
+        self.phases = phases(s)
         self.ce = nn.CrossEntropyLoss(label_smoothing=s.label_smoothing)
         self.hard_ce = nn.CrossEntropyLoss()
         self.params = [p for p in supernet.parameters() if p.requires_grad]
 
     def archs(self, step: int) -> list[Any]:
-        """The subnets of ``step``: the largest, the smallest, then the random ones (seeded by the step,
-        so every process draws the same)."""
+        """The subnets of ``step``: the largest, the smallest, then the random ones, along the dimensions
+        elastic in the step's phase (``nas.supernet.schedule.draw``; seeded by the step, so every
+        process draws the same)."""
         rng = np.random.default_rng([self.s.seed, step])
-        return [self.sn.largest, self.sn.smallest, *(self.sn.sample(rng) for _ in range(self.s.random_subnets))]
+        phase = phase_at(self.phases, step // self.steps_per_epoch)
+        return draw(self.sn, rng, phase.elastic, self.s.random_subnets)
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, step: int,
                  backward: Callable[[torch.Tensor], None]) -> torch.Tensor:
@@ -113,8 +127,12 @@ def _resume(path: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     c = read_checkpoint(path)
-    have = {"space": c["space"]["digest"], "data": c["data"], "settings": c["settings"]}
-    d = diff_messages(have, record)
+    have = {"space": c["space"]["digest"], "data": c["data"], "settings": {**_ADDED_SETTINGS, **c["settings"]}}
+
+    def flat(r: dict[str, Any]) -> dict[str, Any]:  # one message per training setting that differs
+        return {"space": r["space"], "data": r["data"], **{f"train.{k}": v for k, v in r["settings"].items()}}
+
+    d = diff_messages(flat(have), flat(record))
     if d:
         raise ValueError(f"{path} holds another supernet ({'; '.join(d)}); use another out= or remove it to start over")
     return c
@@ -174,6 +192,7 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
     steps = max(1, len(data.train) // bs // dist.world)
     total = max(1, steps * s.epochs)
     sched = Schedule(bs, steps, total, min(total - 1, int(round(s.warmup_epochs * steps))))
+    table = phases(s)
     t0 = [time.perf_counter()]
 
     def epoch_start(_m: nn.Module, _epoch: int) -> None:
@@ -183,13 +202,14 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
         if s.sort_channels:  # every process, before the checkpoint: a resumed run continues from sorted weights
             sn.sort_channels(opt)
         if dist.rank == 0:
-            rec = {"epoch": epoch + 1, "train_loss": loss, "seconds": time.perf_counter() - t0[0],
-                   **_validate(sn, data, s, device, s.seed * 1_000_003 + epoch + 7)}
+            rec = {"epoch": epoch + 1, "phase": phase_at(table, epoch).name, "train_loss": loss,
+                   "seconds": time.perf_counter() - t0[0], **_validate(sn, data, s, device, s.seed * 1_000_003 + epoch + 7)}
             history.append(rec)
             save_supernet(path, supernet=sn, data=record["data"], settings=s.to_dict(), epoch=epoch + 1,
-                          opt=opt.state_dict(), history=history)
-            log.info("supernet epoch %d/%d: loss %.4f, val accuracy largest %.4f smallest %.4f (%.1f s)", epoch + 1,
-                     s.epochs, loss, rec["val_accuracy_largest"], rec["val_accuracy_smallest"], rec["seconds"])
+                          opt=opt.state_dict(), history=history, phases=[p.to_dict() for p in table])
+            log.info("supernet epoch %d/%d (%s): loss %.4f, val accuracy largest %.4f smallest %.4f (%.1f s)",
+                     epoch + 1, s.epochs, rec["phase"], loss, rec["val_accuracy_largest"], rec["val_accuracy_smallest"],
+                     rec["seconds"])
             if on_epoch is not None:
                 on_epoch(rec)
         if dist.active:
@@ -202,7 +222,7 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
                      epochs=range(start, s.epochs), generator=lambda e: torch.Generator().manual_seed(s.seed * 1_000_003 + e),
                      device=device, amp=amp_dtype(device, s.amp), stage="supernet",
                      hint="lower lr or set grad_clip", on_epoch_start=epoch_start, on_epoch_end=epoch_end,
-                     step_fn=SandwichStep(sn, s, dist))
+                     step_fn=SandwichStep(sn, s, dist, steps_per_epoch=steps))
     return {"path": str(path), "space": {"name": space.name, "digest": space.digest()}, "data": record["data"],
-            "settings": s.to_dict(), "epochs": s.epochs, "history": history, "world_size": dist.world,
-            "params": sn.describe()["params"]}
+            "settings": s.to_dict(), "phases": [p.to_dict() for p in table], "epochs": s.epochs, "history": history,
+            "world_size": dist.world, "params": sn.describe()["params"]}
