@@ -427,7 +427,7 @@ def _worker(journal: str, seed: int, n_trials: int, barrier: str) -> None:
     while len(list(Path(barrier).parent.glob(Path(barrier).name + ".*"))) < 2 and time.time() < deadline:
         time.sleep(0.02)
     run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage,
-               callback=lambda o: mine.append(o.number) if o.status != "duplicate" else None)
+               callback=lambda o: mine.append(o.number) if o.status not in ("duplicate", "surplus") else None)
     print(json.dumps({"pid": os.getpid(), "trials": mine, "evaluated": ev.calls}))
 
 
@@ -444,13 +444,13 @@ def test_two_workers_share_one_study(tmp_path):
         assert p.returncode == 0, err[-3000:]
         outs.append(json.loads(out.strip().splitlines()[-1]))
     study = _reload(journal)
-    trials = [t for t in study.trials if t.user_attrs.get("status") != "duplicate"]
+    trials = [t for t in study.trials if t.user_attrs.get("status") not in ("duplicate", "surplus")]
     numbers = [t.number for t in trials]
     ran = [set(o["trials"]) for o in outs]
     assert all(ran), "both workers ran trials"
     assert not ran[0] & ran[1], "no trial was run twice"
     assert ran[0] | ran[1] == set(numbers), "every trial a worker ran is recorded, and only those"
-    assert n <= len(trials) <= n + 1  # concurrent workers overshoot by at most one trial each
+    assert len(trials) == n == count_trials(study)  # the budget is shared exactly
     assert all(t.state == TrialState.COMPLETE for t in trials)
     workers = {t.user_attrs["worker"].rpartition(":")[2] for t in trials}
     assert workers == {str(o["pid"]) for o in outs}
@@ -458,6 +458,43 @@ def test_two_workers_share_one_study(tmp_path):
     assert len(evaluated) == len(set(evaluated)), "an architecture was evaluated twice"
     counted = _digests(study)
     assert len(counted) == len(set(counted)), "an architecture was counted twice"
+
+
+@pytest.mark.parametrize("other", ["completes", "repeats"])
+def test_two_workers_asking_for_the_last_slot_run_one_trial(tmp_path, target, digits, monkeypatch, other):
+    """Workers a and b both see one slot left; b asks first and is still running when a asks.  a's
+    trial is surplus: not evaluated, not counted, not on the front.  When b's trial turns out a repeat
+    (the slot is freed), a takes the slot with a new trial."""
+    journal, n = tmp_path / "study.journal", 4
+    a = _prepare(tmp_path, target, digits, FakeEvaluator(), storage=str(journal), seed=1)
+    b = _prepare(tmp_path, target, digits, FakeEvaluator(), storage=str(journal), seed=1)
+    run_search(a.study, a.problem, n_trials=n - 1)
+    held: list[optuna.Trial] = []
+    ask = a.study.ask
+
+    def b_asks_first() -> optuna.Trial:
+        if not held:
+            held.append(b.study.ask())
+        return ask()
+
+    def on_trial(o) -> None:
+        if o.status == "surplus" and other == "repeats":
+            held[0].set_user_attr("status", "duplicate")
+            b.study.tell(held[0], state=TrialState.FAIL)
+
+    monkeypatch.setattr(a.study, "ask", b_asks_first)
+    rep = run_search(a.study, a.problem, n_trials=n, storage=a.storage, callback=on_trial)
+    assert rep.surplus == 1 and rep.ran == (other == "repeats")
+    assert len(a.problem.evaluator.calls) == n - 1 + rep.ran
+    if other == "completes":
+        b.study.tell(held[0], b.problem(held[0]))
+    study = _reload(journal)
+    surplus = [t for t in study.trials if t.user_attrs.get("status") == "surplus"]
+    assert [(t.number, t.state) for t in surplus] == [(n, TrialState.FAIL)] and "digest" not in surplus[0].user_attrs
+    assert count_trials(study) == n == sum(t.state == TrialState.COMPLETE for t in study.trials)
+    out = json.loads(Path(write_outputs(study, tmp_path, plot=False)["pareto_json"]).read_text())
+    assert out["trials"]["total"] == n and out["trials"]["surplus"] == 1
+    assert n not in {r["trial"] for r in out["pareto"]}
 
 
 # ------------------------------------------------------------------------------------------- config

@@ -129,6 +129,8 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, Any]:
         bar = tqdm(total=todo, desc="search", unit="trial", dynamic_ncols=True)
 
     def on_trial(o) -> None:
+        if o.status == "surplus":  # another worker took the last slot: nothing ran
+            return
         if o.status == "duplicate":
             repeats[0] += 1
         elif o.feasible and o.score is not None:
@@ -166,15 +168,19 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, Any]:
 
 
 def _print_results(target: Target, search: Any, outs: dict) -> None:
+    from nas.search.results import NOT_RUN
+
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
     rows = [[f"#{r['number']}", _fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}", r["latency_source"],
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k != "duplicate")
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k not in NOT_RUN)
     skipped = f"; {statuses['duplicate']} repeats skipped" if statuses.get("duplicate") else ""
+    if statuses.get("surplus"):
+        skipped += f"; {statuses['surplus']} surplus not run (n_trials reached by other workers)"
     running = sum(r["state"] == "RUNNING" for r in outs["records"])
-    print(f"\n{len(outs['records']) - statuses.get('duplicate', 0)} trials ({counts}{skipped}); "
+    print(f"\n{len(outs['records']) - sum(statuses.get(k, 0) for k in NOT_RUN)} trials ({counts}{skipped}); "
           f"Pareto front of {len(front)} "
           f"({metric} vs latency predicted on {target.name}"
           f"{', ESTIMATED' if p.latency.source == 'estimated' else ''}):")

@@ -29,8 +29,9 @@ status, worker (host:pid) and, when it failed, its error in its user attributes.
 A trial whose evaluation raises (an exception, out of memory) is recorded FAIL with its error and
 the search goes on.  Ctrl-C inside a trial records it FAIL with ``status=interrupted``; a trial
 left RUNNING by a killed process on this host is marked FAIL (``status=stale``) at the next start.
-Interrupted, stale and duplicate trials do not count towards ``n_trials``; interrupted and stale
-ones are redone on resume.  The loop drives Optuna with ``ask`` / ``tell``, so a failing trial is
+Interrupted, stale, duplicate and surplus trials (``nas.search.study``: asked after other workers
+took the last of ``n_trials``) do not count towards ``n_trials``; interrupted and stale ones are
+redone on resume.  The loop drives Optuna with ``ask`` / ``tell``, so a failing trial is
 one line in the progress output, never a traceback from Optuna's logger.
 """
 
@@ -64,7 +65,7 @@ __all__ = ["OVER_BUDGET_SCORE", "STATUSES", "WORKER", "Budgets", "DuplicateArch"
 log = logging.getLogger(__name__)
 
 OVER_BUDGET_SCORE = 0.0  # placeholder objective of an untrained, over-budget trial
-STATUSES = ("running", "evaluated", "pruned", "over_budget", "duplicate", "error", "interrupted", "stale")
+STATUSES = ("running", "evaluated", "pruned", "over_budget", "duplicate", "surplus", "error", "interrupted", "stale")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 

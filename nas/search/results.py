@@ -20,7 +20,9 @@ from nas.arch import Arch
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 
-__all__ = ["pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+__all__ = ["NOT_RUN", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+
+NOT_RUN = ("duplicate", "surplus")  # statuses of trials asked but never run: not in the trial totals
 
 
 def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
@@ -173,7 +175,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "objectives": {metric: "maximize", "latency_ms": "minimize"},
         "search": rec,
         **(info or {}),
-        "trials": {"total": len(records) - statuses.get("duplicate", 0), **statuses},  # repeats not counted
+        "trials": {"total": len(records) - sum(statuses.get(k, 0) for k in NOT_RUN), **statuses},
         "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
                      "running": sum(r["state"] == "RUNNING" for r in records)},
         "pareto": pareto,

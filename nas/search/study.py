@@ -6,7 +6,12 @@ The trial itself (sampling, the deployed network, budgets, repeats, evaluation) 
 ``n_trials`` is the study's total: each worker runs trials until the study holds that many
 (completed, failed with an error, or running in another worker), so re-running the same command
 resumes an interrupted search and many workers (processes or machines, one storage) share one
-budget; concurrent workers may overshoot it by at most one trial each.
+budget exactly.  Workers that see the last free slot at once each ask for a trial; a trial whose
+lower-numbered trials already count ``n_trials`` is *surplus*: recorded FAIL (``status=surplus``),
+never evaluated and never counted, and its worker stops unless a slot was freed meanwhile.  Trial
+numbers follow the order in which the storage creates trials (RDB: under a lock on the study row;
+journal: the log's order), so when a worker holds trial ``k`` all trials below it exist; and a
+trial that stops counting (a repeat, an interruption) only frees a slot, never takes one.
 
 Storage: a journal file in the run dir by default (append-only, safe under concurrent
 processes, unlike SQLite), or any Optuna storage URL (``postgresql://``, ``mysql://``,
@@ -37,7 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.data import Dataset
 from nas.latency.base import LatencyModel
 from nas.search.evaluate import Evaluator
-from nas.search.objective import Budgets, DuplicateArch, SearchProblem, TrialOutcome
+from nas.search.objective import WORKER, Budgets, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.pruners import make_pruner, pruner_names
 from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
@@ -107,8 +112,14 @@ def _counts(t: FrozenTrial) -> bool:
 
 
 def count_trials(study: optuna.Study) -> int:
-    """Trials that count towards ``n_trials``: all but interrupted, stale or killed ones."""
+    """Trials that count towards ``n_trials``: all but repeats, surplus, interrupted, stale or killed ones."""
     return sum(_counts(t) for t in study.get_trials(deepcopy=False))
+
+
+def _is_surplus(study: optuna.Study, number: int, n_trials: int) -> bool:
+    """Whether trial ``number`` would exceed ``n_trials``: the trials numbered below it (all of which exist
+    once ``number`` is given) already count that many, running ones included."""
+    return sum(_counts(t) for t in study.get_trials(deepcopy=False) if t.number < number) >= n_trials
 
 
 @dataclass
@@ -120,13 +131,17 @@ class SearchReport:
     seconds: float = 0.0
     study_trials: int = 0
     duplicates: int = 0  # repeats skipped (not evaluated, not counted)
+    surplus: int = 0  # trials asked after other workers had taken the last slots (not evaluated, not counted)
     exhausted: bool = False  # stopped: the sampler proposed only repeats
 
 
-def _run_one(study: optuna.Study, problem: SearchProblem) -> TrialOutcome:
+def _run_one(study: optuna.Study, problem: SearchProblem, n_trials: int) -> TrialOutcome:
     """Ask for a trial, run the objective, tell the study; the outcome (``status=duplicate`` for a
-    repeat).  ``KeyboardInterrupt`` propagates after the trial is told FAIL."""
+    repeat, ``status=surplus`` for a trial beyond ``n_trials``, which is not run).  ``KeyboardInterrupt``
+    propagates after the trial is told FAIL."""
     trial = study.ask()
+    if _is_surplus(study, trial.number, n_trials):
+        return _tell_surplus(study, trial)
     problem.last = None
     try:
         values = problem(trial)
@@ -147,6 +162,17 @@ def _run_one(study: optuna.Study, problem: SearchProblem) -> TrialOutcome:
     return out
 
 
+def _tell_surplus(study: optuna.Study, trial: optuna.Trial) -> TrialOutcome:
+    """Record ``trial`` FAIL with ``status=surplus`` (not evaluated, not counted)."""
+    t0 = time.perf_counter()
+    try:
+        trial.set_user_attr("worker", WORKER)
+        trial.set_user_attr("status", "surplus")
+    finally:  # even when interrupted: a surplus trial must not stay RUNNING, where it counts
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+    return TrialOutcome(trial.number, "surplus", None, None, None, time.perf_counter() - t0)
+
+
 def run_search(
     study: optuna.Study,
     problem: SearchProblem,
@@ -161,9 +187,10 @@ def run_search(
 
     A failing trial is recorded FAIL and the search goes on, unless ``max_consecutive_failures``
     fail in a row (``SearchAborted``).  A repeat is skipped; ``max_consecutive_duplicates`` repeats
-    in a row end the run (``SearchReport.exhausted``).  ``KeyboardInterrupt`` propagates after the
-    running trial is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome,
-    repeats included.
+    in a row end the run (``SearchReport.exhausted``).  A trial asked after other workers took the last
+    slots is recorded surplus and not run.  ``KeyboardInterrupt`` propagates after the running trial
+    is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome, repeats and surplus
+    trials included.
     """
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
         raise ValueError(f"n_trials must be a non-negative integer, got {n_trials!r}")
@@ -173,9 +200,12 @@ def run_search(
     t0 = time.perf_counter()
     failed = repeats = 0
     while count_trials(study) < n_trials:
-        out = _run_one(study, problem)
+        out = _run_one(study, problem, n_trials)
         if callback is not None:
             callback(out)
+        if out.status == "surplus":  # the loop's test sees whether a slot was freed meanwhile
+            rep.surplus += 1
+            continue
         if out.status == "duplicate":
             rep.duplicates += 1
             repeats += 1
