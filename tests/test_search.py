@@ -391,6 +391,30 @@ def test_pareto_front_keeps_one_trial_per_arch():
     assert [x["number"] for x in pareto_front(recs)] == [2, 0]
 
 
+_OPEN_SQLITE = """
+import sys, time
+from pathlib import Path
+from nas.search.storage import make_storage
+d = Path(sys.argv[1])
+(d / f"ready{sys.argv[2]}").touch()
+while not (d / "go").exists():
+    time.sleep(0.005)
+make_storage(f"sqlite:///{d / 'new.db'}", run_dir=d)
+"""
+
+
+def test_workers_opening_a_new_sqlite_file_at_once(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_SQLITE, str(tmp_path), str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("ready*"))) < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+
+
 def test_storage_and_sampler_errors(tmp_path):
     with pytest.raises(ValueError, match="sqlite:///"):
         make_storage(str(tmp_path / "x.db"), run_dir=tmp_path)
