@@ -32,23 +32,23 @@ The parameter encoding is fixed-length: every block slot up to the stage's maxim
 always sampled (unused slots are ignored when decoding), so NSGA-II and multivariate TPE see
 the same parameters in every trial.  Names: ``stem_width``, ``s{i}_depth``, ``s{i}_width``,
 ``s{i}_b{j}_{option}``, ``head_hidden``.
+
+The YAML mapping is checked and read into a space's parts by ``nas._space_yaml`` (its names,
+``SpaceError`` and ``StageSpec`` among them, are importable from here); this module turns the
+parts into parameters, architectures and blocks.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nas._space_yaml import STAGE_KINDS, SpaceError, StageSpec, parse_space
 from nas.arch import (
-    ACTIVATIONS,
-    GATES,
-    HEAD_STYLES,
     SE,
     Arch,
     AttentionBlock,
@@ -75,24 +75,6 @@ __all__ = [
 
 SPACES_DIR = spaces_dir()
 
-STAGE_KINDS: dict[str, tuple[str, ...]] = {
-    # kind -> per-block option keys
-    "conv": ("kernel",),
-    "ds": ("kernel", "se"),
-    "ir": ("kernel", "expansion", "se"),
-    "fused": ("kernel", "expansion", "se"),
-    "attn": ("heads", "mlp_ratio"),
-}
-_STAGE_COMMON = ("kind", "depth", "width", "stride", "act")
-_STAGE_EXTRA = {"attn": ("proj_act",)}
-_TOP_KEYS = (
-    "name", "description", "input", "num_classes", "channel_multiple", "se", "stem", "stages", "head",
-)
-
-
-class SpaceError(ValueError):
-    """A malformed search space: the message names the file, the field and the bad value."""
-
 
 def make_divisible(v: float, divisor: int) -> int:
     """Nearest multiple of ``divisor`` (never below it, never more than 10% below ``v``)."""
@@ -102,25 +84,6 @@ def make_divisible(v: float, divisor: int) -> int:
     return new_v
 
 
-@dataclass(frozen=True)
-class StageSpec:
-    kind: str
-    depth: tuple[int, ...]
-    width: tuple[int, ...]
-    stride: int
-    act: str
-    options: dict[str, tuple[Any, ...]] = field(hash=False)
-    proj_act: str = "swish"
-
-    @property
-    def max_depth(self) -> int:
-        return max(self.depth)
-
-    def combos(self) -> list[dict[str, Any]]:
-        names = STAGE_KINDS[self.kind]
-        return [dict(zip(names, vals)) for vals in itertools.product(*(self.options[n] for n in names))]
-
-
 class SearchSpace:
     """A validated search space.  Build with ``load_space(name_or_path)``."""
 
@@ -128,7 +91,17 @@ class SearchSpace:
         import copy
 
         self.source = source
-        self._parse(config)
+        p = parse_space(config, source=source)  # validated (nas._space_yaml), else a SpaceError
+        self.name, self.description = p.name, p.description
+        self.channel_multiple: int = p.channel_multiple
+        self.in_chans, self.resolution, self.num_classes = p.in_chans, p.resolution, p.num_classes
+        self.se_ratio, self.se_gate, self.se_act = p.se_ratio, p.se_gate, p.se_act
+        self.stem_widths, self.stem_kernel, self.stem_stride, self.stem_act = (
+            p.stem_widths, p.stem_kernel, p.stem_stride, p.stem_act)
+        self.stages: list[StageSpec] = p.stages
+        self.head_style, self.head_hidden, self.head_act, self.head_bias = (
+            p.head_style, p.head_hidden, p.head_act, p.head_bias)
+        self._final_hw = p.final_hw
         self.config: dict[str, Any] = copy.deepcopy(config)  # as loaded: rebuilds the space (SearchSpace(config))
 
     def digest(self) -> str:
@@ -136,187 +109,6 @@ class SearchSpace:
         from nas.arch import _digest
 
         return _digest(self.config)
-
-    # ------------------------------------------------------------------------------------
-    # loading and validation
-
-    def _err(self, where: str, msg: str) -> SpaceError:
-        return SpaceError(f"{self.source}: {where}: {msg}")
-
-    def _choices(self, d: dict, key: str, where: str, *, required: bool = True) -> tuple:
-        if key not in d:
-            if required:
-                raise self._err(where, f"missing required key {key!r}")
-            return ()
-        v = d[key]
-        if not isinstance(v, (list, tuple)):
-            v = [v]
-        if len(v) == 0:
-            raise self._err(f"{where}.{key}", "empty choice list; give at least one value")
-        if len(set(map(repr, v))) != len(v):
-            raise self._err(f"{where}.{key}", f"duplicate choices in {list(v)}")
-        return tuple(v)
-
-    def _int_choices(self, d: dict, key: str, where: str, *, lo: int = 1) -> tuple[int, ...]:
-        vals = self._choices(d, key, where)
-        for v in vals:
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise self._err(f"{where}.{key}", f"value {v!r} must be an integer >= {lo}")
-        return vals
-
-    def _unknown(self, d: dict, allowed: Iterable[str], where: str) -> None:
-        unknown = sorted(set(d) - set(allowed))
-        if unknown:
-            raise self._err(where, f"unknown key {unknown[0]!r}; allowed keys: {', '.join(sorted(allowed))}")
-
-    def _act(self, value: Any, where: str) -> str:
-        if value not in ACTIVATIONS:
-            raise self._err(where, f"unknown activation {value!r}; allowed: {', '.join(ACTIVATIONS)}")
-        return value
-
-    def _widths(self, d: dict, where: str) -> tuple[int, ...]:
-        vals = self._int_choices(d, "width", where)
-        for w in vals:
-            if w % self.channel_multiple:
-                raise self._err(
-                    f"{where}.width",
-                    f"width {w} is not a multiple of channel_multiple={self.channel_multiple}",
-                )
-        return vals
-
-    def _kernels(self, d: dict, where: str, key: str = "kernel") -> tuple[int, ...]:
-        vals = self._choices(d, key, where)
-        for k in vals:
-            if isinstance(k, bool) or not isinstance(k, int) or k <= 0 or k % 2 == 0:
-                raise self._err(f"{where}.{key}", f"kernel {k!r} must be a positive odd integer")
-        return vals
-
-    def _stride(self, d: dict, where: str) -> int:
-        s = d.get("stride", 1)
-        if s not in (1, 2) or isinstance(s, bool):
-            raise self._err(f"{where}.stride", f"stride {s!r} must be 1 or 2")
-        return s
-
-    def _parse(self, cfg: dict[str, Any]) -> None:
-        if not isinstance(cfg, dict):
-            raise self._err("top level", f"expected a mapping, got {type(cfg).__name__}")
-        self._unknown(cfg, _TOP_KEYS, "top level")
-        self.name = str(cfg.get("name") or Path(self.source).stem)
-        self.description = str(cfg.get("description", ""))
-
-        cm = cfg.get("channel_multiple", 8)
-        if cm not in (8, 16) or isinstance(cm, bool):
-            raise self._err("channel_multiple", f"value {cm!r} must be 8 or 16")
-        self.channel_multiple: int = cm
-
-        inp = cfg.get("input", {})
-        if not isinstance(inp, dict):
-            raise self._err("input", f"expected a mapping, got {inp!r}")
-        self._unknown(inp, ("channels", "resolution"), "input")
-        self.in_chans = inp.get("channels", 3)
-        self.resolution = inp.get("resolution", 224)
-        for k, v in (("channels", self.in_chans), ("resolution", self.resolution)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise self._err(f"input.{k}", f"value {v!r} must be a positive integer")
-        nc = cfg.get("num_classes", 1000)
-        if isinstance(nc, bool) or not isinstance(nc, int) or nc < 1:
-            raise self._err("num_classes", f"value {nc!r} must be a positive integer")
-        self.num_classes: int = nc
-
-        se = cfg.get("se", {}) or {}
-        if not isinstance(se, dict):
-            raise self._err("se", f"expected a mapping, got {se!r}")
-        self._unknown(se, ("ratio", "gate", "act"), "se")
-        self.se_ratio = se.get("ratio", 0.25)
-        if isinstance(self.se_ratio, bool) or not isinstance(self.se_ratio, (int, float)) or not 0 < self.se_ratio <= 1:
-            raise self._err("se.ratio", f"value {self.se_ratio!r} must be in (0, 1]")
-        self.se_gate = se.get("gate", "sigmoid")
-        if self.se_gate not in GATES:
-            raise self._err("se.gate", f"unknown gate {self.se_gate!r}; allowed: {', '.join(GATES)}")
-        self.se_act = None if se.get("act") is None else self._act(se.get("act"), "se.act")
-
-        stem = cfg.get("stem")
-        if not isinstance(stem, dict):
-            raise self._err("stem", "missing or not a mapping")
-        self._unknown(stem, ("width", "kernel", "stride", "act"), "stem")
-        self.stem_widths = self._widths(stem, "stem")
-        self.stem_kernel = self._kernels({"kernel": stem.get("kernel", 3)}, "stem")[0]
-        self.stem_stride = self._stride(stem, "stem")
-        self.stem_act = self._act(stem.get("act", "relu"), "stem.act")
-
-        stages = cfg.get("stages")
-        if not isinstance(stages, list) or not stages:
-            raise self._err("stages", "missing, empty or not a list")
-        self.stages: list[StageSpec] = [self._parse_stage(s, f"stages[{i}]") for i, s in enumerate(stages)]
-
-        head = cfg.get("head", {}) or {}
-        if not isinstance(head, dict):
-            raise self._err("head", f"expected a mapping, got {head!r}")
-        self._unknown(head, ("style", "hidden", "act", "bias"), "head")
-        self.head_style = head.get("style", "pool")
-        if self.head_style not in HEAD_STYLES:
-            raise self._err("head.style", f"unknown style {self.head_style!r}; allowed: {', '.join(HEAD_STYLES)}")
-        if self.head_style == "pool":
-            if head.get("hidden", 0) not in (0, [0], None):
-                raise self._err("head.hidden", "style 'pool' has no hidden layer; drop 'hidden'")
-            self.head_hidden: tuple[int, ...] = (0,)
-        else:
-            self.head_hidden = self._int_choices(head, "hidden", "head")
-        self.head_act = self._act(head.get("act", "relu"), "head.act")
-        self.head_bias = bool(head.get("bias", True))
-
-        # every sampled architecture must keep a non-empty feature map
-        h = self.resolution
-        for s in [self.stem_stride, *(st.stride for st in self.stages)]:
-            h = (h - 1) // s + 1 if s == 2 else h
-        self._final_hw = h
-
-    def _parse_stage(self, st: Any, where: str) -> StageSpec:
-        if not isinstance(st, dict):
-            raise self._err(where, f"expected a mapping, got {st!r}")
-        kind = st.get("kind")
-        if kind not in STAGE_KINDS:
-            raise self._err(f"{where}.kind", f"unknown block kind {kind!r}; allowed: {', '.join(STAGE_KINDS)}")
-        opts = STAGE_KINDS[kind]
-        self._unknown(st, _STAGE_COMMON + opts + _STAGE_EXTRA.get(kind, ()), where)
-        depth = self._int_choices(st, "depth", where)
-        width = self._widths(st, where)
-        stride = self._stride(st, where)
-        act = self._act(st.get("act", "gelu" if kind == "attn" else "relu"), f"{where}.act")
-        options: dict[str, tuple[Any, ...]] = {}
-        if "kernel" in opts:
-            options["kernel"] = self._kernels(st, where)
-        if "expansion" in opts:
-            vals = self._choices(st, "expansion", where)
-            for e in vals:
-                if isinstance(e, bool) or not isinstance(e, (int, float)) or e <= 0:
-                    raise self._err(f"{where}.expansion", f"value {e!r} must be a positive number")
-            options["expansion"] = vals
-        if "se" in opts:
-            vals = self._choices(st, "se", where) if "se" in st else (False,)
-            for v in vals:
-                if not isinstance(v, bool):
-                    raise self._err(f"{where}.se", f"value {v!r} must be true or false")
-            options["se"] = vals
-        if kind == "attn":
-            heads = self._int_choices(st, "heads", where)
-            for w in width:
-                for hd in heads:
-                    if w % hd:
-                        raise self._err(f"{where}.heads", f"{hd} heads do not divide the embed dim (width) {w}")
-                    if (w // hd) % 8:
-                        raise self._err(
-                            f"{where}.heads",
-                            f"{hd} heads on embed dim {w} give head dim {w // hd}, not a multiple of 8",
-                        )
-            options["heads"] = heads
-            vals = self._choices(st, "mlp_ratio", where)
-            for r in vals:
-                if isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0:
-                    raise self._err(f"{where}.mlp_ratio", f"value {r!r} must be a positive number")
-            options["mlp_ratio"] = vals
-        proj_act = self._act(st.get("proj_act", "swish"), f"{where}.proj_act") if kind == "attn" else "swish"
-        return StageSpec(kind, depth, width, stride, act, options, proj_act)
 
     # ------------------------------------------------------------------------------------
     # the parameter encoding

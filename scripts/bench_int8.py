@@ -63,7 +63,7 @@ def _summary(ratios: np.ndarray) -> dict:
             "p90": float(np.percentile(ratios, 90)), "share_le_bar": float(np.mean(ratios <= BAR))}
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs=2, default=["cpu", "cpu_int8"], metavar=("FP32", "INT8"),
                     help="the fp32 and int8 targets whose tables are divided (default: cpu cpu_int8)")
@@ -72,7 +72,11 @@ def main() -> None:
     ap.add_argument("--reports", nargs=2, default=None, metavar=("A", "B"),
                     help="two nas.validate reports (JSON) of the two targets: their common networks divided too")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from nas.latency.table import resolve_table_path
@@ -108,25 +112,7 @@ def main() -> None:
     spaces = np.array([nets32[d][0].name or "?" for d in common])
     by_space = {s: _summary(r_nets[spaces == s]) for s in sorted(set(spaces))}
 
-    # timm models: bench_predictor's held-out measurements, both precisions
-    timm_rows = []
-    res = ROOT / "scripts" / "results"
-    caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
-    if all(c.is_file() for c in caches):
-        from nas.from_timm import from_timm
-
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from bench_predictor import TIMM_MODELS
-
-        c32, c8 = (json.loads(c.read_text())["rounds_ms"] for c in caches)
-        for name in TIMM_MODELS:
-            a = from_timm(name)
-            d = a.digest()
-            if d in c32 and d in c8:
-                timm_rows.append({"model": name, "macs": arch_cost(a).macs, "fp32_ms": float(np.median(c32[d])),
-                                  "int8_ms": float(np.median(c8[d]))})
-        for r in timm_rows:
-            r["ratio"] = r["int8_ms"] / r["fp32_ms"]
+    timm_rows = _timm_rows(t32, t8)
 
     report = {
         "bar": BAR,
@@ -145,24 +131,51 @@ def main() -> None:
     }
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
     _plot(out / f"{stem}.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
+    _print_report(report, t32, t8)
+    print(f"\n-> {out / (stem + '.json')}, {out / (stem + '.png')}")
 
+
+def _timm_rows(t32: str, t8: str) -> list[dict]:
+    """The timm models both of ``bench_predictor``'s held-out measurement caches hold (this machine's
+    results for the two targets): MACs, fp32 and int8 medians and their ratio."""
+    timm_rows = []
+    res = ROOT / "scripts" / "results"
+    caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
+    if all(c.is_file() for c in caches):
+        from nas.from_timm import from_timm
+
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from bench_predictor import TIMM_MODELS
+
+        c32, c8 = (json.loads(c.read_text())["rounds_ms"] for c in caches)
+        for name in TIMM_MODELS:
+            a = from_timm(name)
+            d = a.digest()
+            if d in c32 and d in c8:
+                timm_rows.append({"model": name, "macs": arch_cost(a).macs, "fp32_ms": float(np.median(c32[d])),
+                                  "int8_ms": float(np.median(c8[d]))})
+        for r in timm_rows:
+            r["ratio"] = r["int8_ms"] / r["fp32_ms"]
+    return timm_rows
+
+
+def _print_report(report: dict, t32: str, t8: str) -> None:
     print(f"{t8} / {t32} latency on {report['tables']['device']} (medians; share at or under {BAR}x)")
     print(f"{'':28s} {'n':>5s} {'median':>7s} {'p10':>6s} {'p90':>6s} {'<=0.6x':>7s}")
     rows = [("blocks, all", report["blocks"]["all"])]
-    rows += [(f"  MACs {k}", v) for k, v in by_macs.items()]
-    rows += [(f"  {k}", v) for k, v in by_kind.items()]
-    rows += [(f"networks: {k}", v) for k, v in by_space.items()]
+    rows += [(f"  MACs {k}", v) for k, v in report["blocks"]["by_macs"].items()]
+    rows += [(f"  {k}", v) for k, v in report["blocks"]["by_kind"].items()]
+    rows += [(f"networks: {k}", v) for k, v in report["networks"]["by_space"].items()]
     for label, s in rows:
         print(f"{label:28s} {s['n']:5d} {s['median']:6.2f}x {s['p10']:5.2f}x {s['p90']:5.2f}x "
               f"{100 * s['share_le_bar']:6.1f}%")
-    for r in timm_rows:
+    for r in report["timm"]:
         print(f"timm {r['model']:23s} {r['macs'] / 1e6:7.0f} MMACs  fp32 {r['fp32_ms']:.3f} ms  "
               f"int8 {r['int8_ms']:.3f} ms  {r['ratio']:.2f}x")
     for group, v in (report["validated"] or {}).items():
         print(f"validated {group:18s} {v['n']:5d} {v['median']:6.2f}x {v['p10']:5.2f}x {v['p90']:5.2f}x")
         for r in v.get("rows", []):
             print(f"  {r['model']:28s} {r['a_ms']:.3f} ms -> {r['b_ms']:.3f} ms  {r['ratio']:.2f}x")
-    print(f"\n-> {out / (stem + '.json')}, {out / (stem + '.png')}")
 
 
 def _validated(paths: list[str]) -> dict:

@@ -51,13 +51,15 @@ import sys
 import tempfile
 import time
 import warnings
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from qdq_check import describe_format, ort_logits  # noqa: E402
 
 VARIANTS = ("hwnas_ptq", "hwnas_qat", "modelopt_ptq", "modelopt_qat", "modelopt_onnx")
 TARGET = "jetson_int8"
@@ -83,112 +85,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.epochs = a.epochs if a.epochs is not None else (15 if a.quick else 30)
     a.qat_epochs = a.qat_epochs if a.qat_epochs is not None else (2 if a.quick else 4)
     return a
-
-
-# --------------------------------------------------------------------------------------------
-# format
-
-
-def _constants(g) -> dict[str, np.ndarray]:
-    """Constant tensors by name: initializers, Constant nodes, and Cast / Identity of those."""
-    from onnx import helper, numpy_helper
-
-    out = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    for n in g.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-        elif n.op_type == "Identity" and n.input[0] in out:
-            out[n.output[0]] = out[n.input[0]]
-        elif n.op_type == "Cast" and n.input[0] in out:
-            to = next(a.i for a in n.attribute if a.name == "to")
-            out[n.output[0]] = out[n.input[0]].astype(helper.tensor_dtype_to_np_dtype(to))
-    return out
-
-
-def describe_format(data: bytes) -> dict:
-    """What a QDQ model looks like to TensorRT (see the module docs)."""
-    import onnx
-
-    m = onnx.load_from_string(data)
-    rec: dict = {"opset": next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)}
-    try:
-        onnx.checker.check_model(m)
-        rec["checker"] = "ok"
-    except Exception as e:  # noqa: BLE001 - reported, not raised
-        rec["checker"] = f"fails: {str(e).splitlines()[0][:200]}"
-    g = m.graph
-    const = _constants(g)
-    users: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            users.setdefault(i, []).append(n)
-    qs = [n for n in g.node if n.op_type == "QuantizeLinear"]
-    dqs = [n for n in g.node if n.op_type == "DequantizeLinear"]
-
-    def zp_of(n) -> np.ndarray | None:
-        return const.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-
-    zps = [zp_of(n) for n in qs]
-    rec["quantize_linear"] = len(qs)
-    rec["zero_points_int8_0"] = bool(qs) and all(z is not None and z.dtype == np.int8 and not np.any(z) for z in zps)
-    bad = Counter("missing (uint8)" if z is None else f"{z.dtype}{'' if not np.any(z) else ' nonzero'}"
-                  for z in zps if z is None or z.dtype != np.int8 or np.any(z))
-    if bad:
-        rec["zero_points_other"] = dict(bad)
-
-    # weights: int8 initializers behind a DequantizeLinear, or float constants behind a QuantizeLinear
-    weights = []
-    for n in dqs:
-        w = const.get(n.input[0])
-        if w is not None and w.ndim >= 2:
-            weights.append(("int8" if w.dtype == np.int8 else str(w.dtype), const.get(n.input[1]), w.shape, n))
-    for n in qs:
-        w = const.get(n.input[0])
-        if w is not None and w.ndim >= 2:
-            weights.append((f"{w.dtype} via Q", const.get(n.input[1]), w.shape, n))
-    rec["weights"] = dict(Counter(kind for kind, *_ in weights))
-    per_ch = [s is not None and (s.size == shape[0] or s.size == shape[1]) and (s.size > 1 or shape[0] == 1)
-              for _, s, shape, _ in weights]
-    rec["weights_per_channel"] = bool(weights) and all(per_ch)
-    weight_q = {n.output[0] for *_, n in weights}
-
-    # activations: the op types that read a dequantized (non-constant) tensor
-    act_dq = [n for n in dqs if n.input[0] not in const and n.input[0] not in weight_q]
-    readers = Counter(u.op_type for n in act_dq for u in users.get(n.output[0], []))
-    rec["activation_qdq_pairs"] = len(act_dq)
-    rec["activation_qdq_feeds"] = dict(sorted(readers.items()))
-    ops = Counter(n.op_type for n in g.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear", "Constant"))
-    dq_out = {n.output[0] for n in dqs}
-    quantized_in = Counter(n.op_type for n in g.node if n.input and n.input[0] in dq_out
-                           and n.op_type not in ("QuantizeLinear", "DequantizeLinear"))
-    rec["int8_inputs"] = {k: f"{quantized_in.get(k, 0)}/{ops[k]}" for k in ("Conv", "Gemm", "MatMul", "Add")
-                          if ops.get(k)}
-    add_both = sum(1 for n in g.node if n.op_type == "Add" and len(n.input) == 2 and all(i in dq_out for i in n.input))
-    if ops.get("Add"):
-        rec["int8_inputs"]["Add (both)"] = f"{add_both}/{ops['Add']}"
-    rec["bias"] = "int32" if any(const.get(n.input[0]) is not None and const[n.input[0]].dtype == np.int32
-                                 for n in dqs) else "float"
-    rec["batchnorm_nodes"] = ops.get("BatchNormalization", 0)
-    rec["float_ops"] = dict(sorted(ops.items()))
-    return rec
-
-
-# --------------------------------------------------------------------------------------------
-# accuracy in onnxruntime
-
-
-def ort_logits(data: bytes, x: np.ndarray) -> tuple[np.ndarray | None, str]:
-    """The logits of ``data`` (static batch 1) over ``x`` in onnxruntime CPU, or None and why."""
-    from nas.export.onnx import ort_session
-
-    try:
-        sess = ort_session(data)
-        name = sess.get_inputs()[0].name
-        want = sess.get_inputs()[0].type
-        xx = x.astype(np.float16) if "float16" in want else x
-        return np.concatenate([sess.run(None, {name: xx[i:i + 1]})[0] for i in range(len(x))]).astype(np.float32), "ok"
-    except Exception as e:  # noqa: BLE001 - reported, not raised
-        return None, f"fails: {str(e).splitlines()[0][:200]}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,24 +200,14 @@ def run_network(seed: int, a: argparse.Namespace, data, target, x_val: np.ndarra
     import torch
 
     import nas
-    from nas.compress.ptq import quantize_qdq
-    from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
     from nas.data import adapt_arch
     from nas.export.onnx import export_onnx
-    from nas.train.fit import Schedule, build_optimizer, fit, train_epochs
-    from nas.train.settings import FitSettings
 
     arch = adapt_arch(nas.load_space("tiny").random(seed), data)
     shape = (arch.in_chans, arch.resolution, arch.resolution)
     rec: dict = {"seed": seed, "arch": str(arch), "variants": {}}
     t0 = time.perf_counter()
-    torch.manual_seed(seed)
-    net = nas.build(arch)
-    fs = FitSettings(epochs=a.epochs)
-    with tempfile.TemporaryDirectory() as d:
-        fit(net, data, settings=fs, epochs=a.epochs, lr=fs.lr, ckpt=Path(d, "fp32.ckpt"), seed=seed,
-            meta={"bench": "modelopt"})
-    net.eval()
+    net = train_fp32(arch, data, a.epochs, seed)
     rec["train_s"] = round(time.perf_counter() - t0, 1)
     fp32 = export_onnx(net, torch.zeros(1, *shape), exporter="torchscript")
     y32, ok = ort_logits(fp32, x_val)
@@ -329,6 +215,46 @@ def run_network(seed: int, a: argparse.Namespace, data, target, x_val: np.ndarra
         raise RuntimeError(f"fp32 ONNX does not run in onnxruntime: {ok}")
     pred32 = y32.argmax(1)
     rec["fp32_top1"] = float(np.mean(pred32 == y_val))
+
+    makers = variant_makers(seed, a, data, target, net, fp32, shape, rec)
+    for name in VARIANTS:
+        v: dict = {}
+        rec["variants"][name] = v
+        if name.startswith("modelopt") and not mo_ok:
+            v["status"] = "modelopt not installed"
+            continue
+        score_variant(v, makers[name], x_val, y_val, y32, pred32)
+    return rec
+
+
+def train_fp32(arch, data, epochs: int, seed: int):
+    """The network of ``arch``, trained for ``epochs`` (seeded), in eval mode."""
+    import torch
+
+    import nas
+    from nas.train.fit import fit
+    from nas.train.settings import FitSettings
+
+    torch.manual_seed(seed)
+    net = nas.build(arch)
+    fs = FitSettings(epochs=epochs)
+    with tempfile.TemporaryDirectory() as d:
+        fit(net, data, settings=fs, epochs=epochs, lr=fs.lr, ckpt=Path(d, "fp32.ckpt"), seed=seed,
+            meta={"bench": "modelopt"})
+    net.eval()
+    return net
+
+
+def variant_makers(seed: int, a: argparse.Namespace, data, target, net, fp32: bytes, shape: tuple[int, ...],
+                   rec: dict) -> dict:
+    """Each variant's maker: a call that returns its QDQ ONNX and how it was made, every one calibrated
+    on the same training images (``modelopt_onnx`` also notes in ``rec`` what it did to ``nas.compress.ptq``)."""
+    import torch
+
+    from nas.compress.ptq import quantize_qdq
+    from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
+    from nas.train.fit import Schedule, build_optimizer, train_epochs
+    from nas.train.settings import FitSettings
 
     # the same calibration images for every variant
     g = torch.Generator().manual_seed(seed + 29)
@@ -382,34 +308,32 @@ def run_network(seed: int, a: argparse.Namespace, data, target, x_val: np.ndarra
         rec["hwnas_ptq_after_modelopt_onnx_in_process"] = after
         return model, "modelopt.onnx.quantization.quantize (child process)"
 
-    makers = {"hwnas_ptq": hwnas_ptq, "hwnas_qat": hwnas_qat, "modelopt_ptq": modelopt_ptq,
-              "modelopt_qat": modelopt_qat, "modelopt_onnx": modelopt_onnx}
-    for name in VARIANTS:
-        v: dict = {}
-        rec["variants"][name] = v
-        if name.startswith("modelopt") and not mo_ok:
-            v["status"] = "modelopt not installed"
-            continue
-        t = time.perf_counter()
-        try:
-            model, how = makers[name]()
-        except Exception as e:  # noqa: BLE001 - one variant failing is a result, not the end of the run
-            v["status"] = f"fails: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            v["seconds"] = round(time.perf_counter() - t, 1)
-            continue
-        v["how"] = how
+    return {"hwnas_ptq": hwnas_ptq, "hwnas_qat": hwnas_qat, "modelopt_ptq": modelopt_ptq,
+            "modelopt_qat": modelopt_qat, "modelopt_onnx": modelopt_onnx}
+
+
+def score_variant(v: dict, make, x_val: np.ndarray, y_val: np.ndarray, y32: np.ndarray, pred32: np.ndarray) -> None:
+    """Make one variant and record in ``v`` its format and, in onnxruntime CPU, its top-1 and how far it is
+    from the fp32 network; a variant that cannot be made is recorded as failing."""
+    t = time.perf_counter()
+    try:
+        model, how = make()
+    except Exception as e:  # noqa: BLE001 - one variant failing is a result, not the end of the run
+        v["status"] = f"fails: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         v["seconds"] = round(time.perf_counter() - t, 1)
-        v["bytes"] = len(model)
-        v["format"] = describe_format(model)
-        y, ok = ort_logits(model, x_val)
-        v["onnxruntime_cpu"] = ok
-        if y is not None:
-            v["top1"] = float(np.mean(y.argmax(1) == y_val))
-            v["agree_fp32"] = float(np.mean(y.argmax(1) == pred32))
-            # how far the int8 logits are from the fp32 network's (QAT: after fine-tuning, so not only rounding)
-            v["logit_rel_err"] = float(np.linalg.norm(y - y32) / np.linalg.norm(y32))
-        v["status"] = "ok"
-    return rec
+        return
+    v["how"] = how
+    v["seconds"] = round(time.perf_counter() - t, 1)
+    v["bytes"] = len(model)
+    v["format"] = describe_format(model)
+    y, ok = ort_logits(model, x_val)
+    v["onnxruntime_cpu"] = ok
+    if y is not None:
+        v["top1"] = float(np.mean(y.argmax(1) == y_val))
+        v["agree_fp32"] = float(np.mean(y.argmax(1) == pred32))
+        # how far the int8 logits are from the fp32 network's (QAT: after fine-tuning, so not only rounding)
+        v["logit_rel_err"] = float(np.linalg.norm(y - y32) / np.linalg.norm(y32))
+    v["status"] = "ok"
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from nas.latency.measure import ProfileSettings  # noqa: E402
 from nas.latency.predictor import LatencyPredictor  # noqa: E402
-from nas.latency.profiler import VALIDATION_SEED, block_frequency, expected_seconds, plan_jobs  # noqa: E402
+from nas.latency.profile_jobs import expected_seconds, plan_jobs  # noqa: E402
+from nas.latency.profiler import VALIDATION_SEED, block_frequency  # noqa: E402
 from nas.latency.scoring import score  # noqa: E402
 from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
 from nas.latency.transfer import METHODS, TransferPredictor  # noqa: E402

@@ -181,7 +181,7 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
     return out
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs="+", default=["epyc_zen5", "epyc_zen5_int8"],
                     help="targets measured on this machine (default: epyc_zen5 epyc_zen5_int8)")
@@ -202,7 +202,11 @@ def main() -> None:
                     help="re-measure every calibration network of the table beside the held-out set and also score "
                          "the predictor calibrated on them (predictor_recalibrated)")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {}
@@ -218,19 +222,7 @@ def main() -> None:
         pred = LatencyPredictor(refresh=False).fit(table)  # the table as built
         runtime = get_runtime(target)
         settings = ProfileSettings(rounds=args.rounds)
-        exclude = {a.digest() for a, _ in table_networks(table)}
-        archs, groups = [], []
-        for name in list_spaces():
-            got = held_out_archs(load_space(name), n, exclude=exclude, seed=args.seed)
-            archs += got
-            groups += [name] * len(got)
-            got = held_out_pruned(load_space(name), args.pruned[min(i, len(args.pruned) - 1)], exclude=exclude,
-                                  seed=args.seed)
-            archs += got
-            groups += [f"{name} pruned"] * len(got)
-        for m in TIMM_MODELS[: args.timm]:
-            archs.append(from_timm(m))
-            groups.append(timm_group(m))
+        archs, groups = _held_out(table, n, args.pruned[min(i, len(args.pruned) - 1)], args.timm, args.seed)
         t0 = time.time()
         cache = out / f"predictor_{tname}.measurements.json"
         if args.fresh and cache.is_file():
@@ -254,50 +246,72 @@ def main() -> None:
             blocks_cache)
         scatter_plot(report, out / f"predictor_{tname}.png", title=f"{tname}: {pred.device}")
         results[tname] = report
-        print(f"\n== {tname}: {pred.describe()}")
-        print(f"{'group':24s} {'method':32s} {'±5%':>7s} {'±10%':>7s} {'MAPE':>7s} {'τ':>7s} {'n':>5s}")
-        for g, per in [("all", report["methods"]), *report["groups"].items()]:
-            for m, s in per.items():
-                print(f"{g:24s} {m:32s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
-                      f"{s['mape']:6.2f}% {s['kendall_tau']:7.3f} {s['n']:5d}")
-        for which, per in report["learned_model"].items():
-            for name, st in per.items():
-                print(f"learned blocks, {which:18s} {name:14s} MAPE {st['mape']:5.1f}%  within ±10% "
-                      f"{100 * st['within_10pct']:5.1f}%  ±25% {100 * st['within_25pct']:5.1f}%  n={st['n']}")
-        for p in report["points"]:
-            if p["group"].startswith("timm"):
-                err = 100 * (p["predictor"] / p["measured_ms"] - 1)
-                now = "".join(f", {how} {100 * (p[m] / p['measured_ms'] - 1):+5.1f}%"
-                              for how, m in (("rescaled", "predictor_rescaled"), ("stored", "predictor_stored"),
-                                             ("recalibrated", "predictor_recalibrated"),
-                                             ("without calibration spaces", WITHOUT_EXTRA))
-                              if m in p)
-                print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
-                      f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "
-                      f"{p['layers_learned']} learned")
-        for m, st in report["efficientnet_family"].items():
-            print(f"EfficientNet family ({st['n']} models), {m}: within ±10% {100 * st['within_10pct']:.1f}%, "
-                  f"±5% {100 * st['within_5pct']:.1f}%, MAPE {st['mape']:.2f}%")
-        for g, d in report.get("drift", {}).items():
-            print(f"drift check {g}: calibration networks now at {d['now_over_table']:.3f}x their table latency")
-        if "stored" in report:
-            print(f"predictor_stored: with the table's {report['stored']['record']} of "
-                  f"{report['stored']['measured_at']} applied (as nas.predict / search / train use it)")
-        if "drift_scale" in report:
-            d = report["drift_scale"]
-            print(f"predictor_rescaled = predictor x {d['now_over_table']:.3f} (median over {d['n']} re-measured "
-                  "calibration networks)")
-        for line in reproducibility_lines(report):
-            print(line)
-        for name, t in report["throughput"].items():
-            print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
-                  f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "
-                  f"(p90 {t['single_us_p90']:.1f})")
+        _print_report(tname, pred, report)
     path = out / "predictor.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}
     merged.update(results)  # one target at a time keeps the others' results
     path.write_text(json.dumps(merged, indent=1) + "\n")
     print(f"\n-> {out / 'predictor.json'}")
+
+
+def _held_out(table: LatencyTable, n: int, n_pruned: int, n_timm: int, seed: int) -> tuple[list, list[str]]:
+    """The held-out networks and their groups: ``n`` samples and ``n_pruned`` pruned networks of every
+    shipped space (none of the table's calibration networks), then the first ``n_timm`` timm models."""
+    exclude = {a.digest() for a, _ in table_networks(table)}
+    archs, groups = [], []
+    for name in list_spaces():
+        got = held_out_archs(load_space(name), n, exclude=exclude, seed=seed)
+        archs += got
+        groups += [name] * len(got)
+        got = held_out_pruned(load_space(name), n_pruned, exclude=exclude, seed=seed)
+        archs += got
+        groups += [f"{name} pruned"] * len(got)
+    for m in TIMM_MODELS[:n_timm]:
+        archs.append(from_timm(m))
+        groups.append(timm_group(m))
+    return archs, groups
+
+
+def _print_report(tname: str, pred: LatencyPredictor, report: dict) -> None:
+    print(f"\n== {tname}: {pred.describe()}")
+    print(f"{'group':24s} {'method':32s} {'±5%':>7s} {'±10%':>7s} {'MAPE':>7s} {'τ':>7s} {'n':>5s}")
+    for g, per in [("all", report["methods"]), *report["groups"].items()]:
+        for m, s in per.items():
+            print(f"{g:24s} {m:32s} {100 * s['within_5pct']:6.1f}% {100 * s['within_10pct']:6.1f}% "
+                  f"{s['mape']:6.2f}% {s['kendall_tau']:7.3f} {s['n']:5d}")
+    for which, per in report["learned_model"].items():
+        for name, st in per.items():
+            print(f"learned blocks, {which:18s} {name:14s} MAPE {st['mape']:5.1f}%  within ±10% "
+                  f"{100 * st['within_10pct']:5.1f}%  ±25% {100 * st['within_25pct']:5.1f}%  n={st['n']}")
+    for p in report["points"]:
+        if p["group"].startswith("timm"):
+            err = 100 * (p["predictor"] / p["measured_ms"] - 1)
+            now = "".join(f", {how} {100 * (p[m] / p['measured_ms'] - 1):+5.1f}%"
+                          for how, m in (("rescaled", "predictor_rescaled"), ("stored", "predictor_stored"),
+                                         ("recalibrated", "predictor_recalibrated"),
+                                         ("without calibration spaces", WITHOUT_EXTRA))
+                          if m in p)
+            print(f"  {p['arch']:24s} {p['group']:20s} measured {p['measured_ms']:.3f} ms, predicted "
+                  f"{p['predictor']:.3f} ({err:+5.1f}%{now}); layers: {p['layers_measured']} measured, "
+                  f"{p['layers_learned']} learned")
+    for m, st in report["efficientnet_family"].items():
+        print(f"EfficientNet family ({st['n']} models), {m}: within ±10% {100 * st['within_10pct']:.1f}%, "
+              f"±5% {100 * st['within_5pct']:.1f}%, MAPE {st['mape']:.2f}%")
+    for g, d in report.get("drift", {}).items():
+        print(f"drift check {g}: calibration networks now at {d['now_over_table']:.3f}x their table latency")
+    if "stored" in report:
+        print(f"predictor_stored: with the table's {report['stored']['record']} of "
+              f"{report['stored']['measured_at']} applied (as nas.predict / search / train use it)")
+    if "drift_scale" in report:
+        d = report["drift_scale"]
+        print(f"predictor_rescaled = predictor x {d['now_over_table']:.3f} (median over {d['n']} re-measured "
+              "calibration networks)")
+    for line in reproducibility_lines(report):
+        print(line)
+    for name, t in report["throughput"].items():
+        print(f"throughput {name}: {t['batched_per_s']:,.0f} predictions/s batched (compiled), "
+              f"{t['arch_path_per_s']:,.0f}/s on Arch objects, one Arch {t['single_us_median']:.1f} us "
+              f"(p90 {t['single_us_p90']:.1f})")
 
 
 if __name__ == "__main__":

@@ -193,7 +193,6 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     from nas.latency.measure import measure, summarize_times
     from nas.latency.runtimes import get_runtime
     from nas.search.evaluate import TrainEvaluator
-    from nas.search.results import pareto_front, trial_records
 
     target = OmegaConf.to_container(cfg.target, resolve=True)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args),
@@ -207,25 +206,7 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     runtime = get_runtime(target)
     res = ds.resolution
 
-    # the found front: the union of the (a) searches, by validation accuracy and predicted latency
-    import optuna
-
-    from nas.search.storage import make_storage
-
-    records = []
-    for j in sorted((out / "studies").glob("*.journal")):
-        if j.stem.startswith("random"):
-            continue
-        st, _ = make_storage(str(j), run_dir=out)
-        for summ in optuna.get_all_study_summaries(st, include_best_trial=False):
-            recs = trial_records(optuna.load_study(study_name=summ.study_name, storage=st))
-            records += [{**r, "study": summ.study_name} for r in recs]
-    front = pareto_front(records)
-    if not front:
-        raise SystemExit("part (b) needs the searches of part (a): run --part a first")
-    if len(front) > args.max_front:  # keep the ends and an even spread by latency
-        idx = np.unique(np.round(np.linspace(0, len(front) - 1, args.max_front)).astype(int))
-        front = [front[i] for i in idx]
+    front = _found_front(out, args.max_front)
     cands: list[tuple[str, str, Arch]] = [("found", f"{r['study']} #{r['number']} ({r['arch']})",
                                            Arch.from_dict(r["_arch"])) for r in front]
     for name in args.baselines:
@@ -272,6 +253,31 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     _plot_b(rows, out / "b_baselines.png", title=f"{ds.name} test accuracy vs latency measured on this CPU "
             f"(onnxruntime, 1 thread, {res}px); same recipe ({args.final_epochs} epochs)")
     return result
+
+
+def _found_front(out: Path, max_front: int) -> list[dict[str, Any]]:
+    """The found front: the union of the (a) searches (not the random ones), by validation accuracy and
+    predicted latency; at most ``max_front`` of it."""
+    import optuna
+
+    from nas.search.results import pareto_front, trial_records
+    from nas.search.storage import make_storage
+
+    records = []
+    for j in sorted((out / "studies").glob("*.journal")):
+        if j.stem.startswith("random"):
+            continue
+        st, _ = make_storage(str(j), run_dir=out)
+        for summ in optuna.get_all_study_summaries(st, include_best_trial=False):
+            recs = trial_records(optuna.load_study(study_name=summ.study_name, storage=st))
+            records += [{**r, "study": summ.study_name} for r in recs]
+    front = pareto_front(records)
+    if not front:
+        raise SystemExit("part (b) needs the searches of part (a): run --part a first")
+    if len(front) > max_front:  # keep the ends and an even spread by latency
+        idx = np.unique(np.round(np.linspace(0, len(front) - 1, max_front)).astype(int))
+        front = [front[i] for i in idx]
+    return front
 
 
 def _plot_b(rows, path: Path, *, title: str) -> None:

@@ -120,7 +120,7 @@ def _plot(models: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--run", help="an existing search run dir (default: a small search made here)")
     ap.add_argument("--out", default="runs/bench_train", help="where the search (if made) and the JSON go")
@@ -148,11 +148,15 @@ def main() -> None:
         a.train_samples = a.train_samples or 3000
         a.search_trials, a.search_samples = 6, 2000
         a.select = a.select if a.select is not None else [0, -1]
+    return a
+
+
+def main() -> None:
+    a = _parse_args()
 
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from nas.cli._common import fmt_table
     from nas.latency.device import device_identity
     from nas.target import load_target
     from nas.train.pipeline import train_front
@@ -185,6 +189,15 @@ def main() -> None:
 
     atomic_write_json(out / "bench_train.json", res)
     _plot(report["models"], out / "bench_train.png")
+    _print_tables(models)
+    print(f"\nbench: {out / 'bench_train.json'}\nplot:  {out / 'bench_train.png'}\nreport: {Path(a.train_dir or run / 'train') / 'report.md'}")
+    print(json.dumps({"quantization": res["quantization"]}, indent=1))
+
+
+def _print_tables(models: list[dict]) -> None:
+    """Per model and variant: accuracy, measured and predicted ms; then per model the checks."""
+    from nas.cli._common import fmt_table
+
     rows = []
     for m in models:
         c = m["checks"]
@@ -212,8 +225,6 @@ def main() -> None:
                      f("pruning_cost_points"), f("all_within_10pct_of_prediction")])
     print(fmt_table(crow, ["model", "QAT-fp32 pts", "QAT-PTQ pts", "int8/fp32 ms", "pruned/fp32 ms",
                            "prune cost pts", "all ±10%"]))
-    print(f"\nbench: {out / 'bench_train.json'}\nplot:  {out / 'bench_train.png'}\nreport: {Path(a.train_dir or run / 'train') / 'report.md'}")
-    print(json.dumps({"quantization": res["quantization"]}, indent=1))
 
 
 if __name__ == "__main__":

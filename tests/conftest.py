@@ -50,6 +50,18 @@ def pytest_runtest_call(item):
         raise
 
 
+@pytest.fixture
+def snapshot():
+    """``snapshot(folder)``: every file under ``folder`` and its bytes, lock files left out (a refused
+    start must leave a run dir as it was)."""
+
+    def take(folder: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+                and not p.name.endswith((".lock", ".flock"))}
+
+    return take
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_user_targets(tmp_path_factory):
     """The tests see the shipped targets and tables only, whatever the user keeps in ~/.hwnas."""

@@ -178,3 +178,27 @@ def test_search_resumes_once_repaired(tmp_path):
     assert journal.read_bytes() == intact
     out = run(compose_app("search", [*SEARCH[:2], "n_trials=3", "progress=false"]), run_dir=tmp_path)
     assert out["ran"] == 1 and sum(out["statuses"].values()) == 3
+
+
+_OPEN_SQLITE = """
+import sys, time
+from pathlib import Path
+from nas.search.storage import make_storage
+d = Path(sys.argv[1])
+(d / f"ready{sys.argv[2]}").touch()
+while not (d / "go").exists():
+    time.sleep(0.005)
+make_storage(f"sqlite:///{d / 'new.db'}", run_dir=d)
+"""
+
+
+def test_workers_opening_a_new_sqlite_file_at_once(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_SQLITE, str(tmp_path), str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("ready*"))) < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]

@@ -1,7 +1,8 @@
-"""The package's shape: no import cycles, and imports run down the pipeline's layers.
+"""The package's shape: no import cycles, imports run down the pipeline's layers, modules and functions stay small.
 
 Only imports executed when a module loads count (module level, not under ``TYPE_CHECKING``);
-an import inside a function is a deliberate late binding.
+an import inside a function is a deliberate late binding.  The size rule (docs/contributing.md)
+holds for the package, the benchmark scripts and the tests alike.
 """
 
 import ast
@@ -16,11 +17,13 @@ LAYERS = {
     "nas.cli": 6, "nas.config": 5,  # the Hydra schemas are generated from the library's settings
     "nas.train": 4, "nas.search": 4, "nas.supernet": 4,
     "nas.compress": 3, "nas.export": 3, "nas.latency": 3,
-    "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas.narrow": 2, "nas.from_timm": 2,
-    "nas._timm_blocks": 2, "nas.target": 2,
+    "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
+    "nas.from_timm": 2, "nas._timm_blocks": 2, "nas.target": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.registry": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas": 0,
 }
 ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80  # from the def (or its first decorator) to its last line, docstring included
 
 
 def _module_name(path: Path) -> str:
@@ -88,3 +91,23 @@ def test_imports_run_down_the_layers():
 
 def test_every_module_has_a_layer():
     assert all(any(m == k or m.startswith(k + ".") for k in LAYERS) for m in _graph())
+
+
+def test_modules_and_functions_stay_small():
+    """A module over MAX_MODULE_LINES or a function over MAX_FUNCTION_LINES is split along a seam of
+    its job (the module it came from re-exports what moved, so every import keeps working)."""
+    tests = Path(__file__).resolve().parent
+    big = []
+    for folder in (ROOT, tests.parent / "scripts", tests):
+        for path in sorted(folder.rglob("*.py")):
+            text = path.read_text()
+            where = path.relative_to(folder.parent)
+            if len(text.splitlines()) > MAX_MODULE_LINES:
+                big.append(f"{where}: {len(text.splitlines())} lines")
+            for n in ast.walk(ast.parse(text)):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = min([n.lineno, *(d.lineno for d in n.decorator_list)])
+                    if n.end_lineno - first + 1 > MAX_FUNCTION_LINES:
+                        big.append(f"{where}:{n.lineno} {n.name}: {n.end_lineno - first + 1} lines")
+    assert not big, (f"over {MAX_MODULE_LINES} lines a module, {MAX_FUNCTION_LINES} a function: "
+                     + "; ".join(big))

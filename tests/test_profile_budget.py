@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profiler
+from nas.latency import profile_jobs, profiler
 from nas.latency.measure import ProfileSettings
 from nas.latency.profile_workflow import check_budget, profile_target
 from nas.latency.table import Entry, LatencyTable
@@ -32,8 +32,8 @@ class FakeDevice:
 
     def __init__(self, monkeypatch):
         self.t, self.seen = 0.0, []
-        monkeypatch.setattr(profiler, "measure_key", lambda k, rt, s: self._take(k, 1.0))
-        monkeypatch.setattr(profiler, "measure_arch", lambda a, rt, s: self._take(a, 4.0))
+        monkeypatch.setattr(profile_jobs, "measure_key", lambda k, rt, s: self._take(k, 1.0))
+        monkeypatch.setattr(profile_jobs, "measure_arch", lambda a, rt, s: self._take(a, 4.0))
 
     def _take(self, item, seconds):
         self.t += seconds
@@ -48,16 +48,16 @@ def test_plan_covers_every_round_of_every_block_and_network(nets):
     table = LatencyTable(metadata=dict(META))
     table.entries[KEYS[0]] = Entry(0.1, 0.09, 0.12, 3)  # one round measured already
     table.networks[nets[0]] = Entry(1.0, 0.9, 1.2, 3, rounds_ms=(1.0, 1.1))  # two rounds
-    jobs = profiler.plan_jobs(KEYS, nets, table, S, call_ms=call_ms)
+    jobs = profile_jobs.plan_jobs(KEYS, nets, table, S, call_ms=call_ms)
     assert sum(j.kind == "block" for j in jobs) == 3 * len(KEYS) - 1
     assert sum(j.kind == "network" for j in jobs) == 3 * len(nets) - 2
     assert [j.round for j in jobs] == sorted(j.round for j in jobs)  # round by round
     assert (KEYS[0], 1) not in {(j.item, j.round) for j in jobs}
     # the bar's total is the whole plan's expected time, every round included
-    eta = profiler._Eta(jobs)
+    eta = profile_jobs._Eta(jobs)
     assert eta.remaining() == pytest.approx(sum(j.cost_s for j in jobs))
-    net_s = profiler.expected_seconds(nets[1], "network", S, 2.0)
-    assert net_s > profiler.expected_seconds(KEYS[1], "block", S, 0.1)  # a network costs more than a block
+    net_s = profile_jobs.expected_seconds(nets[1], "network", S, 2.0)
+    assert net_s > profile_jobs.expected_seconds(KEYS[1], "block", S, 0.1)  # a network costs more than a block
     # exporting a graph is planned once: the runtime keeps its bytes for the later rounds
     cost = {(j.item, j.round): j.cost_s for j in jobs}
     assert cost[(KEYS[1], 1)] > cost[(KEYS[1], 2)] == cost[(KEYS[1], 3)]
@@ -71,8 +71,8 @@ def test_plan_covers_every_round_of_every_block_and_network(nets):
 
 
 def test_eta_rescales_each_kind_by_what_it_took(nets):
-    jobs = profiler.plan_jobs(KEYS[:4], nets[:1], LatencyTable(metadata=dict(META)), S, call_ms=call_ms)
-    eta = profiler._Eta(jobs)
+    jobs = profile_jobs.plan_jobs(KEYS[:4], nets[:1], LatencyTable(metadata=dict(META)), S, call_ms=call_ms)
+    eta = profile_jobs._Eta(jobs)
     b = next(j for j in jobs if j.kind == "block")
     eta.done(b, 2 * b.cost_s)  # blocks take twice the plan; networks, unseen, are assumed to as well
     left = [j for j in jobs if j is not b]
@@ -84,8 +84,8 @@ def test_budget_stops_early_most_used_blocks_and_networks_first(tmp_path, nets, 
     path = tmp_path / "t.json"
     table = LatencyTable(metadata=dict(META), path=path)
     freq = Counter({KEYS[-1]: 50, KEYS[-2]: 40, KEYS[5]: 30})
-    jobs = profiler.plan_jobs(KEYS, nets, table, S, call_ms=call_ms, freq=freq)
-    rep = profiler.run_jobs(jobs, None, table, S, path=path, progress=False, budget_s=12.0, clock=dev.clock)
+    jobs = profile_jobs.plan_jobs(KEYS, nets, table, S, call_ms=call_ms, freq=freq)
+    rep = profile_jobs.run_jobs(jobs, None, table, S, path=path, progress=False, budget_s=12.0, clock=dev.clock)
     assert rep.stopped_by_budget and 0 < rep.left < len(jobs) and dev.t <= 12.0
     blocks = [x for x in dev.seen if isinstance(x, BlockKey)]
     assert blocks[:3] == [KEYS[-1], KEYS[-2], KEYS[5]]  # the most used first
@@ -95,9 +95,9 @@ def test_budget_stops_early_most_used_blocks_and_networks_first(tmp_path, nets, 
 
     # a second run with a larger budget continues where the first stopped: nothing measured twice
     dev.seen.clear()
-    again = profiler.plan_jobs(KEYS, nets, saved, S, call_ms=call_ms, freq=freq)
+    again = profile_jobs.plan_jobs(KEYS, nets, saved, S, call_ms=call_ms, freq=freq)
     assert len(again) == rep.left
-    rep2 = profiler.run_jobs(again, None, saved, S, path=path, progress=False, budget_s=1e6, clock=dev.clock)
+    rep2 = profile_jobs.run_jobs(again, None, saved, S, path=path, progress=False, budget_s=1e6, clock=dev.clock)
     assert not rep2.stopped_by_budget and rep2.left == 0
     done1 = {(j.item, j.round) for j in rep.done}
     assert not done1 & {(j.item, j.round) for j in rep2.done}
@@ -108,20 +108,20 @@ def test_budget_stops_early_most_used_blocks_and_networks_first(tmp_path, nets, 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path, nets, monkeypatch):
     dev = FakeDevice(monkeypatch)
-    real = profiler.measure_key
+    real = profile_jobs.measure_key
 
     def stop_at_fifth(k, rt, s):
         if len(dev.seen) == 5:
             raise KeyboardInterrupt
         return real(k, rt, s)
 
-    monkeypatch.setattr(profiler, "measure_key", stop_at_fifth)
+    monkeypatch.setattr(profile_jobs, "measure_key", stop_at_fifth)
     path = tmp_path / "t.json"
     table = LatencyTable(metadata=dict(META), path=path)
-    jobs = profiler.plan_jobs(KEYS, nets, table, ProfileSettings(**{**S.__dict__, "save_every_s": 3600.0}),
+    jobs = profile_jobs.plan_jobs(KEYS, nets, table, ProfileSettings(**{**S.__dict__, "save_every_s": 3600.0}),
                               call_ms=call_ms)
     with pytest.raises(KeyboardInterrupt):
-        profiler.run_jobs(jobs, None, table, S, path=path, progress=False, clock=dev.clock)
+        profile_jobs.run_jobs(jobs, None, table, S, path=path, progress=False, clock=dev.clock)
     saved = LatencyTable.load(path)
     assert len(saved) + len(saved.networks) == 5
 
@@ -137,19 +137,19 @@ def test_an_interrupted_budgeted_profile_resumes(tmp_path, nets, monkeypatch):
     """Ctrl-C in a budgeted run keeps what was measured and its log; the same command again
     measures only what is missing, and a budget of its own applies to that run."""
     dev = FakeDevice(monkeypatch)
-    real = profiler.measure_key
+    real = profile_jobs.measure_key
 
     def stop_at_sixth(k, rt, s):  # the first block measurement after six items
         if len(dev.seen) >= 6:
             raise KeyboardInterrupt
         return real(k, rt, s)
 
-    monkeypatch.setattr(profiler, "measure_key", stop_at_sixth)
+    monkeypatch.setattr(profile_jobs, "measure_key", stop_at_sixth)
     path = tmp_path / "t.json"
     table = LatencyTable(metadata=dict(META), path=path)
-    jobs = profiler.plan_jobs(KEYS, nets, table, S, call_ms=call_ms)
+    jobs = profile_jobs.plan_jobs(KEYS, nets, table, S, call_ms=call_ms)
     with pytest.raises(KeyboardInterrupt):
-        profiler.run_jobs(jobs, None, table, S, path=path, progress=False, budget_s=30.0, clock=dev.clock)
+        profile_jobs.run_jobs(jobs, None, table, S, path=path, progress=False, budget_s=30.0, clock=dev.clock)
     saved = LatencyTable.load(path)
     first = {(x, 1) for x in dev.seen}
     n = len(dev.seen)
@@ -158,11 +158,11 @@ def test_an_interrupted_budgeted_profile_resumes(tmp_path, nets, monkeypatch):
     assert run["budget_min"] == 0.5 and len(run["jobs"]) == n and not run["stopped_by_budget"]
     assert run["left"] == len(jobs) - n
 
-    monkeypatch.setattr(profiler, "measure_key", real)
+    monkeypatch.setattr(profile_jobs, "measure_key", real)
     dev.seen.clear()
-    again = profiler.plan_jobs(KEYS, nets, saved, S, call_ms=call_ms)
+    again = profile_jobs.plan_jobs(KEYS, nets, saved, S, call_ms=call_ms)
     assert len(again) == len(jobs) - n
-    rep = profiler.run_jobs(again, None, saved, S, path=path, progress=False, budget_s=20.0, clock=dev.clock)
+    rep = profile_jobs.run_jobs(again, None, saved, S, path=path, progress=False, budget_s=20.0, clock=dev.clock)
     assert rep.stopped_by_budget and 0 < len(rep.done) < len(again)
     assert not first & {(j.item, j.round) for j in rep.done}  # nothing measured twice
     log = LatencyTable.load(path).metadata["profile_log"]
@@ -206,8 +206,8 @@ class TrueDevice(FakeDevice):
 
         self.t, self.seen = 0.0, []
         self.roof = Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0)
-        monkeypatch.setattr(profiler, "measure_key", lambda k, rt, s: self._entry(k, self.block_ms(k), 1.0))
-        monkeypatch.setattr(profiler, "measure_arch", lambda a, rt, s: self._entry(a, self.net_ms(a), 4.0))
+        monkeypatch.setattr(profile_jobs, "measure_key", lambda k, rt, s: self._entry(k, self.block_ms(k), 1.0))
+        monkeypatch.setattr(profile_jobs, "measure_arch", lambda a, rt, s: self._entry(a, self.net_ms(a), 4.0))
 
     def block_ms(self, k):
         return 0.01 + self.roof.predict_key(k) * (0.7 + 0.6 * (int(k.digest()[:6], 16) % 97) / 96)
@@ -232,8 +232,8 @@ def budgeted(tmp_path, monkeypatch):
     dev = TrueDevice(monkeypatch)
     path = tmp_path / "t.json"
     table = LatencyTable(metadata={**META, "measurement": {"rounds": 1}}, path=path)
-    jobs = profiler.plan_jobs(keys, nets, table, one, call_ms=call_ms, freq=profiler.block_frequency([space]))
-    rep = profiler.run_jobs(jobs, None, table, one, path=path, progress=False, budget_s=150.0, clock=dev.clock)
+    jobs = profile_jobs.plan_jobs(keys, nets, table, one, call_ms=call_ms, freq=profiler.block_frequency([space]))
+    rep = profile_jobs.run_jobs(jobs, None, table, one, path=path, progress=False, budget_s=150.0, clock=dev.clock)
     return dev, keys, nets, one, path, rep, LatencyTable.load(path)
 
 
@@ -252,8 +252,8 @@ def test_profile_log_orders_a_budgeted_table(budgeted):
     assert set(half.entries) | set(half.networks) == set(first)  # the first minutes' measurements, no other
     # measuring the rest: a second run follows the first on the minutes axis
     n_first = len(saved.entries)
-    rest = profiler.plan_jobs(keys, nets, saved, one, call_ms=call_ms)
-    profiler.run_jobs(rest, None, saved, one, path=path, progress=False, clock=dev.clock)
+    rest = profile_jobs.plan_jobs(keys, nets, saved, one, call_ms=call_ms)
+    profile_jobs.run_jobs(rest, None, saved, one, path=path, progress=False, clock=dev.clock)
     full = LatencyTable.load(path)
     assert len(full.metadata["profile_log"]) == 2 and full.metadata["profile_log"][1]["budget_min"] is None
     order = measuring_order(full)
@@ -314,7 +314,7 @@ def test_validate_budget_report_refits_on_the_first_minutes(budgeted, tmp_path):
     assert ("an estimate from the curve's trend" in b["sentence"]) == (b["extrapolation"] is not None)
     assert budget_plot(b, tmp_path / "b.png") and (tmp_path / "b.png").stat().st_size > 5000
     # the complete table: no blocks left; never built under a budget (no log): no budget section
-    profiler.run_jobs(profiler.plan_jobs(keys, nets, saved, one, call_ms=call_ms), None, saved, one, path=path,
+    profile_jobs.run_jobs(profile_jobs.plan_jobs(keys, nets, saved, one, call_ms=call_ms), None, saved, one, path=path,
                       progress=False, clock=dev.clock)
     full = LatencyTable.load(path)
     model = LatencyPredictor(refresh=False).fit(full)

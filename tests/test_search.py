@@ -1,15 +1,14 @@
-"""The search: seeded studies, failures, budgets, the cache, resume, Ctrl-C, two workers, outputs, config, CLI.
+"""The search: seeded studies, failures, budgets, the cache, resume, Ctrl-C, two workers, outputs.
 
 Most tests drive the library with a counting fake evaluator and the roofline latency model
-(fast, no table needed); one test trains for real, and the CLI runs end to end in a subprocess.
-Run as a script (``python tests/test_search.py worker ...``), this file is one worker of the
-two-process test.
+(fast, no table needed); one test trains for real.  Its config and command line are in
+test_search_cli.py.  Run as a script (``python tests/test_search.py worker ...``), this file is
+one worker of the two-process test.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
@@ -289,26 +287,21 @@ def test_resume_with_other_settings_is_refused(tmp_path, target, digits):
     _prepare(tmp_path, target, digits, FakeEvaluator(), seed=9, sampler="tpe")  # seed and sampler may change
 
 
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-            and not p.name.endswith((".lock", ".flock"))}
-
-
-def test_a_run_dir_holds_one_search(tmp_path, target, digits):
+def test_a_run_dir_holds_one_search(tmp_path, target, digits, snapshot):
     other = str(_two_arch_space(tmp_path))
     tmp_path = tmp_path / "run"
     s, _ = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=2)
     write_outputs(s.study, tmp_path, plot=False)
     owner = json.loads((tmp_path / "run.json").read_text())
     assert owner["study"] == "t" and owner["storage"] == "study.journal"
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     with pytest.raises(RunDirTaken, match=r"holds the search 't' .*nothing was changed.*new folder: "
                                           r"python -m nas\.search search_space=two out=.*-2"):
         _prepare(tmp_path, target, digits, FakeEvaluator(), space=other, study_name="two",
                  command=["search_space=two", f"out={tmp_path}"])
     with pytest.raises(RunDirTaken, match="in .*elsewhere.journal"):  # the same study name in another storage
         _prepare(tmp_path, target, digits, FakeEvaluator(), storage=str(tmp_path / "elsewhere.journal"))
-    assert _snapshot(tmp_path) == before, "a refused start changed the run dir"
+    assert snapshot(tmp_path) == before, "a refused start changed the run dir"
     s2, rep = _search(tmp_path, target, digits, FakeEvaluator(), n_trials=3)  # the same search resumes
     assert not s2.created and rep.ran == 1
 
@@ -389,30 +382,6 @@ def test_pareto_front_keeps_one_trial_per_arch():
     recs = [r(0, 0.9, 2.0, "a"), r(1, 0.9, 2.0, "a"), r(2, 0.8, 1.0, "b"), r(3, 0.85, 3.0, "c"),
             r(4, 0.99, 0.5, "d", feasible=False), {**r(5, None, 0.1, "e")}]
     assert [x["number"] for x in pareto_front(recs)] == [2, 0]
-
-
-_OPEN_SQLITE = """
-import sys, time
-from pathlib import Path
-from nas.search.storage import make_storage
-d = Path(sys.argv[1])
-(d / f"ready{sys.argv[2]}").touch()
-while not (d / "go").exists():
-    time.sleep(0.005)
-make_storage(f"sqlite:///{d / 'new.db'}", run_dir=d)
-"""
-
-
-def test_workers_opening_a_new_sqlite_file_at_once(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_SQLITE, str(tmp_path), str(i)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
-    deadline = time.time() + 120
-    while len(list(tmp_path.glob("ready*"))) < 4 and time.time() < deadline:
-        time.sleep(0.05)
-    (tmp_path / "go").touch()
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-2000:]
 
 
 def test_storage_and_sampler_errors(tmp_path):
@@ -519,129 +488,6 @@ def test_two_workers_asking_for_the_last_slot_run_one_trial(tmp_path, target, di
     out = json.loads(Path(write_outputs(study, tmp_path, plot=False)["pareto_json"]).read_text())
     assert out["trials"]["total"] == n and out["trials"]["surplus"] == 1
     assert n not in {r["trial"] for r in out["pareto"]}
-
-
-# ------------------------------------------------------------------------------------------- config
-
-
-def _compose(overrides):
-    return compose_app("search", overrides)
-
-
-def test_config_defaults_and_overrides():
-    cfg = _compose([])
-    assert (cfg.target.name, cfg.search_space, cfg.data.name, cfg.evaluator.name, cfg.sampler.name) == (
-        "cpu", "tiny", "digits", "train", "nsga2")
-    assert cfg.latency_budget_ms == cfg.target.latency_budget_ms and cfg.memory_budget_kb is None
-    cfg = _compose(["conf=jetson", "search_space=mbv3", "data=fashion_mnist", "evaluator=zero_cost", "sampler=tpe",
-                    "n_trials=7", "latency_budget_ms=3.5", "memory_budget_kb=512", "seed=4",
-                    "storage=postgresql://u@h/db", "study_name=s", "out=runs/x", "evaluator.proxy=synflow",
-                    "sampler.n_startup_trials=5", "data.train_samples=100"])
-    assert cfg.target.name == "jetson" and cfg.latency_budget_ms == 3.5 and cfg.memory_budget_kb == 512
-    assert (cfg.n_trials, cfg.seed, cfg.storage, cfg.study_name, cfg.out) == (7, 4, "postgresql://u@h/db", "s", "runs/x")
-    assert cfg.evaluator.proxy == "synflow" and cfg.sampler.n_startup_trials == 5 and cfg.data.train_samples == 100
-    assert _compose(["conf=gpu"]).latency_budget_ms == 1.0  # the target's budget by default
-    for name in ("random", "nsga2", "tpe"):
-        make_sampler(OmegaConf.to_container(_compose([f"sampler={name}"]).sampler), seed=0)
-
-
-@pytest.mark.parametrize(
-    "overrides, exc, match",
-    [
-        (["n_trial=5"], ConfigCompositionException, "n_trial"),
-        (["evaluator.epoch=2"], ConfigCompositionException, "evaluator.epoch"),
-        (["evaluator=zero_cost", "evaluator.epochs=2"], ConfigCompositionException, "evaluator.epochs"),
-        (["sampler.popsize=3"], ConfigCompositionException, "sampler.popsize"),
-        (["n_trials=many"], ConfigCompositionException, "n_trials=many"),
-        (["evaluator.lr=fast"], ConfigCompositionException, "evaluator.lr=fast"),
-        (["data.resolution=big"], ConfigCompositionException, "data.resolution=big"),
-        (["sampler=cmaes"], MissingConfigException, "nsga2"),
-        (["evaluator=nope"], MissingConfigException, "zero_cost"),
-        (["data=mnist"], MissingConfigException, "fashion_mnist"),
-    ],
-)
-def test_config_mistakes_fail_at_start(overrides, exc, match):
-    with pytest.raises(exc, match=match) as e:
-        _compose(overrides)
-    if "=" in match and "many" in match:
-        assert "could not be converted to Integer" in str(e.value.__cause__)
-
-
-# ------------------------------------------------------------------------------------------- CLI
-
-
-def _cli(args, cwd, timeout=300):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "nas.search", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def test_cli_help_lists_groups():
-    r = _cli(["--help"], REPO)
-    assert r.returncode == 0
-    assert "n_trials" in r.stdout
-    # the shipped options of each group are listed, whatever else the user added (a copied target file...)
-    shipped = {"data": {"cifar10", "digits", "fashion_mnist", "imagefolder"}, "evaluator": {"train", "zero_cost"},
-               "sampler": {"nsga2", "random", "tpe"}, "target": {"cpu", "jetson"}}
-    for group, names in shipped.items():
-        line = next(ln for ln in r.stdout.splitlines() if ln.startswith(f"{group}: "))
-        assert names <= set(line.removeprefix(f"{group}: ").split(", ")), line
-
-
-@pytest.mark.slow
-def test_cli_end_to_end(tmp_path):
-    out = tmp_path / "run"
-    r = _cli(["conf=cpu", "n_trials=3", "evaluator.epochs=1", "data.train_samples=200", "data.val_samples=100",
-              "sampler.population_size=2", f"out={out}", "progress=false"], REPO)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for f in ("pareto.json", "trials.csv", "pareto.png", "study.journal"):
-        assert (out / f).is_file(), f
-    assert "Pareto front of" in r.stdout and "val_accuracy" in r.stdout and "measured" in r.stdout
-    pj = json.loads((out / "pareto.json").read_text())
-    assert pj["trials"]["total"] == 3 and all(e["latency_source"] == "measured" for e in pj["pareto"])
-    assert all(math.isfinite(e["val_accuracy"]) for e in pj["pareto"])
-    # resume: the same command with more trials continues the same study
-    r = _cli(["conf=cpu", "n_trials=4", "evaluator.epochs=1", "data.train_samples=200", "data.val_samples=100",
-              "sampler.population_size=2", f"out={out}", "progress=false"], REPO)
-    assert r.returncode == 0 and "resumed: 3 trials done" in r.stdout
-    assert json.loads((out / "pareto.json").read_text())["trials"]["total"] == 4
-
-
-def test_cli_jetson_says_it_is_an_estimate(tmp_path):
-    out = tmp_path / "run"
-    r = _cli(["conf=jetson", "evaluator=zero_cost", "n_trials=3", f"out={out}", "progress=false"], REPO)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "WARNING: latency for target 'jetson' is an ESTIMATE" in r.stdout
-    assert "python -m nas.profile conf=jetson" in r.stdout
-    pj = json.loads((out / "pareto.json").read_text())
-    assert pj["latency_model"]["source"] == "estimated"
-    assert all(e["latency_source"] == "estimated" for e in pj["pareto"])
-
-
-@pytest.mark.slow
-def test_cli_refused_starts_change_nothing(tmp_path):
-    out = tmp_path / "run"
-    args = ["evaluator=zero_cost", "n_trials=1", "progress=false"]
-    r = _cli([*args, f"out={out}"], REPO)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert (out / ".hydra" / "config.yaml").is_file() and (out / ".hydra" / "overrides.yaml").is_file()
-    before = _snapshot(out)
-    for bad in (["search_space=mbv3"], ["evaluator.batch_size=7"]):  # another search; other settings
-        r = _cli([*args, *bad, f"out={out}"], REPO)
-        lines = r.stderr.strip().splitlines()
-        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (bad, r.stderr)
-        assert f"out={out}-2" in lines[0]
-        assert _snapshot(out) == before, f"{bad} changed the run dir"
-    r = _cli([*args, "data=cifar10", f"data.root={tmp_path / 'nowhere'}", f"out={tmp_path / 'fresh'}"], REPO)
-    assert r.returncode == 2 and not (tmp_path / "fresh").exists(), "a failed start left a folder"
-
-
-@pytest.mark.slow
-def test_cli_user_errors(tmp_path):
-    r = _cli(["n_trials=many", f"out={tmp_path / 'a'}"], REPO)
-    assert r.returncode != 0 and "n_trials" in r.stderr and "many" in r.stderr
-    r = _cli(["data=cifar10", f"data.root={tmp_path / 'nowhere'}", f"out={tmp_path / 'b'}"], REPO)
-    assert r.returncode == 2 and "CIFAR-10 not found" in r.stderr and "data.download=true" in r.stderr
 
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":

@@ -265,51 +265,27 @@ def plan_pruning(
     min_channels = multiple if min_channels is None else min_channels
     units = [u for u in channel_units(arch) if u.prunable]
     _check_importance(units, importance)
-    order = {u.name: np.argsort(np.asarray(importance[u.name], dtype=np.float64), kind="stable") for u in units}
     use_loss = criterion == "loss"
+    moves = _Moves(arch, units, importance, criterion=criterion, min_channels=min_channels, min_keep=min_keep,
+                   multiple=multiple, se_ratio=se_ratio, lookahead=lookahead, structural=use_loss and structural)
     if use_loss:
-        probe.set_order(order)
-    weight = _step_costs(units, importance, criterion)
-    floor = {u.name: max(min_channels, int(np.ceil(min_keep * u.size))) for u in units}
+        probe.set_order(moves.order)
     sizes = {u.name: u.size for u in units}
-    pattern = _skip_pattern(arch)
-    se_ok, blocks_ok = droppable(arch) if use_loss and structural else ([], [])
-    n_layers = len(arch.layers())
     dropped_se: dict[int, np.ndarray] = {}
     dropped_blocks: set[int] = set()
-
-    def shape(sz: Mapping[str, int], se: Iterable[int], blocks: Iterable[int]) -> Arch:
-        return drop_layers(resize_arch(arch, units, sz, multiple=multiple, se_ratio=se_ratio), se=se, blocks=blocks)
-
-    def gone(u: ChannelUnit) -> bool:  # a unit that lives only in dropped blocks
-        return all(i in dropped_blocks for i in u.layers)
 
     before = float(latency([arch])[0])
     current, ms = arch, before
     steps: list[PruneStep] = []
     blocked: set[str] = set()
     while ms > target_ms and len(steps) < max_steps:
-        cands: list[_Candidate] = []
-        for u in units:
-            if u.name in blocked or gone(u):
-                continue
-            got = _channel_steps(arch, units, u, sizes, order, weight, dropped_se, dropped_blocks, floor=floor[u.name],
-                                 multiple=multiple, se_ratio=se_ratio, lookahead=lookahead, pattern=pattern)
-            if got is None:
-                blocked.add(u.name)
-            else:
-                cands += got
-        cands += _structural_steps(se_ok, blocks_ok, sizes, dropped_se, dropped_blocks, shape, n_layers)
+        cands = moves.candidates(sizes, dropped_se, dropped_blocks, blocked)
         if not cands:
             break
         preds = np.asarray(latency([c.arch for c in cands]), dtype=np.float64)
         savings = ms - preds
-        gates: dict[int, np.ndarray] = {}
-        if use_loss:
-            base, gates = probe.gates(sizes, dropped_se, dropped_blocks)
-            gates.update(dropped_se)
-        best = _pick_step(cands, preds, savings, target_ms, (lambda c, g=gates, b0=base: max(
-            probe.loss(c.sizes, {i: g[i] for i in c.se}, c.blocks) - b0, 0.0)) if use_loss else None)
+        gates, loss_cost = _loss_costs(probe, sizes, dropped_se, dropped_blocks) if use_loss else ({}, None)
+        best = _pick_step(cands, preds, savings, target_ms, loss_cost)
         if best < 0:
             log.info("no pruning step lowers the predicted latency further (%.4f ms)", ms)
             break
@@ -323,16 +299,61 @@ def plan_pruning(
                      c.name, f" -> {c.size}" if c.size else " dropped", ms, c.cost, probe.evaluations)
         else:
             log.debug("prune %s -> %d: %.4f ms", c.name, c.size, ms)
-    keep = tuple(
-        (u.name, tuple(sorted(int(i) for i in order[u.name][u.size - sizes[u.name]:])))
-        for u in units if sizes[u.name] != u.size
-    )
     reached = ms <= target_ms
     if not reached:
         log.warning("pruning stopped at %.4f ms predicted, above the target %.4f ms", ms, target_ms)
-    return PrunePlan(arch, current, keep, criterion, multiple, se_ratio, before, ms, float(target_ms), reached,
-                     tuple(steps), tuple((i, tuple(float(v) for v in g)) for i, g in sorted(dropped_se.items())),
+    return PrunePlan(arch, current, moves.keep(sizes), criterion, multiple, se_ratio, before, ms, float(target_ms),
+                     reached, tuple(steps),
+                     tuple((i, tuple(float(v) for v in g)) for i, g in sorted(dropped_se.items())),
                      tuple(sorted(dropped_blocks)))
+
+
+class _Moves:
+    """The steps a plan can take on ``arch``: each prunable unit shrunk toward its floor (``min_keep``
+    of it, at least ``min_channels``), its channels removed in ascending importance (``order``), each
+    costing its ``weight``; with ``structural``, a squeeze-excite or a residual block dropped."""
+
+    def __init__(self, arch: Arch, units: Sequence[ChannelUnit], importance: Mapping[str, np.ndarray], *,
+                 criterion: str, min_channels: int, min_keep: float, multiple: int, se_ratio: float | None,
+                 lookahead: int, structural: bool) -> None:
+        self.arch, self.units = arch, units
+        self.order = {u.name: np.argsort(np.asarray(importance[u.name], dtype=np.float64), kind="stable")
+                      for u in units}
+        self.weight = _step_costs(units, importance, criterion)
+        self.floor = {u.name: max(min_channels, int(np.ceil(min_keep * u.size))) for u in units}
+        self.multiple, self.se_ratio, self.lookahead = multiple, se_ratio, lookahead
+        self.pattern = _skip_pattern(arch)
+        self.se_ok, self.blocks_ok = droppable(arch) if structural else ([], [])
+        self.n_layers = len(arch.layers())
+
+    def shape(self, sz: Mapping[str, int], se: Iterable[int], blocks: Iterable[int]) -> Arch:
+        narrowed = resize_arch(self.arch, self.units, sz, multiple=self.multiple, se_ratio=self.se_ratio)
+        return drop_layers(narrowed, se=se, blocks=blocks)
+
+    def candidates(self, sizes: Mapping[str, int], dropped_se: Mapping[int, Any], dropped_blocks: set[int],
+                   blocked: set[str]) -> list[_Candidate]:
+        """Every step from the plan so far; a unit that cannot shrink any more joins ``blocked``, and
+        a unit that lives only in dropped blocks is left alone."""
+        cands: list[_Candidate] = []
+        for u in self.units:
+            if u.name in blocked or all(i in dropped_blocks for i in u.layers):
+                continue
+            got = _channel_steps(self.arch, self.units, u, sizes, self.order, self.weight, dropped_se, dropped_blocks,
+                                 floor=self.floor[u.name], multiple=self.multiple, se_ratio=self.se_ratio,
+                                 lookahead=self.lookahead, pattern=self.pattern)
+            if got is None:
+                blocked.add(u.name)
+            else:
+                cands += got
+        return cands + _structural_steps(self.se_ok, self.blocks_ok, sizes, dropped_se, dropped_blocks, self.shape,
+                                         self.n_layers)
+
+    def keep(self, sizes: Mapping[str, int]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """The kept channel indices (ascending) of every unit narrowed to ``sizes``."""
+        return tuple(
+            (u.name, tuple(sorted(int(i) for i in self.order[u.name][u.size - sizes[u.name]:])))
+            for u in self.units if sizes[u.name] != u.size
+        )
 
 
 def _check_plan_args(arch: Arch, probe: LossProbe | None, *, min_keep: float, multiple: int, target_ms: float,
@@ -398,6 +419,15 @@ def _structural_steps(se_ok: Sequence[int], blocks_ok: Sequence[int], sizes: Map
             cands.append(_Candidate(f"block:{_prefix(i, n_layers)}", 0, sizes, se_left, (*dropped_blocks, i),
                                     shape(sizes, se_left, (*dropped_blocks, i)), 0.0))
     return cands
+
+
+def _loss_costs(probe: LossProbe, sizes: Mapping[str, int], dropped_se: Mapping[int, np.ndarray],
+                dropped_blocks: set[int]) -> tuple[dict[int, np.ndarray], Callable[[_Candidate], float]]:
+    """The mean gate of every squeeze-excite as the plan stands (a dropped one keeps its constant),
+    and a step's cost for ``criterion=loss``: the increase of the probe's loss it causes (never below 0)."""
+    base, gates = probe.gates(sizes, dropped_se, dropped_blocks)
+    gates.update(dropped_se)
+    return gates, lambda c: max(probe.loss(c.sizes, {i: gates[i] for i in c.se}, c.blocks) - base, 0.0)
 
 
 def _pick_step(cands: list[_Candidate], preds: np.ndarray, savings: np.ndarray, target_ms: float,

@@ -24,15 +24,8 @@ from nas._io import shell_join
 from nas.arch import Arch, BlockKey
 from nas.latency.device import device_identity, device_mismatch
 from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
-from nas.latency.profiler import (
-    block_frequency,
-    calibration_archs,
-    new_metadata,
-    plan_jobs,
-    pruned_archs,
-    run_jobs,
-    space_names,
-)
+from nas.latency.profile_jobs import plan_jobs, run_jobs
+from nas.latency.profiler import block_frequency, calibration_archs, new_metadata, pruned_archs, space_names
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import TABLES_DIR, LatencyTable, now_iso, resolve_table_path

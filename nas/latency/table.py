@@ -45,7 +45,7 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -420,6 +420,17 @@ class Throttle:
         if self._dirty:
             self.fn()
             self._last, self._dirty = time.monotonic(), False
+
+
+def merge_into(store: dict) -> Callable[[Any, Entry], None]:
+    """A ``record(item, entry)`` that adds each measured round to ``store`` (a table's ``entries`` or
+    ``networks``): the item's entry merged with the new one (``Entry.merged``), else the new one."""
+
+    def record(x: Any, entry: Entry) -> None:
+        old = store.get(x)
+        store[x] = entry if old is None else old.merged(entry)
+
+    return record
 
 
 def resolve_table_path(name: str | Path, *, for_writing: bool = False) -> Path:
