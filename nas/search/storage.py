@@ -116,8 +116,9 @@ def _db_error_line(e: BaseException) -> str:
 def _open_rdb(url: str) -> optuna.storages.RDBStorage:
     """``RDBStorage(url)``; schema creation by workers started together is serialized (PostgreSQL: an
     advisory lock; SQLite: a lock file beside the database, where two workers creating a new file
-    at once failed with "table studies already exists") or retried: concurrent ``CREATE TYPE`` / ``CREATE TABLE`` fail with IntegrityError (a unique violation
-    in the catalog) or ProgrammingError ("already exists") in all but one of them."""
+    at once failed with "table studies already exists") or retried: concurrent ``CREATE TYPE`` /
+    ``CREATE TABLE`` fail with IntegrityError (a unique violation in the catalog) or ProgrammingError
+    ("already exists") in all but one of them."""
     import sqlalchemy
     from optuna.storages import RDBStorage
 
@@ -126,10 +127,11 @@ def _open_rdb(url: str) -> optuna.storages.RDBStorage:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(url, heartbeat_interval=60, grace_period=180, engine_kwargs={"pool_pre_ping": True})
 
-    if url.startswith("sqlite:///") and url[len("sqlite:///"):] not in ("", ":memory:"):
+    db = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+    if db not in ("", ":memory:"):
         from filelock import FileLock
 
-        with FileLock(url[len("sqlite:///"):] + ".lock"):  # workers opening a new file at once
+        with FileLock(db + ".lock"):  # workers opening a new file at once
             return create()
     attempt = 0
     while True:

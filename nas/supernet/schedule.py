@@ -26,6 +26,7 @@ import numpy as np
 
 from nas.arch import Arch
 from nas.space import SearchSpace
+from nas.supernet.settings import SCHEDULES  # noqa: F401  # re-exported
 
 if TYPE_CHECKING:
     from nas.supernet.model import Supernet
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["DIMENSIONS", "SCHEDULES", "Phase", "dimension", "draw", "phase_at", "phases", "restrict"]
 
 DIMENSIONS = ("kernel", "depth", "width")  # progressive shrinking unlocks them in this order
-SCHEDULES = ("sandwich", "progressive")
 # a parameter's option name (its name without the s{i}_ / s{i}_b{j}_ prefix) -> its dimension
 _DIMENSION_OF = {"kernel": "kernel", "depth": "depth", "width": "width", "expansion": "width", "se": "width",
                  "heads": "width", "mlp_ratio": "width", "stem_width": "width", "head_hidden": "width"}

@@ -10,7 +10,9 @@ from typing import Any
 from nas._checks import check_number
 from nas.train.settings import FitSettings
 
-__all__ = ["SupernetSettings"]
+__all__ = ["SCHEDULES", "SupernetSettings"]
+
+SCHEDULES = ("sandwich", "progressive")  # nas.supernet.schedule: which subnets train when
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class SupernetSettings:
         check_number("supernet.seed", self.seed, integer=True, zero=True)
         if not isinstance(self.sort_channels, bool):
             raise ValueError(f"supernet.sort_channels must be true or false, got {self.sort_channels!r}")
-        if self.schedule not in ("sandwich", "progressive"):
+        if self.schedule not in SCHEDULES:
             raise ValueError(f"supernet.schedule must be sandwich or progressive, got {self.schedule!r}")
         self._check_phase_starts()
         if not isinstance(self.amp, bool):

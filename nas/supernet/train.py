@@ -192,7 +192,8 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
     steps = max(1, len(data.train) // bs // dist.world)
     total = max(1, steps * s.epochs)
     sched = Schedule(bs, steps, total, min(total - 1, int(round(s.warmup_epochs * steps))))
-    table = phases(s)
+    step_fn = SandwichStep(sn, s, dist, steps_per_epoch=steps)
+    table = step_fn.phases
     t0 = [time.perf_counter()]
 
     def epoch_start(_m: nn.Module, _epoch: int) -> None:
@@ -222,7 +223,7 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
                      epochs=range(start, s.epochs), generator=lambda e: torch.Generator().manual_seed(s.seed * 1_000_003 + e),
                      device=device, amp=amp_dtype(device, s.amp), stage="supernet",
                      hint="lower lr or set grad_clip", on_epoch_start=epoch_start, on_epoch_end=epoch_end,
-                     step_fn=SandwichStep(sn, s, dist, steps_per_epoch=steps))
+                     step_fn=step_fn)
     return {"path": str(path), "space": {"name": space.name, "digest": space.digest()}, "data": record["data"],
             "settings": s.to_dict(), "phases": [p.to_dict() for p in table], "epochs": s.epochs, "history": history,
             "world_size": dist.world, "params": sn.describe()["params"]}
