@@ -201,10 +201,29 @@ def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
     from bench_bundle import round_trip
 
     settings = ProfileSettings(warmup=3, repeats=10, min_time_s=0.0, max_spread=0.5, remeasure=0, rounds=1)
-    res = round_trip(tmp_path, spaces="tiny", settings=settings, calibration_networks=20, pruned_networks=5,
-                     held_out=20)
+    res = round_trip(tmp_path, target=Target.coerce(CPU), spaces="tiny", settings=settings,
+                     calibration_networks=20, pruned_networks=5, held_out=20)
     assert res["calibrated_on"] == 25 and res["held_out"] == 20 and res["blocks"] > 250
     assert res["score"]["mape"] < 50 and res["score"]["kendall_tau"] > 0.3, res
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_measuring_python_has_the_runtime_and_no_torch(tmp_path, runtime):
+    """bench_bundle measures onnxruntime and OpenVINO bundles with a Python that has numpy and the
+    runtime only; ExecuTorch's (whose Python runtime imports torch) with this one."""
+    pytest.importorskip(runtime)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from bench_bundle import no_torch_python
+
+    py = no_torch_python(tmp_path / "venv", runtime)
+    assert py != sys.executable
+    r = subprocess.run([py, "-c", f"import {runtime}, sys; print('torch' in sys.modules)"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+    assert no_torch_python(tmp_path / "venv", runtime) == py  # a second call reuses the venv
+    assert no_torch_python(tmp_path / "other", "executorch") == sys.executable
+    with pytest.raises(ValueError, match="no measuring Python for runtime 'tflite'"):
+        no_torch_python(tmp_path / "x", "tflite")
 
 
 def test_targets_accept_their_own_measurements():
