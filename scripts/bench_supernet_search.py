@@ -145,7 +145,7 @@ def _supernet(a: argparse.Namespace, space: Any, data: Any, work: Path) -> tuple
         hist = meta["history"]
     else:
         t0 = time.perf_counter()
-        print(f"supernet: training {a.supernet_epochs} epochs into {work} ...", flush=True)
+        print(f"supernet: {a.supernet_epochs} epochs into {work} (resumed if there) ...", flush=True)
         hist = train_supernet(space, data, SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device="cpu"),
                               work)["history"]
         ckpt = work / "supernet.ckpt"
@@ -325,7 +325,7 @@ def _scratch(rows: Sequence[dict[str, Any]], env: dict[str, Any], state: State, 
                     "finetuned": r["finetuned"]["test_accuracy"], "scratch": sc["test_accuracy"],
                     "finetune_s": r["finetuned"]["seconds"], "scratch_s": sc["seconds"]})
         print(f"  {r['predicted_ms']:.3f} ms: fine-tuned {100 * out[-1]['finetuned']:.1f}%, from scratch "
-              f"{100 * out[-1]['scratch']:.1f}% (test, {e} epochs)", flush=True)
+              f"{100 * out[-1]['scratch']:.1f}% (test, {e} epoch(s))", flush=True)
     return out
 
 
@@ -359,7 +359,7 @@ def _tables(res: dict[str, Any]) -> str:
              f"this machine, not measured); accuracy on the test split.", "", "## Cost", "",
              f"| step | trials | wall s | s / trial | s / evaluated arch | wall s for {n} trials |",
              "|---|---|---|---|---|---|",
-             f"| supernet training ({res['supernet']['epochs']} epochs, once) | | {res['supernet']['seconds']:.0f} | | | |"]
+             f"| supernet training ({res['supernet']['epochs']} epoch(s), once) | | {res['supernet']['seconds']:.0f} | | | |"]
     for name in EVALUATORS:
         x = c[name]
         per = "" if x["s_per_evaluated_arch"] is None else f"{x['s_per_evaluated_arch']:.2f}"
@@ -367,7 +367,7 @@ def _tables(res: dict[str, Any]) -> str:
         lines.append(f"| search, evaluator={name} | {x['trials']} | {x['wall_s']:.0f} | {x['s_per_trial']:.2f} | "
                      f"{per} | {x[f'wall_s_for_{n}_trials']:.0f}{ext} |")
     lines.append(f"| fine-tuning the supernet front ({len(o['supernet_front'])} archs, {res['settings']['finetune_epochs']}"
-                 f" epochs) | | {res['equal_compute']['finetune_s']:.0f} | | | |")
+                 f" epoch(s)) | | {res['equal_compute']['finetune_s']:.0f} | | | |")
     e = res["equal_compute"]
     hv = o["hypervolume_test"]
     lines += ["", "## Outcome at equal compute", "",
@@ -387,7 +387,7 @@ def _tables(res: dict[str, Any]) -> str:
                      f"{h:.3f} |")
     lines += ["", f"Reference point: ({100 * o['reference']['accuracy']:.0f}% accuracy, "
                   f"{o['reference']['latency_ms']:.3f} ms); hypervolume as a fraction of the box to (100%, 0 ms).",
-              "", f"## Fine-tuned from inherited weights vs from scratch ({res['settings']['finetune_epochs']} epochs, "
+              "", f"## Fine-tuned from inherited weights vs from scratch ({res['settings']['finetune_epochs']} epoch(s), "
                   "test accuracy)", "", "| arch | predicted ms | fine-tuned | from scratch | difference |",
               "|---|---|---|---|---|"]
     for r in sc["rows"]:

@@ -153,3 +153,27 @@ def test_bench_targets_shares_each_score_across_searches(tmp_path):
     assert calls == [(arch.digest(), 3), (arch.digest(), 4), (other.digest(), 3)]
     fresh = bt.SharedEvaluations(Counting(), path, context={"data": "other data"})
     assert fresh.scores == {}
+
+
+def _bench_supernet_search():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_supernet_search.py"
+    spec = importlib.util.spec_from_file_location("bench_supernet_search", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_supernet_search_gives_the_train_path_the_trials_that_fit_its_budget():
+    """Equal compute: the first trials, in trial order, whose recorded durations sum within the budget."""
+    bss = _bench_supernet_search()
+    recs = [{"number": 2, "duration_s": 5.0}, {"number": 0, "duration_s": 4.0}, {"number": 1, "duration_s": 0.5},
+            {"number": 3, "duration_s": None}]
+    got, used = bss.prefix_within(recs, 10.0)
+    assert [r["number"] for r in got] == [0, 1, 2, 3] and used == pytest.approx(9.5)
+    got, used = bss.prefix_within(recs, 9.0)
+    assert [r["number"] for r in got] == [0, 1] and used == pytest.approx(4.5)
+    assert bss.prefix_within(recs, 1.0) == ([], 0.0)
+    # one network at 55% and 1 ms against (10%, 2 ms): half the box's width, half its height
+    assert bss.hv_share([(0.55, 1.0)], (0.1, 2.0)) == pytest.approx(0.25)
