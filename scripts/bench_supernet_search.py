@@ -189,9 +189,11 @@ def _search(name: str, n_trials: int, env: dict[str, Any], state: State) -> Any:
                 print(f"  {name}: {n}/{n_trials} trials, {time.perf_counter() - t0:.0f} s", flush=True)
 
         print(f"search evaluator={name}: {n_trials - have} trials to run ({have} done)", flush=True)
-        rep = run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage, callback=progress)
-        rec["seconds"] += rep.seconds
-        state.save()
+        try:  # an interrupted run's seconds count too (its unfinished trial runs again on resume)
+            run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage, callback=progress)
+        finally:
+            rec["seconds"] += time.perf_counter() - t0
+            state.save()
         write_outputs(s.study, s.run_dir, info=s.info())
     rec["trials"] = count_trials(s.study)
     return s
