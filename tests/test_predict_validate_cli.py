@@ -300,3 +300,19 @@ def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
     assert b["sentence"].startswith(f"measuring the remaining {b['remaining']['blocks']} blocks")
     assert "blocks of the spaces measured" in r.stdout and b["sentence"] in r.stdout
     assert out.with_suffix(".budget.png").stat().st_size > 5000 and "budget curve:" in r.stdout
+
+
+def test_validate_models_take_arch_files(tmp_path):
+    """models= mixes timm names and Arch JSON files (group "arch files"); a missing file is one line."""
+    from nas.latency.validate import held_out_set
+    from nas.space import load_space
+
+    arch = load_space("tiny").random(0)
+    path = tmp_path / "front_00.json"
+    arch.save(path)
+    archs, groups = held_out_set(["tiny"], 2, 0, [str(path), "timm:lcnet_050"], exclude=set(), resolution=None,
+                                 seed=7)
+    assert groups == ["tiny", "tiny", "arch files", "timm"]
+    assert archs[2].digest() == arch.digest()
+    with pytest.raises(ValueError, match="models: no Arch file"):
+        held_out_set(["tiny"], 0, 0, [str(tmp_path / "nope.json")], exclude=set(), resolution=None, seed=7)

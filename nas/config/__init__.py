@@ -167,7 +167,7 @@ class ValidateAppConfig:
     search_space: Any = None  # a name / path or a list; None = every shipped space
     n: int = 200  # held-out architectures in all, split evenly over the spaces
     pruned: int = 0  # + this many held-out networks narrowed as nas.train's pruning narrows them
-    models: list[str] | None = None  # timm:<name> models to validate on as well (or instead: n=0)
+    models: list[str] | None = None  # timm:<name> models or Arch JSON files to validate on as well (or instead: n=0)
     resolution: int | None = None
     out: str = "validation/report.json"  # + .png scatter plot and a measurement cache beside it
     seed: int = 7_000_001

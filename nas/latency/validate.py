@@ -114,7 +114,7 @@ class ValidationSet:
 
     archs: list[Arch]
     measured_ms: list[float]
-    groups: list[str]  # space name or "timm"
+    groups: list[str]  # space name, "<space> pruned", "timm" or "arch files"
     anchors: dict[str, list[tuple[float, float]]] | None = None  # group -> (now, table) of calibration nets
     remeasured: list[tuple[Arch, float]] | None = None  # those calibration networks with their latency now
 
@@ -344,7 +344,8 @@ def scatter_plot(report: dict[str, Any], path: str | Path, *, title: str = "") -
 def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], *, exclude: set[str],
                  resolution: int | None, seed: int) -> tuple[list[Arch], list[str]]:
     """``n`` held-out samples and ``pruned`` held-out pruned networks spread over ``spaces``, plus
-    the timm ``models``, with their groups (space name, ``<space> pruned`` or ``timm``)."""
+    the ``models`` (``timm:<name>``, or an Arch JSON file), with their groups (space name,
+    ``<space> pruned``, ``timm`` or ``arch files``)."""
     from nas.from_timm import arch_from_spec
     from nas.space import load_space
 
@@ -360,6 +361,12 @@ def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], 
         archs += got
         groups += [f"{sp.name} pruned"] * len(got)
     for m in models or []:
+        if m.endswith(".json"):  # an Arch file (a searched front's network, say): group "arch files"
+            if not Path(m).is_file():
+                raise ValueError(f"models: no Arch file {m}")
+            archs.append(arch_from_spec(m, resolution=resolution))
+            groups.append("arch files")
+            continue
         archs.append(arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution))
         groups.append("timm")
     return archs, groups
