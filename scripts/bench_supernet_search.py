@@ -24,7 +24,7 @@ this machine, not measured here), on this machine's CPU, side by side in one run
   fine-tuned from inherited weights for E epochs against trained from scratch for E epochs, the same
   recipe (the train evaluator's: AdamW, batch 64, warm-up then cosine) and seed; test accuracy.
 
-    taskset -c 0 python scripts/bench_supernet_search.py             # the benchmark (about 45 minutes on one core)
+    taskset -c 0 python scripts/bench_supernet_search.py             # the benchmark (about 20 minutes on one core)
     taskset -c 0 python scripts/bench_supernet_search.py --quick     # two or three minutes: the pipeline only
     taskset -c 0 python scripts/bench_supernet_search.py --train-trials 60   # cap the slow train search
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -467,7 +468,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train = _train_front(s["train"], eq["total_s"], env, state)
     print("fine-tuned vs from scratch ...", flush=True)
     sc_rows = _scratch(sn_rows, env, state, a.archs)
-    res = {"command": "taskset -c 0 python scripts/bench_supernet_search.py" + (" --quick" if a.quick else ""),
+    res = {"command": " ".join(["python", *sys.argv]), "cpus": sorted(os.sched_getaffinity(0)),
            "quick": a.quick, "settings": {**{k: v for k, v in vars(a).items() if k != "out"},
                                           "data": env["data"].describe(), "space": "tiny", "target": "cpu",
                                           "latency": env["latency"].describe(),
