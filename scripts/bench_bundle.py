@@ -93,8 +93,17 @@ def write_or_reuse(target, b: Path, *, spaces, settings, calibration_networks: i
         return 0.0
     t0 = time.time()
     profile_target(target, spaces=spaces, bundle=b, settings=settings, calibration_networks=calibration_networks,
-                   pruned_networks=pruned_networks, held_out=held_out, progress=False, say=lambda line: None)
+                   pruned_networks=pruned_networks, held_out=held_out, progress=False, say=lambda line: None,
+                   **_stems_and_heads())
     return time.time() - t0
+
+
+def _stems_and_heads() -> dict:
+    """The extra stems and heads ``nas.profile`` measures by default (``in_chans``, ``num_classes``)."""
+    from nas.config import ProfileAppConfig
+
+    d = ProfileAppConfig()
+    return {"in_chans": list(d.in_chans), "num_classes": list(d.num_classes)}
 
 
 def round_trip(work: Path, *, target, spaces, settings, calibration_networks: int, pruned_networks: int,
@@ -119,7 +128,7 @@ def round_trip(work: Path, *, target, spaces, settings, calibration_networks: in
     (work / "t.json").unlink(missing_ok=True)
     rep = profile_target(target, spaces=spaces, import_bundle=b / "results.json", out=work / "t.json",
                          calibration_networks=calibration_networks, pruned_networks=pruned_networks,
-                         progress=False, say=lambda line: None)
+                         progress=False, say=lambda line: None, **_stems_and_heads())
     pred = LatencyPredictor().fit(LatencyTable.load(work / "t.json"))
     held = bundle_networks(b / "results.json")
     s = score(pred.predict([a for a, _ in held]), [ms for _, ms in held])
