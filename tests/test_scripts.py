@@ -85,14 +85,19 @@ def test_bench_modelopt_without_modelopt_compares_the_hwnas_exports(tmp_path):
     assert "hwnas_qat" in r.stdout
 
 
-def _bench_targets():
+def _script(name: str):
+    """scripts/<name>.py imported as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_targets.py"
-    spec = importlib.util.spec_from_file_location("bench_targets", path)
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench_targets():
+    return _script("bench_targets")
 
 
 def test_bench_targets_cross_hypervolume_judges_each_front_on_each_latency():
@@ -156,13 +161,7 @@ def test_bench_targets_shares_each_score_across_searches(tmp_path):
 
 
 def _bench_supernet_search():
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_supernet_search.py"
-    spec = importlib.util.spec_from_file_location("bench_supernet_search", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _script("bench_supernet_search")
 
 
 def test_bench_supernet_search_gives_the_train_path_the_trials_that_fit_its_budget():
