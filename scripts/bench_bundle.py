@@ -71,12 +71,21 @@ def no_torch_python(root: Path, runtime: str = "onnxruntime") -> str:
     return str(py)
 
 
-def _bundle_counts(bundle: Path) -> dict:
-    """Networks per role in a written bundle's manifest."""
+def _bundle_differences(bundle: Path, target, settings, want: dict) -> list[str]:
+    """How a bundle already written differs from the one asked for: its target, measurement settings
+    and networks per role (from its manifest; it may not be measured yet)."""
     from collections import Counter
 
+    from nas.latency.bundle import _SETTINGS
+
     man = json.loads((bundle / "manifest.json").read_text())
-    return dict(Counter(n["role"] for n in man["networks"]))
+    have = Counter(n["role"] for n in man["networks"])
+    diffs = [f"{k} networks {have.get(k, 0)}, not {v}" for k, v in want.items() if have.get(k, 0) != v]
+    if man.get("target") != target.name:
+        diffs.append(f"target {man.get('target')!r}, not {target.name!r}")
+    written = man.get("settings") or {}
+    return diffs + [f"{k}={written.get(k)}, not {getattr(settings, k)}" for k in _SETTINGS
+                    if written.get(k) != getattr(settings, k)]
 
 
 def write_or_reuse(target, b: Path, *, spaces, settings, calibration_networks: int, pruned_networks: int,
@@ -86,10 +95,10 @@ def write_or_reuse(target, b: Path, *, spaces, settings, calibration_networks: i
 
     want = {"calibration": calibration_networks, "pruned": pruned_networks, "held_out": held_out}
     if (b / "manifest.json").is_file():
-        have = _bundle_counts(b)
-        if any(have.get(k, 0) != v for k, v in want.items()):
-            raise SystemExit(f"bench_bundle: {b} holds a bundle with networks {have}, not {want}: "
-                             "give another --work or the same counts")
+        diffs = _bundle_differences(b, target, settings, want)
+        if diffs:
+            raise SystemExit(f"bench_bundle: {b} holds another bundle ({'; '.join(diffs)}): give another --work, "
+                             "or the options it was written with")
         return 0.0
     t0 = time.time()
     profile_target(target, spaces=spaces, bundle=b, settings=settings, calibration_networks=calibration_networks,

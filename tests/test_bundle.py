@@ -287,3 +287,21 @@ def test_validate_on_the_bundles_held_out_networks(measured, tmp_path):
                                                       if n["role"] == "held_out"])
     with pytest.raises(ValueError, match="no measured held-out networks: write the bundle with held_out=N"):
         validate_target(target, bundle=empty, out=tmp_path / "v3.json", say=lambda line: None)
+
+
+def test_bench_bundle_reuses_only_the_bundle_it_was_asked_for(tmp_path):
+    """--work with a bundle already written: its target, settings and network counts must be the ones asked for."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from bench_bundle import _bundle_differences
+
+    settings = ProfileSettings()
+    nets = [{"role": r} for r in ["calibration"] * 2 + ["held_out"]]
+    man = {"target": "cpu", "networks": nets, "settings": {k: getattr(settings, k) for k in
+                                                            ("warmup", "repeats", "min_time_s", "max_spread",
+                                                             "remeasure", "rounds")}}
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    want = {"calibration": 2, "pruned": 0, "held_out": 1}
+    assert _bundle_differences(tmp_path, Target.coerce(CPU), settings, want) == []
+    got = _bundle_differences(tmp_path, Target.coerce({**CPU, "name": "other"}), ProfileSettings(rounds=1),
+                              {**want, "held_out": 3})
+    assert got == ["held_out networks 1, not 3", "target 'cpu', not 'other'", f"rounds={settings.rounds}, not 1"]
