@@ -66,6 +66,15 @@ def hypervolume_2d(points: list[tuple[float, float]], ref: tuple[float, float]) 
     return area
 
 
+def latency_reference(space: Any, deploy: Any, models: list[Any], n: int = 2000) -> list[float]:
+    """The hypervolume reference point's latency, per latency model: 1.05 x the largest latency it
+    predicts for ``n`` seeded random networks of ``space`` (each passed through ``deploy``: the
+    network as deployed, with the dataset's head and the deployment resolution)."""
+    rng = np.random.default_rng(12345)
+    sample = [deploy(space.random(rng)) for _ in range(n)]
+    return [1.05 * float(np.max(m.predict(sample))) for m in models]
+
+
 def _pts(study) -> list[tuple[int, float, float]]:
     """(trial number, accuracy, latency) of feasible evaluated trials, in trial order."""
     out = []
@@ -91,10 +100,9 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
     ev = {**OmegaConf.to_container(cfg.evaluator, resolve=True), "epochs": args.epochs, "device": "cpu"}
     if args.evaluator == "zero_cost":
         ev = {"name": "zero_cost", "proxy": "naswot", "device": "cpu"}
-    rng = np.random.default_rng(12345)
-    sample = [space.random(rng).with_head(num_classes=data.num_classes, in_chans=data.in_chans) for _ in range(2000)]
-    lat_ref = float(np.max(latency.predict([a.with_resolution(target.get("resolution") or space.resolution)
-                                             for a in sample]))) * 1.05
+    res = target.get("resolution") or space.resolution
+    lat_ref = latency_reference(space, lambda a: a.with_head(num_classes=data.num_classes, in_chans=data.in_chans)
+                                .with_resolution(res), [latency])[0]
     acc_ref = 1.0 / data.num_classes if args.evaluator == "train" else None
     runs: dict[str, dict[int, list[tuple[int, float, float]]]] = {s: {} for s in args.samplers}
     (out / "studies").mkdir(parents=True, exist_ok=True)

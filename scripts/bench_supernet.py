@@ -41,12 +41,28 @@ from nas._io import atomic_write_json  # noqa: E402
 METHODS = ("supernet", "train", "naswot", "synflow")
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+def add_subset_args(p: argparse.ArgumentParser) -> None:
+    """The data options of the supernet benchmarks (this one and bench_supernet_search.py): one
+    training subset, small enough for a run on one core."""
     p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, or digits)")
     p.add_argument("--train-samples", type=int, default=2000, help="training subset (images)")
     p.add_argument("--val-samples", type=int, default=1000, help="validation images scored")
-    p.add_argument("--resolution", type=int, default=16, help="input px (16 keeps the run under 25 minutes)")
+    p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring (16 keeps a run short)")
+
+
+def load_subset(a: argparse.Namespace) -> Any:
+    """The dataset ``add_subset_args``'s options name, no augmentation; says what it loaded."""
+    from nas.data import load_data
+
+    data = load_data({"name": a.data, "resolution": a.resolution, "train_samples": a.train_samples,
+                      "val_samples": a.val_samples, "augment": "none"})
+    print(f"data: {data.describe()} (a training subset of {a.train_samples} images)", flush=True)
+    return data
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_subset_args(p)
     p.add_argument("--archs", type=int, default=24, help="architectures spread over the latency range")
     p.add_argument("--supernet-epochs", type=int, default=20)
     p.add_argument("--standalone-epochs", type=int, default=6, help="the stand-alone (reference) training")
@@ -117,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     from scipy.stats import kendalltau
 
-    from nas.data import adapt_arch, load_data
+    from nas.data import adapt_arch
     from nas.space import load_space
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
@@ -126,10 +142,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     out = Path(a.out)
     work = out / "bench_supernet" / ("quick" if a.quick else "full")
-    data = load_data({"name": a.data, "resolution": a.resolution, "train_samples": a.train_samples,
-                      "val_samples": a.val_samples, "augment": "none"})
+    data = load_subset(a)
     space = load_space("tiny")
-    print(f"data: {data.describe()} (a training subset of {a.train_samples} images)", flush=True)
     t0 = time.perf_counter()
     settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device="cpu")
     rec = train_supernet(space, data, settings, work)

@@ -52,7 +52,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_search import hypervolume_2d  # noqa: E402
+from bench_search import hypervolume_2d, latency_reference  # noqa: E402
+from bench_supernet import add_subset_args, load_subset  # noqa: E402
 
 from nas._io import atomic_write_json, atomic_write_text  # noqa: E402
 
@@ -61,10 +62,7 @@ EVALUATORS = ("supernet", "zero_cost", "train")
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, or digits)")
-    p.add_argument("--train-samples", type=int, default=2000, help="training subset (images)")
-    p.add_argument("--val-samples", type=int, default=1000, help="validation images the searches score on")
-    p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring")
+    add_subset_args(p)
     p.add_argument("--trials", type=int, default=200, help="trials per search")
     p.add_argument("--train-trials", type=int, default=None, help="cap on the train search's trials (default: --trials)")
     p.add_argument("--supernet-epochs", type=int, default=20)
@@ -104,11 +102,9 @@ def hv_share(points: Sequence[tuple[float, float]], ref: tuple[float, float]) ->
     return hypervolume_2d(list(points), ref) / ((1.0 - ref[0]) * ref[1])
 
 
-def _reference(problem: Any, n: int = 2000) -> tuple[float, float]:
-    """(chance accuracy, 1.05 x the largest predicted latency of ``n`` seeded random deployed networks)."""
-    rng = np.random.default_rng(12345)
-    sample = [problem.deployed(problem.space.random(rng)) for _ in range(n)]
-    return 1.0 / problem.data.num_classes, 1.05 * float(np.max(problem.latency.predict(sample)))
+def _reference(problem: Any) -> tuple[float, float]:
+    """(chance accuracy, 1.05 x the largest predicted latency of 2000 seeded random deployed networks)."""
+    return 1.0 / problem.data.num_classes, latency_reference(problem.space, problem.deployed, [problem.latency])[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,8 +235,9 @@ def _fit(arch: Any, data: Any, env: dict[str, Any], *, epochs: int, init: str, d
     torch.manual_seed(env["seed"])
     model = build(arch)
     if init == "supernet":
-        sn, _ = load_supernet(env["ckpt"])
-        model.load_state_dict(sn.subnet(arch).state_dict())
+        if "supernet" not in env:  # loaded once for every network fine-tuned
+            env["supernet"] = load_supernet(env["ckpt"])[0]
+        model.load_state_dict(env["supernet"].subnet(arch).state_dict())
     t0 = time.perf_counter()
     hist = fit(model, data, settings=fs, epochs=epochs, lr=fs.lr, seed=env["seed"],
                ckpt=env["work"] / "fit" / f"{digest[:16]}_{init}_{epochs}.ckpt",
@@ -425,15 +422,12 @@ def _plot(res: dict[str, Any], path: Path) -> None:
 
 
 def _setup(a: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from nas.data import load_data
     from nas.latency import load_latency_model
     from nas.search.evaluate import TrainEvaluator
     from nas.space import load_space
     from nas.target import load_target
 
-    data = load_data({"name": a.data, "resolution": a.resolution, "train_samples": a.train_samples,
-                      "val_samples": a.val_samples, "augment": "none"})
-    print(f"data: {data.describe()} (a training subset of {a.train_samples} images)", flush=True)
+    data = load_subset(a)
     space = load_space("tiny")
     ckpt, sn_s, sn_epochs = _supernet(a, space, data, work)
     cfg = _configs(ckpt.resolve())

@@ -51,12 +51,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_search import hypervolume_2d  # noqa: E402
+from bench_search import hypervolume_2d, latency_reference  # noqa: E402
 from targets_report import BEST, jaccard, write_report  # noqa: E402,F401
 
 from nas._io import atomic_write_json  # noqa: E402
@@ -239,11 +237,9 @@ def run_searches(args, env: Mapping[str, Any], *, run: bool = True) -> dict[str,
     return searches
 
 
-def _deployed_reference(env: Mapping[str, Any], problem: Any, n: int = 2000) -> dict[str, float]:
-    """Per target: 1.05 x the largest predicted latency of ``n`` seeded random deployed networks."""
-    rng = np.random.default_rng(12345)
-    sample = [problem.deployed(env["space"].random(rng)) for _ in range(n)]
-    return {t: 1.05 * float(np.max(m.predict(sample))) for t, m in env["models"].items()}
+def _deployed_reference(env: Mapping[str, Any], problem: Any) -> dict[str, float]:
+    """Per target: 1.05 x the largest predicted latency of 2000 seeded random deployed networks."""
+    return dict(zip(env["models"], latency_reference(env["space"], problem.deployed, list(env["models"].values()))))
 
 
 def _coverage(model: Any, archs: Sequence[Arch]) -> dict[str, Any]:
