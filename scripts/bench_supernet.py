@@ -10,22 +10,35 @@ On Fashion-MNIST (the Debian package's files; a training subset, said so in the 
    quantiles;
 3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (b) short training
    (``evaluator=train`` at its default budget), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
-   and train it stand-alone from scratch (``--standalone-epochs``, the reference accuracy), twice
-   with two seeds: the agreement of the two runs is the ceiling the reference's noise leaves;
-4. report Kendall's tau between the stand-alone accuracy and each score, and the cost of each
-   (the supernet's training wall time; seconds per evaluated architecture).
+   and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
+   the reference is the mean of those runs, and how well the runs agree with each other is the
+   ceiling the reference's noise leaves.  The estimators (and the supernet's training) use
+   ``--seed``, the stand-alone runs the seeds after it, so no estimator starts from the initial
+   weights of a reference run;
+4. report Kendall's tau between the reference and each score, and the cost of each (the supernet's
+   training wall time; seconds per evaluated architecture).
 
-    taskset -c 0 python scripts/bench_supernet.py              # the benchmark (about 20 minutes on one core)
+    taskset -c 0 python scripts/bench_supernet.py              # the benchmark (about 2 hours on one core)
     taskset -c 0 python scripts/bench_supernet.py --quick      # a minute or two: checks the pipeline only
 
+The scores are independent, so a run splits across cores (or machines sharing the folder):
+
+    taskset -c 0 python scripts/bench_supernet.py --scores supernet train naswot synflow standalone2 &
+    taskset -c 1 python scripts/bench_supernet.py --scores standalone0 standalone1
+
+Each part computes only its scores; whichever finds them all complete writes the report (a run
+without ``--scores`` computes what is missing, then reports).
+
 Writes ``<out>/supernet.json`` and ``<out>/supernet.png`` (scatter plots; default out:
-scripts/results/) and prints the table.  The supernet checkpoint and each architecture's scores
-are cached under ``<out>/bench_supernet/``, so an interrupted run resumes where it stopped.
+scripts/results/) and prints the table.  The supernet checkpoint and each score of each
+architecture are cached under ``<out>/bench_supernet/``, so an interrupted run resumes where it
+stopped; a cache written with other settings is refused, each difference named.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -39,6 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nas._io import atomic_write_json  # noqa: E402
 
 METHODS = ("supernet", "train", "naswot", "synflow")
+# what a cache was computed with: a re-run with other values of these must not reuse it
+_SETTINGS = ("data", "train_samples", "val_samples", "resolution", "archs", "supernet_epochs",
+             "standalone_epochs", "seed")
 
 
 def add_subset_args(p: argparse.ArgumentParser) -> None:
@@ -46,7 +62,7 @@ def add_subset_args(p: argparse.ArgumentParser) -> None:
     training subset, small enough for a run on one core."""
     p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, or digits)")
     p.add_argument("--train-samples", type=int, default=2000, help="training subset (images)")
-    p.add_argument("--val-samples", type=int, default=1000, help="validation images scored")
+    p.add_argument("--val-samples", type=int, default=1000, help="validation images scored (0: the whole split)")
     p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring (16 keeps a run short)")
 
 
@@ -55,24 +71,58 @@ def load_subset(a: argparse.Namespace) -> Any:
     from nas.data import load_data
 
     data = load_data({"name": a.data, "resolution": a.resolution, "train_samples": a.train_samples,
-                      "val_samples": a.val_samples, "augment": "none"})
+                      "val_samples": a.val_samples or None, "augment": "none"})
     print(f"data: {data.describe()} (a training subset of {a.train_samples} images)", flush=True)
     return data
+
+
+def score_names(seeds: int) -> tuple[str, ...]:
+    """Every score the benchmark computes: the four estimators, then one stand-alone run per seed."""
+    return (*METHODS, *(f"standalone{k}" for k in range(seeds)))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     add_subset_args(p)
+    p.set_defaults(train_samples=10000, val_samples=0)
     p.add_argument("--archs", type=int, default=24, help="architectures spread over the latency range")
     p.add_argument("--supernet-epochs", type=int, default=20)
-    p.add_argument("--standalone-epochs", type=int, default=6, help="the stand-alone (reference) training")
+    p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
+    p.add_argument("--standalone-seeds", type=int, default=3, help="stand-alone runs per architecture (>= 2)")
+    p.add_argument("--scores", nargs="+", metavar="NAME",
+                   help="compute only these scores (supernet, train, naswot, synflow, standalone<k>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = p.parse_args(argv)
     if a.quick:
         a.train_samples, a.val_samples, a.archs, a.supernet_epochs, a.standalone_epochs = 256, 128, 4, 1, 1
+        a.standalone_seeds = 2
+    if a.standalone_seeds < 2:
+        p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
+    names = score_names(a.standalone_seeds)
+    unknown = [s for s in a.scores or () if s not in names]
+    if unknown:
+        p.error(f"--scores: unknown {', '.join(unknown)}; choose from {', '.join(names)}")
+    a.scores = [s for s in names if s in (a.scores or names)]
     return a
+
+
+def check_work(work: Path, a: argparse.Namespace) -> None:
+    """Refuse a cache in ``work`` computed with other settings (each difference named); record ours."""
+    want = {k: getattr(a, k) for k in _SETTINGS}
+    path = work / "settings.json"
+    if path.is_file():
+        have = json.loads(path.read_text())
+        diffs = [f"{k} {have.get(k)!r} there, {want[k]!r} asked" for k in _SETTINGS if have.get(k) != want[k]]
+        if diffs:
+            raise SystemExit(f"{work} holds a benchmark run with other settings ({'; '.join(diffs)}); "
+                             "give another --out or remove that folder")
+    elif work.is_dir() and any(work.iterdir()):
+        raise SystemExit(f"{work} holds files but no settings.json: not a run of this benchmark's version; "
+                         "give another --out or remove that folder")
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, want)
 
 
 def _pick_archs(space: Any, data: Any, n: int, seed: int) -> tuple[list[Any], list[float]]:
@@ -92,106 +142,169 @@ def _pick_archs(space: Any, data: Any, n: int, seed: int) -> tuple[list[Any], li
     return [archs[i] for i in idx], [float(ms[i]) for i in idx]
 
 
-def _score_all(arch: Any, data: Any, a: argparse.Namespace, ckpt: Path, have: dict[str, Any]) -> dict[str, Any]:
-    """Every score of ``arch`` that ``have`` lacks.  ``standalone_repeat``: the stand-alone training again
-    with another seed, whose agreement with the first bounds the Kendall tau any score can reach."""
+def _seed(name: str, a: argparse.Namespace) -> int:
+    """The seed of score ``name``: ``--seed`` for the estimators, the next ones for the stand-alone runs."""
+    return a.seed + 1 + int(name.removeprefix("standalone")) if name.startswith("standalone") else a.seed
+
+
+def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
+    """The evaluator behind score ``name`` and the seed it runs with."""
     from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
 
-    evals = {"supernet": (SupernetEvaluator(checkpoint=str(ckpt), device="cpu"), a.seed),
-             "train": (TrainEvaluator(device="cpu"), a.seed),
-             "naswot": (ZeroCostEvaluator(proxy="naswot", device="cpu"), a.seed),
-             "synflow": (ZeroCostEvaluator(proxy="synflow", device="cpu"), a.seed),
-             "standalone": (TrainEvaluator(epochs=a.standalone_epochs, device="cpu"), a.seed),
-             "standalone_repeat": (TrainEvaluator(epochs=a.standalone_epochs, device="cpu"), a.seed + 1)}
-    out = dict(have)
-    for name, (ev, seed) in evals.items():
-        if name not in out:
-            r = ev.evaluate(arch, data, seed=seed)
-            out[name] = {"score": r.score, "seconds": r.seconds}
-    return out
+    if name == "supernet":
+        return SupernetEvaluator(checkpoint=str(ckpt), device="cpu"), a.seed
+    if name == "train":
+        return TrainEvaluator(device="cpu"), a.seed
+    if name in ("naswot", "synflow"):
+        return ZeroCostEvaluator(proxy=name, device="cpu"), a.seed
+    return TrainEvaluator(epochs=a.standalone_epochs, device="cpu"), _seed(name, a)
 
 
-def _plot(rows: list[dict[str, Any]], taus: dict[str, float], path: Path) -> None:
+def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
+    """Where score ``name``'s values are kept; a stand-alone run's file is named by its seed."""
+    stem = f"standalone_seed{_seed(name, a)}" if name.startswith("standalone") else name
+    return work / "scores" / f"{stem}.json"
+
+
+def _cache(work: Path, name: str, a: argparse.Namespace) -> dict[str, Any]:
+    p = _cache_path(work, name, a)
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
+    """Score every architecture ``name``'s cache lacks, saving after each (an interruption loses one)."""
+    from nas.data import adapt_arch
+
+    cache = _cache(work, name, a)
+    ev, seed = _evaluator(name, a, work / "supernet.ckpt")
+    for i, arch in enumerate(archs):
+        if arch.digest() in cache:
+            continue
+        r = ev.evaluate(adapt_arch(arch, data), data, seed=seed)
+        cache[arch.digest()] = {"score": r.score, "seconds": r.seconds}
+        atomic_write_json(_cache_path(work, name, a), cache)
+        print(f"{name} [{i + 1}/{len(archs)}] {r.score:.4g} ({r.seconds:.1f} s)", flush=True)
+
+
+def _tau(x: list[float], y: list[float]) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y).statistic)
+
+
+def reference_agreement(runs: list[list[float]]) -> dict[str, float]:
+    """How well the stand-alone runs agree: Kendall tau of each pair, and of each run against the mean
+    of the others (what a score as good as one more run would reach against a reference of the rest)."""
+    pairs = [_tau(x, y) for x, y in itertools.combinations(runs, 2)]
+    loo = [_tau(r, list(np.mean([o for j, o in enumerate(runs) if j != i], axis=0))) for i, r in enumerate(runs)]
+    return {"pairwise_mean": float(np.mean(pairs)), "pairwise_min": float(min(pairs)),
+            "pairwise_max": float(max(pairs)), "one_vs_mean_of_rest": float(np.mean(loo))}
+
+
+def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METHODS), figsize=(4 * len(METHODS), 3.6))
-    ref = [r["scores"]["standalone"]["score"] * 100 for r in rows]
+    fig, axes = plt.subplots(1, len(METHODS) + 1, figsize=(4 * (len(METHODS) + 1), 3.6))
+    ref = [r["reference"] * 100 for r in rows]
     for ax, m in zip(axes, METHODS):
         v = [r["scores"][m]["score"] * (100 if m in ("supernet", "train") else 1) for r in rows]
         ax.scatter(v, ref, s=14)
         ax.set_xlabel(f"{m} {'accuracy %' if m in ('supernet', 'train') else 'score'}")
         ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}")
-    axes[0].set_ylabel("stand-alone accuracy %")
+    axes[0].set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
+    ax = axes[-1]
+    ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")
+    ax.set_xlabel("stand-alone accuracy %, run 1")
+    ax.set_ylabel("stand-alone accuracy %, run 2")
+    ax.set_title(f"the reference against itself: tau {_tau(runs[0], runs[1]):.2f}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import torch
-    from scipy.stats import kendalltau
+def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], work: Path) -> dict[str, Any]:
+    """The JSON record and plot of a complete run, and its table printed."""
+    from nas.supernet.checkpoint import read_checkpoint
 
-    from nas.data import adapt_arch
+    names = score_names(a.standalone_seeds)
+    caches = {n: _cache(work, n, a) for n in names}
+    stand = [n for n in names if n.startswith("standalone")]
+    rows = []
+    for arch, lat in zip(archs, ms):
+        scores = {n: caches[n][arch.digest()] for n in names}
+        ref = float(np.mean([scores[n]["score"] for n in stand]))
+        rows.append({"arch": arch.label(), "digest": arch.digest(), "predicted_ms": lat, "reference": ref,
+                     "scores": scores})
+    runs = [[r["scores"][n]["score"] for r in rows] for n in stand]
+    ref = [r["reference"] for r in rows]
+    taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
+    taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
+    agreement = reference_agreement(runs)
+    by_latency = _tau(ref, ms)  # the baseline any estimator must beat: slower networks are more accurate
+    secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
+    history = read_checkpoint(work / "supernet.ckpt")["history"]
+    sn_train_s = float(sum(h["seconds"] for h in history))
+    spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref)),
+              "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))}
+    result = {
+        "command": "taskset -c 0 python scripts/bench_supernet.py" + (" --quick" if a.quick else ""),
+        "data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": "tiny",
+        "archs": len(rows), "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
+        "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
+        "supernet_train_seconds": sn_train_s, "supernet_history": history,
+        "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
+        "kendall_tau_predicted_latency_vs_reference": by_latency,
+        "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
+    }
+    name = "supernet_quick" if a.quick else "supernet"
+    out = Path(a.out)
+    atomic_write_json(out / f"{name}.json", result)
+    _plot(rows, taus, runs, out / f"{name}.png")
+    print(f"\n{'method':<10} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
+    for m in METHODS:
+        print(f"{m:<10} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {secs[m]:>9.2f}")
+    print(f"{'standalone':<10} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
+    print(f"{'latency':<10} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
+    print(f"the reference against itself: tau between seeds {agreement['pairwise_mean']:.3f} (pairs "
+          f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one seed against the mean of the others "
+          f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
+          f"{100 * spread['max']:.2f}% (std {100 * spread['std']:.2f} points; run 1 - run 2: std "
+          f"{100 * spread['run_difference_std']:.2f} points)")
+    print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
+          f"{len(rows)} archs)\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    import torch
+
     from nas.space import load_space
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
 
     a = _args(argv)
     torch.set_num_threads(1)
-    out = Path(a.out)
-    work = out / "bench_supernet" / ("quick" if a.quick else "full")
+    work = Path(a.out) / "bench_supernet" / ("quick" if a.quick else "full")
+    check_work(work, a)
     data = load_subset(a)
     space = load_space("tiny")
-    t0 = time.perf_counter()
-    settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device="cpu")
-    rec = train_supernet(space, data, settings, work)
-    sn_train_s = sum(h["seconds"] for h in rec["history"])
-    print(f"supernet: {a.supernet_epochs} epochs, {sn_train_s:.0f} s of training "
-          f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
     archs, ms = _pick_archs(space, data, a.archs, a.seed)
-    cache_path = work / "scores.json"
-    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    rows = []
-    for i, (arch, lat) in enumerate(zip(archs, ms)):
-        key = arch.digest()
-        if len(cache.get(key, {})) < len(METHODS) + 2:
-            cache[key] = _score_all(adapt_arch(arch, data), data, a, work / "supernet.ckpt", cache.get(key, {}))
-            atomic_write_json(cache_path, cache)
-        rows.append({"arch": arch.label(), "digest": key, "predicted_ms": lat, "scores": cache[key]})
-        s = cache[key]
-        print(f"[{i + 1}/{len(archs)}] {lat:.3f} ms  stand-alone {100 * s['standalone']['score']:.1f}%  supernet "
-              f"{100 * s['supernet']['score']:.1f}%  train {100 * s['train']['score']:.1f}%", flush=True)
-    ref = [r["scores"]["standalone"]["score"] for r in rows]
-    taus = {m: float(kendalltau(ref, [r["scores"][m]["score"] for r in rows]).statistic) for m in METHODS}
-    repeat = [r["scores"]["standalone_repeat"]["score"] for r in rows]
-    taus["standalone_repeat"] = float(kendalltau(ref, repeat).statistic)  # the noise ceiling of the reference
-    mean_ref = [(x + y) / 2 for x, y in zip(ref, repeat)]
-    taus_mean = {m: float(kendalltau(mean_ref, [r["scores"][m]["score"] for r in rows]).statistic) for m in METHODS}
-    secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in (*METHODS, "standalone")}
-    spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref))}
-    result = {
-        "command": "taskset -c 0 python scripts/bench_supernet.py" + (" --quick" if a.quick else ""),
-        "data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": "tiny",
-        "archs": len(rows), "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
-        "supernet_train_seconds": sn_train_s, "supernet_history": rec["history"],
-        "kendall_tau_vs_standalone": taus, "kendall_tau_vs_standalone_mean_of_two": taus_mean,
-        "standalone_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
-    }
-    name = "supernet_quick" if a.quick else "supernet"
-    atomic_write_json(out / f"{name}.json", result)
-    _plot(rows, taus, out / f"{name}.png")
-    print(f"\n{'method':<10} {'Kendall tau':>11} {'tau (mean of 2)':>15} {'s / arch':>9}")
-    for m in METHODS:
-        print(f"{m:<10} {taus[m]:>11.3f} {taus_mean[m]:>15.3f} {secs[m]:>9.2f}")
-    print(f"{'standalone':<10} {'(reference)':>11} {'':>15} {secs['standalone']:>9.2f}")
-    print(f"stand-alone again with another seed: Kendall tau {taus['standalone_repeat']:.3f} (the ceiling the noise of "
-          f"the reference leaves); stand-alone accuracies {100 * spread['min']:.1f}-{100 * spread['max']:.1f}% "
-          f"(std {100 * spread['std']:.2f} points)")
-    print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
-          f"{len(rows)} archs)\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
-    return result
+    if "supernet" in a.scores and len(_cache(work, "supernet", a)) < len(archs):
+        t0 = time.perf_counter()
+        rec = train_supernet(space, data, SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device="cpu"), work)
+        print(f"supernet: {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
+              f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
+    for name in a.scores:
+        _compute(name, archs, data, a, work)
+    missing = [n for n in score_names(a.standalone_seeds)
+               if any(x.digest() not in _cache(work, n, a) for x in archs)]
+    if missing:
+        print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
+              "the report; or run again without --scores)")
+        return None
+    return report(a, data, archs, ms, work)
 
 
 if __name__ == "__main__":

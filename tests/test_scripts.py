@@ -176,3 +176,30 @@ def test_bench_supernet_search_gives_the_train_path_the_trials_that_fit_its_budg
     assert bss.prefix_within(recs, 1.0) == ([], 0.0)
     # one network at 55% and 1 ms against (10%, 2 ms): half the box's width, half its height
     assert bss.hv_share([(0.55, 1.0)], (0.1, 2.0)) == pytest.approx(0.25)
+
+
+def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_reference(tmp_path, capsys):
+    """A cache written with other settings is refused, each difference named; the reference's agreement
+    with itself is the Kendall tau between its runs."""
+    bs = _script("bench_supernet")
+    a = bs._args(["--quick", "--out", str(tmp_path)])
+    assert a.scores == ["supernet", "train", "naswot", "synflow", "standalone0", "standalone1"]
+    # the estimators run with --seed, the stand-alone runs with the seeds after it (no shared initial weights)
+    assert [bs._seed(n, a) for n in a.scores] == [0, 0, 0, 0, 1, 2]
+    assert bs._cache_path(tmp_path, "standalone1", a).name == "standalone_seed2.json"
+    bs.check_work(tmp_path / "w", a)
+    bs.check_work(tmp_path / "w", a)  # the same settings: reused
+    b = bs._args(["--quick", "--out", str(tmp_path), "--seed", "3", "--scores", "standalone1"])
+    assert b.scores == ["standalone1"]
+    with pytest.raises(SystemExit, match="seed 0 there, 3 asked"):
+        bs.check_work(tmp_path / "w", b)
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "scores.json").write_text("{}")
+    with pytest.raises(SystemExit, match="no settings.json"):
+        bs.check_work(tmp_path / "v", a)
+    with pytest.raises(SystemExit):
+        bs._args(["--scores", "standalone7"])
+    assert "unknown standalone7" in capsys.readouterr().err
+    agree = bs.reference_agreement([[1, 2, 3, 4], [1, 2, 3, 4], [4, 3, 2, 1]])
+    assert agree["pairwise_max"] == pytest.approx(1.0) and agree["pairwise_min"] == pytest.approx(-1.0)
+    assert agree["pairwise_mean"] == pytest.approx(-1 / 3)
