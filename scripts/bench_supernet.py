@@ -77,8 +77,9 @@ def load_subset(a: argparse.Namespace) -> Any:
 
 
 def score_names(seeds: int) -> tuple[str, ...]:
-    """Every score the benchmark computes: the four estimators, then one stand-alone run per seed."""
-    return (*METHODS, *(f"standalone{k}" for k in range(seeds)))
+    """Every score the benchmark computes: the four estimators, the supernet's again with another draw of
+    BatchNorm-recalibration batches (how reproducible its score is), then one stand-alone run per seed."""
+    return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -143,16 +144,19 @@ def _pick_archs(space: Any, data: Any, n: int, seed: int) -> tuple[list[Any], li
 
 
 def _seed(name: str, a: argparse.Namespace) -> int:
-    """The seed of score ``name``: ``--seed`` for the estimators, the next ones for the stand-alone runs."""
-    return a.seed + 1 + int(name.removeprefix("standalone")) if name.startswith("standalone") else a.seed
+    """The seed of score ``name``: ``--seed`` for the estimators, the next ones for the stand-alone runs,
+    the one after those for the supernet's second draw."""
+    if name.startswith("standalone"):
+        return a.seed + 1 + int(name.removeprefix("standalone"))
+    return a.seed + 1 + a.standalone_seeds if name == "supernet_again" else a.seed
 
 
 def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     """The evaluator behind score ``name`` and the seed it runs with."""
     from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
 
-    if name == "supernet":
-        return SupernetEvaluator(checkpoint=str(ckpt), device="cpu"), a.seed
+    if name in ("supernet", "supernet_again"):
+        return SupernetEvaluator(checkpoint=str(ckpt), device="cpu"), _seed(name, a)
     if name == "train":
         return TrainEvaluator(device="cpu"), a.seed
     if name in ("naswot", "synflow"):
@@ -161,8 +165,13 @@ def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
 
 
 def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
-    """Where score ``name``'s values are kept; a stand-alone run's file is named by its seed."""
-    stem = f"standalone_seed{_seed(name, a)}" if name.startswith("standalone") else name
+    """Where score ``name``'s values are kept; a stand-alone run's and a second draw's file are named by
+    their seed."""
+    stem = name
+    if name.startswith("standalone"):
+        stem = f"standalone_seed{_seed(name, a)}"
+    elif name == "supernet_again":
+        stem = f"supernet_seed{_seed(name, a)}"
     return work / "scores" / f"{stem}.json"
 
 
@@ -242,6 +251,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     agreement = reference_agreement(runs)
+    sn_again = _tau([r["scores"]["supernet"]["score"] for r in rows], [r["scores"]["supernet_again"]["score"] for r in rows])
     by_latency = _tau(ref, ms)  # the baseline any estimator must beat: slower networks are more accurate
     secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
     history = read_checkpoint(work / "supernet.ckpt")["history"]
@@ -255,6 +265,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
         "supernet_train_seconds": sn_train_s, "supernet_history": history,
         "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
+        "supernet_against_itself": sn_again,
         "kendall_tau_predicted_latency_vs_reference": by_latency,
         "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
     }
@@ -267,6 +278,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         print(f"{m:<10} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {secs[m]:>9.2f}")
     print(f"{'standalone':<10} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
     print(f"{'latency':<10} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
+    print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {sn_again:.3f}")
     print(f"the reference against itself: tau between seeds {agreement['pairwise_mean']:.3f} (pairs "
           f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one seed against the mean of the others "
           f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
