@@ -205,3 +205,14 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     agree = bs.reference_agreement([[1, 2, 3, 4], [1, 2, 3, 4], [4, 3, 2, 1]])
     assert agree["pairwise_max"] == pytest.approx(1.0) and agree["pairwise_min"] == pytest.approx(-1.0)
     assert agree["pairwise_mean"] == pytest.approx(-1 / 3)
+
+
+def test_bench_supernet_ablation_reads_its_variants():
+    """A variant is ``base`` or supernet-setting overrides; anything else is a one-line error."""
+    ab = _script("bench_supernet_ablation")
+    assert ab.parse_variant("base") == {}
+    assert ab.parse_variant("epochs=40,sort_channels=false") == {"epochs": 40, "sort_channels": False}
+    for bad, words in [("epochs", "expected base"), ("seed=3", "'seed' is not"), ("distil=0", "'distil' is not"),
+                       ("epochs=0", "epochs")]:
+        with pytest.raises(SystemExit, match=words):
+            ab.parse_variant(bad)

@@ -54,6 +54,7 @@ class SupernetSettings:
 
     def __post_init__(self) -> None:
         self.fit_settings()  # validates the shared training settings
+        check_number("supernet.epochs", self.epochs, integer=True)  # a supernet of no epochs writes no checkpoint
         check_number("supernet.random_subnets", self.random_subnets, integer=True, zero=True)
         if isinstance(self.distill, bool) or not isinstance(self.distill, (int, float)) or not 0 <= self.distill <= 1:
             raise ValueError(f"supernet.distill must be a weight in [0, 1] (0: labels only), got {self.distill!r}")

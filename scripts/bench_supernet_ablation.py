@@ -1,0 +1,168 @@
+#!/usr/bin/env python
+"""Which supernet training settings change its ranking: variants of the ranking benchmark's supernet,
+scored against the same stand-alone reference.
+
+Reads a complete ``bench_supernet.py`` run at its default settings (its cache under
+``<out>/bench_supernet/full``: run that first), trains one supernet per variant on the same data,
+with the same seed, scores the same architectures with each (``evaluator=supernet``) and reports
+Kendall's tau against the same reference (the mean of the stand-alone runs).  A variant is
+``base`` (the benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings``
+(``epochs=40``, ``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...).
+
+    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 &
+    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 sort_channels=false
+    python scripts/bench_supernet_ablation.py      # the default variants: what is missing, then the report
+
+Each variant's supernet and scores are kept under ``<out>/bench_supernet/full/ablation/<variant>/``,
+so an interrupted run resumes.  Writes ``<out>/supernet_ablation.json`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_supernet import _args as benchmark_args  # noqa: E402
+from bench_supernet import _cache, _pick_archs, _tau, load_subset, score_names  # noqa: E402
+
+from nas._io import atomic_write_json  # noqa: E402
+
+VARIANTS = ("base", "epochs=40", "distill=0", "sort_channels=false")
+
+
+def parse_variant(text: str) -> dict[str, Any]:
+    """``key=value[,key=value]`` as ``SupernetSettings`` overrides (values read as YAML scalars);
+    ``base``: none.  A malformed variant or an unknown setting is a one-line error."""
+    import yaml
+
+    from nas.supernet.settings import SupernetSettings
+
+    if text == "base":
+        return {}
+    fields = set(SupernetSettings.__dataclass_fields__)
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"variant {text!r}: expected base or key=value[,key=value], got {part!r}")
+        if key not in fields or key in ("seed", "device"):
+            raise SystemExit(f"variant {text!r}: {key!r} is not a supernet training setting a variant may change "
+                             f"(choose from {', '.join(sorted(fields - {'seed', 'device'}))})")
+        out[key] = yaml.safe_load(value)
+    try:
+        SupernetSettings(**out)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"variant {text!r}: {e}") from None
+    return out
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    a = p.parse_args(argv)
+    a.overrides = {v: parse_variant(v) for v in a.variants}
+    return a
+
+
+def _reference(work: Path, b: argparse.Namespace, archs: list[Any]) -> tuple[list[float], list[float]]:
+    """The benchmark's reference per architecture (the mean of its stand-alone runs) and its first run;
+    a run that is missing or incomplete is a one-line error."""
+    settings = work / "settings.json"
+    have = json.loads(settings.read_text()) if settings.is_file() else None
+    if have is None or any(getattr(b, k, None) != v for k, v in have.items()):
+        raise SystemExit(f"{work}: no bench_supernet.py run at its default settings there; run "
+                         "python scripts/bench_supernet.py first")
+    runs = []
+    for name in (n for n in score_names(b.standalone_seeds) if n.startswith("standalone")):
+        cache = _cache(work, name, b)
+        missing = [x for x in archs if x.digest() not in cache]
+        if missing:
+            raise SystemExit(f"{work}: the stand-alone run {name} lacks {len(missing)} of {len(archs)} "
+                             "architectures; finish python scripts/bench_supernet.py first")
+        runs.append([cache[x.digest()]["score"] for x in archs])
+    return [float(v) for v in np.mean(runs, axis=0)], runs[0]
+
+
+def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Namespace, data: Any,
+             archs: list[Any]) -> dict[str, Any]:
+    """Train (or resume) the variant's supernet and score every architecture with it."""
+    from nas.data import adapt_arch
+    from nas.search.evaluate import SupernetEvaluator
+    from nas.space import load_space
+    from nas.supernet.checkpoint import read_checkpoint
+    from nas.supernet.settings import SupernetSettings
+    from nas.supernet.train import train_supernet
+
+    if name == "base":
+        vdir, scores_path = work, work / "scores" / "supernet.json"
+    else:
+        vdir = work / "ablation" / name.replace(",", "_")
+        scores_path = vdir / "scores.json"
+        kw = {"epochs": b.supernet_epochs, **overrides}
+        s = SupernetSettings(**{**kw, "seed": b.seed, "device": "cpu"})
+        t0 = time.perf_counter()
+        rec = train_supernet(load_space("tiny"), data, s, vdir)
+        print(f"{name}: supernet {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
+              f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
+    scores = json.loads(scores_path.read_text()) if scores_path.is_file() else {}
+    ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device="cpu")
+    for i, arch in enumerate(archs):
+        if arch.digest() not in scores:
+            r = ev.evaluate(adapt_arch(arch, data), data, seed=b.seed)
+            scores[arch.digest()] = {"score": r.score, "seconds": r.seconds}
+            atomic_write_json(scores_path, scores)
+            print(f"{name} [{i + 1}/{len(archs)}] {r.score:.4g} ({r.seconds:.1f} s)", flush=True)
+    history = read_checkpoint(vdir / "supernet.ckpt")["history"]
+    return {"variant": name, "overrides": overrides, "epochs": len(history),
+            "train_seconds": float(sum(h["seconds"] for h in history)),
+            "val_accuracy_largest": history[-1]["val_accuracy_largest"],
+            "val_accuracy_smallest": history[-1]["val_accuracy_smallest"],
+            "scores": [scores[x.digest()]["score"] for x in archs]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import torch
+
+    from nas.space import load_space
+
+    a = _args(argv)
+    torch.set_num_threads(1)
+    b = benchmark_args(["--out", a.out])
+    work = Path(a.out) / "bench_supernet" / "full"
+    data = load_subset(b)
+    archs, _ms = _pick_archs(load_space("tiny"), data, b.archs, b.seed)
+    ref, first = _reference(work, b, archs)
+    rows = []
+    for name, overrides in a.overrides.items():
+        r = _variant(name, overrides, work, b, data, archs)
+        r["kendall_tau_vs_reference"] = _tau(ref, r["scores"])
+        r["kendall_tau_vs_one_run"] = _tau(first, r["scores"])
+        rows.append(r)
+    result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
+              "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
+              f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows}
+    if a.variants == list(VARIANTS):
+        atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
+    print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
+          f"{'tau vs reference':>16} {'tau vs run 1':>12}")
+    for r in rows:
+        print(f"{r['variant']:<22} {r['epochs']:>6} {r['train_seconds']:>8.0f} {100 * r['val_accuracy_largest']:>7.1f}% "
+              f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
+              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f}")
+    if a.variants == list(VARIANTS):
+        print(f"wrote {Path(a.out) / 'supernet_ablation.json'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
