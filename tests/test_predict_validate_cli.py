@@ -79,7 +79,11 @@ def test_validate_cli(table, tmp_path):
     # re-running reuses the cached measurements
     r2 = run("nas.validate", *args, cwd=tmp_path)
     assert r2.returncode == 0 and "measuring held-out" not in r2.stderr
-    assert json.loads(out.read_text())["points"] == rep["points"]
+    again = json.loads(out.read_text())["points"]
+    assert [(p["digest"], p["measured_ms"]) for p in again] == [(p["digest"], p["measured_ms"]) for p in rep["points"]]
+    # the predictions are computed again: equal but for the last digit of the calibration's numerics
+    assert again == [{k: pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for k, v in p.items()}
+                     for p in rep["points"]]
     # drift_anchors=0: no drift check, the four methods only
     r4 = run("nas.validate", *args[:-len(FAST) - 1], f"out={tmp_path / 'nd.json'}", "drift_anchors=0", *FAST,
              cwd=tmp_path)
