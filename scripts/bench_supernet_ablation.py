@@ -151,17 +151,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         r["kendall_tau_vs_reference"] = _tau(ref, r["scores"])
         r["kendall_tau_vs_one_run"] = _tau(first, r["scores"])
         rows.append(r)
+    base = next((r["scores"] for r in rows if r["variant"] == "base"), None)
+    for r in rows:  # how alike two supernets rank: the base against itself is 1
+        r["kendall_tau_vs_base"] = _tau(base, r["scores"]) if base is not None else None
     result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
               "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
               f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows}
     if a.variants == list(VARIANTS):
         atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
     print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
-          f"{'tau vs reference':>16} {'tau vs run 1':>12}")
+          f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
     for r in rows:
         print(f"{r['variant']:<22} {r['epochs']:>6} {r['train_seconds']:>8.0f} {100 * r['val_accuracy_largest']:>7.1f}% "
               f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
-              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f}")
+              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
+              f"{r['kendall_tau_vs_base'] if r['kendall_tau_vs_base'] is not None else float('nan'):>11.3f}")
     if a.variants == list(VARIANTS):
         print(f"wrote {Path(a.out) / 'supernet_ablation.json'}")
     return result
