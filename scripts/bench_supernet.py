@@ -91,7 +91,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
     p.add_argument("--standalone-seeds", type=int, default=3, help="stand-alone runs per architecture (>= 2)")
     p.add_argument("--scores", nargs="+", metavar="NAME",
-                   help="compute only these scores (supernet, train, naswot, synflow, standalone<k>)")
+                   help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
@@ -109,21 +109,27 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
+def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
+    """How the run cached in ``work`` was set otherwise than ``a`` (each difference named; [] when alike);
+    None where ``work`` holds no run's settings."""
+    path = work / "settings.json"
+    if not path.is_file():
+        return None
+    have = json.loads(path.read_text())
+    return [f"{k} {have.get(k)!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS if have.get(k) != getattr(a, k)]
+
+
 def check_work(work: Path, a: argparse.Namespace) -> None:
     """Refuse a cache in ``work`` computed with other settings (each difference named); record ours."""
-    want = {k: getattr(a, k) for k in _SETTINGS}
-    path = work / "settings.json"
-    if path.is_file():
-        have = json.loads(path.read_text())
-        diffs = [f"{k} {have.get(k)!r} there, {want[k]!r} asked" for k in _SETTINGS if have.get(k) != want[k]]
-        if diffs:
-            raise SystemExit(f"{work} holds a benchmark run with other settings ({'; '.join(diffs)}); "
-                             "give another --out or remove that folder")
-    elif work.is_dir() and any(work.iterdir()):
+    diffs = settings_differences(work, a)
+    if diffs:
+        raise SystemExit(f"{work} holds a benchmark run with other settings ({'; '.join(diffs)}); "
+                         "give another --out or remove that folder")
+    if diffs is None and work.is_dir() and any(work.iterdir()):
         raise SystemExit(f"{work} holds files but no settings.json: not a run of this benchmark's version; "
                          "give another --out or remove that folder")
     work.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, want)
+    atomic_write_json(work / "settings.json", {k: getattr(a, k) for k in _SETTINGS})
 
 
 def _pick_archs(space: Any, data: Any, n: int, seed: int) -> tuple[list[Any], list[float]]:
@@ -180,19 +186,39 @@ def _cache(work: Path, name: str, a: argparse.Namespace) -> dict[str, Any]:
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
-def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
-    """Score every architecture ``name``'s cache lacks, saving after each (an interruption loses one)."""
+def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Any], data: Any) -> dict[str, Any]:
+    """Score with ``ev`` every architecture the cache at ``path`` lacks, saving after each (an interruption
+    loses one); the cache, by architecture digest."""
     from nas.data import adapt_arch
 
-    cache = _cache(work, name, a)
-    ev, seed = _evaluator(name, a, work / "supernet.ckpt")
+    cache = json.loads(path.read_text()) if path.is_file() else {}
     for i, arch in enumerate(archs):
         if arch.digest() in cache:
             continue
         r = ev.evaluate(adapt_arch(arch, data), data, seed=seed)
         cache[arch.digest()] = {"score": r.score, "seconds": r.seconds}
-        atomic_write_json(_cache_path(work, name, a), cache)
-        print(f"{name} [{i + 1}/{len(archs)}] {r.score:.4g} ({r.seconds:.1f} s)", flush=True)
+        atomic_write_json(path, cache)
+        print(f"{label} [{i + 1}/{len(archs)}] {r.score:.4g} ({r.seconds:.1f} s)", flush=True)
+    return cache
+
+
+def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
+    ev, seed = _evaluator(name, a, work / "supernet.ckpt")
+    score_archs(name, ev, seed, _cache_path(work, name, a), archs, data)
+
+
+def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list[list[float]]:
+    """The stand-alone accuracy of every architecture, one list per run; a run that lacks some is a
+    one-line error."""
+    runs = []
+    for name in (n for n in score_names(a.standalone_seeds) if n.startswith("standalone")):
+        cache = _cache(work, name, a)
+        lack = sum(x.digest() not in cache for x in archs)
+        if lack:
+            raise SystemExit(f"{work}: the stand-alone run {name} lacks {lack} of {len(archs)} architectures; "
+                             "finish python scripts/bench_supernet.py first")
+        runs.append([cache[x.digest()]["score"] for x in archs])
+    return runs
 
 
 def _tau(x: list[float], y: list[float]) -> float:
@@ -240,14 +266,10 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     names = score_names(a.standalone_seeds)
     caches = {n: _cache(work, n, a) for n in names}
     stand = [n for n in names if n.startswith("standalone")]
-    rows = []
-    for arch, lat in zip(archs, ms):
-        scores = {n: caches[n][arch.digest()] for n in names}
-        ref = float(np.mean([scores[n]["score"] for n in stand]))
-        rows.append({"arch": arch.label(), "digest": arch.digest(), "predicted_ms": lat, "reference": ref,
-                     "scores": scores})
-    runs = [[r["scores"][n]["score"] for r in rows] for n in stand]
-    ref = [r["reference"] for r in rows]
+    runs = standalone_runs(work, a, archs)
+    ref = [float(v) for v in np.mean(runs, axis=0)]
+    rows = [{"arch": arch.label(), "digest": arch.digest(), "predicted_ms": lat, "reference": r,
+             "scores": {n: caches[n][arch.digest()] for n in names}} for arch, lat, r in zip(archs, ms, ref)]
     taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     agreement = reference_agreement(runs)
@@ -303,15 +325,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     data = load_subset(a)
     space = load_space("tiny")
     archs, ms = _pick_archs(space, data, a.archs, a.seed)
-    if "supernet" in a.scores and len(_cache(work, "supernet", a)) < len(archs):
+    if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in ("supernet", "supernet_again")):
         t0 = time.perf_counter()
         rec = train_supernet(space, data, SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device="cpu"), work)
         print(f"supernet: {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:
         _compute(name, archs, data, a, work)
-    missing = [n for n in score_names(a.standalone_seeds)
-               if any(x.digest() not in _cache(work, n, a) for x in archs)]
+    missing = [n for n in score_names(a.standalone_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]
     if missing:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
               "the report; or run again without --scores)")

@@ -21,7 +21,6 @@ so an interrupted run resumes.  Writes ``<out>/supernet_ablation.json`` and prin
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -34,7 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_supernet import _args as benchmark_args  # noqa: E402
-from bench_supernet import _cache, _pick_archs, _tau, load_subset, score_names  # noqa: E402
+from bench_supernet import (  # noqa: E402
+    _cache_path,
+    _pick_archs,
+    _tau,
+    load_subset,
+    score_archs,
+    settings_differences,
+    standalone_runs,
+)
 
 from nas._io import atomic_write_json  # noqa: E402
 
@@ -78,27 +85,19 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def _reference(work: Path, b: argparse.Namespace, archs: list[Any]) -> tuple[list[float], list[float]]:
     """The benchmark's reference per architecture (the mean of its stand-alone runs) and its first run;
-    a run that is missing or incomplete is a one-line error."""
-    settings = work / "settings.json"
-    have = json.loads(settings.read_text()) if settings.is_file() else None
-    if have is None or any(getattr(b, k, None) != v for k, v in have.items()):
-        raise SystemExit(f"{work}: no bench_supernet.py run at its default settings there; run "
+    a run that is missing, of other settings or incomplete is a one-line error."""
+    diffs = settings_differences(work, b)
+    if diffs is None or diffs:
+        why = "none there" if diffs is None else "; ".join(diffs)
+        raise SystemExit(f"{work}: no bench_supernet.py run at its default settings ({why}); run "
                          "python scripts/bench_supernet.py first")
-    runs = []
-    for name in (n for n in score_names(b.standalone_seeds) if n.startswith("standalone")):
-        cache = _cache(work, name, b)
-        missing = [x for x in archs if x.digest() not in cache]
-        if missing:
-            raise SystemExit(f"{work}: the stand-alone run {name} lacks {len(missing)} of {len(archs)} "
-                             "architectures; finish python scripts/bench_supernet.py first")
-        runs.append([cache[x.digest()]["score"] for x in archs])
+    runs = standalone_runs(work, b, archs)
     return [float(v) for v in np.mean(runs, axis=0)], runs[0]
 
 
 def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Namespace, data: Any,
              archs: list[Any]) -> dict[str, Any]:
     """Train (or resume) the variant's supernet and score every architecture with it."""
-    from nas.data import adapt_arch
     from nas.search.evaluate import SupernetEvaluator
     from nas.space import load_space
     from nas.supernet.checkpoint import read_checkpoint
@@ -106,7 +105,7 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
     from nas.supernet.train import train_supernet
 
     if name == "base":
-        vdir, scores_path = work, work / "scores" / "supernet.json"
+        vdir, scores_path = work, _cache_path(work, "supernet", b)
     else:
         vdir = work / "ablation" / name.replace(",", "_")
         scores_path = vdir / "scores.json"
@@ -116,14 +115,8 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
         rec = train_supernet(load_space("tiny"), data, s, vdir)
         print(f"{name}: supernet {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
-    scores = json.loads(scores_path.read_text()) if scores_path.is_file() else {}
     ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device="cpu")
-    for i, arch in enumerate(archs):
-        if arch.digest() not in scores:
-            r = ev.evaluate(adapt_arch(arch, data), data, seed=b.seed)
-            scores[arch.digest()] = {"score": r.score, "seconds": r.seconds}
-            atomic_write_json(scores_path, scores)
-            print(f"{name} [{i + 1}/{len(archs)}] {r.score:.4g} ({r.seconds:.1f} s)", flush=True)
+    scores = score_archs(name, ev, b.seed, scores_path, archs, data)
     history = read_checkpoint(vdir / "supernet.ckpt")["history"]
     return {"variant": name, "overrides": overrides, "epochs": len(history),
             "train_seconds": float(sum(h["seconds"] for h in history)),
@@ -157,7 +150,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
               "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
               f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows}
-    if a.variants == list(VARIANTS):
+    complete = a.variants == list(VARIANTS)  # a part of a split run prints its variants, writes nothing
+    if complete:
         atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
     print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
           f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
@@ -166,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
               f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
               f"{r['kendall_tau_vs_base'] if r['kendall_tau_vs_base'] is not None else float('nan'):>11.3f}")
-    if a.variants == list(VARIANTS):
+    if complete:
         print(f"wrote {Path(a.out) / 'supernet_ablation.json'}")
     return result
 

@@ -6,6 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from nas.config import compose_app
+from nas.supernet.settings import SupernetSettings
 from nas.train.settings import (
     ExportSettings,
     FitSettings,
@@ -47,11 +48,9 @@ def test_pipeline_settings_convert_dicts_and_refuse_unknown_names():
     (QATSettings, {"epochs": -1}, "qat.epochs must be a non-negative integer, got -1"),
     (FitSettings, {"optimizer": "adam"}, "train.optimizer must be adamw or sgd, got 'adam'"),
     (ExportSettings, {"rounds": 0}, "export.rounds must be a positive integer, got 0"),
-    ("supernet", {"epochs": 0}, "supernet.epochs must be a positive integer, got 0"),
+    (SupernetSettings, {"epochs": 0}, "supernet.epochs must be a positive integer, got 0"),
 ])
 def test_errors_name_field_value_and_what_is_allowed(cls, kw, msg):
-    if cls == "supernet":
-        from nas.supernet.settings import SupernetSettings as cls
     with pytest.raises(ValueError, match=msg):
         cls(**kw)
 
