@@ -8,10 +8,15 @@ with the same seed, scores the same architectures with each (``evaluator=superne
 Kendall's tau against the same reference (the mean of the stand-alone runs).  A variant is
 ``base`` (the benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings``
 (``epochs=40``, ``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the
-same supernet trained with another seed, shows how far the ranking moves by chance alone.
+same supernet trained with another seed, shows how far the ranking moves by chance alone.  The
+report also scores averages of several supernets: the mean inherited-weight accuracy of every set
+of k seed supernets (``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; and
+what each ranking follows: Kendall's tau of each architecture feature (blocks, expanded channels,
+kernel, squeeze-excite blocks, last width, predicted latency) against the reference and against the
+averaged seed supernets.
 
-    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 &
-    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1
+    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 seed=2 &
+    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1 seed=3
     python scripts/bench_supernet_ablation.py      # the default variants: what is missing, then the report
 
 Each variant's supernet and scores are kept under ``<out>/bench_supernet/full/ablation/<variant>/``,
@@ -38,6 +43,7 @@ from bench_supernet import (  # noqa: E402
     _pick_archs,
     _tau,
     load_subset,
+    reference_agreement,
     score_archs,
     settings_differences,
     standalone_runs,
@@ -45,7 +51,7 @@ from bench_supernet import (  # noqa: E402
 
 from nas._io import atomic_write_json  # noqa: E402
 
-VARIANTS = ("base", "seed=1", "epochs=40", "distill=0")
+VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0")
 
 
 def parse_variant(text: str) -> dict[str, Any]:
@@ -125,6 +131,68 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
             "scores": [scores[x.digest()]["score"] for x in archs]}
 
 
+def is_seed_variant(overrides: dict[str, Any]) -> bool:
+    """``base`` or ``seed=N`` alone: the same training settings, another seed."""
+    return set(overrides) <= {"seed"}
+
+
+def averaged_supernets(rows: list[dict[str, Any]], ref: list[float]) -> list[dict[str, Any]]:
+    """Kendall's tau against ``ref`` of the mean score of several supernets: for each k, every set
+    of k seed supernets (the same settings, other seeds; mean, min and max over the sets), then
+    every variant together.  Too few seed supernets (< 2): only the latter."""
+    from itertools import combinations
+
+    seeds = [r for r in rows if is_seed_variant(r["overrides"])]
+    out = []
+    for k in range(1, len(seeds) + 1) if len(seeds) >= 2 else ():
+        taus = [_tau(ref, list(np.mean([r["scores"] for r in c], axis=0))) for c in combinations(seeds, k)]
+        out.append({"supernets": f"{k} of the {len(seeds)} seeds", "k": k, "sets": len(taus),
+                    "tau_mean": float(np.mean(taus)), "tau_min": min(taus), "tau_max": max(taus)})
+    if len(rows) >= 2:
+        tau = _tau(ref, list(np.mean([r["scores"] for r in rows], axis=0)))
+        out.append({"supernets": f"all {len(rows)} variants", "k": len(rows), "sets": 1,
+                    "tau_mean": tau, "tau_min": tau, "tau_max": tau})
+    return out
+
+
+def arch_features(arch: Any) -> dict[str, float]:
+    """What distinguishes the space's architectures: body blocks, summed expanded (mid) channels,
+    mean kernel, squeeze-excite blocks, the last block's output channels."""
+    body = arch.blocks
+    return {"blocks": len(body), "expanded_channels": sum(getattr(b, "mid_ch", 0) for b in body),
+            "mean_kernel": float(np.mean([getattr(b, "kernel", 0) for b in body])),
+            "se_blocks": sum(getattr(b, "se", None) is not None for b in body),
+            "last_width": body[-1].out_ch if body else 0}
+
+
+def ranked_by(archs: list[Any], predicted_ms: list[float], ref: list[float],
+              averaged: list[float] | None) -> dict[str, dict[str, float | None]]:
+    """Kendall's tau of each architecture feature (and the predicted latency) against the reference
+    and against the averaged seed supernets: what each ranking follows."""
+    feats = [arch_features(x) for x in archs]
+    cols = {k: [float(f[k]) for f in feats] for k in feats[0]} | {"predicted_ms": list(predicted_ms)}
+    return {k: {"vs_reference": _tau(v, ref), "vs_averaged_supernets": _tau(v, averaged) if averaged else None}
+            for k, v in cols.items()}
+
+
+def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], by: dict[str, dict[str, Any]]) -> None:
+    print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
+          f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
+    for r in rows:
+        print(f"{r['variant']:<22} {r['epochs']:>6} {r['train_seconds']:>8.0f} {100 * r['val_accuracy_largest']:>7.1f}% "
+              f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
+              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
+              f"{r['kendall_tau_vs_base'] if r['kendall_tau_vs_base'] is not None else float('nan'):>11.3f}")
+    if averaged:
+        print(f"\n{'scores averaged over':<22} {'sets':>5} {'tau vs reference: mean':>23} {'min':>6} {'max':>6}")
+        for e in averaged:
+            print(f"{e['supernets']:<22} {e['sets']:>5} {e['tau_mean']:>23.3f} {e['tau_min']:>6.3f} {e['tau_max']:>6.3f}")
+    print(f"\n{'feature':<22} {'tau vs reference':>16} {'tau vs averaged seed supernets':>31}")
+    for k, t in by.items():
+        v = t["vs_averaged_supernets"]
+        print(f"{k:<22} {t['vs_reference']:>16.3f} {v if v is not None else float('nan'):>31.3f}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
@@ -136,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     b = benchmark_args(["--out", a.out])
     work = Path(a.out) / "bench_supernet" / "full"
     data = load_subset(b)
-    archs, _ms = _pick_archs(load_space("tiny"), data, b.archs, b.seed)
+    archs, ms = _pick_archs(load_space("tiny"), data, b.archs, b.seed)
     ref, first = _reference(work, b, archs)
     rows = []
     for name, overrides in a.overrides.items():
@@ -147,19 +215,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = next((r["scores"] for r in rows if r["variant"] == "base"), None)
     for r in rows:  # how alike two supernets rank: the base against itself is 1
         r["kendall_tau_vs_base"] = _tau(base, r["scores"]) if base is not None else None
+    averaged = averaged_supernets(rows, ref)
+    seeds = [r["scores"] for r in rows if is_seed_variant(r["overrides"])]
+    seed_agreement = reference_agreement(seeds) if len(seeds) >= 2 else None  # how alike the seeds rank
+    by = ranked_by(archs, ms, ref, [float(v) for v in np.mean(seeds, axis=0)] if seeds else None)
     result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
               "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
-              f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows}
+              f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows,
+              "averaged_supernets": averaged, "seed_supernets_agreement": seed_agreement,
+              "ranked_by": by}
     complete = a.variants == list(VARIANTS)  # a part of a split run prints its variants, writes nothing
     if complete:
         atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
-    print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
-          f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
-    for r in rows:
-        print(f"{r['variant']:<22} {r['epochs']:>6} {r['train_seconds']:>8.0f} {100 * r['val_accuracy_largest']:>7.1f}% "
-              f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
-              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
-              f"{r['kendall_tau_vs_base'] if r['kendall_tau_vs_base'] is not None else float('nan'):>11.3f}")
+    _print(rows, averaged, by)
+    if seed_agreement:
+        print(f"seed supernets against each other: tau {seed_agreement['pairwise_min']:.2f}-"
+              f"{seed_agreement['pairwise_max']:.2f} (mean {seed_agreement['pairwise_mean']:.2f}) pairwise")
     if complete:
         print(f"wrote {Path(a.out) / 'supernet_ablation.json'}")
     return result

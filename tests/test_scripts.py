@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPTS = sorted((Path(__file__).resolve().parent.parent / "scripts").glob("bench_*.py"))
@@ -217,3 +218,39 @@ def test_bench_supernet_ablation_reads_its_variants():
                        ("epochs=0", "epochs")]:
         with pytest.raises(SystemExit, match=words):
             ab.parse_variant(bad)
+
+
+def test_bench_supernet_ablation_averages_seed_supernets():
+    """Averaged supernets: every set of k seed supernets (settings variants left out), then all variants."""
+    ab = _script("bench_supernet_ablation")
+    ref = [1.0, 2.0, 3.0, 4.0]
+    rows = [{"overrides": {}, "scores": [1, 2, 3, 4]}, {"overrides": {"seed": 1}, "scores": [4, 3, 1, 2]},
+            {"overrides": {"seed": 2}, "scores": [2, 1, 4, 3]}, {"overrides": {"epochs": 40}, "scores": [1, 2, 4, 3]}]
+    out = ab.averaged_supernets(rows, ref)
+    assert [(e["k"], e["sets"]) for e in out] == [(1, 3), (2, 3), (3, 1), (4, 1)]
+    assert (out[0]["tau_min"], out[0]["tau_max"]) == (pytest.approx(-2 / 3), pytest.approx(1.0))
+    assert out[0]["tau_mean"] == pytest.approx((1 - 2 / 3 + 1 / 3) / 3)
+    pairs = [[2.5, 2.5, 2, 3], [1.5, 1.5, 3.5, 3.5], [3, 2, 2.5, 2.5]]  # seeds 0+1, 0+2, 1+2
+    assert out[1]["tau_mean"] == pytest.approx(np.mean([ab._tau(ref, p) for p in pairs]))
+    assert out[2]["tau_mean"] == pytest.approx(ab._tau(ref, [7 / 3, 2, 8 / 3, 3]))  # the three seeds
+    assert out[3]["tau_mean"] == pytest.approx(ab._tau(ref, [2, 2, 3, 3]))  # every variant
+    assert [e["supernets"] for e in ab.averaged_supernets(rows[2:], ref)] == ["all 2 variants"]  # one seed
+    assert ab.averaged_supernets(rows[3:], ref) == []
+    assert ab.is_seed_variant({"seed": 3}) and not ab.is_seed_variant({"seed": 3, "epochs": 40})
+
+
+def test_bench_supernet_ablation_ranks_features():
+    """Each architecture feature ranked against the reference and the averaged supernets."""
+    from nas.space import load_space
+
+    ab = _script("bench_supernet_ablation")
+    archs = [load_space("tiny").random(s) for s in range(6)]
+    f = ab.arch_features(archs[0])
+    assert f["blocks"] == len(archs[0].blocks) and f["last_width"] == archs[0].blocks[-1].out_ch
+    assert f["se_blocks"] == sum(getattr(b, "se", None) is not None for b in archs[0].blocks)
+    depth = [float(len(a.blocks)) for a in archs]
+    by = ab.ranked_by(archs, list(range(6)), depth, None)
+    assert set(by) == {"blocks", "expanded_channels", "mean_kernel", "se_blocks", "last_width", "predicted_ms"}
+    assert by["blocks"]["vs_reference"] == pytest.approx(1.0) and by["blocks"]["vs_averaged_supernets"] is None
+    by = ab.ranked_by(archs, list(range(6)), depth, list(range(6)))
+    assert by["predicted_ms"]["vs_averaged_supernets"] == pytest.approx(1.0)
