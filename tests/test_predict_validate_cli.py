@@ -1,6 +1,7 @@
 """nas.predict and nas.validate end to end, on a small table measured here in the test."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -84,13 +85,17 @@ def test_validate_cli(table, tmp_path):
     # the predictions are computed again: equal but for the last digit of the calibration's numerics
     assert again == [{k: pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for k, v in p.items()}
                      for p in rep["points"]]
-    # drift_anchors=0: no drift check, the four methods only
+    # drift_anchors=0: no drift check, the four methods only (the held-out networks measured above,
+    # their cache copied beside the new report)
+    for name in ("nd", "rc"):
+        shutil.copy(out.with_suffix(".measurements.json"), tmp_path / f"{name}.measurements.json")
     r4 = run("nas.validate", *args[:-len(FAST) - 1], f"out={tmp_path / 'nd.json'}", "drift_anchors=0", *FAST,
              cwd=tmp_path)
     assert r4.returncode == 0, r4.stderr
     nd = json.loads((tmp_path / "nd.json").read_text())
     assert set(nd["methods"]) == {"predictor", "table_sum", "flops_linear", "roofline"} and "drift" not in nd
-    # recalibrate=true: every calibration network of the table re-measured, a sixth method
+    # recalibrate=true: every calibration network of the table re-measured (the 10 drift anchors are
+    # in the copied cache), a sixth method
     r5 = run("nas.validate", *args[:-len(FAST) - 1], f"out={tmp_path / 'rc.json'}", "recalibrate=true", *FAST,
              cwd=tmp_path)
     assert r5.returncode == 0, r5.stderr
@@ -108,8 +113,6 @@ def test_validate_cli(table, tmp_path):
 
 @pytest.mark.slow
 def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, tmp_path):
-    import shutil
-
     import numpy as np
 
     from nas.latency.predictor import LatencyPredictor
@@ -153,8 +156,6 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
 
 @pytest.mark.slow
 def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(table, tmp_path):
-    import shutil
-
     import numpy as np
 
     from nas.latency.predictor import LatencyPredictor
@@ -204,7 +205,6 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
 
 @pytest.mark.slow
 def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, monkeypatch):
-    import shutil
     from types import SimpleNamespace
 
     import numpy as np

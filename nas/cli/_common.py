@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
-from nas.latency.runtimes import RuntimeUnavailable
+from nas.latency.device import RuntimeUnavailable
 
 __all__ = [
     "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",

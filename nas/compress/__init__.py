@@ -7,12 +7,12 @@ the narrowing of an ``Arch`` (channel units, resizing, dropping layers) in ``nas
 ``nas.compress.qat``: BN folding, fake-quant fine-tuning and export to QDQ ONNX.
 """
 
-from nas.compress.prune import apply_plan, channel_importance, prune_model
-from nas.compress.prune_plan import LossProbe, PrunePlan, plan_pruning
-from nas.compress.qat import QATNet, QuantSettings, calibrate, export_qdq, fold_bn, prepare_qat
-from nas.narrow import ChannelUnit, channel_units, drop_layers, droppable, resize_arch
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
+    "CRITERIA",
     "ChannelUnit",
     "LossProbe",
     "PrunePlan",
@@ -31,3 +31,20 @@ __all__ = [
     "prune_model",
     "resize_arch",
 ]
+
+CRITERIA = ("l1", "bn", "taylor", "loss")  # channel importance for pruning (prune.criterion)
+
+_HOMES = {"apply_plan": "nas.compress.prune", "channel_importance": "nas.compress.prune",
+          "prune_model": "nas.compress.prune", "LossProbe": "nas.compress.prune_plan",
+          "PrunePlan": "nas.compress.prune_plan", "plan_pruning": "nas.compress.prune_plan",
+          **{n: "nas.compress.qat" for n in ("QATNet", "QuantSettings", "calibrate", "export_qdq", "fold_bn",
+                                             "prepare_qat")},
+          **{n: "nas.narrow" for n in ("ChannelUnit", "channel_units", "drop_layers", "droppable", "resize_arch")}}
+
+
+def __getattr__(name: str) -> Any:  # torch and timm load with the first use, not with the settings that name CRITERIA
+    if name not in _HOMES:
+        raise AttributeError(f"module 'nas.compress' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -68,6 +68,7 @@ import torch
 from torch import nn
 
 from nas.arch import Arch
+from nas.compress import CRITERIA
 from nas.compress.prune_plan import LossProbe, PrunePlan, PruneStep, plan_pruning
 from nas.narrow import (  # the narrowing of an Arch lives below both pruning and the profiler
     ChannelUnit,
@@ -96,8 +97,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-CRITERIA = ("l1", "bn", "taylor", "loss")
 
 
 def _per_channel(t: torch.Tensor, dim: int, reduce: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

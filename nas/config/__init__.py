@@ -20,7 +20,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.latency.profiler import ProfileSettings
+from nas.latency.measure import ProfileSettings
 from nas.resources import conf_dir, user_home
 from nas.target import Device, Target
 

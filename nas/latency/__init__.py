@@ -6,7 +6,19 @@ returns milliseconds, ``explain(arch)`` a ``Prediction`` saying where the number
 target's measured table, or a roofline estimate labelled ``estimated`` when no table exists.
 """
 
-from nas.latency.base import LatencyModel, Prediction
-from nas.latency.predictor import LatencyPredictor, RooflineModel, load_latency_model
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model"]
+
+_HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
+          "RooflineModel": "predictor", "load_latency_model": "predictor"}
+
+
+def __getattr__(name: str) -> Any:  # scikit-learn and torch load with the first use, not with every submodule
+    if name not in _HOMES:
+        raise AttributeError(f"module 'nas.latency' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"nas.latency.{_HOMES[name]}"), name)

@@ -1,7 +1,8 @@
 """What machine this is: the device identity recorded in every table's metadata (CPU model, ISA
 flags, family / model; GPU name, driver, CUDA; a Jetson's board and L4T release), and the check
-that a machine is the device a target or a table describes.  ``measure_bundle.py`` reads the same
-fields the same way on devices without hwnas."""
+that a machine is the device a target or a table describes; ``RuntimeUnavailable`` when it lacks
+what a target asks for.  ``measure_bundle.py`` reads the same fields the same way on devices
+without hwnas."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["device_identity", "device_mismatch"]
+__all__ = ["RuntimeUnavailable", "device_identity", "device_mismatch"]
 
 
+class RuntimeUnavailable(RuntimeError):
+    """The runtime, provider or device a target asks for is not available here."""
 
 
 def _cpuinfo() -> str:

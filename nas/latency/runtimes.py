@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nas.latency.device import device_identity, device_mismatch
+from nas.latency.device import RuntimeUnavailable, device_identity, device_mismatch
 from nas.registry import Registry
 from nas.target import Target
 
@@ -44,10 +44,6 @@ __all__ = [
 ]
 
 RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
-
-
-class RuntimeUnavailable(RuntimeError):
-    """The runtime, provider or device a target asks for is not available here."""
 
 
 def _register(name: str):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nas._checks import check_number
-from nas.compress.prune import CRITERIA
+from nas.compress import CRITERIA
 from nas.target import Target
 
 if TYPE_CHECKING:
@@ -27,9 +27,6 @@ __all__ = [
     "QATSettings",
     "TargetNames",
 ]
-
-
-
 
 def _bool(name: str, v: Any) -> None:
     if not isinstance(v, bool):
