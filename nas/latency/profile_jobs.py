@@ -184,6 +184,8 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
     one progress bar whose total is the whole plan's expected time, re-estimated after each job;
     with ``budget_s``, stop before a job that would end past it.  ``on_step(elapsed, left)``
     is called after each job.  Ctrl-C saves, then re-raises."""
+    if jobs:
+        import nas.builder  # noqa: F401  # timm loads now, not inside the first job's time and the budget
     if jobs and table.metadata.get("call_overhead_ms") is None:
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
     stores = {"block": table.entries, "network": table.networks}
