@@ -14,8 +14,7 @@ name is used)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from nas._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -41,14 +40,4 @@ _HOMES: dict[str, str] = {
 __all__ = ["__version__", *_HOMES]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'nas' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

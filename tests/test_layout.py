@@ -19,7 +19,7 @@ LAYERS = {
     "nas.compress": 3, "nas.export": 3, "nas.latency": 3,
     "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
     "nas.from_timm": 2, "nas._timm_blocks": 2, "nas.target": 2,
-    "nas.arch": 1, "nas._blocks": 1, "nas.registry": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas": 0,
+    "nas.arch": 1, "nas._blocks": 1, "nas.registry": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._lazy": 0, "nas": 0,
 }
 ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
 MAX_MODULE_LINES = 500

@@ -9,7 +9,7 @@ the narrowing of an ``Arch`` (channel units, resizing, dropping layers) in ``nas
 
 from __future__ import annotations
 
-from typing import Any
+from nas._lazy import lazy_exports
 
 __all__ = [
     "CRITERIA",
@@ -42,9 +42,5 @@ _HOMES = {"apply_plan": "nas.compress.prune", "channel_importance": "nas.compres
           **{n: "nas.narrow" for n in ("ChannelUnit", "channel_units", "drop_layers", "droppable", "resize_arch")}}
 
 
-def __getattr__(name: str) -> Any:  # torch and timm load with the first use, not with the settings that name CRITERIA
-    if name not in _HOMES:
-        raise AttributeError(f"module 'nas.compress' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_HOMES[name]), name)
+# torch and timm load with the first use, not with the settings that name CRITERIA
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

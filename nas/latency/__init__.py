@@ -8,7 +8,7 @@ target's measured table, or a roofline estimate labelled ``estimated`` when no t
 
 from __future__ import annotations
 
-from typing import Any
+from nas._lazy import lazy_exports
 
 __all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model"]
 
@@ -16,9 +16,5 @@ _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "pre
           "RooflineModel": "predictor", "load_latency_model": "predictor"}
 
 
-def __getattr__(name: str) -> Any:  # scikit-learn and torch load with the first use, not with every submodule
-    if name not in _HOMES:
-        raise AttributeError(f"module 'nas.latency' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"nas.latency.{_HOMES[name]}"), name)
+# scikit-learn and torch load with the first use, not with every submodule
+__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _HOMES.items()})

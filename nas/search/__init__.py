@@ -14,8 +14,7 @@ The names below are imported on first use, so importing ``nas.search.evaluate`` 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from nas._lazy import lazy_exports
 
 _HOMES = {
     "Budgets": "objective",
@@ -51,12 +50,4 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'nas.search' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"nas.search.{home}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _HOMES.items()})

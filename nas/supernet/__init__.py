@@ -5,7 +5,7 @@ is extracted with its inherited weights (``Supernet.subnet``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from nas._lazy import lazy_exports
 
 __all__ = ["ArchOutsideSpace", "Supernet", "load_supernet", "locate", "share", "train_supernet"]
 
@@ -13,9 +13,5 @@ _HOMES = {"ArchOutsideSpace": "elastic", "locate": "elastic", "share": "elastic"
           "load_supernet": "checkpoint", "train_supernet": "train"}
 
 
-def __getattr__(name: str) -> Any:  # timm loads with the first use, not with nas.supernet.dist in every process
-    if name not in _HOMES:
-        raise AttributeError(f"module 'nas.supernet' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"nas.supernet.{_HOMES[name]}"), name)
+# timm loads with the first use, not with nas.supernet.dist in every process
+__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _HOMES.items()})

@@ -28,6 +28,7 @@ __all__ = [
     "TargetNames",
 ]
 
+
 def _bool(name: str, v: Any) -> None:
     if not isinstance(v, bool):
         raise ValueError(f"{name} must be true or false, got {v!r}")
