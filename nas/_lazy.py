@@ -17,14 +17,15 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(package: str, homes: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: ``homes`` maps each exported name to the module
-    that defines it (absolute, or relative to ``package`` with a leading dot).  Nothing is cached in
+    that defines it: a dotted path (``nas.narrow``), or a bare name for a submodule of ``package``
+    (``prune``).  Nothing is cached in
     the package: a name always resolves to its module's current object (a test's monkeypatch included)."""
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(home, package), name)
+        return getattr(importlib.import_module(home if "." in home else f"{package}.{home}"), name)
 
     def __dir__() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(homes))

@@ -21,12 +21,14 @@ def _cli(module, *args, env=None):
 
 def test_commands_start_without_the_heavy_libraries():
     """A command's help, a config typo or a refused start answer in about a second: the command
-    modules import torch, scikit-learn, timm and the runtimes only when the work needs them."""
-    heavy = ("torch", "sklearn", "timm", "torchvision", "optuna", "scipy", "onnxruntime", "matplotlib")
-    code = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
-            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
-    loaded = {m: subprocess.run([sys.executable, "-c", code, f"nas.cli.{m}"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=300).stdout.split() for m in ("profile", "predict", "search")}
+    modules import torch, scikit-learn, timm and the runtimes only when the work needs them
+    (``scripts/bench_startup.py`` times it and lists what each import loads)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "scripts" / "bench_startup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    loaded = {m: bench.loaded_by_import(m) for m in ("profile", "predict", "search")}
     assert loaded["profile"] == [] and loaded["predict"] == []
     # search, train, export and supernet compose their schemas from the evaluators and the data settings:
     # torch (and Optuna's samplers), not timm

@@ -34,11 +34,9 @@ __all__ = [
 
 CRITERIA = ("l1", "bn", "taylor", "loss")  # channel importance for pruning (prune.criterion)
 
-_HOMES = {"apply_plan": "nas.compress.prune", "channel_importance": "nas.compress.prune",
-          "prune_model": "nas.compress.prune", "LossProbe": "nas.compress.prune_plan",
-          "PrunePlan": "nas.compress.prune_plan", "plan_pruning": "nas.compress.prune_plan",
-          **{n: "nas.compress.qat" for n in ("QATNet", "QuantSettings", "calibrate", "export_qdq", "fold_bn",
-                                             "prepare_qat")},
+_HOMES = {"apply_plan": "prune", "channel_importance": "prune", "prune_model": "prune",
+          "LossProbe": "prune_plan", "PrunePlan": "prune_plan", "plan_pruning": "prune_plan",
+          **{n: "qat" for n in ("QATNet", "QuantSettings", "calibrate", "export_qdq", "fold_bn", "prepare_qat")},
           **{n: "nas.narrow" for n in ("ChannelUnit", "channel_units", "drop_layers", "droppable", "resize_arch")}}
 
 

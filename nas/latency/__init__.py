@@ -17,4 +17,4 @@ _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "pre
 
 
 # scikit-learn and torch load with the first use, not with every submodule
-__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _HOMES.items()})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

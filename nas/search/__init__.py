@@ -50,4 +50,4 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _HOMES.items()})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -14,4 +14,4 @@ _HOMES = {"ArchOutsideSpace": "elastic", "locate": "elastic", "share": "elastic"
 
 
 # timm loads with the first use, not with nas.supernet.dist in every process
-__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _HOMES.items()})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
