@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """Benchmark the weight-sharing supernet as a ranking signal, against stand-alone training.
 
-On Fashion-MNIST (the Debian package's files; a training subset, said so in the output) and the
-``tiny`` space, on this machine's CPU:
+By default on Fashion-MNIST (the Debian package's files; a training subset, said so in the output)
+and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--data-root``,
+``--resolution``, ``--device`` and ``--target`` run the same benchmark elsewhere (below):
 
 1. train the supernet once (``nas.supernet.train.train_supernet``, the sandwich rule);
 2. pick ``--archs`` architectures spread over the latency range of the space: 2000 random ones,
-   their latency predicted by the ``cpu`` target's predictor, the ones at evenly spaced latency
-   quantiles;
+   their latency predicted by the ``--target``'s predictor (``cpu``), the ones at evenly spaced
+   latency quantiles;
 3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (b) short training
    (``evaluator=train`` at its default budget), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
    and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
@@ -28,6 +29,13 @@ The scores are independent, so a run splits across cores (or machines sharing th
 
 Each part computes only its scores; whichever finds them all complete writes the report (a run
 without ``--scores`` computes what is missing, then reports).
+
+On a GPU, at 224 px on an ImageFolder, with a larger space (each of the 24 x 3 stand-alone runs
+is a training of its own: plan GPU hours, ``docs/benchmarks.md`` gives measured throughput):
+
+    python scripts/bench_supernet.py --device cuda --space mbv3 --target gpu --data imagefolder \
+        --data-root ~/data/imagenette --resolution 224 --train-samples 0 --batch-size 128 \
+        --supernet-epochs 60 --standalone-epochs 30 --out runs/bench_mbv3
 
 Writes ``<out>/supernet.json`` and ``<out>/supernet.png`` (scatter plots; default out:
 scripts/results/) and prints the table.  The supernet checkpoint and each score of each
@@ -53,26 +61,35 @@ from nas._io import atomic_write_json  # noqa: E402
 
 METHODS = ("supernet", "train", "naswot", "synflow")
 # what a cache was computed with: a re-run with other values of these must not reuse it
-_SETTINGS = ("data", "train_samples", "val_samples", "resolution", "archs", "supernet_epochs",
-             "standalone_epochs", "seed")
+_SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", "space", "target", "device",
+             "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed")
+# the value of a setting a cache recorded before the benchmark had it
+_ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None}
 
 
 def add_subset_args(p: argparse.ArgumentParser) -> None:
     """The data options of the supernet benchmarks (this one and bench_supernet_search.py): one
     training subset, small enough for a run on one core."""
-    p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, or digits)")
-    p.add_argument("--train-samples", type=int, default=2000, help="training subset (images)")
+    p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, digits, cifar10, imagefolder)")
+    p.add_argument("--data-root", help="where the dataset's files are (data.root; cifar10 and imagefolder need it)")
+    p.add_argument("--train-samples", type=int, default=2000, help="training subset (images; 0: all)")
     p.add_argument("--val-samples", type=int, default=1000, help="validation images scored (0: the whole split)")
     p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring (16 keeps a run short)")
+    p.add_argument("--num-workers", type=int, default=4, help="loader processes of a streamed dataset (cifar10, imagefolder)")
 
 
 def load_subset(a: argparse.Namespace) -> Any:
     """The dataset ``add_subset_args``'s options name, no augmentation; says what it loaded."""
     from nas.data import load_data
 
-    data = load_data({"name": a.data, "resolution": a.resolution, "train_samples": a.train_samples,
-                      "val_samples": a.val_samples or None, "augment": "none"})
-    print(f"data: {data.describe()} (a training subset of {a.train_samples} images)", flush=True)
+    try:
+        data = load_data({"name": a.data, "root": a.data_root, "resolution": a.resolution,
+                          "train_samples": a.train_samples or None, "val_samples": a.val_samples or None,
+                          "augment": "none", "num_workers": a.num_workers})
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        raise SystemExit(f"--data {a.data}: {e}") from None
+    subset = f"a training subset of {a.train_samples} images" if a.train_samples else "every training image"
+    print(f"data: {data.describe()} ({subset})", flush=True)
     return data
 
 
@@ -86,6 +103,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     add_subset_args(p)
     p.set_defaults(train_samples=10000, val_samples=0)
+    p.add_argument("--space", default="tiny", help="the search space (a shipped name or a YAML file)")
+    p.add_argument("--target", default="cpu", help="whose predicted latency spreads the architectures")
+    p.add_argument("--device", default="cpu", help="where everything trains and scores (cpu, cuda, cuda:<i>)")
+    p.add_argument("--batch-size", type=int, help="training batch of the supernet and every training score "
+                   "(default: each one's own, 64)")
     p.add_argument("--archs", type=int, default=24, help="architectures spread over the latency range")
     p.add_argument("--supernet-epochs", type=int, default=20)
     p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
@@ -99,6 +121,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     if a.quick:
         a.train_samples, a.val_samples, a.archs, a.supernet_epochs, a.standalone_epochs = 256, 128, 4, 1, 1
         a.standalone_seeds = 2
+    if a.batch_size is not None and a.batch_size < 1:
+        p.error(f"--batch-size must be a positive integer, got {a.batch_size}")
     if a.standalone_seeds < 2:
         p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
     names = score_names(a.standalone_seeds)
@@ -116,7 +140,8 @@ def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
     if not path.is_file():
         return None
     have = json.loads(path.read_text())
-    return [f"{k} {have.get(k)!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS if have.get(k) != getattr(a, k)]
+    return [f"{k} {have.get(k, _ADDED.get(k))!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS
+            if have.get(k, _ADDED.get(k)) != getattr(a, k)]
 
 
 def check_work(work: Path, a: argparse.Namespace) -> None:
@@ -132,12 +157,16 @@ def check_work(work: Path, a: argparse.Namespace) -> None:
     atomic_write_json(work / "settings.json", {k: getattr(a, k) for k in _SETTINGS})
 
 
-def _pick_archs(space: Any, data: Any, n: int, seed: int) -> tuple[list[Any], list[float]]:
-    """``n`` architectures at evenly spaced quantiles of the predicted latency of 2000 random ones."""
+def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu") -> tuple[list[Any], list[float]]:
+    """``n`` architectures at evenly spaced quantiles of the predicted latency (on ``target_name``) of
+    2000 random ones."""
     import nas
     from nas.data import adapt_arch
 
-    target = nas.load_target("cpu")
+    try:
+        target = nas.load_target(target_name)
+    except ValueError as e:
+        raise SystemExit(f"--target: {e}") from None
     model = nas.load_latency_model(target)
     res = target.resolution or space.resolution
     rng = np.random.default_rng(seed)
@@ -161,13 +190,14 @@ def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     """The evaluator behind score ``name`` and the seed it runs with."""
     from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
 
+    batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
     if name in ("supernet", "supernet_again"):
-        return SupernetEvaluator(checkpoint=str(ckpt), device="cpu"), _seed(name, a)
+        return SupernetEvaluator(checkpoint=str(ckpt), device=a.device, **batch), _seed(name, a)
     if name == "train":
-        return TrainEvaluator(device="cpu"), a.seed
+        return TrainEvaluator(device=a.device, **batch), a.seed
     if name in ("naswot", "synflow"):
-        return ZeroCostEvaluator(proxy=name, device="cpu"), a.seed
-    return TrainEvaluator(epochs=a.standalone_epochs, device="cpu"), _seed(name, a)
+        return ZeroCostEvaluator(proxy=name, device=a.device), a.seed
+    return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), _seed(name, a)
 
 
 def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
@@ -281,8 +311,9 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref)),
               "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))}
     result = {
-        "command": "taskset -c 0 python scripts/bench_supernet.py" + (" --quick" if a.quick else ""),
-        "data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": "tiny",
+        "command": command(a),
+        "data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
+        "target": a.target, "device": a.device, "batch_size": a.batch_size,
         "archs": len(rows), "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
         "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
         "supernet_train_seconds": sn_train_s, "supernet_history": history,
@@ -311,23 +342,44 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     return result
 
 
+def command(a: argparse.Namespace) -> str:
+    """The command line that reproduces run ``a`` (the options that differ from the defaults)."""
+    default = _args(["--quick"] if a.quick else [])
+    opts = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in (*_SETTINGS, "standalone_seeds")
+            if getattr(a, k) != getattr(default, k)]
+    pin = "taskset -c 0 " if a.device == "cpu" else ""
+    return " ".join([f"{pin}python scripts/bench_supernet.py", *(["--quick"] if a.quick else []), *opts])
+
+
+def load_bench_space(name: str) -> Any:
+    """The ``--space``; an unknown name or a malformed file is a one-line error."""
+    from nas.space import load_space
+
+    try:
+        return load_space(name)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        raise SystemExit(f"--space {name}: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     import torch
 
-    from nas.space import load_space
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
 
     a = _args(argv)
-    torch.set_num_threads(1)
+    if a.device == "cpu":
+        torch.set_num_threads(1)
     work = Path(a.out) / "bench_supernet" / ("quick" if a.quick else "full")
+    space = load_bench_space(a.space)
     check_work(work, a)
     data = load_subset(a)
-    space = load_space("tiny")
-    archs, ms = _pick_archs(space, data, a.archs, a.seed)
+    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target)
     if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in ("supernet", "supernet_again")):
         t0 = time.perf_counter()
-        rec = train_supernet(space, data, SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device="cpu"), work)
+        batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
+        settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device=a.device, **batch)
+        rec = train_supernet(space, data, settings, work)
         print(f"supernet: {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:

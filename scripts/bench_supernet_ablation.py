@@ -116,12 +116,12 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
         vdir = work / "ablation" / name.replace(",", "_")
         scores_path = vdir / "scores.json"
         kw = {"epochs": b.supernet_epochs, **overrides}
-        s = SupernetSettings(**{"seed": b.seed, **kw, "device": "cpu"})
+        s = SupernetSettings(**{"seed": b.seed, **kw, "device": b.device})
         t0 = time.perf_counter()
-        rec = train_supernet(load_space("tiny"), data, s, vdir)
+        rec = train_supernet(load_space(b.space), data, s, vdir)
         print(f"{name}: supernet {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
-    ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device="cpu")
+    ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device=b.device)
     scores = score_archs(name, ev, b.seed, scores_path, archs, data)
     history = read_checkpoint(vdir / "supernet.ckpt")["history"]
     return {"variant": name, "overrides": overrides, "epochs": len(history),
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     b = benchmark_args(["--out", a.out])
     work = Path(a.out) / "bench_supernet" / "full"
     data = load_subset(b)
-    archs, ms = _pick_archs(load_space("tiny"), data, b.archs, b.seed)
+    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target)
     ref, first = _reference(work, b, archs)
     rows = []
     for name, overrides in a.overrides.items():

@@ -208,6 +208,51 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     assert agree["pairwise_mean"] == pytest.approx(-1 / 3)
 
 
+def test_bench_supernet_runs_elsewhere_and_keeps_older_caches(tmp_path, capsys):
+    """--space / --target / --device / --batch-size / --data-root are cache settings; a cache written
+    before they existed reads as the defaults; the report's command names what differs; a bad space,
+    target or batch is a one-line error."""
+    import json
+
+    bs = _script("bench_supernet")
+    work = tmp_path / "w"
+    work.mkdir()
+    old = {k: v for k, v in vars(bs._args(["--out", str(tmp_path)])).items() if k in bs._SETTINGS and k not in bs._ADDED}
+    (work / "settings.json").write_text(json.dumps(old))
+    a = bs._args(["--out", str(tmp_path)])
+    assert bs.settings_differences(work, a) == []
+    g = bs._args(["--out", str(tmp_path), "--space", "mbv3", "--device", "cuda", "--batch-size", "128"])
+    assert bs.settings_differences(work, g) == ["space 'tiny' there, 'mbv3' asked", "device 'cpu' there, 'cuda' asked",
+                                                "batch_size None there, 128 asked"]
+    assert bs.command(a) == "taskset -c 0 python scripts/bench_supernet.py"
+    assert bs.command(g) == "python scripts/bench_supernet.py --space mbv3 --device cuda --batch-size 128"
+    assert [bs._evaluator(n, g, tmp_path / "c")[0].device for n in ("supernet", "train", "naswot", "standalone0")] \
+        == ["cuda"] * 4
+    assert bs._evaluator("standalone0", g, tmp_path / "c")[0].batch_size == 128
+    with pytest.raises(SystemExit, match="--space nope: unknown search space"):
+        bs.load_bench_space("nope")
+    with pytest.raises(SystemExit, match="--target: unknown target 'nope'"):
+        bs._pick_archs(bs.load_bench_space("tiny"), None, 2, 0, "nope")
+    with pytest.raises(SystemExit):
+        bs._args(["--batch-size", "0"])
+    assert "--batch-size must be a positive integer" in capsys.readouterr().err
+
+
+def test_bench_supernet_cost_projects_the_benchmark(capsys):
+    """The projection is the measured rates' arithmetic: epochs x images / rate, per part."""
+    bc = _script("bench_supernet_cost")
+    a = bc._args(["--supernet-epochs", "2", "--standalone-epochs", "3", "--archs", "4", "--standalone-seeds", "2"])
+    assert a.images == [1_281_167, 9_469]
+    p = bc.projected(a, 3600, sn_ips=2.0, sa_ips=4.0, score_s=90.0)
+    assert p["supernet_h"] == pytest.approx(2 * 3600 / 2.0 / 3600)  # 1 h
+    assert p["reference_h"] == pytest.approx(4 * 2 * 3 * 3600 / 4.0 / 3600)  # 6 h
+    assert p["scoring_h"] == pytest.approx(0.1) and p["total_h"] == pytest.approx(7.1)
+    for bad in (["--images", "0"], ["--batch-size", "0"], ["--train-samples", "0"]):
+        with pytest.raises(SystemExit):
+            bc._args(bad)
+        assert "must be a positive integer" in capsys.readouterr().err
+
+
 def test_bench_supernet_ablation_reads_its_variants():
     """A variant is ``base`` or supernet-setting overrides; anything else is a one-line error."""
     ab = _script("bench_supernet_ablation")
