@@ -1,10 +1,12 @@
 """Hydra schemas of ``python -m nas.search`` and its groups, registered in the ConfigStore.
 
 The group schemas are generated from the library's own settings dataclasses
-(``nas.data.DataSettings``, the evaluators in ``nas.search.evaluate``, the sampler settings in
-``nas.search.study``, the pruner settings in ``nas.search.pruners``), plus a ``name`` field, so names, types and defaults live in one place; a typo or a
-wrong type in any group fails when the config is composed.  Group options (``conf/data/*.yaml``,
-``conf/evaluator/*.yaml``, ``conf/sampler/*.yaml``, ``conf/pruner/*.yaml``) start from these schemas.
+(``nas.data.DataSettings``, the evaluators' settings in ``nas.search.evaluator_settings``, the
+sampler settings in ``nas.search.samplers``, the pruner settings in ``nas.search.pruners``), plus a
+``name`` field, so names, types and defaults live in one place; a typo or a wrong type in any group
+fails when the config is composed.  Group options (``conf/data/*.yaml``, ``conf/evaluator/*.yaml``,
+``conf/sampler/*.yaml``, ``conf/pruner/*.yaml``) start from these schemas.  None of these modules
+loads torch.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from nas.config import TargetConfig, register_configs, schema_from
-from nas.data import DataSettings
-from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
+from nas.data.settings import DataSettings
+from nas.search.evaluator_settings import (
+    SupernetEvaluatorSettings,
+    TrainEvaluatorSettings,
+    ZeroCostEvaluatorSettings,
+)
 from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings
-from nas.search.study import NSGA2Settings, RandomSettings, TPESettings
+from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings
 
 __all__ = [
     "DataConfig",
@@ -39,9 +45,9 @@ __all__ = [
 
 
 DataConfig = schema_from(DataSettings, schema_name="DataConfig")
-TrainEvaluatorConfig = schema_from(TrainEvaluator, name="train", schema_name="TrainEvaluatorConfig")
-SupernetEvaluatorConfig = schema_from(SupernetEvaluator, name="supernet", schema_name="SupernetEvaluatorConfig")
-ZeroCostEvaluatorConfig = schema_from(ZeroCostEvaluator, name="zero_cost", schema_name="ZeroCostEvaluatorConfig")
+TrainEvaluatorConfig = schema_from(TrainEvaluatorSettings, name="train", schema_name="TrainEvaluatorConfig")
+SupernetEvaluatorConfig = schema_from(SupernetEvaluatorSettings, name="supernet", schema_name="SupernetEvaluatorConfig")
+ZeroCostEvaluatorConfig = schema_from(ZeroCostEvaluatorSettings, name="zero_cost", schema_name="ZeroCostEvaluatorConfig")
 NSGA2SamplerConfig = schema_from(NSGA2Settings, name="nsga2", schema_name="NSGA2SamplerConfig")
 TPESamplerConfig = schema_from(TPESettings, name="tpe", schema_name="TPESamplerConfig")
 RandomSamplerConfig = schema_from(RandomSettings, name="random", schema_name="RandomSamplerConfig")

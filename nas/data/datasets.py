@@ -21,7 +21,7 @@ import numpy as np
 from nas.registry import Registry
 
 if TYPE_CHECKING:
-    from nas.data import DataSettings
+    from nas.data.settings import DataSettings
 
 __all__ = ["DEBIAN_FASHION_MNIST", "DatasetNotFoundError", "dataset_names", "read_idx", "register_dataset"]
 

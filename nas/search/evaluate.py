@@ -39,10 +39,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from nas._checks import check_number
 from nas.arch import Arch
 from nas.data import Dataset
 from nas.registry import Registry
+from nas.search.evaluator_settings import (
+    SupernetEvaluatorSettings,
+    TrainEvaluatorSettings,
+    ZeroCostEvaluatorSettings,
+)
 from nas.train.fit import (
     Schedule,
     TrainingDiverged,
@@ -161,53 +165,15 @@ class Evaluator(ABC):
         return f"{self.name} ({s})"
 
 
-def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_zero: bool = False) -> None:
-    check_number(f"evaluator {obj.name}: {name}", v, integer=integer, zero=allow_zero)
-
-
 # --------------------------------------------------------------------------------------------
 
 
 @register_evaluator("train")
 @dataclass(frozen=True)
-class TrainEvaluator(Evaluator):
+class TrainEvaluator(TrainEvaluatorSettings, Evaluator):
     """Short training from scratch, scored on the validation split (top-1 accuracy, 0..1)."""
 
-    epochs: int = 3
-    batch_size: int = 64
-    optimizer: str = "adamw"  # adamw | sgd (nesterov)
-    lr: float = 0.005
-    weight_decay: float = 0.05  # not applied to norms and biases
-    momentum: float = 0.9  # sgd only
-    label_smoothing: float = 0.1
-    warmup_epochs: float = 0.5  # linear warm-up, then cosine decay to zero
-    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
-    device: str = "auto"  # auto | cpu | cuda | cuda:<i>
-    amp: bool = True  # mixed precision on CUDA (bf16 where supported, else fp16 + grad scaling)
-    eval_batch_size: int = 512
-    bn_recalibration_batches: int = 8  # re-estimate BatchNorm statistics on this many batches before scoring
-
-    OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adamw", "sgd")
     fidelity: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        _check_pos(self, "epochs", self.epochs, integer=True)
-        _check_pos(self, "batch_size", self.batch_size, integer=True)
-        _check_pos(self, "eval_batch_size", self.eval_batch_size, integer=True)
-        _check_pos(self, "lr", self.lr)
-        _check_pos(self, "weight_decay", self.weight_decay, allow_zero=True)
-        _check_pos(self, "momentum", self.momentum, allow_zero=True)
-        _check_pos(self, "warmup_epochs", self.warmup_epochs, allow_zero=True)
-        _check_pos(self, "bn_recalibration_batches", self.bn_recalibration_batches, integer=True, allow_zero=True)
-        if self.grad_clip is not None:
-            _check_pos(self, "grad_clip", self.grad_clip)
-        if self.optimizer not in self.OPTIMIZERS:
-            raise ValueError(f"evaluator train: optimizer must be one of {', '.join(self.OPTIMIZERS)}, "
-                             f"got {self.optimizer!r}")
-        if not isinstance(self.label_smoothing, (int, float)) or not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"evaluator train: label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        if not isinstance(self.device, str):
-            raise ValueError(f"evaluator train: device must be a string, got {self.device!r}")
 
     @property
     def metric(self) -> str:
@@ -284,26 +250,9 @@ def _val_score(model: nn.Module, data: Dataset, device: torch.device, amp_dtype,
 
 @register_evaluator("supernet")
 @dataclass(frozen=True)
-class SupernetEvaluator(Evaluator):
+class SupernetEvaluator(SupernetEvaluatorSettings, Evaluator):
     """Inherited weights from a trained supernet (``python -m nas.supernet``), BatchNorm recalibrated,
     scored on the validation split (top-1 accuracy, 0..1).  The checkpoint is loaded once per process."""
-
-    checkpoint: str | None = None  # the supernet.ckpt (the command line's supernet=<checkpoint>)
-    bn_recalibration_batches: int = 16  # training batches re-estimating BatchNorm statistics before scoring
-    batch_size: int = 64  # recalibration batch size
-    eval_batch_size: int = 512
-    device: str = "auto"  # auto | cpu | cuda | cuda:<i>
-    amp: bool = True  # mixed precision on CUDA
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.checkpoint, str) or not self.checkpoint:
-            raise ValueError("evaluator supernet needs the supernet's checkpoint: add supernet=<path to supernet.ckpt> "
-                             "(train one with python -m nas.supernet)")
-        _check_pos(self, "bn_recalibration_batches", self.bn_recalibration_batches, integer=True)
-        _check_pos(self, "batch_size", self.batch_size, integer=True)
-        _check_pos(self, "eval_batch_size", self.eval_batch_size, integer=True)
-        if not isinstance(self.device, str):
-            raise ValueError(f"evaluator supernet: device must be a string, got {self.device!r}")
 
     @property
     def metric(self) -> str:
@@ -384,21 +333,8 @@ def synflow_score(model: nn.Module, in_shape: tuple[int, int, int], device: torc
 
 @register_evaluator("zero_cost")
 @dataclass(frozen=True)
-class ZeroCostEvaluator(Evaluator):
+class ZeroCostEvaluator(ZeroCostEvaluatorSettings, Evaluator):
     """A training-free proxy of the untrained network (higher is better)."""
-
-    proxy: str = "naswot"  # naswot | synflow
-    batch_size: int = 64  # naswot: images in the batch (the kernel is batch x batch)
-    device: str = "auto"
-
-    PROXIES: ClassVar[tuple[str, ...]] = ("naswot", "synflow")
-
-    def __post_init__(self) -> None:
-        if self.proxy not in self.PROXIES:
-            raise ValueError(f"evaluator zero_cost: proxy must be one of {', '.join(self.PROXIES)}, got {self.proxy!r}")
-        _check_pos(self, "batch_size", self.batch_size, integer=True)
-        if self.proxy == "naswot" and self.batch_size < 2:
-            raise ValueError(f"evaluator zero_cost: naswot needs batch_size >= 2, got {self.batch_size}")
 
     @property
     def metric(self) -> str:

@@ -1,0 +1,255 @@
+"""Loading a dataset (``load_data``): the in-memory and streamed splits, the validation split and
+the subsampling, ``Dataset.batches``; ``nas.data`` describes the datasets."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nas.arch import Arch
+from nas.data.datasets import _DATASETS, _Files
+from nas.data.settings import DataSettings
+from nas.data.stream import StreamSplit, make_transforms
+
+__all__ = ["Dataset", "Split", "adapt_arch", "load_data"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """Images (uint8, N x C x H x W) and integer labels (N,)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.ndim != 4:
+            raise ValueError(f"Split.images must be a uint8 N x C x H x W tensor, got {self.images.dtype} "
+                             f"{tuple(self.images.shape)}")
+        if self.labels.shape != (len(self.images),):
+            raise ValueError(f"Split.labels must have shape ({len(self.images)},), got {tuple(self.labels.shape)}")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def channels(self) -> int:
+        return int(self.images.shape[1])
+
+    def subset(self, idx: np.ndarray | torch.Tensor) -> Split:
+        idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+        return Split(self.images[idx], self.labels[idx])
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A loaded dataset: train / val (/ test) splits at ``resolution``, and how to normalise them."""
+
+    name: str
+    train: Split | StreamSplit
+    val: Split | StreamSplit
+    test: Split | StreamSplit | None
+    num_classes: int
+    classes: tuple[str, ...]
+    resolution: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: str = "none"
+    source: str = ""
+    settings: DataSettings = field(default_factory=DataSettings)
+
+    @property
+    def in_chans(self) -> int:
+        return self.train.channels
+
+    @property
+    def streamed(self) -> bool:
+        """Read from disk per batch (``StreamSplit``), not held in memory."""
+        return isinstance(self.train, StreamSplit)
+
+    def describe(self) -> str:
+        t = f", {len(self.test)} test" if self.test is not None else ""
+        return (f"{self.name}: {len(self.train)} train / {len(self.val)} val{t} images, {self.in_chans}x"
+                f"{self.resolution}x{self.resolution}, {self.num_classes} classes (from {self.source})")
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 batch -> float batch, normalised with the training split's statistics."""
+        x = images.float().div_(255.0)
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+    def batches(
+        self,
+        split: str,
+        *,
+        batch_size: int,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+        augment: bool = False,
+        drop_last: bool = False,
+        device: str | torch.device = "cpu",
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Float image batches and labels of ``split`` ('train', 'val' or 'test'); ``augment``: the
+        training augmentation (``data.augment``, and ``auto_augment`` when streamed)."""
+        s = self._split(split)
+        if isinstance(s, StreamSplit):
+            return s.batches(batch_size=batch_size, shuffle=shuffle, generator=generator, augment=augment,
+                             drop_last=drop_last, device=torch.device(device))
+        return self._memory_batches(s, batch_size=batch_size, shuffle=shuffle, generator=generator, augment=augment,
+                                    drop_last=drop_last, device=device)
+
+    def images(self, split: str, idx: torch.Tensor) -> torch.Tensor:
+        """The normalised images of ``split`` at positions ``idx`` (no augmentation)."""
+        s = self._split(split)
+        if isinstance(s, StreamSplit):
+            return s.eval_images(idx.tolist())
+        return self.normalize(s.images[idx])
+
+    def _split(self, split: str) -> Split | StreamSplit:
+        s = {"train": self.train, "val": self.val, "test": self.test}.get(split)
+        if s is None:
+            raise ValueError(f"dataset {self.name!r} has no {split!r} split")
+        return s
+
+    def _memory_batches(self, s: Split, *, batch_size: int, shuffle: bool, generator: torch.Generator | None,
+                        augment: bool, drop_last: bool, device: str | torch.device
+                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(s)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        stop = n - n % batch_size if drop_last and n >= batch_size else n
+        for i in range(0, stop, batch_size):
+            idx = order[i:i + batch_size]
+            x, y = s.images[idx], s.labels[idx]
+            if augment and self.augment != "none":
+                x = _augment(x, self.augment, generator)
+            yield self.normalize(x.to(device, non_blocking=True)), y.to(device, non_blocking=True)
+
+
+def _augment(x: torch.Tensor, kind: str, generator: torch.Generator | None) -> torch.Tensor:
+    """Random translation by up to resolution/8 pixels (zero padded) [+ horizontal flip], seeded."""
+    n, _, h, w = x.shape
+    pad = max(1, h // 8)
+    xp = F.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator)
+    out = torch.stack([xp[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+    if kind == "crop_flip":
+        flip = torch.rand(n, generator=generator) < 0.5
+        out[flip] = out[flip].flip(-1)
+    return out
+
+
+def adapt_arch(arch: Arch, data: Dataset, *, resolution: int | None = None) -> Arch:
+    """``arch`` with the dataset's classes and input channels, at ``resolution`` (default: the data's)."""
+    a = arch.with_head(num_classes=data.num_classes, in_chans=data.in_chans)
+    return a.with_resolution(resolution or data.resolution)
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
+    """Load, split, subsample, resize and normalise a dataset (see the module docs)."""
+    s = settings if isinstance(settings, DataSettings) else DataSettings.from_dict(dict(settings))
+    raw = _DATASETS[s.name](s)
+    if isinstance(raw, _Files):
+        return _load_streamed(s, raw)
+    if s.auto_augment:
+        raise ValueError(f"data.auto_augment={s.auto_augment!r}: dataset {s.name!r} is held in memory and augmented "
+                         f"with data.augment (none, crop, crop_flip); auto_augment applies to the streamed datasets "
+                         f"(cifar10, imagefolder): remove it")
+    classes = raw.classes
+    rng = np.random.default_rng(s.seed)
+    if raw.val_x is not None:
+        tr_x, tr_y, va_x, va_y = raw.train_x, raw.train_y, raw.val_x, raw.val_y
+    else:
+        tr_idx, va_idx = _stratified_split(raw.train_y, s.val_fraction, rng)
+        tr_x, tr_y, va_x, va_y = raw.train_x[tr_idx], raw.train_y[tr_idx], raw.train_x[va_idx], raw.train_y[va_idx]
+    if s.train_samples is not None and s.train_samples < len(tr_y):
+        keep = np.sort(rng.permutation(len(tr_y))[: s.train_samples])
+        tr_x, tr_y = tr_x[keep], tr_y[keep]
+    if s.val_samples is not None and s.val_samples < len(va_y):
+        keep = np.sort(rng.permutation(len(va_y))[: s.val_samples])
+        va_x, va_y = va_x[keep], va_y[keep]
+    if len(tr_y) == 0 or len(va_y) == 0:
+        raise ValueError(f"dataset {s.name!r} from {raw.source}: the split left {len(tr_y)} training and "
+                         f"{len(va_y)} validation images; add images or change data.val_fraction")
+    train = Split(_resize(tr_x, s.resolution), torch.as_tensor(tr_y, dtype=torch.long))
+    val = Split(_resize(va_x, s.resolution), torch.as_tensor(va_y, dtype=torch.long))
+    test = None
+    if raw.test_x is not None:
+        test = Split(_resize(raw.test_x, s.resolution), torch.as_tensor(raw.test_y, dtype=torch.long))
+    x = train.images.float().div_(255.0)
+    mean = tuple(float(v) for v in x.mean(dim=(0, 2, 3)))
+    std = tuple(max(float(v), 1e-3) for v in x.std(dim=(0, 2, 3)))
+    ds = Dataset(s.name, train, val, test, len(classes), tuple(classes), s.resolution, mean, std, s.augment,
+                 raw.source, s)
+    log.debug("loaded %s", ds.describe())
+    return ds
+
+
+def _subsample(idx: np.ndarray, cap: int | None, rng: np.random.Generator) -> np.ndarray:
+    if cap is None or cap >= len(idx):
+        return idx
+    return idx[np.sort(rng.permutation(len(idx))[:cap])]
+
+
+def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
+    """Split and subsample by label (no image is read), and wrap each split in a ``StreamSplit``."""
+    rng = np.random.default_rng(s.seed)
+    targets = np.asarray(f.train.targets, dtype=np.int64)
+    if f.val is not None:
+        tr_idx, va_idx = np.arange(len(targets)), np.arange(len(f.val.targets))
+    else:
+        tr_idx, va_idx = _stratified_split(targets, s.val_fraction, rng)
+    tr_idx = _subsample(tr_idx, s.train_samples, rng)
+    va_idx = _subsample(va_idx, s.val_samples, rng)
+    if len(tr_idx) == 0 or len(va_idx) == 0:
+        raise ValueError(f"dataset {s.name!r} from {f.source}: the split left {len(tr_idx)} training and "
+                         f"{len(va_idx)} validation images; add images or change data.val_fraction")
+    train_tf, eval_tf = make_transforms(s.resolution, augment=s.augment, auto_augment=s.auto_augment,
+                                        crop_scale=s.crop_scale, crop_pct=s.crop_pct, mean=f.mean, std=f.std)
+
+    def split(base: Any, idx: np.ndarray) -> StreamSplit:
+        return StreamSplit(base, idx, channels=f.channels, train_tf=train_tf, eval_tf=eval_tf,
+                           num_workers=s.num_workers)
+
+    test = split(f.test, np.arange(len(f.test.targets))) if f.test is not None else None
+    ds = Dataset(s.name, split(f.train, tr_idx), split(f.val if f.val is not None else f.train, va_idx), test,
+                 len(f.classes), tuple(f.classes), s.resolution, tuple(f.mean), tuple(f.std), s.augment, f.source, s)
+    log.debug("streaming %s (%d workers)", ds.describe(), s.num_workers)
+    return ds
+
+
+def _stratified_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded split keeping class proportions: ``frac`` of each class (at least one) goes to val."""
+    tr, va = [], []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        k = int(round(frac * len(idx)))
+        k = min(max(k, 1), len(idx) - 1) if len(idx) > 1 else 0
+        va.append(idx[:k])
+        tr.append(idx[k:])
+    return np.sort(np.concatenate(tr)), np.sort(np.concatenate(va))
+
+
+def _resize(x: np.ndarray, r: int, chunk: int = 4096) -> torch.Tensor:
+    """uint8 N x C x H x W -> uint8 N x C x r x r (bilinear, antialiased when shrinking)."""
+    t = torch.from_numpy(np.require(x, dtype=np.uint8, requirements=["C", "W"]))
+    if t.shape[-2:] == (r, r):
+        return t.contiguous()
+    out = torch.empty((t.shape[0], t.shape[1], r, r), dtype=torch.uint8)
+    for i in range(0, len(t), chunk):
+        y = F.interpolate(t[i:i + chunk].float(), size=(r, r), mode="bilinear", align_corners=False,
+                          antialias=r < t.shape[-1])
+        out[i:i + chunk] = y.round_().clamp_(0, 255).to(torch.uint8)
+    return out

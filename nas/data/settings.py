@@ -1,0 +1,76 @@
+"""What to load: ``DataSettings`` (the ``data`` config group's names, types, defaults and checks).
+
+Apart from the loaders (``nas.data.load``), so a command's config schema is made without torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nas.data.datasets import _DATASETS, dataset_names
+
+__all__ = ["AUGMENTS", "DataSettings"]
+
+AUGMENTS = ("none", "crop", "crop_flip")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What to load (the ``data`` config group)."""
+
+    name: str = "digits"
+    root: str | None = None  # where the files are (fashion_mnist, cifar10, imagefolder)
+    resolution: int = 16  # every image is resized to resolution x resolution
+    channels: int | None = None  # imagefolder: 1 (grayscale) or 3 (RGB); others: their own
+    val_fraction: float = 0.2  # of the training images, held out (stratified) for scoring
+    train_samples: int | None = None  # cap on training images after the split (None: all)
+    val_samples: int | None = None  # cap on validation images (None: all)
+    augment: str = "none"  # none | crop | crop_flip (training batches only)
+    download: bool = False  # fashion_mnist / cifar10: download if not found
+    seed: int = 0  # the split and the subsampling
+    # streamed datasets (cifar10, imagefolder) only:
+    num_workers: int = 4  # DataLoader worker processes (persistent; 0: load in the main process)
+    auto_augment: str | None = None  # timm's RandAugment / AutoAugment string, e.g. rand-m9-mstd0.5
+    crop_scale: float = 0.08  # RandomResizedCrop: smallest crop, as a fraction of the image area
+    crop_pct: float = 0.875  # scoring: resize to resolution / crop_pct, then centre crop
+
+    def __post_init__(self) -> None:
+        if self.name not in _DATASETS:
+            raise ValueError(f"data.name: unknown dataset {self.name!r}; valid datasets: {', '.join(dataset_names())}")
+        _pos_int("data.resolution", self.resolution)
+        if self.channels is not None and self.channels not in (1, 3):
+            raise ValueError(f"data.channels must be 1, 3 or null, got {self.channels!r}")
+        if not isinstance(self.val_fraction, (int, float)) or not 0 < self.val_fraction < 1:
+            raise ValueError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        for k in ("train_samples", "val_samples"):
+            v = getattr(self, k)
+            if v is not None:
+                _pos_int(f"data.{k}", v)
+        if self.augment not in AUGMENTS:
+            raise ValueError(f"data.augment must be one of {', '.join(AUGMENTS)}, got {self.augment!r}")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"data.num_workers must be an integer >= 0 (0: load in the main process), "
+                             f"got {self.num_workers!r}")
+        for k in ("crop_scale", "crop_pct"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ValueError(f"data.{k} must be in (0, 1], got {v!r}")
+        if self.auto_augment is not None and not isinstance(self.auto_augment, str):
+            raise ValueError(f"data.auto_augment must be a timm augmentation string (e.g. rand-m9-mstd0.5) or null, "
+                             f"got {self.auto_augment!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DataSettings:
+        names = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"data: unknown key(s) {unknown}; valid keys: {sorted(names)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _pos_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
