@@ -2,9 +2,9 @@
 """Which supernet training settings change its ranking: variants of the ranking benchmark's supernet,
 scored against the same stand-alone reference.
 
-Reads a complete ``bench_supernet.py`` run at its default settings (its cache under
-``<out>/bench_supernet/full``: run that first), trains one supernet per variant on the same data,
-with the same seed, scores the same architectures with each (``evaluator=supernet``) and reports
+Reads a complete ``bench_supernet.py`` run (its cache under ``<out>/bench_supernet/full``: run that
+first; its recorded settings, the space, data, resolution and device included, are this run's),
+trains one supernet per variant on the same data, with the same seed, scores the same architectures with each (``evaluator=supernet``) and reports
 Kendall's tau against the same reference (the mean of the stand-alone runs).  A variant is
 ``base`` (the benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings``
 (``epochs=40``, ``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the
@@ -37,17 +37,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_supernet import _args as benchmark_args  # noqa: E402
 from bench_supernet import (  # noqa: E402
+    _ADDED,
+    _SETTINGS,
     _cache_path,
     _pick_archs,
     _tau,
+    command,
     load_subset,
     reference_agreement,
     score_archs,
-    settings_differences,
     standalone_runs,
 )
+from bench_supernet import _args as benchmark_args  # noqa: E402
 
 from nas._io import atomic_write_json  # noqa: E402
 
@@ -83,20 +85,32 @@ def parse_variant(text: str) -> dict[str, Any]:
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"),
+                   help="where the bench_supernet.py run is (the same --out)")
+    p.add_argument("--standalone-seeds", type=int, default=3, help="the benchmark run's --standalone-seeds")
     a = p.parse_args(argv)
     a.overrides = {v: parse_variant(v) for v in a.variants}
     return a
 
 
+def benchmark_run(work: Path, out: str, standalone_seeds: int) -> argparse.Namespace:
+    """The settings of the ``bench_supernet.py`` run cached in ``work`` (as its options would give
+    them); none there is a one-line error."""
+    import json
+
+    path = work / "settings.json"
+    if not path.is_file():
+        raise SystemExit(f"{work}: no bench_supernet.py run there; run python scripts/bench_supernet.py first")
+    have = json.loads(path.read_text())
+    b = benchmark_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
+    for k in _SETTINGS:
+        setattr(b, k, have.get(k, _ADDED.get(k)))
+    return b
+
+
 def _reference(work: Path, b: argparse.Namespace, archs: list[Any]) -> tuple[list[float], list[float]]:
     """The benchmark's reference per architecture (the mean of its stand-alone runs) and its first run;
     a run that is missing, of other settings or incomplete is a one-line error."""
-    diffs = settings_differences(work, b)
-    if diffs is None or diffs:
-        why = "none there" if diffs is None else "; ".join(diffs)
-        raise SystemExit(f"{work}: no bench_supernet.py run at its default settings ({why}); run "
-                         "python scripts/bench_supernet.py first")
     runs = standalone_runs(work, b, archs)
     return [float(v) for v in np.mean(runs, axis=0)], runs[0]
 
@@ -200,9 +214,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     a = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the supernet's epochs as they finish
-    torch.set_num_threads(1)
-    b = benchmark_args(["--out", a.out])
     work = Path(a.out) / "bench_supernet" / "full"
+    b = benchmark_run(work, a.out, a.standalone_seeds)
+    if b.device == "cpu":
+        torch.set_num_threads(1)
     data = load_subset(b)
     archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target)
     ref, first = _reference(work, b, archs)
@@ -220,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seed_agreement = reference_agreement(seeds) if len(seeds) >= 2 else None  # how alike the seeds rank
     by = ranked_by(archs, ms, ref, [float(v) for v in np.mean(seeds, axis=0)] if seeds else None)
     result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
-              "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
+              "benchmark": command(b), "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
               f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows,
               "averaged_supernets": averaged, "seed_supernets_agreement": seed_agreement,
               "ranked_by": by}

@@ -265,6 +265,21 @@ def test_bench_supernet_ablation_reads_its_variants():
             ab.parse_variant(bad)
 
 
+def test_bench_supernet_ablation_follows_the_benchmark_run(tmp_path):
+    """The ablation takes the settings the benchmark run recorded (space, device ... included; older
+    records read as the defaults); no run there is a one-line error."""
+    import json
+
+    ab = _script("bench_supernet_ablation")
+    with pytest.raises(SystemExit, match="no bench_supernet.py run there"):
+        ab.benchmark_run(tmp_path, str(tmp_path), 3)
+    (tmp_path / "settings.json").write_text(json.dumps({"data": "digits", "space": "mbv3", "device": "cuda",
+                                                         "archs": 6, "resolution": 32}))
+    b = ab.benchmark_run(tmp_path, str(tmp_path), 2)
+    assert (b.data, b.space, b.device, b.archs, b.resolution, b.standalone_seeds) == ("digits", "mbv3", "cuda", 6, 32, 2)
+    assert (b.target, b.batch_size, b.data_root) == ("cpu", None, None)  # not recorded: the defaults
+
+
 def test_bench_supernet_ablation_averages_seed_supernets():
     """Averaged supernets: every set of k seed supernets (settings variants left out), then all variants."""
     ab = _script("bench_supernet_ablation")
