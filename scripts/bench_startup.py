@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""How soon each command answers: the wall time of ``python -m nas.<command> --help`` and of a
-config typo (``python -m nas.<command> no_such_option=1``, refused in one line), per command.
+"""How soon each command answers: the wall time of ``python -m nas.<command> --help``, of a
+config typo (``python -m nas.<command> no_such_option=1``) and of a value the config accepts but
+the command refuses (``REFUSED``: a missing file, a count of 0 ...), each refused in one line.
 
 Both are what a user waits for before anything is measured, trained or searched, and what every
 end-to-end test pays per process.  Each call is a fresh process; the rounds are interleaved
@@ -31,6 +32,14 @@ from nas._io import atomic_write_json  # noqa: E402
 COMMANDS = ("profile", "predict", "validate", "space", "search", "supernet", "train", "export")
 HEAVY = ("torch", "sklearn", "timm", "torchvision", "optuna", "scipy", "onnxruntime", "matplotlib")
 CASES = {"help": ["--help"], "typo": ["no_such_option=1"]}
+# per command, a value its config schema accepts and the command itself refuses (exit code 2)
+REFUSED = {"profile": ["search_space=no_such_space"], "predict": ["arch=no_such_arch.json"], "validate": ["n=0"],
+           "space": ["search_space=no_such_space"], "search": ["n_trials=-1"], "supernet": ["epochs=0"],
+           "train": ["run=no_such_run"], "export": ["weights=no_such.ckpt"]}
+
+
+def _args(cmd: str, case: str) -> list[str]:
+    return REFUSED[cmd] if case == "refused" else CASES[case]
 
 
 def _call(cmd: str, args: list[str]) -> tuple[float, int]:
@@ -53,19 +62,19 @@ def loaded_by_import(cmd: str) -> list[str]:
 
 
 def measure(commands: list[str], rounds: int) -> list[dict[str, Any]]:
-    """Each command's help and typo, ``rounds`` interleaved rounds (one warm-up call first)."""
-    times: dict[tuple[str, str], list[float]] = {(c, k): [] for c in commands for k in CASES}
+    """Each command's help, typo and refused value, ``rounds`` interleaved rounds (one warm-up call first)."""
+    cases = (*CASES, "refused")
+    times: dict[tuple[str, str], list[float]] = {(c, k): [] for c in commands for k in cases}
     codes: dict[tuple[str, str], int] = {}
     _call(commands[0], CASES["help"])  # the first process after a while also reads the files from disk
     for r in range(rounds):
         for (c, k), v in times.items():
-            s, codes[(c, k)] = _call(c, CASES[k])
+            s, codes[(c, k)] = _call(c, _args(c, k))
             v.append(s)
         print(f"round {r + 1}/{rounds}", flush=True)
-    return [{"command": c, "help_s": statistics.median(times[(c, "help")]),
-             "typo_s": statistics.median(times[(c, "typo")]), "help_exit": codes[(c, "help")],
-             "typo_exit": codes[(c, "typo")], "rounds": rounds, "import_loads": loaded_by_import(c)}
-            for c in commands]
+    return [{"command": c, **{f"{k}_s": statistics.median(times[(c, k)]) for k in cases},
+             **{f"{k}_exit": codes[(c, k)] for k in cases}, "refused_args": REFUSED[c], "rounds": rounds,
+             "import_loads": loaded_by_import(c)} for c in commands]
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -83,10 +92,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
               "machine": device_identity("cpu")["name"], "python": sys.version.split()[0], "rows": rows}
     if a.commands == list(COMMANDS):
         atomic_write_json(Path(a.out) / "startup.json", result)
-    print(f"\n{'command':<10} {'--help s':>9} {'typo s':>7} {'exit':>5}  import loads")
+    print(f"\n{'command':<10} {'--help s':>9} {'typo s':>7} {'refused s':>10}  {'refused value':<28} import loads")
     for r in rows:
-        print(f"{r['command']:<10} {r['help_s']:>9.2f} {r['typo_s']:>7.2f} {r['typo_exit']:>5}  "
-              f"{', '.join(r['import_loads']) or '-'}")
+        print(f"{r['command']:<10} {r['help_s']:>9.2f} {r['typo_s']:>7.2f} {r['refused_s']:>10.2f}  "
+              f"{' '.join(r['refused_args']):<28} {', '.join(r['import_loads']) or '-'}")
     return rows
 
 

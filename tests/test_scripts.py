@@ -317,10 +317,12 @@ def test_bench_supernet_ablation_ranks_features():
 
 
 def test_bench_startup_times_help_and_a_typo(tmp_path):
-    """One round for one command: --help exits 0, the typo 2, and a subset writes no result file."""
+    """One round for one command: --help exits 0, the typo and the refused value 2, and a subset writes
+    no result file."""
     bs = _script("bench_startup")
     rows = bs.main(["--commands", "space", "--rounds", "1", "--out", str(tmp_path)])
-    assert [(r["command"], r["help_exit"], r["typo_exit"]) for r in rows] == [("space", 0, 2)]
+    assert [(r["command"], r["help_exit"], r["typo_exit"], r["refused_exit"]) for r in rows] == [("space", 0, 2, 2)]
+    assert set(bs.REFUSED) == set(bs.COMMANDS)
     assert rows[0]["help_s"] > 0 and rows[0]["import_loads"] == [] and not list(tmp_path.iterdir())
     with pytest.raises(SystemExit):
         bs.main(["--rounds", "0"])

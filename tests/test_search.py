@@ -160,6 +160,9 @@ def test_consecutive_failures_abort(tmp_path, target, digits):
     s = _prepare(tmp_path, target, digits, FakeEvaluator(fail_on=tuple(range(1, 99))))
     with pytest.raises(SearchAborted, match="3 trials in a row failed.*boom on call 3"):
         run_search(s.study, s.problem, n_trials=10, max_consecutive_failures=3)
+    for bad in ({"n_trials": -1}, {"n_trials": 1, "max_consecutive_failures": -1}):  # before any trial
+        with pytest.raises(ValueError, match="must be a non-negative integer"):
+            run_search(s.study, s.problem, **bad)
 
 
 @pytest.mark.parametrize("which", ["latency", "memory"])

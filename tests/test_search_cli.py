@@ -134,6 +134,11 @@ def test_cli_refused_starts_change_nothing(tmp_path, snapshot):
         assert snapshot(out) == before, f"{bad} changed the run dir"
     r = _cli([*args, "data=cifar10", f"data.root={tmp_path / 'nowhere'}", f"out={tmp_path / 'fresh'}"], REPO)
     assert r.returncode == 2 and not (tmp_path / "fresh").exists(), "a failed start left a folder"
+    for bad in ("n_trials=-1", "max_consecutive_failures=-1"):  # refused before the study is opened
+        r = _cli([*args, bad, f"out={tmp_path / 'fresh'}"], REPO)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "0 or more" in lines[0], (bad, r.stderr)
+        assert not (tmp_path / "fresh").exists(), f"{bad} left a folder"
 
 
 @pytest.mark.slow

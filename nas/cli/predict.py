@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from nas.arch import check_widths
+from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
 
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas.from_timm import arch_from_spec
-    from nas.latency import load_latency_model
     from nas.target import Target
 
     if bool(cfg.arch) == bool(cfg.model):
@@ -20,9 +18,14 @@ def run(cfg: DictConfig) -> dict:
     if cfg.model and not cfg.model.startswith("timm:"):
         raise ValueError(f"model must look like timm:<name>, got {cfg.model!r}")
     target = Target.coerce(cfg.target)
-    arch = arch_from_spec(spec)
     if cfg.arch:
+        arch = Arch.load(cfg.arch)
         check_widths(arch, cfg.arch)
+    else:
+        from nas.from_timm import from_timm  # torch and timm: only to read a timm model
+
+        arch = from_timm(cfg.model[len("timm:"):])
+    from nas.latency import load_latency_model  # scikit-learn: after the Arch is read
     res = cfg.resolution or target.resolution
     if res:
         arch = arch.with_resolution(res)

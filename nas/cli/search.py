@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas.cli._common import fmt_table, hydra_app, user_errors, user_override
+from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
 from nas.config.search import register_search_configs
 from nas.target import Target
 
@@ -68,6 +68,7 @@ def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any
     fresh = not run_dir.exists() or not any(run_dir.iterdir())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
+        check_counts(cfg, {"n_trials": "trials", "max_consecutive_failures": "failed trials in a row (0: never stop)"})
         search = _prepare_search(cfg, target, run_dir)
     except BaseException:
         if fresh and run_dir.is_dir():
@@ -198,11 +199,10 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
 @user_errors
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
-    from nas.search.study import count_trials, write_outputs
-
     t_start = time.perf_counter()
     target = Target.coerce(cfg.target)
     search = _prepare(cfg, target, run_dir)
+    from nas.search.study import count_trials, write_outputs
     done = count_trials(search.study)
     _print_setup(cfg, target, search, done)
     code, rep = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done))

@@ -71,16 +71,16 @@ def _training(s) -> str:
 @user_errors
 def run(cfg: DictConfig) -> dict:
     from nas._io import atomic_write_json
-    from nas.data import load_data
     from nas.space import load_space
-    from nas.supernet.train import Dist, train_supernet
 
     s = settings_from_config(cfg)
     problem = folder_error("out", cfg.out)
     if problem:
         raise ValueError(problem)
     space = load_space(cfg.search_space)
+    from nas.data import load_data  # torch: after the settings, the out folder and the space are accepted
     data = load_data(OmegaConf.to_container(cfg.data, resolve=True))
+    from nas.supernet.train import Dist, train_supernet  # timm: after the space and the data are accepted
     with process_group(s.device):
         rank0 = Dist.current().rank == 0
         if rank0:

@@ -47,13 +47,15 @@ def settings_from_config(cfg: DictConfig):
 def run(cfg: DictConfig) -> dict:
     from pathlib import Path
 
-    from nas.train.pipeline import train_front
-    from nas.train.report import REPORT_HEADER, report_rows
+    from nas.train.search_run import load_search_run
 
     s = settings_from_config(cfg)
     problem = folder_error("out", s.out) if s.out else None
     if problem:
         raise ValueError(problem)
+    load_search_run(s.run)  # a run dir that is not a search's is refused before the pipeline's libraries load
+    from nas.train.pipeline import train_front
+    from nas.train.report import REPORT_HEADER, report_rows
     try:
         report = train_front(s)
     except KeyboardInterrupt:

@@ -17,10 +17,12 @@ from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
 @user_errors
 def run(cfg: DictConfig) -> dict:
     from nas.latency.measure import Interrupted, ProfileSettings
-    from nas.latency.validate import RESCALED, WITHOUT_TRANSFER, reproducibility_lines, validate_target
 
     check_counts(cfg, {"n": "held-out networks", "pruned": "held-out networks",
                        "drift_anchors": "calibration networks per space"})
+    if not (cfg.n or cfg.pruned or cfg.models):  # (validate_target says so too, after loading scikit-learn)
+        raise ValueError("nothing to validate: n=0, pruned=0 and no models")
+    from nas.latency.validate import RESCALED, WITHOUT_TRANSFER, reproducibility_lines, validate_target
     out = Path(cfg.out)
     try:
         report = validate_target(

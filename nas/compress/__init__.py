@@ -36,7 +36,8 @@ CRITERIA = ("l1", "bn", "taylor", "loss")  # channel importance for pruning (pru
 
 _HOMES = {"apply_plan": "prune", "channel_importance": "prune", "prune_model": "prune",
           "LossProbe": "prune_plan", "PrunePlan": "prune_plan", "plan_pruning": "prune_plan",
-          **{n: "qat" for n in ("QATNet", "QuantSettings", "calibrate", "export_qdq", "fold_bn", "prepare_qat")},
+          **{n: "qat" for n in ("QATNet", "calibrate", "export_qdq", "fold_bn", "prepare_qat")},
+          "QuantSettings": "quant_settings",
           **{n: "nas.narrow" for n in ("ChannelUnit", "channel_units", "drop_layers", "droppable", "resize_arch")}}
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -58,6 +57,7 @@ from torch import nn
 
 from nas.builder import AttentionLayer, HeadLayer
 from nas.compress.ptq import finalize_qdq
+from nas.compress.quant_settings import QuantSettings
 
 __all__ = [
     "ActQuant",
@@ -86,23 +86,6 @@ _FOLD_PAIRS: dict[type, tuple[tuple[str, str], ...]] = {
     ConvNormAct: (("conv", "bn"),),
 }
 _RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.Identity)
-
-
-@dataclass(frozen=True)
-class QuantSettings:
-    """How QAT quantizes (defaults: ``nas.compress.ptq.QDQ_SETTINGS``)."""
-
-    reduce_range: bool = True  # 7-bit weights ([-64, 64]) as onnxruntime's reduce_range
-    ema: float = 0.01  # activation range EMA momentum during fine-tuning
-    symmetric: bool = False  # int8 symmetric activations (zero point 0) and float biases: TensorRT's form
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.symmetric, bool):
-            raise ValueError(f"qat.symmetric must be true or false, got {self.symmetric!r}")
-        if not isinstance(self.reduce_range, bool):
-            raise ValueError(f"qat.reduce_range must be true or false, got {self.reduce_range!r}")
-        if not 0 < self.ema <= 1:
-            raise ValueError(f"qat.ema must be in (0, 1], got {self.ema!r}")
 
 
 def quant_settings_for(target: Any | None, *, reduce_range: bool = True, ema: float = 0.01) -> QuantSettings:

@@ -192,8 +192,9 @@ def run_search(
     is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome, repeats and surplus
     trials included.
     """
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
-        raise ValueError(f"n_trials must be a non-negative integer, got {n_trials!r}")
+    for name, v in (("n_trials", n_trials), ("max_consecutive_failures", max_consecutive_failures)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
     if storage is not None:
         fail_stale_trials(study, storage)
     rep = SearchReport()
@@ -282,28 +283,33 @@ def prepare_search(
     None: no pruning); it does not define the study, so a study may be resumed with another one.
     ``command``: the user's command-line arguments, recorded
     in the run dir and used to spell out the command that starts a refused search elsewhere."""
-    from nas.data import load_data
-    from nas.latency import load_latency_model
+    from nas.data import DataSettings, load_data
     from nas.search.evaluate import make_evaluator
     from nas.space import load_space
 
+    # the settings first, then the run dir, then what takes seconds (the data, the latency model)
     target = Target.coerce(target)
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
-    smp = make_sampler(sampler, seed=seed)  # validate before loading data
+    smp = make_sampler(sampler, seed=seed)
     prn = make_pruner(pruner, max_resource=int(getattr(ev, "epochs", 1)))
     if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
         log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
                     prn.name, getattr(ev, "epochs", 1))
+    if not isinstance(data, Dataset):
+        data = DataSettings.from_dict(dict(data))
+    run_dir = Path(run_dir)
+    name = study_name or default_study_name(space=space.name, data=data.name, target=target.name)
+    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
     ds = data if isinstance(data, Dataset) else load_data(data)
     ev.check(space, ds)
-    lat = latency if latency is not None else load_latency_model(target, allow_mismatch=allow_mismatch)
-    problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=lat, target=target, budgets=budgets,
+    if latency is None:
+        from nas.latency import load_latency_model  # scikit-learn: after every cheaper refusal
+
+        latency = load_latency_model(target, allow_mismatch=allow_mismatch)
+    problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=latency, target=target, budgets=budgets,
                             train_seed=seed, pruner=prn)
     problem.check_budgets()
-    run_dir = Path(run_dir)
-    name = study_name or default_study_name(space=space.name, data=ds.name, target=target.name)
-    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
     st, desc = make_storage(storage, run_dir=run_dir)
     existed = name in {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
     new = new_run_command(command, run_dir)

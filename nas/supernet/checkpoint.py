@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas.space import SearchSpace
-from nas.supernet.model import Supernet
 from nas.train.checkpoint import diff_messages, read_torch_file, save_checkpoint
+
+if TYPE_CHECKING:
+    from nas.supernet.model import Supernet
 
 __all__ = ["SUPERNET_FORMAT", "SUPERNET_VERSION", "check_matches", "data_record", "load_supernet",
            "read_checkpoint", "save_supernet", "space_record"]
@@ -65,6 +67,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str, mtime_ns: int, size: int) -> tuple[Supernet, dict[str, Any]]:
+    from nas.supernet.model import Supernet  # timm: a missing or foreign file is refused without it
+
     c = read_checkpoint(path)
     space = SearchSpace(c["space"]["config"], source=c["space"]["source"])
     sn = Supernet(space, in_chans=c["data"]["in_chans"], num_classes=c["data"]["num_classes"])

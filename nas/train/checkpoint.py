@@ -181,10 +181,6 @@ def export_checkpoint(
     Every input is checked before anything is written: an unsupported precision, a checkpoint
     that does not match the Arch, an existing output without ``overwrite``.
     """
-    from nas.compress.qat import QATNet
-    from nas.data import DataSettings, load_data
-    from nas.export.checkpoint import export_model
-
     export = export or ExportSettings()
     target = Target.coerce(target)
     if precision not in PRECISIONS:
@@ -199,6 +195,10 @@ def export_checkpoint(
         raise ValueError(f"weights={weights} is a bare state dict that records no Arch: give arch=<file> "
                          f"(one of {ARCH_FILES})")
     model = model_from_checkpoint(ckpt, arch, where=str(weights))
+    from nas.compress.qat import QATNet  # timm and onnx: once the inputs are read
+    from nas.data import DataSettings, load_data
+    from nas.export.checkpoint import export_model
+
     is_qat = isinstance(model, QATNet)
     if is_qat and precision == "fp32":
         raise ValueError(f"{weights} is a QAT (int8) checkpoint: export it with precision=int8, or give the float "

@@ -10,14 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nas._checks import check_number
 from nas.compress import CRITERIA
+from nas.compress.quant_settings import QuantSettings
 from nas.target import Target
-
-if TYPE_CHECKING:
-    from nas.compress.qat import QuantSettings
 
 __all__ = [
     "ExportSettings",
@@ -157,8 +155,6 @@ class QATSettings:
 
     @property
     def quant(self) -> QuantSettings:
-        from nas.compress.qat import QuantSettings  # timm: imported when first needed, not with the config schemas
-
         return QuantSettings(self.reduce_range, self.ema)
 
     def to_dict(self) -> dict[str, Any]:
