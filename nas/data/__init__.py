@@ -32,8 +32,8 @@ and may be subsampled (``train_samples`` / ``val_samples``).  ``Dataset.batches`
 normalised float batches of either kind.
 
 The loaders are in ``nas.data.datasets``, the loading in ``nas.data.load``, the settings in
-``nas.data.settings``.  A dataset that cannot be found raises ``DatasetNotFoundError`` naming every place it looked and
-how to get it.  Nothing is downloaded unless ``download`` is true.
+``nas.data.settings``.  A dataset that cannot be found raises ``DatasetNotFoundError`` naming every
+place it looked and how to get it.  Nothing is downloaded unless ``download`` is true.
 """
 
 from __future__ import annotations
