@@ -58,7 +58,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = p.parse_args(argv)
-    for k in ("train_samples", "batch_size", "images", "supernet_epochs", "standalone_epochs", "archs",
+    if a.train_samples < 0:
+        p.error(f"--train-samples must be 0 (every training image) or more, got {a.train_samples}")
+    for k in ("batch_size", "images", "supernet_epochs", "standalone_epochs", "archs",
               "standalone_seeds"):
         v = getattr(a, k)
         if min(v if isinstance(v, list) else [v]) < 1:

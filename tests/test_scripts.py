@@ -247,10 +247,13 @@ def test_bench_supernet_cost_projects_the_benchmark(capsys):
     assert p["supernet_h"] == pytest.approx(2 * 3600 / 2.0 / 3600)  # 1 h
     assert p["reference_h"] == pytest.approx(4 * 2 * 3 * 3600 / 4.0 / 3600)  # 6 h
     assert p["scoring_h"] == pytest.approx(0.1) and p["total_h"] == pytest.approx(7.1)
-    for bad in (["--images", "0"], ["--batch-size", "0"], ["--train-samples", "0"]):
+    for bad in (["--images", "0"], ["--batch-size", "0"]):
         with pytest.raises(SystemExit):
             bc._args(bad)
         assert "must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bc._args(["--train-samples", "-1"])
+    assert "0 (every training image) or more" in capsys.readouterr().err
 
 
 def test_bench_supernet_ablation_reads_its_variants():
