@@ -36,6 +36,26 @@ def test_commands_start_without_the_heavy_libraries():
         assert loaded[cmd] == ["optuna"], (cmd, loaded[cmd])
 
 
+def test_a_bad_value_is_refused_before_the_heavy_libraries_load(tmp_path):
+    """A value the config accepts but the command refuses: one line, exit code 2, nothing written, and
+    no torch loaded to say so (scripts/bench_startup.py times these)."""
+    probe = ("import runpy, sys\n"
+             "sys.argv = sys.argv[1:]\n"
+             "try:\n"
+             "    runpy.run_module(sys.argv[0], run_name='__main__')\n"
+             "finally:\n"
+             "    print('torch' in sys.modules, file=sys.stderr)\n")
+    for args, words in [(["nas.export", "conf=cpu"], "give weights=<checkpoint>"),
+                        (["nas.profile", "conf=cpu", "search_space=no_such_space"], "unknown search space"),
+                        (["nas.train", "conf=cpu", f"run={tmp_path / 'none'}"], "no such folder"),
+                        (["nas.search", "conf=cpu", "n_trials=-1", f"out={tmp_path / 's'}"], "0 or more")]:
+        r = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and lines[0].startswith("error: ") and words in lines[0], (args, r.stderr)
+        assert lines[-1] == "False", (args, "torch was loaded")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd,takes_target", [("profile", True), ("predict", True), ("validate", True),
                                               ("export", True), ("supernet", True), ("space", False)])

@@ -10,7 +10,7 @@ model's latency measured on this machine next to its prediction, when the target
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from nas.cli._common import hydra_app, user_errors
 from nas.config.train import register_train_configs
@@ -21,10 +21,12 @@ register_train_configs()
 @user_errors
 def run(cfg: DictConfig) -> dict:
     from nas.target import Target
-    from nas.train.checkpoint import export_checkpoint
     from nas.train.settings import ExportSettings
 
     c = OmegaConf.to_container(cfg, resolve=True)
+    if c["weights"] in (None, "", MISSING):
+        raise ValueError("give weights=<checkpoint>: a .ckpt that python -m nas.train wrote (fp32.ckpt, "
+                         "pruned.ckpt, qat.ckpt under <run>/train/<model>/)")
     if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.export.edge
         from nas.export.edge import edge_summary, export_edge
 
@@ -34,6 +36,8 @@ def run(cfg: DictConfig) -> dict:
                           export=ExportSettings(**c["export"]))
         print("\n".join(edge_summary(rec)))
         return rec
+    from nas.train.checkpoint import export_checkpoint  # torch: once the command's own checks pass
+
     rec = export_checkpoint(
         arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=Target.coerce(c["target"]), out=c["out"],
         data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],
