@@ -71,6 +71,7 @@ __all__ = [
     "list_spaces",
     "load_space",
     "make_divisible",
+    "space_names",
 ]
 
 SPACES_DIR = spaces_dir()
@@ -269,6 +270,11 @@ class SearchSpace:
 def list_spaces() -> list[str]:
     """Names of the spaces shipped in search_spaces/."""
     return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def space_names(spaces: str | Sequence[str] | None) -> list[str]:
+    """``spaces`` as a list of names; None or empty: every shipped search space."""
+    return list_spaces() if not spaces else [str(spaces)] if isinstance(spaces, str) else [str(n) for n in spaces]
 
 
 def list_calibration_spaces() -> list[str]:

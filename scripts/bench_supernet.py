@@ -133,15 +133,23 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
-    """How the run cached in ``work`` was set otherwise than ``a`` (each difference named; [] when alike);
-    None where ``work`` holds no run's settings."""
+def recorded_settings(work: Path) -> dict[str, Any] | None:
+    """The settings of the run cached in ``work`` (one recorded before a setting existed has its
+    default); None where ``work`` holds no run's settings."""
     path = work / "settings.json"
     if not path.is_file():
         return None
     have = json.loads(path.read_text())
-    return [f"{k} {have.get(k, _ADDED.get(k))!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS
-            if have.get(k, _ADDED.get(k)) != getattr(a, k)]
+    return {k: have.get(k, _ADDED.get(k)) for k in _SETTINGS}
+
+
+def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
+    """How the run cached in ``work`` was set otherwise than ``a`` (each difference named; [] when alike);
+    None where ``work`` holds no run's settings."""
+    have = recorded_settings(work)
+    if have is None:
+        return None
+    return [f"{k} {have[k]!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS if have[k] != getattr(a, k)]
 
 
 def check_work(work: Path, a: argparse.Namespace) -> None:

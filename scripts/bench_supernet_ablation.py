@@ -37,19 +37,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_supernet import _args as benchmark_args  # noqa: E402
 from bench_supernet import (  # noqa: E402
-    _ADDED,
-    _SETTINGS,
     _cache_path,
     _pick_archs,
     _tau,
     command,
     load_subset,
+    recorded_settings,
     reference_agreement,
     score_archs,
     standalone_runs,
 )
-from bench_supernet import _args as benchmark_args  # noqa: E402
 
 from nas._io import atomic_write_json  # noqa: E402
 
@@ -96,15 +95,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def benchmark_run(work: Path, out: str, standalone_seeds: int) -> argparse.Namespace:
     """The settings of the ``bench_supernet.py`` run cached in ``work`` (as its options would give
     them); none there is a one-line error."""
-    import json
-
-    path = work / "settings.json"
-    if not path.is_file():
+    have = recorded_settings(work)
+    if have is None:
         raise SystemExit(f"{work}: no bench_supernet.py run there; run python scripts/bench_supernet.py first")
-    have = json.loads(path.read_text())
     b = benchmark_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
-    for k in _SETTINGS:
-        setattr(b, k, have.get(k, _ADDED.get(k)))
+    for k, v in have.items():
+        setattr(b, k, v)
     return b
 
 

@@ -22,9 +22,9 @@ def run(cfg: DictConfig) -> dict:
         arch = Arch.load(cfg.arch)
         check_widths(arch, cfg.arch)
     else:
-        from nas.from_timm import from_timm  # torch and timm: only to read a timm model
+        from nas.from_timm import arch_from_spec  # torch and timm: only to read a timm model
 
-        arch = from_timm(cfg.model[len("timm:"):])
+        arch = arch_from_spec(cfg.model)
     from nas.latency import load_latency_model  # scikit-learn: after the Arch is read
     res = cfg.resolution or target.resolution
     if res:

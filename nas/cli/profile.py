@@ -15,12 +15,11 @@ from nas.cli._common import check_counts, hydra_app, typed_command, user_errors
 @user_errors
 def run(cfg: DictConfig) -> dict:
     from nas.latency.measure import Interrupted, ProfileSettings
-    from nas.space import load_space
+    from nas.space import load_space, space_names
 
     check_counts(cfg, {**dict.fromkeys(("calibration_networks", "pruned_networks", "refresh"), "networks per space"),
                       "held_out": "held-out networks"})
-    spaces = cfg.search_space
-    for name in [spaces] if isinstance(spaces, str) else list(spaces or ()):
+    for name in space_names(cfg.search_space) if cfg.search_space else ():  # the shipped ones load fine
         load_space(name)  # an unknown or malformed space is refused before the runtimes (torch) load
     from nas.latency.profile_workflow import profile_target
     try:

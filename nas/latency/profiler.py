@@ -43,6 +43,7 @@ from nas.latency.profile_jobs import Job, JobReport, expected_seconds, plan_jobs
 from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
 from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
+from nas.space import space_names as space_names  # importable from here too
 from nas.target import Target
 
 __all__ = [
@@ -147,13 +148,6 @@ def block_frequency(spaces: Sequence, *, samples: int = 200, resolution: int | N
             a = sp.random(rng)
             freq.update((a.with_resolution(resolution) if resolution else a).keys())
     return freq
-
-
-def space_names(spaces: str | Sequence[str] | None) -> list[str]:
-    """``spaces`` as a list of names; None or empty: every shipped search space."""
-    from nas.space import list_spaces
-
-    return list_spaces() if not spaces else [str(spaces)] if isinstance(spaces, str) else [str(n) for n in spaces]
 
 
 def round_order(n: int, round_: int) -> list[int]:
