@@ -12,8 +12,9 @@ and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--dat
 3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (b) short training
    (``evaluator=train`` at its default budget), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
    and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
-   the reference is the mean of those runs, and how well the runs agree with each other is the
-   ceiling the reference's noise leaves.  The estimators (and the supernet's training) use
+   the reference is the mean of those runs.  How well the runs agree with each other gives the
+   ceiling the reference's noise leaves (``reference_ceiling``: the tau a perfect score would reach,
+   and how many runs a reference needs for tau 0.8).  The estimators (and the supernet's training) use
    ``--seed``, the stand-alone runs the seeds after it, so no estimator starts from the initial
    weights of a reference run;
 4. report Kendall's tau between the reference and each score, and the cost of each (the supernet's
@@ -274,7 +275,49 @@ def reference_agreement(runs: list[list[float]]) -> dict[str, float]:
             "pairwise_max": float(max(pairs)), "one_vs_mean_of_rest": float(np.mean(loo))}
 
 
-def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], path: Path) -> None:
+def _expected_tau(truth: np.ndarray, noise_std: float, draws: int, rng: np.random.Generator) -> float:
+    """Mean Kendall tau-b between ``truth`` and ``truth`` plus Gaussian noise, over ``draws`` draws
+    (vectorised: scipy's kendalltau one draw at a time would take minutes for the seed search)."""
+    iu = np.triu_indices(len(truth), 1)
+    s_true = np.sign(np.subtract.outer(truth, truth)[iu])
+    noisy = truth + rng.normal(0.0, noise_std, size=(draws, len(truth)))
+    s_noisy = np.sign((noisy[:, :, None] - noisy[:, None, :])[:, iu[0], iu[1]])
+    denom = np.sqrt(np.count_nonzero(s_true) * np.count_nonzero(s_noisy, axis=1))
+    return float(np.mean(np.where(denom > 0, (s_noisy @ s_true) / np.maximum(denom, 1), 0.0)))
+
+
+def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int = 2000, most_runs: int = 64,
+                      seed: int = 0) -> dict[str, Any]:
+    """What the reference's noise leaves any score: the expected Kendall tau, against the mean of the
+    ``runs``, of a score that knew every architecture's expected stand-alone accuracy (a perfect
+    estimator), and how many runs a reference needs before that expectation reaches ``target``.
+
+    The model: run r of architecture i scores t_i + e_ri, with e independent, normal, of one variance
+    across architectures.  The noise variance is the runs' variance within an architecture (ddof 1,
+    averaged over the architectures); the t_i are the architectures' mean accuracies drawn toward their
+    grand mean until their variance is the variance of the means less the noise a mean of k runs
+    still holds (noise / k).  The expectation is simulated (``draws`` draws of the noise)."""
+    x = np.asarray(runs, dtype=float)
+    k = x.shape[0]
+    if k < 2:
+        raise ValueError(f"the noise of a reference needs at least 2 runs, got {k}")
+    noise_var = float(np.mean(np.var(x, axis=0, ddof=1)))
+    means = x.mean(axis=0)
+    between = float(np.var(means, ddof=1))
+    arch_var = max(between - noise_var / k, 0.0)
+    truth = means.mean() + np.sqrt(arch_var / between if between > 0 else 0.0) * (means - means.mean())
+    rng = np.random.default_rng(seed)
+
+    def ceiling(m: int) -> float:
+        return _expected_tau(truth, float(np.sqrt(noise_var / m)), draws, rng) if arch_var > 0 else 0.0
+
+    needed = next((m for m in range(1, most_runs + 1) if ceiling(m) >= target), None)
+    return {"runs": k, "noise_std": float(np.sqrt(noise_var)), "arch_std": float(np.sqrt(arch_var)),
+            "perfect_score_tau": ceiling(k), "target": target, "runs_for_target": needed}
+
+
+def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], ceiling: float,
+          path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -286,7 +329,7 @@ def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[fl
         v = [r["scores"][m]["score"] * (100 if m in ("supernet", "train") else 1) for r in rows]
         ax.scatter(v, ref, s=14)
         ax.set_xlabel(f"{m} {'accuracy %' if m in ('supernet', 'train') else 'score'}")
-        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}")
+        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f} (a perfect score: {ceiling:.2f})")
     axes[0].set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
     ax = axes[-1]
     ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")
@@ -311,6 +354,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     agreement = reference_agreement(runs)
+    ceiling = reference_ceiling(runs)
     sn_again = _tau([r["scores"]["supernet"]["score"] for r in rows], [r["scores"]["supernet_again"]["score"] for r in rows])
     by_latency = _tau(ref, ms)  # the baseline any estimator must beat: slower networks are more accurate
     secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
@@ -326,14 +370,14 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
         "supernet_train_seconds": sn_train_s, "supernet_history": history,
         "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
-        "supernet_against_itself": sn_again,
+        "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
         "kendall_tau_predicted_latency_vs_reference": by_latency,
         "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
     }
     name = "supernet_quick" if a.quick else "supernet"
     out = Path(a.out)
     atomic_write_json(out / f"{name}.json", result)
-    _plot(rows, taus, runs, out / f"{name}.png")
+    _plot(rows, taus, runs, ceiling["perfect_score_tau"], out / f"{name}.png")
     print(f"\n{'method':<10} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
     for m in METHODS:
         print(f"{m:<10} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {secs[m]:>9.2f}")
@@ -345,6 +389,12 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
           f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
           f"{100 * spread['max']:.2f}% (std {100 * spread['std']:.2f} points; run 1 - run 2: std "
           f"{100 * spread['run_difference_std']:.2f} points)")
+    need = ceiling["runs_for_target"]
+    print(f"what the reference's noise leaves: a score that knew each architecture's expected accuracy would reach "
+          f"tau {ceiling['perfect_score_tau']:.3f} against the mean of {len(runs)} runs (a run's noise: std "
+          f"{100 * ceiling['noise_std']:.2f} points; the expected accuracies: std {100 * ceiling['arch_std']:.2f}); "
+          + (f"tau {ceiling['target']} needs a reference of {need} runs" if need else
+             f"no reference of up to 64 runs lets it reach {ceiling['target']}"))
     print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
           f"{len(rows)} archs)\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
     return result

@@ -208,6 +208,34 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     assert agree["pairwise_mean"] == pytest.approx(-1 / 3)
 
 
+def test_bench_supernet_reference_ceiling():
+    """The ceiling a noisy reference leaves: 1 without noise, 0 when the runs are all noise, the
+    Gaussian arcsine law in between, and more runs for a higher target."""
+    from scipy.stats import kendalltau
+
+    bs = _script("bench_supernet")
+    truth = np.linspace(0.80, 0.90, 24)
+    exact = bs.reference_ceiling([list(truth)] * 3)
+    assert exact["perfect_score_tau"] == pytest.approx(1.0) and exact["runs_for_target"] == 1
+    assert exact["noise_std"] == pytest.approx(0.0)
+    rng = np.random.default_rng(0)
+    d = rng.normal(0, 0.01, size=24)  # the runs differ, their means do not: nothing for a score to rank
+    noise_only = bs.reference_ceiling([list(0.85 + d), list(0.85 - d)])
+    assert noise_only["perfect_score_tau"] == 0.0 and noise_only["runs_for_target"] is None
+    arch = rng.normal(0.85, 0.003, size=80)  # more architectures: the simulation meets the law
+    runs = arch + rng.normal(0, 0.003, size=(4, 80))
+    c = bs.reference_ceiling(list(runs), draws=100)
+    assert c["noise_std"] == pytest.approx(0.003, rel=0.1) and c["arch_std"] == pytest.approx(0.003, rel=0.2)
+    rho = 1 / np.sqrt(1 + (c["noise_std"] / c["arch_std"]) ** 2 / 4)
+    assert c["perfect_score_tau"] == pytest.approx(2 / np.pi * np.arcsin(rho), abs=0.03)
+    assert c["runs_for_target"] > bs.reference_ceiling(list(runs), target=0.6, draws=100)["runs_for_target"]
+    t = rng.normal(size=24)  # the vectorised tau is scipy's
+    want = np.mean([kendalltau(t, t + e).statistic for e in np.random.default_rng(1).normal(0, 0.5, (300, 24))])
+    assert bs._expected_tau(t, 0.5, 300, np.random.default_rng(1)) == pytest.approx(want)
+    with pytest.raises(ValueError, match="at least 2 runs"):
+        bs.reference_ceiling([list(truth)])
+
+
 def test_bench_supernet_runs_elsewhere_and_keeps_older_caches(tmp_path, capsys):
     """--space / --target / --device / --batch-size / --data-root are cache settings; a cache written
     before they existed reads as the defaults; the report's command names what differs; a bad space,
