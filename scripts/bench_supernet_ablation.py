@@ -10,13 +10,15 @@ Kendall's tau against the same reference (the mean of the stand-alone runs).  A 
 (``epochs=40``, ``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the
 same supernet trained with another seed, shows how far the ranking moves by chance alone.  The
 report also scores averages of several supernets: the mean inherited-weight accuracy of every set
-of k seed supernets (``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; and
-what each ranking follows: Kendall's tau of each architecture feature (blocks, expanded channels,
+of k seed supernets (``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; a
+setting trained with several seeds (``distill=0`` and ``distill=0,seed=1`` ...) beside the default
+settings with the same seeds (the seed moves a ranking as much as a setting does, so only a paired
+comparison can tell a setting's effect); and what each ranking follows: Kendall's tau of each architecture feature (blocks, expanded channels,
 kernel, squeeze-excite blocks, last width, predicted latency) against the reference and against the
 averaged seed supernets.
 
-    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 seed=2 &
-    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1 seed=3
+    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 seed=2 distill=0,seed=1 &
+    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1 seed=3 distill=0,seed=2
     python scripts/bench_supernet_ablation.py      # the default variants: what is missing, then the report
 
 Each variant's supernet and scores are kept under ``<out>/bench_supernet/full/ablation/<variant>/``,
@@ -52,7 +54,7 @@ from bench_supernet import (  # noqa: E402
 
 from nas._io import atomic_write_json  # noqa: E402
 
-VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0")
+VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0", "distill=0,seed=1", "distill=0,seed=2")
 
 
 def parse_variant(text: str) -> dict[str, Any]:
@@ -165,6 +167,27 @@ def averaged_supernets(rows: list[dict[str, Any]], ref: list[float]) -> list[dic
     return out
 
 
+def by_seed(rows: list[dict[str, Any]], base_seed: int) -> list[dict[str, Any]]:
+    """Each training setting (the overrides but the seed) trained with several seeds: its tau against
+    the reference per seed, beside the default setting's tau with the same seeds (a paired comparison,
+    since the seed alone moves a supernet's ranking as much as any setting)."""
+    groups: dict[str, dict[int, float]] = {}
+    for r in rows:
+        setting = ",".join(f"{k}={v}" for k, v in sorted(r["overrides"].items()) if k != "seed") or "default"
+        groups.setdefault(setting, {})[int(r["overrides"].get("seed", base_seed))] = r["kendall_tau_vs_reference"]
+    default = groups.get("default", {})
+    out = []
+    for setting, taus in groups.items():
+        paired = sorted(set(taus) & set(default))
+        if setting == "default" or len(taus) < 2 or not paired:
+            continue
+        out.append({"setting": setting, "seeds": sorted(taus), "tau": [taus[k] for k in sorted(taus)],
+                    "paired_seeds": paired, "tau_mean_paired": float(np.mean([taus[k] for k in paired])),
+                    "default_tau_mean_paired": float(np.mean([default[k] for k in paired])),
+                    "better_on": sum(taus[k] > default[k] for k in paired)})
+    return out
+
+
 def arch_features(arch: Any) -> dict[str, float]:
     """What distinguishes the space's architectures: body blocks, summed expanded (mid) channels,
     mean kernel, squeeze-excite blocks, the last block's output channels."""
@@ -185,7 +208,8 @@ def ranked_by(archs: list[Any], predicted_ms: list[float], ref: list[float],
             for k, v in cols.items()}
 
 
-def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], by: dict[str, dict[str, Any]]) -> None:
+def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], paired: list[dict[str, Any]],
+           by: dict[str, dict[str, Any]]) -> None:
     print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
           f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
     for r in rows:
@@ -197,6 +221,10 @@ def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], by: dict[
         print(f"\n{'scores averaged over':<22} {'sets':>5} {'tau vs reference: mean':>23} {'min':>6} {'max':>6}")
         for e in averaged:
             print(f"{e['supernets']:<22} {e['sets']:>5} {e['tau_mean']:>23.3f} {e['tau_min']:>6.3f} {e['tau_max']:>6.3f}")
+    for e in paired:
+        print(f"{e['setting']} with seeds {', '.join(map(str, e['paired_seeds']))}: tau {e['tau_mean_paired']:.3f} "
+              f"on average against {e['default_tau_mean_paired']:.3f} for the default settings with the same "
+              f"seeds (higher with {e['better_on']} of {len(e['paired_seeds'])})")
     print(f"\n{'feature':<22} {'tau vs reference':>16} {'tau vs averaged seed supernets':>31}")
     for k, t in by.items():
         v = t["vs_averaged_supernets"]
@@ -227,18 +255,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for r in rows:  # how alike two supernets rank: the base against itself is 1
         r["kendall_tau_vs_base"] = _tau(base, r["scores"]) if base is not None else None
     averaged = averaged_supernets(rows, ref)
+    paired = by_seed(rows, b.seed)
     seeds = [r["scores"] for r in rows if is_seed_variant(r["overrides"])]
     seed_agreement = reference_agreement(seeds) if len(seeds) >= 2 else None  # how alike the seeds rank
     by = ranked_by(archs, ms, ref, [float(v) for v in np.mean(seeds, axis=0)] if seeds else None)
     result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
               "benchmark": command(b), "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
               f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows,
-              "averaged_supernets": averaged, "seed_supernets_agreement": seed_agreement,
+              "averaged_supernets": averaged, "settings_by_seed": paired, "seed_supernets_agreement": seed_agreement,
               "ranked_by": by}
     complete = a.variants == list(VARIANTS)  # a part of a split run prints its variants, writes nothing
     if complete:
         atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
-    _print(rows, averaged, by)
+    _print(rows, averaged, paired, by)
     if seed_agreement:
         print(f"seed supernets against each other: tau {seed_agreement['pairwise_min']:.2f}-"
               f"{seed_agreement['pairwise_max']:.2f} (mean {seed_agreement['pairwise_mean']:.2f}) pairwise")

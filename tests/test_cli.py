@@ -46,6 +46,7 @@ def test_a_bad_value_is_refused_before_the_heavy_libraries_load(tmp_path):
              "finally:\n"
              "    print('torch' in sys.modules, file=sys.stderr)\n")
     for args, words in [(["nas.export", "conf=cpu"], "give weights=<checkpoint>"),
+                        (["nas.export", "conf=cpu", f"weights={tmp_path / 'none.ckpt'}"], "none.ckpt: no such file"),
                         (["nas.profile", "conf=cpu", "search_space=no_such_space"], "unknown search space"),
                         (["nas.train", "conf=cpu", f"run={tmp_path / 'none'}"], "no such folder"),
                         (["nas.search", "conf=cpu", "n_trials=-1", f"out={tmp_path / 's'}"], "0 or more")]:

@@ -330,6 +330,22 @@ def test_bench_supernet_ablation_averages_seed_supernets():
     assert ab.is_seed_variant({"seed": 3}) and not ab.is_seed_variant({"seed": 3, "epochs": 40})
 
 
+def test_bench_supernet_ablation_pairs_settings_by_seed():
+    """A setting trained with several seeds is compared with the default settings of the same seeds
+    only; a setting with one seed, or with no default run of its seeds, is left out."""
+    ab = _script("bench_supernet_ablation")
+    rows = [{"overrides": o, "kendall_tau_vs_reference": t} for o, t in [
+        ({}, 0.3), ({"seed": 1}, 0.5), ({"seed": 2}, 0.2), ({"distill": 0}, 0.4), ({"distill": 0, "seed": 1}, 0.45),
+        ({"distill": 0, "seed": 5}, 0.9), ({"epochs": 40}, 0.35), ({"lr": 0.01, "seed": 7}, 0.1),
+        ({"lr": 0.01, "seed": 8}, 0.2)]]
+    out = ab.by_seed(rows, base_seed=0)
+    assert len(out) == 1
+    e = out[0]
+    assert (e["setting"], e["seeds"], e["paired_seeds"]) == ("distill=0", [0, 1, 5], [0, 1])
+    assert e["tau_mean_paired"] == pytest.approx(0.425) and e["default_tau_mean_paired"] == pytest.approx(0.4)
+    assert e["better_on"] == 1
+
+
 def test_bench_supernet_ablation_ranks_features():
     """Each architecture feature ranked against the reference and the averaged supernets."""
     from nas.space import load_space

@@ -10,12 +10,16 @@ model's latency measured on this machine next to its prediction, when the target
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from nas.cli._common import hydra_app, user_errors
 from nas.config.train import register_train_configs
 
 register_train_configs()
+
+_CHECKPOINTS = "a .ckpt that python -m nas.train wrote (fp32.ckpt, pruned.ckpt, qat.ckpt under <run>/train/<model>/)"
 
 
 @user_errors
@@ -25,8 +29,9 @@ def run(cfg: DictConfig) -> dict:
 
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["weights"] in (None, "", MISSING):
-        raise ValueError("give weights=<checkpoint>: a .ckpt that python -m nas.train wrote (fp32.ckpt, "
-                         "pruned.ckpt, qat.ckpt under <run>/train/<model>/)")
+        raise ValueError(f"give weights=<checkpoint>: {_CHECKPOINTS}")
+    if not Path(c["weights"]).expanduser().is_file():  # before torch loads to read it
+        raise FileNotFoundError(f"weights={c['weights']}: no such file; give {_CHECKPOINTS}")
     if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.export.edge
         from nas.export.edge import edge_summary, export_edge
 
