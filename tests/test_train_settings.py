@@ -46,7 +46,7 @@ def test_pipeline_settings_convert_dicts_and_refuse_unknown_names():
     (PruneSettings, {"distill": 2}, r"prune.distill must be a weight in \[0, 1\]"),
     (QATSettings, {"ema": 0}, r"qat.ema must be in \(0, 1\]"),
     (QATSettings, {"epochs": -1}, "qat.epochs must be a non-negative integer, got -1"),
-    (FitSettings, {"optimizer": "adam"}, "train.optimizer must be adamw or sgd, got 'adam'"),
+    (FitSettings, {"optimizer": "adam"}, "train.optimizer must be one of adamw, sgd, got 'adam'"),
     (ExportSettings, {"rounds": 0}, "export.rounds must be a positive integer, got 0"),
     (SupernetSettings, {"epochs": 0}, "supernet.epochs must be a positive integer, got 0"),
 ])

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from nas._checks import check_number
+from nas.train.settings import check_fit
 
 __all__ = ["SupernetEvaluatorSettings", "TrainEvaluatorSettings", "ZeroCostEvaluatorSettings"]
 
@@ -39,24 +40,8 @@ class TrainEvaluatorSettings:
     eval_batch_size: int = 512
     bn_recalibration_batches: int = 8  # re-estimate BatchNorm statistics on this many batches before scoring
 
-    OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adamw", "sgd")
-
     def __post_init__(self) -> None:
-        _check_pos(self, "epochs", self.epochs, integer=True)
-        _check_pos(self, "batch_size", self.batch_size, integer=True)
-        _check_pos(self, "eval_batch_size", self.eval_batch_size, integer=True)
-        _check_pos(self, "lr", self.lr)
-        _check_pos(self, "weight_decay", self.weight_decay, allow_zero=True)
-        _check_pos(self, "momentum", self.momentum, allow_zero=True)
-        _check_pos(self, "warmup_epochs", self.warmup_epochs, allow_zero=True)
-        _check_pos(self, "bn_recalibration_batches", self.bn_recalibration_batches, integer=True, allow_zero=True)
-        if self.grad_clip is not None:
-            _check_pos(self, "grad_clip", self.grad_clip)
-        if self.optimizer not in self.OPTIMIZERS:
-            raise ValueError(f"evaluator train: optimizer must be one of {', '.join(self.OPTIMIZERS)}, "
-                             f"got {self.optimizer!r}")
-        if not isinstance(self.label_smoothing, (int, float)) or not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"evaluator train: label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        check_fit(self, "evaluator train: ", epochs_zero=False)
         if not isinstance(self.device, str):
             raise ValueError(f"evaluator train: device must be a string, got {self.device!r}")
 

@@ -24,6 +24,7 @@ __all__ = [
     "PruneSettings",
     "QATSettings",
     "TargetNames",
+    "check_fit",
 ]
 
 
@@ -47,6 +48,29 @@ def _from_mapping(cls: type, group: str, d: Mapping[str, Any]) -> Any:
     return cls(**d)
 
 
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def check_fit(s: Any, prefix: str, *, epochs_zero: bool = True) -> None:
+    """The checks of a training run's settings (``FitSettings``' fields) on ``s``, which may be another
+    settings class with the same fields (``evaluator=train``'s); each error names ``prefix + field``."""
+    check_number(f"{prefix}epochs", s.epochs, integer=True, zero=epochs_zero)
+    check_number(f"{prefix}bn_recalibration_batches", s.bn_recalibration_batches, integer=True, zero=True)
+    check_number(f"{prefix}batch_size", s.batch_size, integer=True)
+    check_number(f"{prefix}eval_batch_size", s.eval_batch_size, integer=True)
+    check_number(f"{prefix}lr", s.lr)
+    check_number(f"{prefix}weight_decay", s.weight_decay, zero=True)
+    check_number(f"{prefix}momentum", s.momentum, zero=True)
+    check_number(f"{prefix}warmup_epochs", s.warmup_epochs, zero=True)
+    if s.grad_clip is not None:
+        check_number(f"{prefix}grad_clip", s.grad_clip)
+    if s.optimizer not in OPTIMIZERS:
+        raise ValueError(f"{prefix}optimizer must be one of {', '.join(OPTIMIZERS)}, got {s.optimizer!r}")
+    if isinstance(s.label_smoothing, bool) or not isinstance(s.label_smoothing, (int, float)) \
+            or not 0 <= s.label_smoothing < 1:
+        raise ValueError(f"{prefix}label_smoothing must be in [0, 1), got {s.label_smoothing!r}")
+
+
 @dataclass(frozen=True)
 class FitSettings:
     """One training run (full training, pruning fine-tune or QAT): optimizer and schedule."""
@@ -64,20 +88,7 @@ class FitSettings:
     bn_recalibration_batches: int = 8  # BN statistics re-estimated with the final weights of each epoch
 
     def __post_init__(self) -> None:
-        check_number("train.epochs", self.epochs, integer=True, zero=True)
-        check_number("train.bn_recalibration_batches", self.bn_recalibration_batches, integer=True, zero=True)
-        check_number("train.batch_size", self.batch_size, integer=True)
-        check_number("train.eval_batch_size", self.eval_batch_size, integer=True)
-        check_number("train.lr", self.lr)
-        check_number("train.weight_decay", self.weight_decay, zero=True)
-        check_number("train.momentum", self.momentum, zero=True)
-        check_number("train.warmup_epochs", self.warmup_epochs, zero=True)
-        if self.grad_clip is not None:
-            check_number("train.grad_clip", self.grad_clip)
-        if self.optimizer not in ("adamw", "sgd"):
-            raise ValueError(f"train.optimizer must be adamw or sgd, got {self.optimizer!r}")
-        if not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        check_fit(self, "train.")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
