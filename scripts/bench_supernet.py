@@ -286,7 +286,7 @@ def _expected_tau(truth: np.ndarray, noise_std: float, draws: int, rng: np.rando
     return float(np.mean(np.where(denom > 0, (s_noisy @ s_true) / np.maximum(denom, 1), 0.0)))
 
 
-def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int = 2000, most_runs: int = 64,
+def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int = 10000, most_runs: int = 64,
                       seed: int = 0) -> dict[str, Any]:
     """What the reference's noise leaves any score: the expected Kendall tau, against the mean of the
     ``runs``, of a score that knew every architecture's expected stand-alone accuracy (a perfect
@@ -296,7 +296,8 @@ def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int =
     across architectures.  The noise variance is the runs' variance within an architecture (ddof 1,
     averaged over the architectures); the t_i are the architectures' mean accuracies drawn toward their
     grand mean until their variance is the variance of the means less the noise a mean of k runs
-    still holds (noise / k).  The expectation is simulated (``draws`` draws of the noise)."""
+    still holds (noise / k).  The expectation is simulated (``draws`` draws of the noise) for a reference
+    of 1, 2 ... runs (``by_runs``), up to this one's and on until it reaches ``target``."""
     x = np.asarray(runs, dtype=float)
     k = x.shape[0]
     if k < 2:
@@ -306,14 +307,15 @@ def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int =
     between = float(np.var(means, ddof=1))
     arch_var = max(between - noise_var / k, 0.0)
     truth = means.mean() + np.sqrt(arch_var / between if between > 0 else 0.0) * (means - means.mean())
-    rng = np.random.default_rng(seed)
-
-    def ceiling(m: int) -> float:
-        return _expected_tau(truth, float(np.sqrt(noise_var / m)), draws, rng) if arch_var > 0 else 0.0
-
-    needed = next((m for m in range(1, most_runs + 1) if ceiling(m) >= target), None)
+    by_runs: dict[int, float] = {}  # runs in the reference -> the perfect score's expected tau
+    for m in range(1, most_runs + 1):  # each m its own draws: its figure does not depend on the others'
+        rng = np.random.default_rng([seed, m])
+        by_runs[m] = _expected_tau(truth, float(np.sqrt(noise_var / m)), draws, rng) if arch_var > 0 else 0.0
+        if m >= k and (by_runs[m] >= target or arch_var == 0):
+            break
+    needed = next((m for m, t in by_runs.items() if t >= target), None)
     return {"runs": k, "noise_std": float(np.sqrt(noise_var)), "arch_std": float(np.sqrt(arch_var)),
-            "perfect_score_tau": ceiling(k), "target": target, "runs_for_target": needed}
+            "perfect_score_tau": by_runs[k], "target": target, "runs_for_target": needed, "by_runs": by_runs}
 
 
 def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], ceiling: float,
@@ -329,7 +331,7 @@ def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[fl
         v = [r["scores"][m]["score"] * (100 if m in ("supernet", "train") else 1) for r in rows]
         ax.scatter(v, ref, s=14)
         ax.set_xlabel(f"{m} {'accuracy %' if m in ('supernet', 'train') else 'score'}")
-        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f} (a perfect score: {ceiling:.2f})")
+        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}\n(a perfect score: {ceiling:.2f})")
     axes[0].set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
     ax = axes[-1]
     ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")

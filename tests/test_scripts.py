@@ -229,6 +229,9 @@ def test_bench_supernet_reference_ceiling():
     rho = 1 / np.sqrt(1 + (c["noise_std"] / c["arch_std"]) ** 2 / 4)
     assert c["perfect_score_tau"] == pytest.approx(2 / np.pi * np.arcsin(rho), abs=0.03)
     assert c["runs_for_target"] > bs.reference_ceiling(list(runs), target=0.6, draws=100)["runs_for_target"]
+    curve = list(c["by_runs"].values())  # 1, 2 ... runs, up to the target: more runs, a steadier reference
+    assert list(c["by_runs"]) == list(range(1, c["runs_for_target"] + 1)) and curve == sorted(curve)
+    assert c["by_runs"][4] == c["perfect_score_tau"] and curve[-2] < 0.8 <= curve[-1]
     t = rng.normal(size=24)  # the vectorised tau is scipy's
     want = np.mean([kendalltau(t, t + e).statistic for e in np.random.default_rng(1).normal(0, 0.5, (300, 24))])
     assert bs._expected_tau(t, 0.5, 300, np.random.default_rng(1)) == pytest.approx(want)
