@@ -18,9 +18,10 @@ effect); and what each ranking follows: Kendall's tau of each architecture featu
 channels, kernel, squeeze-excite blocks, last width, predicted latency) against the reference and
 against the averaged seed supernets.
 
-    taskset -c 0 python scripts/bench_supernet_ablation.py \
-        --variants epochs=40 seed=2 distill=0,seed=1 distill=0,seed=3 &
-    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1 seed=3 distill=0,seed=2
+    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 seed=2 distill=0,seed=1 \
+        distill=0,seed=3 sort_channels=false random_subnets=4 &
+    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1 seed=3 distill=0,seed=2 \
+        sort_channels=false,seed=1 random_subnets=4,seed=1
     python scripts/bench_supernet_ablation.py      # the default variants: what is missing, then the report
 
 Each variant's supernet and scores are kept under ``<out>/bench_supernet/full/ablation/<variant>/``,
@@ -57,7 +58,8 @@ from bench_supernet import (  # noqa: E402
 from nas._io import atomic_write_json  # noqa: E402
 
 VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0", "distill=0,seed=1", "distill=0,seed=2",
-            "distill=0,seed=3")
+            "distill=0,seed=3", "sort_channels=false", "sort_channels=false,seed=1", "random_subnets=4",
+            "random_subnets=4,seed=1")
 
 
 def parse_variant(text: str) -> dict[str, Any]:
