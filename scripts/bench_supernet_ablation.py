@@ -178,7 +178,8 @@ def by_seed(rows: list[dict[str, Any]], base_seed: int) -> list[dict[str, Any]]:
     since the seed alone moves a supernet's ranking as much as any setting)."""
     groups: dict[str, dict[int, float]] = {}
     for r in rows:
-        setting = ",".join(f"{k}={v}" for k, v in sorted(r["overrides"].items()) if k != "seed") or "default"
+        setting = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                           for k, v in sorted(r["overrides"].items()) if k != "seed") or "default"
         groups.setdefault(setting, {})[int(r["overrides"].get("seed", base_seed))] = r["kendall_tau_vs_reference"]
     default = groups.get("default", {})
     out = []
