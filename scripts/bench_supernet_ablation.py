@@ -4,19 +4,19 @@ scored against the same stand-alone reference.
 
 Reads a complete ``bench_supernet.py`` run (its cache under ``<out>/bench_supernet/full``: run that
 first; its recorded settings, the space, data, resolution and device included, are this run's),
-trains one supernet per variant on the same data, with the same seed, scores the same architectures
-with each (``evaluator=supernet``) and reports Kendall's tau against the same reference (the mean of
-the stand-alone runs). A variant is ``base`` (the benchmark's own supernet) or
-``key=value[,key=value]`` over ``SupernetSettings`` (``epochs=40``, ``distill=0``,
-``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the same supernet trained with
-another seed, shows how far the ranking moves by chance alone. The report also scores averages of
-several supernets: the mean inherited-weight accuracy of every set of k seed supernets (``base`` and
-the ``seed=N`` variants), k = 1 .. all, and of all variants; a setting trained with several seeds
-(``distill=0`` and ``distill=0,seed=1`` ...) beside the default settings with the same seeds (the
-seed moves a ranking as much as a setting does, so only a paired comparison can tell a setting's
-effect); and what each ranking follows: Kendall's tau of each architecture feature (blocks, expanded
-channels, kernel, squeeze-excite blocks, last width, predicted latency) against the reference and
-against the averaged seed supernets.
+trains one supernet per variant on the same data (with the benchmark's seed unless the variant sets
+one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
+against the same reference (the mean of the stand-alone runs). A variant is ``base`` (the
+benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings`` (``epochs=40``,
+``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the same supernet
+trained with another seed, shows how far the ranking moves by chance alone. The report also scores
+averages of several supernets: the mean inherited-weight accuracy of every set of k seed supernets
+(``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; a setting trained with
+several seeds (``distill=0`` and ``distill=0,seed=1`` ...) beside the default settings with the same
+seeds (the seed moves a ranking as much as a setting does, so only a paired comparison can tell a
+setting's effect); and what each ranking follows: Kendall's tau of each architecture feature
+(blocks, expanded channels, kernel, squeeze-excite blocks, last width, predicted latency) against
+the reference and against the averaged seed supernets.
 
     taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 seed=2 distill=0,seed=1 \
         distill=0,seed=3 sort_channels=false random_subnets=4 &
