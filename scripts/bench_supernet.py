@@ -395,12 +395,17 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
           f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
           f"{100 * spread['max']:.2f}% (std {100 * spread['std']:.2f} points; run 1 - run 2: std "
           f"{100 * spread['run_difference_std']:.2f} points)")
-    need = ceiling["runs_for_target"]
+    need, target = ceiling["runs_for_target"], ceiling["target"]
+    if need:
+        reach = f"tau {target} needs a reference of {need} runs"
+    elif ceiling["arch_std"] == 0:
+        reach = f"the runs differ no more than their noise: no reference lets it reach tau {target}"
+    else:
+        reach = f"no reference of up to {max(ceiling['by_runs'])} runs lets it reach tau {target}"
     print(f"what the reference's noise leaves: a score that knew each architecture's expected accuracy would reach "
           f"tau {ceiling['perfect_score_tau']:.3f} against the mean of {len(runs)} runs (a run's noise: std "
           f"{100 * ceiling['noise_std']:.2f} points; the expected accuracies: std {100 * ceiling['arch_std']:.2f}); "
-          + (f"tau {ceiling['target']} needs a reference of {need} runs" if need else
-             f"no reference of up to 64 runs lets it reach {ceiling['target']}"))
+          f"{reach}")
     print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
           f"{len(rows)} archs)\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
     return result
