@@ -23,6 +23,7 @@ __all__ = ["PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "pr
 PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
 RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino")
+TORCH_RUNTIMES = ("torch", "torch_compile")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class Target:
     # tables of other devices (same runtime, provider, precision, batch, threads) that fill the blocks a
     # briefly measured table lacks, per block (nas.latency.transfer); [auto] = every such table found
     transfer_from: tuple[str, ...] = ()
+    # the deployment replays CUDA graphs (TensorRT, onnxruntime's enable_cuda_graph, torch.compile's
+    # reduce-overhead): blocks and networks are timed as graph replays on the GPU; false times eager calls,
+    # which at batch 1 measure the host's dispatch ("eager (host-bound)" in every label)
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16", "int8"):
@@ -81,6 +86,23 @@ class Target:
         if isinstance(tf, str) or not all(isinstance(x, str) and x for x in (tf or ())):
             raise ValueError(f"target.transfer_from must be a list of table names or paths (or [auto]), got {tf!r}")
         object.__setattr__(self, "transfer_from", tuple(tf or ()))
+        gpu = self.device.kind in ("gpu", "jetson")
+        if self.runtime in TORCH_RUNTIMES and self.provider in ("", None, "CPUExecutionProvider"):
+            object.__setattr__(self, "provider", "cuda" if gpu else "cpu")  # torch's "provider" is its device
+        if not isinstance(self.cuda_graph, bool):
+            raise ValueError(f"target.cuda_graph must be true or false, got {self.cuda_graph!r}")
+        if self.cuda_graph and not (gpu and (self.runtime in TORCH_RUNTIMES or (
+                self.runtime == "onnxruntime" and self.provider == "CUDAExecutionProvider"))):
+            raise ValueError(
+                f"target.cuda_graph=true needs a GPU (device.kind gpu or jetson) with runtime torch, torch_compile "
+                f"or onnxruntime's CUDAExecutionProvider; target {self.name!r} has {self.device.kind}, "
+                f"{self.runtime}{f' ({self.provider})' if self.runtime == 'onnxruntime' else ''}: "
+                "set cuda_graph=false")
+
+    @property
+    def timing(self) -> str:
+        """How this target's latency is timed: ``cuda_graph`` (replays) or ``eager``."""
+        return "cuda_graph" if self.cuda_graph else "eager"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:

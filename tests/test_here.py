@@ -10,7 +10,7 @@ import pytest
 
 from nas.config import compose_app
 from nas.latency.table import LatencyTable
-from nas.target import load_target, runs_here, target_names
+from nas.target import Target, load_target, runs_here, target_names
 
 REPO = Path(__file__).resolve().parent.parent
 ZEN3 = {"kind": "cpu", "cpu": "AMD EPYC", "name": "AMD EPYC", "cpu_flags": ["avx", "avx2", "fma"], "cpu_family": "25",
@@ -196,17 +196,50 @@ def gpu_machine(machine, monkeypatch):
     return machine
 
 
-def test_conf_here_gpu_is_this_machines_gpu(gpu_machine, tmp_path):
+@pytest.fixture
+def ort_gpu(monkeypatch):
+    """onnxruntime as onnxruntime-gpu presents itself: CUDAExecutionProvider among its providers."""
+    import onnxruntime as ort
+
+    monkeypatch.setattr(ort, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "preload_dlls", lambda *a, **k: None, raising=False)
+
+
+def test_conf_here_gpu_is_this_machines_gpu(gpu_machine, ort_gpu, tmp_path):
     t = compose_app("search", ["conf=here_gpu"]).target
     assert t.name == "here_gpu_h100_80gb_hbm3" and t.provider == "CUDAExecutionProvider"
     assert t.device.kind == "gpu" and t.device.name == H100["gpu"] and t.table == f"{t.name}.json"
+    assert t.cuda_graph and Target.coerce(t).timing == "cuda_graph"
     text = (tmp_path / "target" / f"{t.name}.yaml").read_text()
     assert "driver 580.82, CUDA 13.0" in text and "measure_gpu_peaks" in text
+    assert "Runtime onnxruntime (CUDAExecutionProvider): onnxruntime-gpu" in text
     assert load_target("here_gpu") == load_target(t.name) and gpu_machine["gpu_measured"] == 1
     assert load_target("here").device.kind == "cpu"  # conf=here stays the CPU
     gpu_machine["gpu"] = {**H100, "gpu": "NVIDIA L4", "name": "NVIDIA L4"}
     assert load_target("here_gpu").name == "here_gpu_l4" and gpu_machine["gpu_measured"] == 2
     assert "here_gpu" in target_names()
+
+
+def test_conf_here_gpu_needs_only_torch(gpu_machine, tmp_path, capsys):
+    """Without onnxruntime-gpu (this machine's onnxruntime has the CPU provider only) conf=here_gpu
+    measures with torch's CUDA runtime, timed as graph replays, and says so."""
+    import onnxruntime as ort
+
+    assert "CUDAExecutionProvider" not in ort.get_available_providers()
+    said = []
+    from nas.latency.here import ensure_here_target
+
+    name = ensure_here_target(kind="gpu", say=said.append)
+    t = load_target(name)
+    assert (t.runtime, t.provider, t.cuda_graph) == ("torch", "cuda", True)
+    assert any("measuring with torch (cuda, CUDA-graph replays): onnxruntime" in s and "onnxruntime-gpu" in s
+               for s in said), said
+    from nas.latency.device import RuntimeUnavailable
+    from nas.latency.runtimes import get_runtime
+
+    with pytest.raises(RuntimeUnavailable, match="torch has no CUDA device"):  # this machine has none
+        get_runtime(t)
 
 
 def test_conf_here_gpu_without_a_gpu_is_one_line(gpu_machine):

@@ -22,6 +22,7 @@ def run(cfg: DictConfig) -> dict:
                        "drift_anchors": "calibration networks per space"})
     if not (cfg.n or cfg.pruned or cfg.models):  # (validate_target says so too, after loading scikit-learn)
         raise ValueError("nothing to validate: n=0, pruned=0 and no models")
+    from nas.latency.reproducibility import summary_line
     from nas.latency.validate import RESCALED, WITHOUT_TRANSFER, reproducibility_lines, validate_target
     out = Path(cfg.out)
     try:
@@ -64,10 +65,14 @@ def run(cfg: DictConfig) -> dict:
               f"(transfer_from)")
     for line in reproducibility_lines(report):
         print(f"  {line}")
+    if "table_reproducibility" in report:
+        print(f"  table reproducibility ({report['timing']}): {summary_line(report['table_reproducibility'])}")
     if "budget" in report:
         print("\n".join(_budget_lines(report["budget"])))
     if "drift_warning" in report:
         print(f"WARNING: {report['drift_warning']}")
+    if "reproducibility_warning" in report:
+        print(f"WARNING: {report['reproducibility_warning']}")
     print(f"report: {out}\nplot:   {png}")
     if "budget" in report:
         b = report["budget"]

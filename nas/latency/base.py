@@ -37,6 +37,7 @@ class Prediction:
     rescale: float = 1.0  # the table's refresh: calibration networks re-measured now over their table figure
     outside: str = ""  # set when the network lies outside what the calibration was fitted on (an extrapolation)
     recalibrated: str = ""  # when the calibration networks were re-measured (nas.profile recalibrate), if they were
+    timing: str = ""  # a GPU table's timing: "CUDA graph" or "eager (host-bound)" (empty on a CPU)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -53,7 +54,8 @@ class Prediction:
         rs = f", rescaled x{self.rescale:.3f} by its refresh" if self.rescale != 1.0 else ""
         rs += f", recalibrated {self.recalibrated}" if self.recalibrated else ""
         out = f", EXTRAPOLATED: {self.outside}" if self.outside else ""
-        return f"{self.ms:.3f} ms (measured table on {self.device}: {' + '.join(parts)} blocks{cal}{rs}{mm}{out})"
+        how = f", {self.timing}" if self.timing else ""
+        return f"{self.ms:.3f} ms (measured table on {self.device}{how}: {' + '.join(parts)} blocks{cal}{rs}{mm}{out})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -124,6 +124,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             raise ValueError("cannot fit a latency predictor on an empty table")
         self.table_ = table
         self.device = str(table.metadata.get("device", {}).get("name", "?"))
+        self.timing_ = table.timing_label
         self.overhead_ms_ = float(table.metadata.get("call_overhead_ms") or 0.0)
         self.mismatched_ = mismatched
         self.elsewhere_: str | None = None  # load_latency_model: the table is another processor's (see warning)
@@ -264,7 +265,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         ms = float(self.finish(self.intercept_ + tab[:, 0], tab[:, 2:])[0])
         return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
                           0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw),
-                          self.recalibrated_)
+                          self.recalibrated_, self.timing_)
 
     def _outside(self, raw: float) -> str:
         """Why a network whose raw table sum is ``raw`` lies outside the calibration set (well below

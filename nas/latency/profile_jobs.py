@@ -199,7 +199,7 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
 
         bar = tqdm(total=round(eta.remaining(), 1), unit="s", dynamic_ncols=True, smoothing=0,
                    desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
-    save = Throttle(lambda: table.save(path), settings.save_every_s)
+    save = Throttle(lambda: table.save(path, runtime=runtime), settings.save_every_s)
     run_log = _log_run(table, jobs, budget_s)
     save()
     t0 = clock()

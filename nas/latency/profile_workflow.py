@@ -22,6 +22,7 @@ from typing import Any
 
 from nas._io import shell_join
 from nas.arch import Arch, BlockKey
+from nas.latency import reproducibility
 from nas.latency.device import device_identity, device_mismatch
 from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
 from nas.latency.profile_jobs import plan_jobs, run_jobs
@@ -302,6 +303,14 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
     say(f"{rep.measured} block measurements in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
         f"{rep.remeasured} re-measured for noise; {nrep.measured} network measurements in {nrep.seconds:.1f}s; "
         f"table: {table.describe()}{others}, {len(table.networks)} networks -> {out}")
+    repro = None
+    if rep.measured + nrep.measured:
+        try:
+            repro = reproducibility.record(table, runtime, settings, progress=progress, say=say)
+        except KeyboardInterrupt as e:
+            raise Interrupted(f"the table is saved in {out} (without its reproducibility record); run the same "
+                              "command again to continue") from e
+        table.save(out, runtime=runtime)
     total = sum(freq.values())
     covered = sum(n for k, n in freq.items() if k in table.entries) / total if total else 1.0
     if jr.stopped_by_budget:
@@ -314,7 +323,8 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
     return {"table": str(out), "measured": rep.measured, "remeasured": rep.remeasured, "seconds": rep.seconds,
             "entries": len(table), "others_added": table.others_added, "requested": rep.requested,
             "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": settings.rounds,
-            "left": jr.left, "stopped_by_budget": jr.stopped_by_budget, "coverage": covered}
+            "left": jr.left, "stopped_by_budget": jr.stopped_by_budget, "coverage": covered,
+            "reproducibility": repro, "timing": runtime.timing, "graph_fallbacks": dict(runtime.graph_fallbacks)}
 
 
 def remeasure_calibration(table: LatencyTable, runtime, settings: ProfileSettings, *, per_space: int | None,

@@ -74,7 +74,7 @@ def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: Pr
         "precision": runtime.precision,
         "batch": runtime.batch,
         "threads": runtime.threads,
-        "measurement": {**asdict(settings), "statistic": "median", "timer": "perf_counter_ns", "unit": "ms",
+        "measurement": {**asdict(settings), "statistic": "median", "timer": runtime.timer, "unit": "ms",
                         "io": info.get("io") or "inputs and outputs bound once (onnxruntime IOBinding)"},
         "call_overhead_ms": None,
         "created": now_iso(),
@@ -202,7 +202,7 @@ def profile_blocks(
     def one_round(r: int) -> ProfileReport:
         todo = [k for k in keys if k not in table.entries or table.entries[k].rounds < r]
         todo = todo[:limit] if limit is not None else todo
-        return _stored_round(keys, table.entries, table, path, settings, lambda save: measure_items(
+        return _stored_round(keys, table.entries, table, path, settings, runtime, lambda save: measure_items(
             todo, lambda k: measure_key(k, runtime, settings), merge_into(table.entries), progress=progress,
             desc=f"round {r}/{settings.rounds}: blocks", unit="block", save=save, label=lambda k: str(k)[:48]))
 
@@ -226,7 +226,7 @@ def profile_networks(
     store = table.networks
 
     def one_round(r: int) -> ProfileReport:
-        return _stored_round(archs, store, table, path, settings, lambda save: measure_networks(
+        return _stored_round(archs, store, table, path, settings, runtime, lambda save: measure_networks(
             archs, runtime, settings, round_=r, have=lambda a: store[a].rounds if a in store else 0,
             record=merge_into(store), save=save, progress=progress, desc="networks", unit="network",
             always_bar=True))
@@ -245,10 +245,10 @@ def _rounds(one_round: Callable[[int], ProfileReport], settings: ProfileSettings
     return report
 
 
-def _stored_round(items: list, store: dict, table: LatencyTable, path, settings: ProfileSettings,
+def _stored_round(items: list, store: dict, table: LatencyTable, path, settings: ProfileSettings, runtime: Runtime,
                   run: Callable[[Callable[[], None]], ProfileReport]) -> ProfileReport:
     """One round of measurements into the table's ``store``, saved (throttled) as it goes."""
-    save = Throttle(lambda: table.save(path), settings.save_every_s)
+    save = Throttle(lambda: table.save(path, runtime=runtime), settings.save_every_s)
     save()
     already = sum(x in store for x in items)
     try:

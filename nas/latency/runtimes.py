@@ -17,6 +17,7 @@ to install.
 from __future__ import annotations
 
 import copy
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nas.latency.cuda_graph import EAGER, GRAPH, capture
 from nas.latency.device import RuntimeUnavailable, device_identity, device_mismatch
 from nas.registry import Registry
 from nas.target import Target
@@ -42,6 +44,8 @@ __all__ = [
     "get_runtime",
     "trt_ep_options",
 ]
+
+log = logging.getLogger(__name__)
 
 RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
 
@@ -67,14 +71,16 @@ class Runtime(ABC):
     precisions: tuple[str, ...] = ("fp32",)
 
     def __init__(self, *, provider: str = "", precision: str = "fp32", threads: int = 1, batch: int = 1,
-                 device_kind: str = "cpu") -> None:
+                 device_kind: str = "cpu", cuda_graph: bool = False) -> None:
         if precision not in self.precisions:
             raise RuntimeUnavailable(
                 f"runtime {self.name!r} does not support precision {precision!r}; it supports "
                 f"{', '.join(self.precisions)}"
             )
         self.provider, self.precision, self.threads, self.batch = provider, precision, threads, batch
-        self.device_kind = device_kind
+        self.device_kind, self.cuda_graph = device_kind, cuda_graph
+        # blocks that could not be captured as a CUDA graph, timed eager instead: label -> reason
+        self.graph_fallbacks: dict[str, str] = {}
         self.check()
 
     @abstractmethod
@@ -92,7 +98,22 @@ class Runtime(ABC):
         for the same graph (the profiler's rounds)."""
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version(), "provider": self.provider}
+        return {"name": self.name, "version": self.version(), "provider": self.provider, "timing": self.timing}
+
+    @property
+    def timer(self) -> str:
+        """What times a call (the table's ``measurement.timer``)."""
+        return "perf_counter_ns"
+
+    @property
+    def timing(self) -> str:
+        """``cuda_graph`` when this runtime replays captured graphs, else ``eager``."""
+        return GRAPH if self.cuda_graph else EAGER
+
+    def _fell_back(self, key: Any, reason: str) -> None:
+        label = str(key) if key is not None else "an unnamed graph"
+        self.graph_fallbacks[label] = reason
+        log.warning("CUDA graph capture failed for %s, timed eager instead: %s", label, reason)
 
     def overhead_runner(self, in_shape: tuple[int, int, int] = (8, 8, 8)) -> Callable[[], Any]:
         """A runner for an (almost) empty graph: the fixed cost of one call."""
@@ -162,6 +183,8 @@ class OnnxRuntime(Runtime):
             )
         if self.precision == "fp16" and self.provider != "TensorrtExecutionProvider":
             raise RuntimeUnavailable("fp16 with onnxruntime is supported through the TensorRT provider only")
+        if self.cuda_graph and self.provider != "CUDAExecutionProvider":
+            raise RuntimeUnavailable(f"cuda_graph=true with onnxruntime needs CUDAExecutionProvider, not {self.provider}")
 
     def version(self) -> str:
         import onnxruntime as ort
@@ -179,11 +202,15 @@ class OnnxRuntime(Runtime):
         """The graph onnxruntime runs (QDQ-quantized for int8); cached per ``key`` when given."""
         return _exported(self, module, in_shape, key)
 
-    def session(self, data: bytes):
+    def session(self, data: bytes, *, graph: bool = False):
+        """An onnxruntime session on this runtime's provider; ``graph``: with the CUDA provider's
+        ``enable_cuda_graph`` (its first run captures, later runs replay)."""
         from nas.export.onnx import ort_session
 
         providers: list[Any] = [self.provider]
-        if self.provider == "TensorrtExecutionProvider":
+        if graph:
+            providers = [(self.provider, {"enable_cuda_graph": "1"})]
+        elif self.provider == "TensorrtExecutionProvider":
             providers = [(self.provider, trt_ep_options(self.precision)), "CUDAExecutionProvider"]
         sess = ort_session(data, threads=self.threads, providers=providers)
         if sess.get_providers()[0] != self.provider:  # onnxruntime falls back to the CPU with a warning only
@@ -194,17 +221,27 @@ class OnnxRuntime(Runtime):
         return sess
 
     def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
-        return self.runner_for_onnx(self.onnx_bytes(module, in_shape, key=key), in_shape)
+        return self.runner_for_onnx(self.onnx_bytes(module, in_shape, key=key), in_shape, key=key)
 
-    def runner_for_onnx(self, data: bytes, in_shape: tuple[int, int, int]) -> Callable[[], Any]:
+    def runner_for_onnx(self, data: bytes, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
         """Inputs and outputs bound once (IOBinding), so a timed call is the graph alone, not the
-        per-call output allocation that a block inside a network never pays."""
+        per-call output allocation that a block inside a network never pays.  With ``cuda_graph`` the
+        session replays a captured CUDA graph; a graph onnxruntime cannot capture (a node outside the
+        CUDA provider) runs eager, named in ``graph_fallbacks``."""
+        if self.cuda_graph:
+            try:
+                return self._bound_runner(data, in_shape, graph=True)
+            except Exception as e:  # onnxruntime raises its own Fail / RuntimeException types
+                self._fell_back(key, " ".join(str(e).split())[:200])
+        return self._bound_runner(data, in_shape, graph=False)
+
+    def _bound_runner(self, data: bytes, in_shape: tuple[int, int, int], *, graph: bool) -> Callable[[], Any]:
         import onnxruntime as ort
 
-        sess = self.session(data)
+        sess = self.session(data, graph=graph)
         x = self._input(in_shape).numpy()
         name = sess.get_inputs()[0].name
-        outs = sess.run(None, {name: x})
+        outs = self.session(data).run(None, {name: x}) if graph else sess.run(None, {name: x})
         device = "cuda" if self.provider != "CPUExecutionProvider" else "cpu"
         binding = sess.io_binding()
         xv = ort.OrtValue.ortvalue_from_numpy(x, device, 0)
@@ -221,13 +258,17 @@ class OnnxRuntime(Runtime):
             if device != "cpu":
                 binding.synchronize_outputs()
 
+        if graph:
+            runner()  # the first run captures the graph: a failure shows here, not inside the timing
         runner.keep = keep  # type: ignore[attr-defined]  # the bound buffers live as long as the runner
+        runner.timing = GRAPH if graph else EAGER  # type: ignore[attr-defined]
         return runner
 
 
 @_register("torch")
 class TorchRuntime(Runtime):
     precisions = ("fp32", "fp16")
+    cuda_api: Any = None  # torch.cuda (None) or a stand-in with its names, for tests without a GPU
 
     @property
     def device(self) -> str:
@@ -243,24 +284,45 @@ class TorchRuntime(Runtime):
         return torch.__version__
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version(), "provider": self.device}
+        io = ("input and outputs static in the captured CUDA graph" if self.cuda_graph else
+              "input on the device once; outputs allocated by each call")
+        return {**super().info(), "provider": self.device, "io": io}
+
+    @property
+    def timer(self) -> str:
+        return "CUDA events around each graph replay" if self.cuda_graph else "perf_counter_ns"
 
     def _module(self, module: nn.Module) -> nn.Module:
         module = module.eval().to(self.device)
         return module.half() if self.precision == "fp16" else module
 
     def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
+        """An eager runner, or with ``cuda_graph`` the captured graph's (``nas.latency.cuda_graph``); a
+        module that cannot be captured runs eager, named in ``graph_fallbacks``."""
+        cuda = self.cuda_api
         torch.set_num_threads(self.threads)
         m = self._module(module)
         x = self._input(in_shape).to(self.device)
         x = x.half() if self.precision == "fp16" else x
-        sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
+        if self.cuda_graph:
+
+            def forward() -> torch.Tensor:
+                with torch.no_grad():
+                    return m(x)
+
+            runner, why = capture(forward, cuda=cuda)
+            if runner is not None:
+                runner.keep = (m, x, runner.keep)  # the graph reads these addresses on every replay
+                return runner
+            self._fell_back(key, why)
+        sync = (cuda or torch.cuda).synchronize if self.device == "cuda" else (lambda: None)
 
         def run() -> None:
             with torch.inference_mode():
                 m(x)
             sync()
 
+        run.timing = EAGER  # type: ignore[attr-defined]
         return run
 
 
@@ -300,6 +362,9 @@ class TensorRTRuntime(Runtime):
         import tensorrt
 
         return tensorrt.__version__
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "io": "input and outputs bound once as torch CUDA tensors"}
 
     def qdq_settings(self) -> dict[str, Any]:
         """TensorRT's symmetric int8 QDQ settings (zero point 0, per-channel weights, float biases)."""
@@ -373,4 +438,5 @@ def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
         threads=t.threads,
         batch=t.batch,
         device_kind=t.device.kind,
+        cuda_graph=t.cuda_graph,
     )

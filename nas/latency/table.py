@@ -9,11 +9,14 @@ One table per (device, runtime, provider, precision, batch, threads).  A table f
         "source": "measured",                 # only the profiler writes tables; never by hand
         "target": "cpu",                      # the conf target it was measured for
         "device": {"name": ..., "kind": "cpu", "cpu_flags": [...], "gpu": ..., "driver": ..., "jetpack": ...},
-        "runtime": {"name": "onnxruntime", "version": "1.31.1", "provider": "CPUExecutionProvider"},
+        "runtime": {"name": "onnxruntime", "version": "1.31.1", "provider": "CPUExecutionProvider",
+                    "timing": "eager",            # or "cuda_graph": GPU graph replays (target.cuda_graph)
+                    "graph_fallbacks": {...}},    # blocks that could not be captured, timed eager: label -> why
         "precision": "fp32", "batch": 1, "threads": 1,
         "measurement": {"warmup": ..., "repeats": ..., "min_time_s": ..., "max_spread": ..., ...},
         "call_overhead_ms": ...,              # cost of one runtime call on an empty graph
         "created": ..., "updated": ..., "tool": {"name": "hwnas", "version": ...}, "host": {...},
+        "reproducibility": {"entries": N, "within_5pct": ..., "within_10pct": ..., ...},  # re-timed at the end
         "refresh": {"now_over_table": ..., "networks": N, "measured_at": ..., ...},   # nas.profile refresh=N
         "recalibration": {"network_ms": {digest: ms, ...}, "measured_at": ..., ...}  # nas.profile recalibrate=true
       },
@@ -73,7 +76,9 @@ SCHEMA_VERSION = 1
 TABLES_DIR = tables_dir()
 _REQUIRED_META = ("source", "device", "runtime", "precision", "batch", "threads", "measurement")
 # metadata fields that must agree with the target for a table to be used for it
-MATCH_FIELDS = ("runtime.name", "runtime.provider", "precision", "batch", "threads", "device.name")
+MATCH_FIELDS = ("runtime.name", "runtime.provider", "runtime.timing", "precision", "batch", "threads", "device.name")
+# what a field reads as where the metadata lacks it (tables written before it was recorded)
+_FIELD_DEFAULTS = {"runtime.timing": "eager"}
 
 
 class TableError(ValueError):
@@ -196,12 +201,24 @@ class LatencyTable:
     def source(self) -> str:
         return str(self.metadata.get("source", "unknown"))
 
+    @property
+    def timing_label(self) -> str:
+        """``CUDA graph`` / ``eager (host-bound)`` for a GPU table (with the blocks that fell back to
+        eager, if any), empty for a CPU one."""
+        from nas.latency.cuda_graph import timing_label
+
+        kind = str((self.metadata.get("device") or {}).get("kind", "cpu"))
+        label = timing_label(_field(self.metadata, "runtime.timing"), kind)
+        fell = (self.metadata.get("runtime") or {}).get("graph_fallbacks") or {}
+        return f"{label}, {len(fell)} block(s) eager" if label and fell else label
+
     def describe(self) -> str:
         m = self.metadata
         rt = m.get("runtime", {})
+        how = f", {self.timing_label}" if self.timing_label else ""
         return (
             f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')} "
-            f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}, {m.get('precision')}, "
+            f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
             f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries, "
             + (f"{len(self.networks)} calibration networks" if self.networks
                else "uncalibrated (no whole networks measured)")
@@ -219,16 +236,22 @@ class LatencyTable:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": self.metadata, "entries": ents,
                 "networks": nets}
 
-    def save(self, path: str | Path | None = None) -> Path:
+    def save(self, path: str | Path | None = None, *, runtime: Any = None) -> Path:
         """Write the table atomically (a crash or Ctrl-C mid-write leaves the previous file intact),
         merged with the file: under a lock on it, what other processes saved there since this
         object last read or wrote it is taken in (here too), so concurrent runs lose nothing.
+        ``runtime``: the runtime measuring into it, whose blocks that fell back from CUDA-graph to
+        eager timing (``graph_fallbacks``) are recorded in the metadata.
 
         An existing file that is corrupt or holds another target's table is not overwritten: this
         table goes to ``<name>.<pid>.json`` beside it and ``TableError`` says so."""
         p = Path(path) if path is not None else self.path
         if p is None:
             raise ValueError("LatencyTable.save needs a path")
+        fell = getattr(runtime, "graph_fallbacks", None)
+        if fell:
+            rt = self.metadata.setdefault("runtime", {})
+            rt["graph_fallbacks"] = {**(rt.get("graph_fallbacks") or {}), **fell}
         with file_lock(p, what=f"latency table {p}"):
             if p.is_file():
                 try:
@@ -264,7 +287,7 @@ class LatencyTable:
                 mine[k] = v
         if theirs.get("created") and mine.get("created"):
             mine["created"] = min(str(theirs["created"]), str(mine["created"]))
-        for k in ("refresh", "recalibration"):  # the latest re-measurement of the calibration networks
+        for k in ("refresh", "recalibration", "reproducibility"):  # the latest re-measurement of each kind
             a, b = mine.get(k), theirs.get(k)
             if isinstance(a, dict) and isinstance(b, dict) and str(b.get("measured_at", "")) > str(a.get("measured_at", "")):
                 mine[k] = b
@@ -348,6 +371,7 @@ class LatencyTable:
         want = {
             "runtime.name": target.runtime,
             "runtime.provider": target.provider,
+            "runtime.timing": target.timing,
             "precision": target.precision,
             "batch": target.batch,
             "threads": target.threads,
@@ -379,7 +403,7 @@ def _field(meta: Mapping[str, Any], dotted: str) -> Any:
     got: Any = meta
     for part in dotted.split("."):
         got = got.get(part) if isinstance(got, Mapping) else None
-    return got
+    return _FIELD_DEFAULTS.get(dotted) if got is None else got
 
 
 def _merge_store(mine: dict, disk: Mapping, base: Mapping) -> None:

@@ -61,6 +61,7 @@ from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks, pruned_archs, round_order
+from nas.latency.reproducibility import table_ceiling
 from nas.latency.roofline import Roofline
 from nas.latency.scoring import drift_ratios, score
 
@@ -432,6 +433,7 @@ def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, 
     report["target"] = target.name
     report["table"] = model.describe()
     report["calibration_networks"] = model.n_calibration_
+    table_ceiling(model.table_, report)
     budget = _budget_section(model, vs, space_names(spaces), resolution or target.resolution, report, out,
                              title=f"{target.name}: {model.device}")
     if budget is not None:
