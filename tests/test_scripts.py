@@ -376,3 +376,38 @@ def test_bench_startup_times_help_and_a_typo(tmp_path):
     assert rows[0]["help_s"] > 0 and rows[0]["import_loads"] == [] and not list(tmp_path.iterdir())
     with pytest.raises(SystemExit):
         bs.main(["--rounds", "0"])
+
+
+def test_gpu_check_without_a_gpu_says_to_rehearse(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_gpu.py"), "--out", str(tmp_path / "g.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip() == ("bench_gpu: torch sees no CUDA GPU here; run with --rehearse "
+                                                      "to try the steps on the CPU")
+    assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_rehearses_every_step_on_the_cpu(tmp_path):
+    """The prepared GPU check's wrapper, rehearsed: profile (re-timing its sample), validate (reporting
+    it) and the summary, on this machine's CPU with torch, in a few tens of seconds."""
+    import json
+    import os
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(["bash", str(root / "scripts" / "gpu_check.sh"), "--rehearse", "--skip-tests", "--legs",
+                        "graph", "--budget-min", "0.05", "--n", "3"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OUT": str(tmp_path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((tmp_path / "gpu_check.json").read_text())
+    leg = res["legs"]["graph"]
+    assert res["rehearsal"] and leg["profile_exit"] == 0 and leg["validate_exit"] == 0
+    assert leg["runtime"]["name"] == "torch" and leg["runtime"]["timing"] == "eager"  # a CPU replays no graphs
+    assert leg["table_reproducibility"]["entries"] > 0 and leg["methods"]["predictor"]["n"] == 3
+    assert {"graph_table.json", "graph_validate.json", "gpu_check.md", "gpu_check.log"} <= {
+        p.name for p in tmp_path.iterdir()}
+    assert "| graph |" in (tmp_path / "gpu_check.md").read_text()
