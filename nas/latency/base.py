@@ -11,7 +11,7 @@ import numpy as np
 
 from nas.arch import Arch
 
-__all__ = ["LatencyModel", "Prediction", "SOURCES"]
+__all__ = ["LatencyModel", "Prediction", "SOURCES", "how_measured"]
 
 SOURCES = ("measured", "estimated")
 
@@ -43,6 +43,14 @@ class Prediction:
         if self.source not in SOURCES:
             raise ValueError(f"Prediction.source must be one of {SOURCES}, got {self.source!r}")
 
+    @property
+    def how(self) -> str:
+        """How this figure was obtained, in the words every output uses (``how_measured`` for a
+        measurement): ``predicted from a measured table (<device>)`` or ``estimated (roofline, <device>)``."""
+        if self.source == "estimated":
+            return f"estimated (roofline, {self.device})"
+        return f"predicted from a measured table ({self.device})"
+
     def label(self) -> str:
         if self.source == "estimated":
             return f"{self.ms:.3f} ms (ESTIMATE: roofline for {self.device})"
@@ -59,6 +67,11 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def how_measured(device: str) -> str:
+    """The words for a latency measured on this machine (beside ``Prediction.how``)."""
+    return f"measured here ({device})"
 
 
 class LatencyModel(ABC):
