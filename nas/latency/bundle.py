@@ -41,7 +41,8 @@ RESULTS_SCHEMA = "hwnas.bundle_results"
 BUNDLE_VERSION = 2
 #: network roles: the predictor's calibration set (sampled, pruned) and networks only for validation
 ROLES = ("calibration", "pruned", "held_out")
-_SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py"}
+_SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py",
+            "bundle_device.py": "hwnas_device.py"}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
@@ -221,13 +222,13 @@ def _differences(res: dict, man: dict, target: Target, command: str | None) -> l
     out = []
     if rt.get("name") != target.runtime:
         out.append(f"runtime: measured with {rt.get('name')!r}, target {target.name!r} names {target.runtime!r} "
-                   f"(import into a target whose runtime is {rt.get('name')!r}: {_with(command, runtime=rt.get('name'))})")
+                   f"(import into a target whose runtime is {rt.get('name')!r}: {_with(command, conf_runtime=rt.get('name'))})")
     elif target.runtime == "onnxruntime":
         want = target.provider or "CPUExecutionProvider"
         if (rt.get("provider") or "CPUExecutionProvider") != want:
             out.append(f"provider: measured with {rt.get('provider')!r}, target {target.name!r} names {want!r} "
                        f"(measure again with `python3 measure_bundle.py --provider {want}`, or "
-                       f"{_with(command, provider=rt.get('provider'))})")
+                       f"{_with(command, conf_provider=rt.get('provider'))})")
     if res.get("precision") != target.precision:
         out.append(f"precision: measured at {res.get('precision')!r}, target {target.name!r} is {target.precision!r} "
                    f"(the bundle was written for target {man.get('target')!r}; write one with conf={target.name} "
@@ -258,6 +259,7 @@ def _metadata(res: dict, man: dict, target: Target, measured: dict[str, str]) ->
         "call_overhead_ms": res.get("call_overhead_ms"),
         "created": now_iso(), "updated": now_iso(), "tool": man["tool"],
         "bundle": {"id": man["bundle_id"], **measured},
+        **({"rehearsal": {**res["rehearsal"], "measured_on": res["device"].get("name")}} if res.get("rehearsal") else {}),
     }
 
 
@@ -275,8 +277,20 @@ def _check_table(table: LatencyTable, meta: dict[str, Any]) -> None:
 
 
 def _entry(e: Mapping[str, Any]) -> Entry:
-    return Entry(float(e["median_ms"]), float(e["p10_ms"]), float(e["p90_ms"]), int(e["n"]),
-                 int(e.get("remeasured", 0)), str(e.get("measured_at", "")), tuple(e.get("rounds_ms") or ()))
+    """A table entry; a percentile trtexec did not report (its summary, without --exportTimes) is the median."""
+    med = float(e["median_ms"])
+    p10, p90 = (med if e.get(f) is None else float(e[f]) for f in ("p10_ms", "p90_ms"))
+    return Entry(med, p10, p90, int(e["n"]), int(e.get("remeasured", 0)), str(e.get("measured_at", "")),
+                 tuple(e.get("rounds_ms") or ()))
+
+
+def _refuse_rehearsal(rp: Path, res: dict, target: Target, command: str | None) -> None:
+    """A rehearsal imports only as what it is: into a table of its own, with the user's allow_mismatch."""
+    rt, dev = res.get("runtime") or {}, res.get("device") or {}
+    fix = _with(command, conf_table=str(rp.parent / "rehearsal_table.json"), allow_mismatch="true")
+    raise BundleError(f"{rp} is a rehearsal measured with {rt.get('name')} {rt.get('provider') or ''} on "
+                      f"{dev.get('name')!r} at {res.get('precision')}, not on target {target.name!r}'s device: import "
+                      f"it as what it is, into a table of its own: {fix}")
 
 
 def _decode(man: dict, kind: str, d: Mapping[str, Any]):
@@ -292,12 +306,16 @@ def import_bundle(results: str | Path, target: Target | dict[str, Any], table: L
                   allow_mismatch: bool = False, command: str | None = None) -> tuple[LatencyTable, dict[str, Any]]:
     """Read ``results.json`` (or a bundle folder) into ``table`` (a new one when None) for ``target``.
 
+    A rehearsal (``rehearsal.json``: measured elsewhere with what that machine had) imports only with
+    ``allow_mismatch``, labelled as a rehearsal with the device and runtime that measured it.
     Refuses results that do not fit the target (runtime, provider, precision, batch, threads,
     device: ``BundleError`` naming each field and the command that fixes it; ``allow_mismatch``
     accepts them, recording what was measured).  A half-measured bundle imports what it has and
     says what is left.  Returns the table and a summary (counts measured / total per kind)."""
     target = Target.coerce(target)
     rp, res, man = _read(results)
+    if res.get("rehearsal") and not allow_mismatch:
+        _refuse_rehearsal(rp, res, target, command)
     diffs = _differences(res, man, target, command)
     if diffs and not allow_mismatch:
         raise BundleError(f"{rp} does not fit target {target.name!r}: " + "; ".join(diffs)

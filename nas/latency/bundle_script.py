@@ -9,6 +9,7 @@ Copy the bundle folder to the device and run, from inside it:
     python3 measure_bundle.py --runtime trtexec          # TensorRT through trtexec (JetPack ships it)
     python3 measure_bundle.py --only blocks --limit 200  # part of it; run again to continue
     python3 measure_bundle.py --identify                 # print what this device reports, measure nothing
+    python3 measure_bundle.py --rehearse                 # any machine: the round trip with what it has
 
 Runtimes: onnxruntime (any execution provider it has: fp32, int8 from the QDQ graphs, fp16 through
 the TensorRT provider), TensorRT through its Python API (hwnas_trt.py beside this script, used when
@@ -16,6 +17,10 @@ the TensorRT provider), TensorRT through its Python API (hwnas_trt.py beside thi
 ExecuTorch (.pte programs, XNNPACK; `pip install executorch`, whose Python runtime imports torch
 itself and takes only torch tensors: this script imports no torch of its own and wraps its numpy
 input with the module that runtime loaded); OpenVINO (IR .xml + .bin, CPU plugin; `pip install openvino`).
+
+A rehearsal (--rehearse) measures the graphs as they are with onnxruntime (its CUDA provider where
+it has one, else the CPU): fp16 bundles' fp32 graphs in fp32, int8 QDQ graphs in int8.  It goes to
+rehearsal.json, labelled with this machine and runtime, never as the bundle's target.
 
 It writes results.json next to manifest.json as it goes (atomically, every few seconds and on
 Ctrl-C), so an interrupted run continues where it stopped; every graph is measured in the rounds
@@ -31,20 +36,18 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import random
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the bundle's helpers, beside this script
+from hwnas_device import identity, machine_kind, measured_kind  # noqa: E402
+
 RESULTS_SCHEMA = "hwnas.bundle_results"
 BUNDLE_VERSION = 2
-_FLAGS = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8",
-          "amx_bf16", "asimd", "asimddp", "sve", "neon"}
 
 
 def fail(msg):
@@ -62,61 +65,6 @@ def atomic_json(path, data):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def read_text(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read().replace("\x00", "").strip()
-    except OSError:
-        return None
-
-
-def run_out(cmd):
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-        return out.stdout if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-# ----------------------------------------------------------------------------------------------
-# device identity: the fields hwnas's nas.profile records, read the same way
-
-
-def identity(kind):
-    info = read_text("/proc/cpuinfo") or ""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
-                if ln.lower().startswith(("model name", "hardware", "cpu model"))), None)
-    flags = re.search(r"^(flags|Features)\s*:\s*(.*)$", info, re.M)
-    ident = {"kind": kind, "cpu": cpu or platform.processor() or platform.machine(),
-             "cpu_flags": sorted(set(flags.group(2).split()) & _FLAGS) if flags else [],
-             "cpu_count": os.cpu_count(), "machine": platform.machine(), "os": platform.platform(),
-             "gpu": None, "driver": None, "cuda": None, "jetpack": None}
-    for key, field in (("cpu family", "cpu_family"), ("model", "cpu_model"), ("stepping", "cpu_stepping")):
-        m = re.search(rf"^{key}\s*:\s*(\S+)\s*$", info, re.M)
-        if m:
-            ident[field] = m.group(1)
-    tegra = read_text("/etc/nv_tegra_release")
-    if tegra:  # "# R36 (release), REVISION: 3.0, ..." -> L4T 36.3.0
-        ident["jetpack"] = tegra.splitlines()[0]
-        m = re.search(r"R(\d+) \(release\), REVISION: ([\d.]+)", tegra)
-        ident["l4t"] = f"{m.group(1)}.{m.group(2)}" if m else None
-    model = read_text("/proc/device-tree/model")
-    if model:
-        ident["model"] = model
-    if kind in ("gpu", "jetson"):
-        q = run_out(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-        if q and q.strip():
-            parts = [s.strip() for s in q.splitlines()[0].split(",")]
-            ident["gpu"], ident["driver"] = parts[0], parts[1] if len(parts) > 1 else None
-        head = run_out(["nvidia-smi"]) or ""
-        m = re.search(r"CUDA Version:\s*([\d.]+)", head)
-        ident["cuda"] = m.group(1) if m else None
-        if kind == "jetson" and model:
-            ident["gpu"] = model
-    ident["name"] = ident["gpu"] if kind in ("gpu", "jetson") and ident["gpu"] else ident["cpu"]
-    return ident
 
 
 # ----------------------------------------------------------------------------------------------
@@ -195,37 +143,29 @@ def trtexec_path():
     return exe if os.path.exists(exe) else None
 
 
-def trtexec_factory(precision):
+def trtexec_factory(bundle, precision):
     exe = trtexec_path()
     if not exe:
         fail("trtexec not found: put it on PATH (JetPack: /usr/src/tensorrt/bin/trtexec), or pip install "
              "tensorrt and use --runtime tensorrt")
-    flags = {"fp32": [], "fp16": ["--fp16"], "int8": ["--int8", "--fp16"]}[precision]
-
-    def factory(path, shape, s):
-        def once():
-            cmd = [exe, f"--onnx={path}", f"--warmUp={max(200, s['warmup'] * 10)}", f"--iterations={s['repeats']}",
-                   "--avgRuns=1", "--useSpinWait", "--noDataTransfers", *flags]
-            out = subprocess.run(cmd, capture_output=True, text=True)
-            m = re.search(r"GPU Compute Time: min = ([\d.]+) ms, max = ([\d.]+) ms, mean = ([\d.]+) ms, "
-                          r"median = ([\d.]+) ms, percentile\(90%\) = ([\d.]+) ms", out.stdout)
-            if out.returncode != 0 or not m:
-                raise RuntimeError(f"trtexec failed on {path}: {(out.stdout + out.stderr)[-1500:]}")
-            mn, _, _, med, p90 = map(float, m.groups())
-            return {"median_ms": med, "p10_ms": mn, "p90_ms": p90, "n": s["repeats"]}
-
-        return once
-
-    m = re.search(r"TensorRT\.trtexec \[TensorRT v(\d+)\]", run_out([exe, "--help"]) or "")
-    return factory, {"name": "tensorrt", "version": m.group(1) if m else "unknown", "provider": "", "via": "trtexec"}
+    try:
+        return bundle_trt(bundle).trtexec_factory(exe, precision)
+    except RuntimeError as e:
+        fail(str(e))
 
 
-def tensorrt_factory(bundle, precision):
+def bundle_trt(bundle):
+    """hwnas_trt.py, the bundle's TensorRT timer (Python API and trtexec)."""
     sys.path.insert(0, bundle)
     try:
         import hwnas_trt
     except ImportError:
         fail("hwnas_trt.py is missing from the bundle: write the bundle again")
+    return hwnas_trt
+
+
+def tensorrt_factory(bundle, precision):
+    hwnas_trt = bundle_trt(bundle)
     why = hwnas_trt.available()
     if why:
         fail(f"{why}; or measure with --runtime trtexec")
@@ -308,17 +248,33 @@ def pick_runtime(args, man):
         provider = args.provider or man.get("provider") or "CPUExecutionProvider"
         return ort_factory(provider, args.threads or man["threads"], precision)
     if runtime == "trtexec":
-        return trtexec_factory(precision)
+        return trtexec_factory(args.bundle, precision)
     if runtime == "tensorrt":  # the Python API where it imports, else trtexec
         try:
             import tensorrt  # noqa: F401
         except ImportError:
             if trtexec_path():
-                return trtexec_factory(precision)
+                return trtexec_factory(args.bundle, precision)
             fail("TensorRT is not installed: pip install tensorrt (or JetPack's python3-libnvinfer), or put "
                  "trtexec on PATH")
         return tensorrt_factory(args.bundle, precision)
     fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt, trtexec, executorch or openvino")
+
+
+def rehearsal_runtime(args, man):
+    """The runtime a rehearsal measures with, and the precision its graphs run at here: the bundle's own
+    runtime for .pte / IR bundles; onnxruntime (CUDA provider where present, else CPU) for ONNX ones,
+    whose fp16 bundles hold fp32 graphs (fp16 is TensorRT's build flag) and int8 ones QDQ graphs."""
+    if man["runtime"] in ("executorch", "openvino"):
+        return pick_runtime(args, man), man["precision"]
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        fail("a rehearsal of an ONNX bundle measures with onnxruntime: pip install numpy onnxruntime")
+    provider = args.provider or ("CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers()
+                                 else "CPUExecutionProvider")
+    precision = "fp32" if man["precision"] == "fp16" else man["precision"]
+    return ort_factory(provider, args.threads or man["threads"], precision), precision
 
 
 # ----------------------------------------------------------------------------------------------
@@ -330,9 +286,20 @@ def merge(old, st, rounds_done):
         return {**st, "rounds_ms": [st["median_ms"]], "remeasured": rounds_done, "measured_at": now()}
     k = len(old["rounds_ms"])
     r = old["rounds_ms"] + [st["median_ms"]]
-    return {"median_ms": float(statistics.median(r)), "p10_ms": (old["p10_ms"] * k + st["p10_ms"]) / (k + 1),
-            "p90_ms": (old["p90_ms"] * k + st["p90_ms"]) / (k + 1), "n": old["n"] + st["n"], "rounds_ms": r,
-            "remeasured": old.get("remeasured", 0) + rounds_done, "measured_at": now()}
+
+    def mean(f):  # None: trtexec printed no such percentile (its summary, without --exportTimes)
+        return None if old[f] is None or st[f] is None else (old[f] * k + st[f]) / (k + 1)
+
+    return {"median_ms": float(statistics.median(r)), "p10_ms": mean("p10_ms"), "p90_ms": mean("p90_ms"),
+            "n": old["n"] + st["n"], "rounds_ms": r, "remeasured": old.get("remeasured", 0) + rounds_done,
+            "measured_at": now()}
+
+
+def spread(st):
+    """(p90 - p10) / median; 0 where a percentile is unknown (nothing to re-measure for)."""
+    if st["p10_ms"] is None or st["p90_ms"] is None or st["median_ms"] <= 0:
+        return 0.0
+    return (st["p90_ms"] - st["p10_ms"]) / st["median_ms"]
 
 
 def measure_one(factory, path, shape, s):
@@ -341,10 +308,9 @@ def measure_one(factory, path, shape, s):
     best, tries = None, 0
     for tries in range(s["remeasure"] + 1):  # noqa: B007 - used after the loop
         st = once()
-        spread = (st["p90_ms"] - st["p10_ms"]) / st["median_ms"] if st["median_ms"] > 0 else 0.0
-        if best is None or spread < (best["p90_ms"] - best["p10_ms"]) / max(best["median_ms"], 1e-12):
+        if best is None or spread(st) < spread(best):
             best = st
-        if spread <= s["max_spread"]:
+        if spread(st) <= s["max_spread"]:
             break
     return best, tries
 
@@ -388,7 +354,7 @@ def plan(man, res, only, rounds, priority=False):
     return todo, len(items)
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle", nargs="?", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--runtime", choices=["onnxruntime", "tensorrt", "trtexec", "executorch", "openvino"],
@@ -402,7 +368,20 @@ def main():
                     help="stop after this many minutes, calibration networks and most used blocks first "
                          "(default: the bundle's budget_min, if it was written with one)")
     ap.add_argument("--identify", action="store_true", help="print this device's identity and exit")
+    ap.add_argument("--rehearse", action="store_true",
+                    help="measure with what this machine has (onnxruntime) into rehearsal.json, labelled as such")
     args = ap.parse_args()
+    if args.limit is not None and args.limit < 1:
+        fail(f"--limit {args.limit}: give a number of graphs >= 1")
+    if args.budget_min is not None and not args.budget_min > 0:
+        fail(f"--budget-min {args.budget_min:g}: give the minutes to spend measuring, a number > 0")
+    if args.rehearse and args.runtime:
+        fail("--rehearse picks the runtime this machine has (onnxruntime): leave out --runtime")
+    return args
+
+
+def main():
+    args = parse_args()
     try:
         with open(os.path.join(args.bundle, "manifest.json")) as f:
             man = json.load(f)
@@ -412,37 +391,46 @@ def main():
         fail(f"{args.bundle}/manifest.json is not a hwnas bundle of format {BUNDLE_VERSION}: use the "
              "measure_bundle.py written with it")
     if args.identify:
-        print(json.dumps(identity(man["device_kind"]), indent=1))
+        print(json.dumps(identity(machine_kind()), indent=1))
         return
-    if args.limit is not None and args.limit < 1:
-        fail(f"--limit {args.limit}: give a number of graphs >= 1")
-    if args.budget_min is not None and not args.budget_min > 0:
-        fail(f"--budget-min {args.budget_min:g}: give the minutes to spend measuring, a number > 0")
     s = man["settings"]
-    factory, rt_info = pick_runtime(args, man)
-    out_path = os.path.join(args.bundle, "results.json")
+    if args.rehearse:
+        (factory, rt_info), precision = rehearsal_runtime(args, man)
+    else:
+        (factory, rt_info), precision = pick_runtime(args, man), man["precision"]
+    out_path = os.path.join(args.bundle, "rehearsal.json" if args.rehearse else "results.json")
     res = load_results(out_path, man)
-    res.update({"device": identity(man["device_kind"]), "runtime": rt_info, "precision": man["precision"],
+    res.update({"device": identity(measured_kind(rt_info)), "runtime": rt_info, "precision": precision,
                 "batch": man["batch"], "threads": args.threads or man["threads"], "settings": s})
+    if args.rehearse:
+        res["rehearsal"] = {"target": man["target"], "runtime": man["runtime"], "precision": man["precision"]}
     todo, _ = plan(man, res, args.only, int(s.get("rounds", 1)),
                    priority=(args.budget_min or man.get("budget_min")) is not None)
     left = len(todo)
     todo = todo[:args.limit] if args.limit is not None else todo
-    print(f"{len(man['blocks'])} blocks and {len(man['networks'])} networks, {s.get('rounds', 1)} round(s): "
-          f"{left} measurements left, {len(todo)} now with {rt_info['name']} {rt_info['version']} "
-          f"({rt_info['provider'] or rt_info['via']}, {man['precision']})", flush=True)
+    print(f"{'REHEARSAL: ' if args.rehearse else ''}{len(man['blocks'])} blocks and {len(man['networks'])} "
+          f"networks, {s.get('rounds', 1)} round(s): {left} measurements left, {len(todo)} now with "
+          f"{rt_info['name']} {rt_info['version']} ({rt_info['provider'] or rt_info['via']}, {precision}) on "
+          f"{res['device']['name']}", flush=True)
     budget = args.budget_min if args.budget_min is not None else man.get("budget_min")
-    budget_s = 60 * budget if budget else None
-    measure_all(factory, todo, res, man, s, args.bundle, out_path, budget_s)
+    measure_all(factory, todo, res, man, s, args.bundle, out_path, 60 * budget if budget else None)
     if "overhead" in man and res.get("call_overhead_ms") is None:
         res["call_overhead_ms"] = measure_one(factory, os.path.join(args.bundle, man["overhead"]),
                                               [man["batch"], 8, 8, 8], s)[0]["median_ms"]
     left, _ = plan(man, res, "all", int(s.get("rounds", 1)))
     res["complete"], res["updated"] = not left, now()
     atomic_json(out_path, res)
-    cmd = man.get("import_command") or f"python -m nas.profile conf={man['target']} import_bundle=<this folder>"
     print(f"done: {out_path} ({len(left)} measurements left"
-          f"{'; run again to continue' if left else ''}). Bring it back and import it:\n  {cmd}")
+          f"{'; run again to continue' if left else ''}). Bring it back and import it:\n  {import_cmd(man, args)}")
+
+
+def import_cmd(man, args):
+    """The import command: the bundle's; a rehearsal's imports as what it is, into a table of its own."""
+    cmd = man.get("import_command") or f"python -m nas.profile conf={man['target']} import_bundle=<this folder>/results.json"
+    if not args.rehearse:
+        return cmd
+    table = os.path.join(os.path.dirname(cmd.rsplit("import_bundle=", 1)[-1].split()[0]) or ".", "rehearsal_table.json")
+    return (cmd.replace("results.json", "rehearsal.json") + f" conf.table={table} allow_mismatch=true")
 
 
 def measure_all(factory, todo, res, man, s, bundle, out_path, budget_s=None):

@@ -11,9 +11,19 @@ module does it, so no pycuda, cupy or torch is needed.
 - ``measure_factory(path, shape, precision, settings)``: builds the engine once and returns
   ``once()``, which times it (warm-up, then at least ``repeats`` runs and ``min_time_s``, each
   run timed by CUDA events around ``execute_async_v3``) and returns median / p10 / p90 / n.
-- ``builder_flags(precision, trt_version, qdq=...)``: the builder flags a precision needs (pure).
+- ``builder_flags(precision, trt_version, qdq=...)``: the builder flags a precision needs (pure);
+  ``network_flags(trt)``: the network creation flags the installed version needs.
 - ``build_plan(onnx, precision)`` / ``Engine(plan)``: the engine (``nas.latency.runtimes`` builds
   with them too).
+- ``trtexec_factory(exe, precision)``: the same measurements through ``trtexec`` (engine built once
+  with ``--saveEngine``, then ``--loadEngine``; per-inference times from ``--exportTimes``, the
+  printed summary as the fallback), with its parsers ``parse_times`` / ``parse_summary`` /
+  ``trtexec_version``.
+
+TensorRT versions: 8.5 and 8.6 (JetPack 5.1, 6.0) need ``EXPLICIT_BATCH`` at network creation (the
+ONNX parser refuses implicit-batch networks); 10 ignores the flag; 11 has neither it nor the FP16 /
+INT8 builder flags (networks are strongly typed).  The Python API needs ``execute_async_v3`` (8.5+):
+on 8.0-8.4 (JetPack 4.6, 5.0) use trtexec, whose output formats from 8.0 on are all read.
 
 Precisions: ``fp32``; ``fp16`` (the FP16 builder flag: TensorRT picks fp16 kernels where faster);
 ``int8``: explicit quantization from a QDQ ONNX graph (symmetric int8, zero point 0), built with
@@ -24,8 +34,14 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import json
+import math
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -33,8 +49,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PRECISIONS", "Engine", "available", "build_plan", "builder_flags", "io_tensors", "measure_factory",
-           "version"]
+__all__ = ["PRECISIONS", "Engine", "available", "build_plan", "builder_flags", "decode_version", "io_tensors",
+           "measure_factory", "network_flags", "parse_summary", "parse_times", "trtexec_command", "trtexec_factory",
+           "trtexec_version", "version"]
 
 PRECISIONS = ("fp32", "fp16", "int8")
 _INSTALL_TRT = "TensorRT is not installed: pip install tensorrt (on a Jetson, JetPack's python3-libnvinfer)"
@@ -44,12 +61,30 @@ _MAX_REPEATS = 2000  # as nas.latency.measure: a sub-millisecond engine stops he
 
 
 def _tensorrt():
-    """The ``tensorrt`` module, or RuntimeError naming what to install."""
+    """The ``tensorrt`` module, or RuntimeError naming what to install (or, for 8.0-8.4, what to use)."""
     try:
-        import tensorrt
+        import tensorrt  # optional heavy runtime: only where the TensorRT Python API is measured
     except ImportError:
         raise RuntimeError(_INSTALL_TRT) from None
+    major, minor = _major_minor(tensorrt.__version__)
+    if (major, minor) < (8, 5):
+        raise RuntimeError(f"TensorRT {tensorrt.__version__}'s Python API lacks execute_async_v3 (8.5+): measure "
+                           "with trtexec instead (python3 measure_bundle.py --runtime trtexec)")
     return tensorrt
+
+
+def _major_minor(trt_version: str) -> tuple[int, int]:
+    parts = (str(trt_version).split(".") + ["0"])[:2]
+    return int(parts[0]), int(parts[1])
+
+
+def network_flags(trt: Any) -> int:
+    """The ``create_network`` flags for the installed TensorRT: ``1 << EXPLICIT_BATCH`` before 10 (the
+    ONNX parser refuses an implicit-batch network), 0 from 10 on (explicit batch is the only mode:
+    10 ignores the flag, 11 removed it)."""
+    if _major_minor(trt.__version__)[0] < 10:
+        return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    return 0
 
 
 def version() -> str:
@@ -71,8 +106,7 @@ def builder_flags(precision: str, trt_version: str, *, qdq: bool) -> tuple[str, 
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    major = int(str(trt_version).split(".")[0])
-    if major >= 11:
+    if _major_minor(trt_version)[0] >= 11:
         if precision == "fp16":
             raise RuntimeError(f"TensorRT {trt_version} has no FP16 builder flag (strong typing): it builds fp16 "
                                "only from an fp16 ONNX graph; install TensorRT 10 (pip install 'tensorrt<11')")
@@ -94,7 +128,7 @@ def build_plan(onnx: bytes, precision: str, *, workspace_bytes: int | None = Non
     trt = _tensorrt()
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+    network = builder.create_network(network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(onnx):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
@@ -298,3 +332,144 @@ def measure_factory(path: str, shape: list[int], precision: str, settings: dict)
     weakref.finalize(once, cuda.release, buffers, stream, events)
     once.keep = built  # type: ignore[attr-defined]
     return once
+
+
+# --------------------------------------------------------------------------------------------
+# trtexec: the same engines through TensorRT's command-line tool
+
+
+def decode_version(tag: str | int) -> str:
+    """``8601`` -> ``8.6.1``, ``100300`` -> ``10.3.0``: the number trtexec prints as ``[TensorRT vN]``
+    (``NV_TENSORRT_VERSION``: major*1000 + minor*100 + patch before 10, major*10000 + minor*100 + patch from 10)."""
+    n = int(tag)
+    if n >= 100000:
+        return f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+    return f"{n // 1000}.{n // 100 % 10}.{n % 100}"
+
+
+def trtexec_version(text: str) -> str | None:
+    """The TensorRT version trtexec's output names (``TensorRT version: 8.6.3``, else ``[TensorRT v8601]``)."""
+    m = re.search(r"TensorRT version: (\d+\.\d+\.\d+)", text)
+    if m:
+        return m.group(1)
+    m = re.search(r"\[TensorRT v(\d+)\]", text)
+    return decode_version(m.group(1)) if m else None
+
+
+def parse_times(text: str) -> list[float]:
+    """The per-inference GPU compute times (ms) of a ``--exportTimes`` file: its records' ``computeMs``.
+
+    Raises ValueError when the text is not such a file or holds no record."""
+    try:
+        records = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"not a trtexec --exportTimes file ({e})") from None
+    if not isinstance(records, list):
+        raise ValueError("not a trtexec --exportTimes file (its top level is not a list of records)")
+    times = [float(r["computeMs"]) for r in records if isinstance(r, dict) and "computeMs" in r]
+    if not times:
+        raise ValueError("the trtexec --exportTimes file holds no computeMs record")
+    return times
+
+
+_PAIR = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=?\s*(\d+(?:\.\d*)?(?:e[-+]?\d+)?)\s*ms")
+
+
+def parse_summary(text: str, metric: str = "GPU Compute Time") -> dict[str, Any] | None:
+    """The last ``<metric>: min = ... ms, ...`` summary line of trtexec's output, or None.
+
+    Reads every format trtexec 8.0-10.x prints: ``percentile(99%)`` alone (8.0-8.4), ``percentile(90%)``,
+    ``(95%)``, ``(99%)`` (8.5 on) or whatever ``--percentile`` asked for; a value cut off mid-line is
+    left out.  Returns ``{"min", "max", "mean", "median"}`` (those present) and ``"percentiles"``
+    ({percent: ms})."""
+    lines = re.findall(rf"(?m)(?:^|\]\s)\s*{re.escape(metric)}:(.*)$", text)
+    if not lines:
+        return None
+    out: dict[str, Any] = {"percentiles": {}}
+    for name, pct, value in _PAIR.findall(lines[-1]):
+        if pct:
+            out["percentiles"][float(pct)] = float(value)
+        else:
+            out[name] = float(value)
+    return out if "median" in out else None
+
+
+def trtexec_flags(precision: str, trt_version: str | None, *, qdq: bool) -> list[str]:
+    """trtexec's precision flags: ``builder_flags`` spelled as options (``--int8`` only for a Q/DQ graph,
+    so trtexec and the Python API build the same engine); none on TensorRT 11 (strong typing)."""
+    return [f"--{name.lower()}" for name in builder_flags(precision, trt_version or "10", qdq=qdq)]
+
+
+def trtexec_command(exe: str, onnx: str, plan: str, times: str, settings: dict, flags: Sequence[str], *,
+                    build: bool, trt_version: str | None) -> list[str]:
+    """One trtexec run: build ``onnx`` into ``plan`` (``build``) or load it, then time it for at least
+    ``repeats`` inferences and ``min_time_s`` (``--duration``, whole seconds), writing each inference's
+    times to ``times``; asks for p10 / p90 in the summary where trtexec takes several percentiles (8.5+)."""
+    warmup, repeats, min_time_s = _settings(settings)
+    cmd = [exe, *([f"--onnx={onnx}", f"--saveEngine={plan}", *flags] if build else [f"--loadEngine={plan}"]),
+           f"--warmUp={max(200, warmup * 10)}", f"--iterations={repeats}", f"--duration={math.ceil(min_time_s)}",
+           "--useSpinWait", "--noDataTransfers", f"--exportTimes={times}"]
+    if trt_version and _major_minor(trt_version) >= (8, 5):
+        cmd.append("--percentile=10,50,90")
+    return cmd
+
+
+def _qdq_in_file(path: str) -> bool:
+    """Whether an ONNX file holds Q/DQ nodes (their op type is stored as text; no onnx package here)."""
+    with open(path, "rb") as f:
+        return b"QuantizeLinear" in f.read()
+
+
+def trtexec_stats(output: str, times_path: str) -> dict:
+    """median / p10 / p90 / n from the ``--exportTimes`` records, else from the printed summary (p10 and
+    p90 None where it does not print them: never the minimum passed off as p10)."""
+    try:
+        with open(times_path) as f:
+            return {**_stats(parse_times(f.read())), "from": "exportTimes"}
+    except (OSError, ValueError):
+        pass
+    summary = parse_summary(output)
+    if summary is None:
+        raise RuntimeError(f"trtexec printed no GPU Compute Time summary and wrote no --exportTimes file: "
+                           f"{output[-1500:]}")
+    n = re.search(r"Timing trace has (\d+) queries", output)
+    pct = summary["percentiles"]
+    return {"median_ms": summary["median"], "p10_ms": pct.get(10.0), "p90_ms": pct.get(90.0),
+            "n": int(n.group(1)) if n else 0, "from": "summary"}
+
+
+def trtexec_factory(exe: str, precision: str) -> tuple[Callable[[str, list[int], dict], Callable[[], dict]], dict]:
+    """A factory timing ONNX files with ``exe`` at ``precision``, and the runtime's description.
+
+    ``factory(path, shape, settings)`` returns ``once()``: its first call builds the engine (saved in a
+    temporary folder removed with ``once``), later calls load it; each returns median / p10 / p90 / n.
+    Raises RuntimeError for a precision this TensorRT cannot build (fp16 on 11)."""
+    help_out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    trt_version = trtexec_version(help_out.stdout + help_out.stderr)
+    builder_flags(precision, trt_version or "10", qdq=False)  # fp16 on 11 is refused here, before any graph
+    info = {"name": "tensorrt", "version": trt_version or "unknown", "provider": "", "via": "trtexec"}
+
+    def factory(path: str, shape: list[int], settings: dict) -> Callable[[], dict]:
+        work = tempfile.mkdtemp(prefix="hwnas_trtexec_")
+        plan, times = os.path.join(work, "engine.plan"), os.path.join(work, "times.json")
+        flags = trtexec_flags(precision, trt_version, qdq=_qdq_in_file(path))
+        built = []
+
+        def once() -> dict:
+            cmd = trtexec_command(exe, path, plan, times, settings, flags, build=not built, trt_version=trt_version)
+            if os.path.exists(times):
+                os.remove(times)
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            text = out.stdout + out.stderr
+            if out.returncode != 0:
+                raise RuntimeError(f"trtexec failed on {path} (exit {out.returncode}): {text[-1500:]}")
+            built.append(True)
+            info["version"] = trtexec_version(text) or info["version"]
+            return trtexec_stats(text, times)
+
+        weakref.finalize(once, shutil.rmtree, work, True)
+        once.command = lambda: trtexec_command(exe, path, plan, times, settings, flags, build=not built,  # type: ignore[attr-defined]
+                                               trt_version=trt_version)
+        return once
+
+    return factory, info

@@ -124,7 +124,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             raise ValueError("cannot fit a latency predictor on an empty table")
         self.table_ = table
         self.device = str(table.metadata.get("device", {}).get("name", "?"))
-        self.timing_ = table.timing_label
+        self.timing_ = ", ".join(x for x in (table.timing_label, table.rehearsal_label) if x)
         self.overhead_ms_ = float(table.metadata.get("call_overhead_ms") or 0.0)
         self.mismatched_ = mismatched
         self.elsewhere_: str | None = None  # load_latency_model: the table is another processor's (see warning)

@@ -212,10 +212,16 @@ class LatencyTable:
         fell = (self.metadata.get("runtime") or {}).get("graph_fallbacks") or {}
         return f"{label}, {len(fell)} block(s) eager" if label and fell else label
 
+    @property
+    def rehearsal_label(self) -> str:
+        """``REHEARSAL of <target>`` for a table measured by a bundle's rehearsal, else empty."""
+        r = self.metadata.get("rehearsal")
+        return f"REHEARSAL of {r.get('target')} ({r.get('runtime')}, {r.get('precision')})" if r else ""
+
     def describe(self) -> str:
         m = self.metadata
         rt = m.get("runtime", {})
-        how = f", {self.timing_label}" if self.timing_label else ""
+        how = "".join(f", {x}" for x in (self.timing_label, self.rehearsal_label) if x)
         return (
             f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')} "
             f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
