@@ -15,6 +15,8 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
+from nas.cli.search import _budget_given
+from nas.cli.search import run as search_run
 from nas.config import compose_app
 from nas.search.study import make_sampler
 
@@ -43,6 +45,13 @@ def test_config_defaults_and_overrides():
     assert _compose(["conf=gpu"]).latency_budget_ms == 1.0  # the target's budget by default
     for name in ("random", "nsga2", "tpe"):
         make_sampler(OmegaConf.to_container(_compose([f"sampler={name}"]).sampler), seed=0)
+
+
+def test_a_budget_is_given_only_by_latency_budget_ms():
+    """Without ``latency_budget_ms=`` the search places the target's budget among the space's networks."""
+    assert not _budget_given(_compose([])) and not _budget_given(_compose(["conf.latency_budget_ms=5"]))
+    for given in ("latency_budget_ms=15", "latency_budget_ms=null", "latency_budget_ms=0.1"):
+        assert _budget_given(_compose([given])), given
 
 
 @pytest.mark.parametrize(
@@ -96,14 +105,16 @@ def test_cli_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     for f in ("pareto.json", "trials.csv", "pareto.png", "study.journal"):
         assert (out / f).is_file(), f
-    assert "Pareto front of" in r.stdout and "val_accuracy" in r.stdout and "measured" in r.stdout
+    assert "Pareto front of" in r.stdout and "val_accuracy" in r.stdout and "predicted (table)" in r.stdout
+    assert "budget   latency budget " in r.stdout and "the median predicted latency of 200 sampled" in r.stdout
     pj = json.loads((out / "pareto.json").read_text())
     assert pj["trials"]["total"] == 3 and all(e["latency_source"] == "measured" for e in pj["pareto"])
+    assert all(e["latency_how"].startswith("predicted from a measured table (") for e in pj["pareto"])
     assert all(math.isfinite(e["val_accuracy"]) for e in pj["pareto"])
     # resume: the same command with more trials continues the same study
     r = _cli(["conf=cpu", "n_trials=4", "evaluator.epochs=1", "data.train_samples=200", "data.val_samples=100",
               "sampler.population_size=2", f"out={out}", "progress=false"], REPO)
-    assert r.returncode == 0 and "resumed: 3 trials done" in r.stdout
+    assert r.returncode == 0 and "resumed: 3 trials done" in r.stdout and "the study's own, kept" in r.stdout
     assert json.loads((out / "pareto.json").read_text())["trials"]["total"] == 4
 
 
@@ -113,9 +124,29 @@ def test_cli_jetson_says_it_is_an_estimate(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "WARNING: latency for target 'jetson' is an ESTIMATE" in r.stdout
     assert "python -m nas.profile conf=jetson" in r.stdout
+    assert "budget   latency budget " in r.stdout and "the median roofline-estimated latency of 200" in r.stdout
+    assert "ESTIMATE (roofline)" in r.stdout and "latency: ESTIMATE (roofline) = estimated (roofline, " in r.stdout
+    assert "measured" not in r.stdout.split("study ")[-1]  # the summary calls nothing measured
     pj = json.loads((out / "pareto.json").read_text())
-    assert pj["latency_model"]["source"] == "estimated"
-    assert all(e["latency_source"] == "estimated" for e in pj["pareto"])
+    assert pj["latency_model"]["source"] == "estimated" and pj["latency_budget"]["rule"] == "median"
+    assert all(e["latency_source"] == "estimated" and e["latency_how"].startswith("estimated (roofline, ")
+               for e in pj["pareto"])
+    assert pj["search"]["budgets"]["latency_ms"] == pj["latency_budget"]["ms"] < 2.0  # jetson's own: 2 ms
+
+
+def test_cli_says_when_a_budget_binds_nothing_and_a_resume_keeps_it(tmp_path, capsys):
+    args = ["conf=cpu", "evaluator=zero_cost", "n_trials=1", "progress=false"]
+    search_run(_compose([*args, "latency_budget_ms=15"]), run_dir=tmp_path)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("budget "))
+    assert "latency budget 15 ms (" not in line and "binds none of 200 sampled networks of tiny on cpu" in line
+    assert line.endswith("the latency constraint is inactive")
+    assert "latency  predicted from a measured table (" in out and "predicted (table)" in out
+    assert "latency: predicted (table) = predicted from a measured table (" in out
+    search_run(_compose([*args[:2], "n_trials=2", "progress=false"]), run_dir=tmp_path)  # no budget given
+    out = capsys.readouterr().out
+    assert "latency budget 15 ms: the study's own, kept from its start (latency_budget_ms=15; " in out
+    assert json.loads((tmp_path / "pareto.json").read_text())["search"]["budgets"]["latency_ms"] == 15.0
 
 
 @pytest.mark.slow

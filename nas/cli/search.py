@@ -89,6 +89,7 @@ def _prepare_search(cfg: DictConfig, target: Target, run_dir: Path) -> Any:
         sampler=OmegaConf.to_container(cfg.sampler, resolve=True),
         pruner=OmegaConf.to_container(cfg.pruner, resolve=True),
         budgets=Budgets(latency_ms=cfg.latency_budget_ms, memory_kb=cfg.memory_budget_kb),
+        latency_budget_given=_budget_given(cfg),
         seed=cfg.seed,
         run_dir=run_dir,
         storage=cfg.storage,
@@ -98,6 +99,18 @@ def _prepare_search(cfg: DictConfig, target: Target, run_dir: Path) -> Any:
     )
 
 
+def _budget_given(cfg: DictConfig) -> bool:
+    """Whether the user set ``latency_budget_ms`` (else it is still conf/search.yaml's reference to the
+    target's own budget)."""
+    return not OmegaConf.is_interpolation(cfg, "latency_budget_ms")
+
+
+def _model_how(latency: Any) -> str:
+    from nas.search.results import latency_how
+
+    return latency_how({"source": latency.source, "device": latency.device}) or latency.source
+
+
 def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> None:
     p, study, budgets = search.problem, search.study, search.problem.budgets
     if p.latency.warning:
@@ -105,8 +118,8 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
     b = [f"latency <= {budgets.latency_ms:g} ms" if budgets.latency_ms else "no latency budget",
          f"peak activations <= {budgets.memory_kb:g} KiB" if budgets.memory_kb else "no memory budget"]
     print(f"target   {target.name}: {p.latency.describe()}\n"
-          f"latency  {'MEASURED table' if p.latency.source == 'measured' else 'ESTIMATE (roofline)'}, predicted at "
-          f"{p.deploy_resolution}x{p.deploy_resolution} ({', '.join(b)})\n"
+          f"latency  {_model_how(p.latency)}, at {p.deploy_resolution}x{p.deploy_resolution} ({', '.join(b)})\n"
+          + (f"budget   {search.latency_budget.note}\n" if search.latency_budget is not None else "") +
           f"space    {p.space.name} ({p.space.source}, 10^{p.space.log10_size():.1f} architectures)\n"
           f"data     {p.data.describe()}\n"
           f"score    {p.evaluator.describe()}\n"
@@ -169,11 +182,12 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, Any]:
 
 
 def _print_results(target: Target, search: Any, outs: dict) -> None:
-    from nas.search.results import NOT_RUN
+    from nas.search.results import NOT_RUN, SHORT_HOW
 
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
-    rows = [[f"#{r['number']}", _fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}", r["latency_source"],
+    rows = [[f"#{r['number']}", _fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
+             SHORT_HOW.get(r["latency_source"], str(r["latency_source"])),
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
     counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k not in NOT_RUN)
@@ -182,13 +196,13 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
         skipped += f"; {statuses['surplus']} surplus not run (n_trials reached by other workers)"
     running = sum(r["state"] == "RUNNING" for r in outs["records"])
     print(f"\n{len(outs['records']) - sum(statuses.get(k, 0) for k in NOT_RUN)} trials ({counts}{skipped}); "
-          f"Pareto front of {len(front)} "
-          f"({metric} vs latency predicted on {target.name}"
-          f"{', ESTIMATED' if p.latency.source == 'estimated' else ''}):")
+          f"Pareto front of {len(front)} ({metric} vs latency on {target.name}, {_model_how(p.latency)}):")
     if running:
         print(f"({running} trials still running in other workers: the last worker to finish rewrites these files)")
     if rows:
         print(fmt_table(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB", "architecture"]))
+        hows = sorted({(SHORT_HOW.get(r["latency_source"], ""), r["latency_how"]) for r in front if r["latency_how"]})
+        print("\n".join(f"latency: {short} = {how}" for short, how in hows))
     else:
         print("  (no feasible evaluated trial yet)")
     if p.latency.source == "estimated":

@@ -8,7 +8,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,32 @@ from optuna.trial import TrialState
 
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 from nas.arch import Arch
+from nas.latency.base import Prediction
+from nas.search.budget import BUDGET_ATTR
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 
-__all__ = ["NOT_RUN", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+__all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
 
 NOT_RUN = ("duplicate", "surplus")  # statuses of trials asked but never run: not in the trial totals
+SHORT_HOW = {"measured": "predicted (table)", "estimated": "ESTIMATE (roofline)"}  # latency_how, for a table column
+
+
+def latency_how(lat: Mapping[str, Any]) -> str | None:
+    """How a stored latency figure was obtained, in the words every output uses (``Prediction.how``).
+
+    Args:
+        lat: a prediction as stored (``Prediction.to_dict()``: a trial's ``latency`` attribute), or
+            at least its ``source`` and ``device``.
+
+    Returns:
+        ``predicted from a measured table (<device>)`` or ``estimated (roofline, <device>)``; None
+        when ``lat`` names no known source.
+    """
+    try:
+        return Prediction(float(lat.get("ms") or 0.0), str(lat["source"]), str(lat.get("device") or "")).how
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
@@ -44,6 +64,7 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "score": score,
             "latency_ms": ms,
             "latency_source": lat.get("source"),
+            "latency_how": latency_how(lat),
             "feasible": (all(v <= 0 for v in cons.values()) if cons else True) if ua.get("latency") else None,
             "params": cost.get("params"),
             "macs": cost.get("macs"),
@@ -108,7 +129,8 @@ def pareto_front(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(front, key=lambda r: (r["latency_ms"], -r["score"]))
 
 
-_CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_source", "feasible", "params", "macs",
+_CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_source", "latency_how", "feasible",
+                "params", "macs",
                 "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "epochs_trained",
                 "epoch_scores", "duration_s", "duplicate_of", "worker", "digest", "error", "arch")
 
@@ -157,6 +179,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
             metric: r["score"],
             "latency_ms": r["latency_ms"],
             "latency_source": lat.get("source"),
+            "latency_how": r["latency_how"],
             "latency": lat,
             "params": r["params"],
             "macs": r["macs"],
@@ -174,6 +197,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "metric": metric,
         "objectives": {metric: "maximize", "latency_ms": "minimize"},
         "search": rec,
+        **({"latency_budget": study.user_attrs[BUDGET_ATTR]} if BUDGET_ATTR in study.user_attrs else {}),
         **(info or {}),
         "trials": {"total": len(records) - sum(statuses.get(k, 0) for k in NOT_RUN), **statuses},
         "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
@@ -192,8 +216,9 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         target = rec.get("target") or {}
         title = (f"{rec.get('search_space', {}).get('name', '?')} on {(rec.get('data') or {}).get('name', '?')} "
                  f"for {target.get('name', '?')} ({(target.get('device') or {}).get('name', '?')})")
+        how = next((r["latency_how"] for r in records if r["latency_how"]), None)
         paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, budget_ms=budget,
-                                          title=title, source=rec.get("latency_source", "measured"))
+                                          title=title, source=rec.get("latency_source", "measured"), how=how)
     paths["front"] = front
     paths["records"] = records
     paths["statuses"] = statuses
@@ -211,8 +236,12 @@ def _jsonable(x: Any) -> Any:
 
 
 def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], path: str | Path, *,
-                metric: str, budget_ms: float | None, title: str, source: str) -> Path:
-    """Score vs predicted latency: every evaluated trial faded, the front highlighted, the budget line."""
+                metric: str, budget_ms: float | None, title: str, source: str, how: str | None = None) -> Path:
+    """Score vs latency: every evaluated trial faded, the front highlighted, the budget line.
+
+    ``source``: the latency model's (``measured`` or ``estimated``); ``how``: how the figures were
+    obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -270,9 +299,8 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
             handles.append(Line2D([], [], color="tab:red", ls="--",
                                   label=f"latency budget {budget_ms:g} ms (off the chart, right)"))
         ax.set_xlim(*xl)
-    est = source == "estimated"
-    ax.set_xlabel("predicted latency (ms)" + (" — ESTIMATE (roofline), no measured table" if est
-                                              else " — from the measured latency table"))
+    how = how or ("estimated (roofline)" if source == "estimated" else "predicted from a measured table")
+    ax.set_xlabel(f"latency (ms), {how}" + (": an ESTIMATE, no measured table" if source == "estimated" else ""))
     ax.set_ylabel("validation accuracy (%)" if acc else f"{metric} (zero-cost proxy, higher is better)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.25, zorder=0)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.data import Dataset
 from nas.latency.base import LatencyModel
+from nas.search.budget import BUDGET_ATTR, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator
 from nas.search.objective import WORKER, Budgets, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.pruners import make_pruner, pruner_names
-from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
+from nas.search.results import latency_how, pareto_front, plot_pareto, trial_records, write_outputs
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
 from nas.search.samplers import (
     NSGA2Settings,
@@ -240,13 +241,17 @@ class Search:
     storage_desc: str
     run_dir: Path
     created: bool  # this worker created the study
+    latency_budget: LatencyBudget | None = None  # the study's latency budget and why (nas.search.budget)
 
     def info(self) -> dict[str, Any]:
-        """Context for pareto.json: the latency model, the data and evaluator, where the study is."""
+        """Context for pareto.json: the latency model (and how its figures are obtained), the latency
+        budget and why, the data and evaluator, where the study is."""
         p = self.problem
         return {
-            "latency_model": {"source": p.latency.source, "describe": p.latency.describe(),
-                              "warning": p.latency.warning},
+            "latency_model": {"source": p.latency.source,
+                              "how": latency_how({"source": p.latency.source, "device": p.latency.device}),
+                              "describe": p.latency.describe(), "warning": p.latency.warning},
+            **({"latency_budget": self.latency_budget.to_dict()} if self.latency_budget is not None else {}),
             "data_description": p.data.describe(),
             "evaluator_description": p.evaluator.describe(),
             "pruner": p.pruner.to_dict() if p.pruner is not None else {"name": "none"},
@@ -275,8 +280,13 @@ def prepare_search(
     allow_mismatch: bool = False,
     command: Sequence[str] | None = None,
     pruner: dict[str, Any] | None = None,
+    latency_budget_given: bool = True,
 ) -> Search:
     """Load the space, data, evaluator and latency model; open (or create) the study in its storage.
+
+    ``budgets.latency_ms`` is the user's (``latency_budget_given``) or, when False, the target's own:
+    replaced by the median latency of the space's sampled networks when it binds none of them, and by
+    the study's own when the study exists (``nas.search.budget``; ``Search.latency_budget`` says which).
 
     The run dir belongs to one study (``nas.search.rundir``): a run dir that holds another one is
     refused before anything is written.  ``pruner``: ``{"name": "sha", ...}`` (``nas.search.pruners``;
@@ -309,12 +319,39 @@ def prepare_search(
         latency = load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=latency, target=target, budgets=budgets,
                             train_seed=seed, pruner=prn)
+    budget = _place_latency_budget(problem, given=latency_budget_given)
     problem.check_budgets()
     st, desc = make_storage(storage, run_dir=run_dir)
     existed = name in {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
+    if existed and not latency_budget_given:
+        budget = _keep_latency_budget(problem, st, name) or budget
     new = new_run_command(command, run_dir)
     hint = f"Resume it with the same settings, or start this search in a new folder: {new}" if new else None
     study = open_study(storage=st, study_name=name, sampler=smp, record=problem.record(), hint=hint)
+    if not existed:
+        study.set_user_attr(BUDGET_ATTR, budget.to_dict())
     claim_run_dir(run_dir, study=name, storage_desc=desc, command=command)
     problem.train_seed = int(study.user_attrs[STUDY_ATTR].get("train_seed", seed))
-    return Search(study, problem, st, desc, run_dir, not existed)
+    return Search(study, problem, st, desc, run_dir, not existed, budget)
+
+
+def _place_latency_budget(problem: SearchProblem, *, given: bool) -> LatencyBudget:
+    """Place the problem's latency budget among the space's sampled networks (``nas.search.budget``):
+    the target's own is replaced by their median when it binds none of them."""
+    ms = sampled_latencies(problem.space, problem.latency, problem.deployed)
+    budget = choose_latency_budget(problem.budgets.latency_ms, given=given, latencies=ms,
+                                   where=f"{problem.space.name} on {problem.target.name}", source=problem.latency.source)
+    problem.budgets = replace(problem.budgets, latency_ms=budget.ms)
+    return budget
+
+
+def _keep_latency_budget(problem: SearchProblem, storage: optuna.storages.BaseStorage,
+                         name: str) -> LatencyBudget | None:
+    """A resumed study's own latency budget, set on ``problem`` (None when its record holds none)."""
+    attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+    budgets = (attrs.get(STUDY_ATTR) or {}).get("budgets")
+    if not isinstance(budgets, dict) or "latency_ms" not in budgets:
+        return None
+    budget = kept(budgets["latency_ms"], attrs.get(BUDGET_ATTR))
+    problem.budgets = replace(problem.budgets, latency_ms=budget.ms)
+    return budget

@@ -1,0 +1,182 @@
+"""The latency budget a search runs under, and how it relates to the space being searched.
+
+A target's latency budget (``latency_budget_ms`` in its file) describes the device, not the space:
+the ``cpu`` target's 15 ms lies above every network of the ``tiny`` space, so as a constraint it
+would do nothing.  Before a study starts, ``N_SAMPLED`` networks of the space (``space.random(i)``
+for ``i`` in ``0 .. N_SAMPLED - 1``, deployed as the search deploys them) are predicted in one
+batch, and the budget is set or described from their spread:
+
+- a budget the user gave (``latency_budget_ms=``) is kept as given; when it binds none of the
+  sampled networks (it lies above all of them: the constraint is inactive; or below all of them:
+  none of them is feasible) the one-line ``LatencyBudget.note`` says so;
+- the target's own budget (no ``latency_budget_ms=``) is kept when it binds (at least one sampled
+  network meets it and at least one does not) or lies below them all (a device's requirement is
+  never relaxed silently); when it lies above them all, the search uses the median latency of the
+  sampled networks, rounded to three significant digits, instead;
+- a resumed study keeps the budget it started with (``kept``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from nas.latency.base import LatencyModel
+from nas.space import SearchSpace
+
+__all__ = ["BUDGET_ATTR", "N_SAMPLED", "LatencyBudget", "LatencySpread", "choose_latency_budget", "kept",
+           "sampled_latencies"]
+
+N_SAMPLED = 200  # networks of the space sampled to place a latency budget
+BUDGET_ATTR = "hwnas_latency_budget"  # study user attribute: how the study's latency budget was chosen
+
+
+@dataclass(frozen=True)
+class LatencySpread:
+    """The spread of ``n`` sampled networks' latencies (ms) on the target."""
+
+    n: int
+    min_ms: float
+    median_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, ms: np.ndarray) -> LatencySpread:
+        """The spread of ``ms``.
+
+        Raises:
+            ValueError: ``ms`` is empty.
+        """
+        ms = np.asarray(ms, dtype=np.float64)
+        if ms.size == 0:
+            raise ValueError("no sampled latencies to place a budget among")
+        return cls(int(ms.size), float(ms.min()), float(np.median(ms)), float(ms.max()))
+
+    def binds(self, budget_ms: float) -> bool:
+        """Whether ``budget_ms`` separates the sampled networks: some meet it, some do not."""
+        return self.min_ms <= budget_ms < self.max_ms
+
+    def span(self) -> str:
+        return f"{self.min_ms:.3g}-{self.max_ms:.3g} ms"
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """The latency budget a study runs under and why.
+
+    ``rule``: ``given`` (the user's ``latency_budget_ms=``), ``none`` (``latency_budget_ms=null``),
+    ``target`` (the target's own), ``median`` (the median of the sampled networks, the target's
+    binding none) or ``kept`` (a resumed study's own).  ``why``: the reason in words; ``note``: the
+    line the search prints at its start.
+    """
+
+    ms: float | None
+    rule: str
+    why: str
+    spread: LatencySpread | None = None
+
+    @property
+    def note(self) -> str:
+        head = "no latency budget" if self.ms is None else f"latency budget {self.ms:g} ms"
+        tail = "; latency_budget_ms= to set it" if self.rule in ("target", "median") else ""
+        return f"{head}: {self.why}{tail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sampled"] = d.pop("spread")
+        d["note"] = self.note
+        return d
+
+
+def sampled_latencies(space: SearchSpace, latency: LatencyModel, deploy: Any, n: int = N_SAMPLED) -> np.ndarray:
+    """The latencies (ms) of networks ``0 .. n - 1`` of ``space`` (``space.random(i)``), deployed.
+
+    Args:
+        space: the space searched.
+        latency: the target's latency model; its batched ``predict`` is called once.
+        deploy: ``Arch -> Arch``, the network as the search deploys it (``SearchProblem.deployed``).
+        n: how many networks.
+
+    Returns:
+        An array of ``n`` latencies, the same for the same space, model and ``n``.
+
+    Raises:
+        ValueError: ``n`` is not a positive integer.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    return np.asarray(latency.predict([deploy(space.random(i)) for i in range(n)]), dtype=np.float64)
+
+
+def _words(source: str) -> str:
+    return "predicted" if source == "measured" else "roofline-estimated"
+
+
+def _against(budget: float, ms: np.ndarray, spread: LatencySpread, where: str, source: str) -> str:
+    """What ``budget`` does to the sampled networks ``ms``, in words."""
+    if budget >= spread.max_ms:
+        return (f"it binds none of {spread.n} sampled networks of {where} ({_words(source)} {spread.span()}): "
+                f"the latency constraint is inactive")
+    if budget < spread.min_ms:
+        return (f"none of {spread.n} sampled networks of {where} meets it ({_words(source)} {spread.span()}): "
+                f"only networks faster than all of them are feasible")
+    k = int((ms <= budget).sum())
+    return f"{k} of {spread.n} sampled networks of {where} {'meets' if k == 1 else 'meet'} it ({spread.span()})"
+
+
+def choose_latency_budget(budget_ms: float | None, *, given: bool, latencies: np.ndarray, where: str,
+                          source: str) -> LatencyBudget:
+    """The budget a new study runs under (see the module docs).
+
+    Args:
+        budget_ms: the user's budget (``given``) or the target's; None: no latency constraint.
+        given: whether the user set ``budget_ms`` (``latency_budget_ms=``) rather than the target.
+        latencies: the sampled networks' latencies (``sampled_latencies``).
+        where: the space and target, for the note (``"tiny on cpu"``).
+        source: the latency model's source (``measured`` or ``estimated``), for the note's words.
+
+    Returns:
+        The ``LatencyBudget``: the budget, its rule and the line to print.
+
+    Raises:
+        ValueError: ``latencies`` is empty.
+    """
+    ms = np.asarray(latencies, dtype=np.float64)
+    spread = LatencySpread.of(ms)
+    if budget_ms is None:
+        return LatencyBudget(None, "none", "latency_budget_ms=null", spread)
+    if given:
+        return LatencyBudget(budget_ms, "given", f"latency_budget_ms={budget_ms:g}; "
+                             f"{_against(budget_ms, ms, spread, where, source)}", spread)
+    if budget_ms >= spread.max_ms:
+        median = float(f"{spread.median_ms:.3g}")
+        return LatencyBudget(median, "median", f"the median {_words(source)} latency of {spread.n} sampled networks "
+                             f"of {where} (the target's own {budget_ms:g} ms would bind no network)", spread)
+    return LatencyBudget(budget_ms, "target", f"the target's; {_against(budget_ms, ms, spread, where, source)}",
+                         spread)
+
+
+def kept(budget_ms: float | None, start: dict[str, Any] | None) -> LatencyBudget:
+    """The budget of a resumed study.
+
+    Args:
+        budget_ms: the budget the study's record holds.
+        start: how it was chosen at the study's start (the study's ``BUDGET_ATTR``; None in studies
+            from before it existed).
+
+    Returns:
+        The ``LatencyBudget`` with rule ``kept``.
+
+    Raises:
+        ValueError: ``budget_ms`` is neither None nor a finite number.
+    """
+    if budget_ms is not None and (isinstance(budget_ms, bool) or not isinstance(budget_ms, (int, float))
+                                  or not math.isfinite(budget_ms)):
+        raise ValueError(f"the study records a latency budget of {budget_ms!r}, not a number")
+    why = "the study's own, kept from its start"
+    if isinstance(start, dict) and start.get("ms") == budget_ms and start.get("why"):
+        why += f" ({start['why']})"
+    return LatencyBudget(None if budget_ms is None else float(budget_ms), "kept", why)
