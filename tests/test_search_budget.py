@@ -11,7 +11,6 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from nas.data import load_data
 from nas.latency.predictor import RooflineModel
 from nas.search import study as study_mod
 from nas.search.budget import BUDGET_ATTR, LatencySpread, choose_latency_budget, kept, sampled_latencies
@@ -19,17 +18,10 @@ from nas.search.results import SHORT_HOW, latency_how
 from nas.search.storage import STUDY_ATTR
 from nas.search.study import Budgets, prepare_search, run_search, write_outputs
 from nas.space import load_space
-from tests.test_search import FakeEvaluator, _target
+from tests import test_search
+from tests.test_search import FakeEvaluator
 
-
-@pytest.fixture(scope="module")
-def target():
-    return _target()
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_data({"name": "digits", "resolution": 8, "train_samples": 120, "val_samples": 60})
+target, digits = test_search.target, test_search.digits  # the search tests' fixtures
 
 
 def _prepare(run_dir, target, data, *, budget_ms, given, study_name="t"):
