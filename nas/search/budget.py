@@ -12,7 +12,7 @@ batch, and the budget is set or described from their spread:
 - the target's own budget (no ``latency_budget_ms=``) is kept when it binds (at least one sampled
   network meets it and at least one does not) or lies below them all (a device's requirement is
   never relaxed silently); when it lies above them all, the search uses the median latency of the
-  sampled networks, rounded to three significant digits, instead;
+  sampled networks, rounded up to three significant digits, instead;
 - a resumed study keeps the budget it started with (``kept``).
 """
 
@@ -127,6 +127,14 @@ def _against(budget: float, ms: np.ndarray, spread: LatencySpread, where: str, s
     return f"{k} of {spread.n} sampled networks of {where} {'meets' if k == 1 else 'meet'} it ({spread.span()})"
 
 
+def _ceil3(v: float) -> float:
+    """``v`` rounded up to three significant digits (so the median network still meets it)."""
+    if not v > 0:
+        return v
+    e = math.floor(math.log10(v)) - 2
+    return float(f"{math.ceil(v / 10.0**e) * 10.0**e:.{max(0, -e)}f}")
+
+
 def choose_latency_budget(budget_ms: float | None, *, given: bool, latencies: np.ndarray, where: str,
                           source: str) -> LatencyBudget:
     """The budget a new study runs under (see the module docs).
@@ -152,7 +160,7 @@ def choose_latency_budget(budget_ms: float | None, *, given: bool, latencies: np
         return LatencyBudget(budget_ms, "given", f"latency_budget_ms={budget_ms:g}; "
                              f"{_against(budget_ms, ms, spread, where, source)}", spread)
     if budget_ms >= spread.max_ms:
-        median = float(f"{spread.median_ms:.3g}")
+        median = _ceil3(spread.median_ms)
         return LatencyBudget(median, "median", f"the median {_words(source)} latency of {spread.n} sampled networks "
                              f"of {where} (the target's own {budget_ms:g} ms would bind no network)", spread)
     return LatencyBudget(budget_ms, "target", f"the target's; {_against(budget_ms, ms, spread, where, source)}",
