@@ -397,8 +397,10 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
     if bundle is not None:
         vs = bundle_validation_set(model, bundle, allow_mismatch=allow_mismatch)
+        rehearsal = model.table_.rehearsal_label
+        where = f"on {model.device} in a {rehearsal}" if rehearsal else "on the device"
         say(f"validating on {len(vs.archs)} held-out networks ({', '.join(sorted(set(vs.groups)))}) measured "
-            f"on the device through the bundle {bundle}")
+            f"{where} through the bundle {bundle}")
         return _finish(model, target, vs, Path(out), spaces, resolution, recalibrate=False)
     ident = device_identity(target.device.kind)
     why = model.table_.measured_elsewhere(ident)
