@@ -211,18 +211,41 @@ def test_imagefolder_split_here(tmp_path, channels):
     d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "channels": channels,
                    "val_fraction": 0.34, "num_workers": 0})
     assert d.classes == ("cat", "dog") and d.in_chans == channels
-    assert len(d.val) == 4 and len(d.train) == 8
+    assert len(d.test) == 2 and len(d.val) == 4 and len(d.train) == 6  # the 10% hold-out first, then val
     assert sorted(d.val.labels.tolist()) == [0, 0, 1, 1]  # stratified
-    x, _ = next(d.batches("train", batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0),
+    x, _ = next(d.batches("train", batch_size=6, shuffle=True, generator=torch.Generator().manual_seed(0),
                           augment=True))
-    assert x.shape == (8, channels, 8, 8)
+    assert x.shape == (6, channels, 8, 8)
 
 
 def test_imagefolder_train_val_folders(tmp_path):
     _fake_images(tmp_path / "train")
     _fake_images(tmp_path / "val", n=2)
     d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0})
-    assert len(d.train) == 12 and len(d.val) == 4
+    assert len(d.train) == 10 and len(d.val) == 4 and len(d.test) == 2 and d.test_source.startswith("held out")
+    _fake_images(tmp_path / "test", n=3)  # root/test/ is the test split: nothing is carved
+    d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0})
+    assert len(d.train) == 12 and len(d.val) == 4 and len(d.test) == 6
+    assert d.test_source == "the dataset's own test split"
+
+
+def test_test_split_is_carved_once_and_never_trained_or_searched_on(tmp_path):
+    """The hold-out is the same whatever data.seed, val_fraction or train_samples say (a fixed seed,
+    carved before them), recorded by a digest of its files, and disjoint from train and val."""
+    _fake_images(tmp_path, n=20)
+    base = {"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0}
+    a = load_data(base)
+    b = load_data({**base, "seed": 5, "val_fraction": 0.5, "train_samples": 3, "root": str(tmp_path) + "/"})
+    assert len(a.test) == 4 and a.test_source == b.test_source and "files digest" in a.test_source
+    held = set(a.test.indices.tolist())
+    assert not held & set(a.train.indices.tolist()) and not held & set(a.val.indices.tolist())
+    assert not held & set(b.train.indices.tolist()) and not held & set(b.val.indices.tolist())
+    assert load_data({**base, "test_fraction": 0}).test is None
+    d = load_data({"name": "digits", "test_fraction": 0.1})  # in memory too, on request
+    assert len(d.test) == 179 and len(d.train) + len(d.val) + len(d.test) == 1797
+    assert load_data({"name": "digits"}).test is None  # digits' default: no hold-out (nas.train says it reports val)
+    with pytest.raises(ValueError, match=r"data.test_fraction must be in \[0, 0.5\)"):
+        load_data({**base, "test_fraction": 0.7})
 
 
 def test_imagefolder_errors(tmp_path):

@@ -168,6 +168,28 @@ def _tiled_ms(archs, tile=32):
     return np.array(out)
 
 
+def test_plan_stops_before_a_step_that_does_not_pay():
+    """prune.min_gain: on a latency model whose every step saves next to nothing (a roofline
+    dominated by a fixed overhead), the plan takes no step instead of cutting the network to its floor
+    for a fraction of a percent."""
+    arch = _arch()
+    model = build(arch)
+    _random_bn(model)
+    imp = channel_importance(model, channel_units(arch), "l1")
+
+    def flat(archs):  # 1 ms of overhead, 0.1 us per MMAC
+        return 1.0 + 1e-4 * _macs_ms(archs)
+
+    before = float(flat([arch])[0])
+    greedy = plan_pruning(arch, imp, flat, target_ms=0.99 * before, multiple=8)
+    assert len(greedy.steps) > 5  # without the rule it prunes on and on
+    plan = plan_pruning(arch, imp, flat, target_ms=0.99 * before, multiple=8, min_gain_ms=0.001 * before)
+    assert plan.steps == () and plan.arch == arch and not plan.reached
+    ok = plan_pruning(arch, imp, _macs_ms, target_ms=0.7 * float(_macs_ms([arch])[0]), multiple=8,
+                      min_gain_ms=0.001 * float(_macs_ms([arch])[0]))
+    assert ok.reached  # steps that pay are taken as before
+
+
 def test_lookahead_gets_past_tiles_wider_than_the_channel_group():
     arch = _arch()
     model = build(arch)
@@ -245,7 +267,7 @@ def test_measured_pruning_replans_until_the_measurement_meets_the_ratio(monkeypa
     """nas.train's closed loop (the target is this machine): the 'measured' latency here carries a fixed
     per-network cost that the predictor (MACs) does not see, so the predicted 0.7x measures ~0.75x;
     the loop re-plans until the measurement is <= 0.7x."""
-    import nas.train.pipeline as tl
+    import nas.train.prune_stage as tl
 
     arch = _arch()
     model = build(arch)

@@ -1,7 +1,9 @@
 """nas.train and nas.export end to end on digits: a real (zero-cost) search run, tiny epochs.
 
 Latency is predicted by the labelled roofline estimate (``conf.table=null``), so pruning plans do
-not depend on which tables this machine has.
+not depend on which tables this machine has; the pipeline's mechanics are exercised with pruning
+allowed on that estimate and at any accuracy cost (``PRUNE_ANYWAY``), and the rules that forbid
+both by default are tested on their own.
 """
 
 import json
@@ -15,7 +17,9 @@ from nas.config import compose_app
 
 torch.set_num_threads(1)
 
-FAST = ["conf.table=null", "epochs=2", "prune.epochs=1", "prune.ratio=0.9", "qat.epochs=1", "qat.calib_batches=2",
+PRUNE_ANYWAY = ["prune.on_estimate=true", "prune.max_drop=100", "prune.min_gain=0"]
+FAST = ["conf.table=null", *PRUNE_ANYWAY, "epochs=2", "prune.epochs=1", "prune.ratio=0.9", "qat.epochs=1",
+        "qat.calib_batches=2",
         "train.batch_size=64", "export.rounds=1", "export.warmup=1", "export.repeats=5", "export.min_time_s=0",
         "export.calib_samples=32"]
 
@@ -24,16 +28,6 @@ def run(mod, *args, cwd):
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", mod, *args], capture_output=True, text=True, cwd=cwd, timeout=900,
                           env=env)
-
-
-@pytest.fixture(scope="module")
-def search_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("search")
-    r = run("nas.search", "conf=cpu", "conf.table=null", "data=digits", "evaluator=zero_cost", "n_trials=3",
-            f"out={d / 'run'}", "progress=false", cwd=d)
-    assert r.returncode == 0, r.stderr
-    assert (d / "run" / "pareto.json").is_file()
-    return d / "run"
 
 
 @pytest.fixture(scope="module")
@@ -490,3 +484,4 @@ def test_edge_target_exports_its_format(search_run, tmp_path, runtime):
     assert edge["fp32"]["verify"]["max_abs_diff"] < 1e-3
     assert edge["fp32"]["verify"]["accuracy"] == pytest.approx(onnx_acc["fp32"], abs=1 / 64 + 1e-9)
     assert edge["ptq_int8"]["verify"]["top1_agreement"] >= 0.8
+

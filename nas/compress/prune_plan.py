@@ -245,6 +245,7 @@ def plan_pruning(
     lookahead: int = 4,
     probe: LossProbe | None = None,
     structural: bool = True,
+    min_gain_ms: float = 0.0,
 ) -> PrunePlan:
     """Greedy latency-aware plan (see the module docs).
 
@@ -255,7 +256,9 @@ def plan_pruning(
     ``bn``: magnitudes are comparable only within a layer) or, for ``taylor`` (an estimate of
     the loss change, comparable across layers), the removed importance over the mean of all;
     for ``loss``, the increase of ``probe``'s measured loss, and with ``structural`` the
-    candidates include dropping a squeeze-excite or a residual block.
+    candidates include dropping a squeeze-excite or a residual block.  The plan stops before a step that
+    saves less than ``min_gain_ms``: a step whose gain is below what the latency model can tell apart
+    does not pay for the accuracy it costs.
     Each unit is tried at its next ``lookahead`` lower multiples: on a device whose kernels
     work in wider tiles than the channel multiple (channels padded to the SIMD width), removing
     one group can leave the latency unchanged while removing two lowers it.
@@ -289,16 +292,16 @@ def plan_pruning(
         if best < 0:
             log.info("no pruning step lowers the predicted latency further (%.4f ms)", ms)
             break
+        if savings[best] < min_gain_ms:
+            log.info("pruning stops: the next step saves %.5f ms < %.5f ms (min_gain)", savings[best], min_gain_ms)
+            break
         c = cands[best]
         current, sizes, dropped_blocks = c.arch, dict(c.sizes), set(c.blocks)
         dropped_se = {i: gates[i] for i in c.se}
         ms = float(preds[best])
         steps.append(PruneStep(c.name, c.size, ms, c.cost))
-        if use_loss:
-            log.info("prune step %d: %s%s, %.4f ms predicted, loss +%.4f (%d probe passes so far)", len(steps),
-                     c.name, f" -> {c.size}" if c.size else " dropped", ms, c.cost, probe.evaluations)
-        else:
-            log.debug("prune %s -> %d: %.4f ms", c.name, c.size, ms)
+        log.log(logging.INFO if use_loss else logging.DEBUG, "prune step %d: %s%s, %.4f ms predicted, cost %.4f",
+                len(steps), c.name, f" -> {c.size}" if c.size else " dropped", ms, c.cost)
     reached = ms <= target_ms
     if not reached:
         log.warning("pruning stopped at %.4f ms predicted, above the target %.4f ms", ms, target_ms)

@@ -233,7 +233,12 @@ def _imagefolder(s: DataSettings) -> _Files:
         val = ImageFolder(str(val_dir), allow_empty=True)
         if val.classes != train.classes:
             raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {val_dir} has {val.classes}")
+    test = None
+    if split_dirs and (root / "test").is_dir():  # root/train, root/val and root/test: the user's own test split
+        test = ImageFolder(str(root / "test"), allow_empty=True)
+        if test.classes != train.classes:
+            raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {root / 'test'} has {test.classes}")
     from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
     mean, std = ((0.5,), (0.5,)) if channels == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
-    return _Files(train, val, None, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))
+    return _Files(train, val, test, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))

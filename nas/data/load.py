@@ -3,9 +3,11 @@ the subsampling, ``Dataset.batches``; ``nas.data`` describes the datasets."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +66,8 @@ class Dataset:
     augment: str = "none"
     source: str = ""
     settings: DataSettings = field(default_factory=DataSettings)
+    # where the test split comes from: the dataset's own, or the hold-out carved from its training images
+    test_source: str = ""
 
     @property
     def in_chans(self) -> int:
@@ -169,11 +173,13 @@ def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
                          f"(cifar10, imagefolder): remove it")
     classes = raw.classes
     rng = np.random.default_rng(s.seed)
+    rest, te_idx, test_source = _carve_test(raw.train_y, s, has_test=raw.test_x is not None, source=raw.source)
+    all_x, all_y = raw.train_x[rest], raw.train_y[rest]
     if raw.val_x is not None:
-        tr_x, tr_y, va_x, va_y = raw.train_x, raw.train_y, raw.val_x, raw.val_y
+        tr_x, tr_y, va_x, va_y = all_x, all_y, raw.val_x, raw.val_y
     else:
-        tr_idx, va_idx = _stratified_split(raw.train_y, s.val_fraction, rng)
-        tr_x, tr_y, va_x, va_y = raw.train_x[tr_idx], raw.train_y[tr_idx], raw.train_x[va_idx], raw.train_y[va_idx]
+        tr_idx, va_idx = _stratified_split(all_y, s.val_fraction, rng)
+        tr_x, tr_y, va_x, va_y = all_x[tr_idx], all_y[tr_idx], all_x[va_idx], all_y[va_idx]
     if s.train_samples is not None and s.train_samples < len(tr_y):
         keep = np.sort(rng.permutation(len(tr_y))[: s.train_samples])
         tr_x, tr_y = tr_x[keep], tr_y[keep]
@@ -188,11 +194,13 @@ def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
     test = None
     if raw.test_x is not None:
         test = Split(_resize(raw.test_x, s.resolution), torch.as_tensor(raw.test_y, dtype=torch.long))
+    elif te_idx is not None:
+        test = Split(_resize(raw.train_x[te_idx], s.resolution), torch.as_tensor(raw.train_y[te_idx], dtype=torch.long))
     x = train.images.float().div_(255.0)
     mean = tuple(float(v) for v in x.mean(dim=(0, 2, 3)))
     std = tuple(max(float(v), 1e-3) for v in x.std(dim=(0, 2, 3)))
     ds = Dataset(s.name, train, val, test, len(classes), tuple(classes), s.resolution, mean, std, s.augment,
-                 raw.source, s)
+                 raw.source, s, test_source)
     log.debug("loaded %s", ds.describe())
     return ds
 
@@ -207,10 +215,13 @@ def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
     """Split and subsample by label (no image is read), and wrap each split in a ``StreamSplit``."""
     rng = np.random.default_rng(s.seed)
     targets = np.asarray(f.train.targets, dtype=np.int64)
+    rest, te_idx, test_source = _carve_test(targets, s, has_test=f.test is not None, source=f.source,
+                                            files=[p for p, _ in getattr(f.train, "samples", [])])
     if f.val is not None:
-        tr_idx, va_idx = np.arange(len(targets)), np.arange(len(f.val.targets))
+        tr_idx, va_idx = rest, np.arange(len(f.val.targets))
     else:
-        tr_idx, va_idx = _stratified_split(targets, s.val_fraction, rng)
+        tr_idx, va_idx = _stratified_split(targets[rest], s.val_fraction, rng)
+        tr_idx, va_idx = rest[tr_idx], rest[va_idx]
     tr_idx = _subsample(tr_idx, s.train_samples, rng)
     va_idx = _subsample(va_idx, s.val_samples, rng)
     if len(tr_idx) == 0 or len(va_idx) == 0:
@@ -224,10 +235,42 @@ def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
                            num_workers=s.num_workers)
 
     test = split(f.test, np.arange(len(f.test.targets))) if f.test is not None else None
+    if te_idx is not None:
+        test = split(f.train, te_idx)
     ds = Dataset(s.name, split(f.train, tr_idx), split(f.val if f.val is not None else f.train, va_idx), test,
-                 len(f.classes), tuple(f.classes), s.resolution, tuple(f.mean), tuple(f.std), s.augment, f.source, s)
+                 len(f.classes), tuple(f.classes), s.resolution, tuple(f.mean), tuple(f.std), s.augment, f.source, s,
+                 test_source)
     log.debug("streaming %s (%d workers)", ds.describe(), s.num_workers)
     return ds
+
+
+TEST_SEED = 20_261_127  # the test hold-out's: fixed, so every search and training run holds out the same images
+DEFAULT_TEST_FRACTION = {"imagefolder": 0.1}
+
+
+def _carve_test(y: np.ndarray, s: DataSettings, *, has_test: bool, source: str, files: list[str] | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """``(rest, test, test_source)``: where the dataset has no test split, ``data.test_fraction`` of the
+    training images (stratified, ``TEST_SEED``; the dataset's default when None) carved out as one, before
+    the validation split and any subsampling, so neither training nor the search sees them; else
+    every index and None.  ``test_source`` says where the test split comes from (with a digest of the
+    held-out files, or indices, so a later run can check it holds out the same images)."""
+    everything = np.arange(len(y))
+    if has_test:
+        return everything, None, "the dataset's own test split"
+    frac = s.test_fraction if s.test_fraction is not None else DEFAULT_TEST_FRACTION.get(s.name, 0.0)
+    if not frac:
+        return everything, None, ""
+    rest, test = _stratified_split(y, frac, np.random.default_rng(TEST_SEED))
+    if len(test) == 0 or len(rest) == 0:
+        raise ValueError(f"dataset {s.name!r} from {source}: data.test_fraction={frac:g} leaves {len(rest)} training "
+                         f"and {len(test)} test images; add images or set data.test_fraction=0")
+    # <class>/<file> of each held-out image (so the digest does not depend on where the folder lives), else its index
+    names = (["/".join(Path(files[i]).parts[-2:]) for i in test] if files and len(files) == len(y)
+             else [str(i) for i in test])
+    digest = hashlib.sha1("\n".join(names).encode()).hexdigest()[:12]
+    return rest, test, (f"held out: {frac:g} of the training images ({len(test)}, stratified, seed {TEST_SEED}), "
+                        f"carved before the validation split; files digest {digest}")
 
 
 def _stratified_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,10 @@ class DataSettings:
     resolution: int = 16  # every image is resized to resolution x resolution
     channels: int | None = None  # imagefolder: 1 (grayscale) or 3 (RGB); others: their own
     val_fraction: float = 0.2  # of the training images, held out (stratified) for scoring
+    # of the training images, carved once (stratified, a fixed seed) as the test split where the dataset has
+    # none: never trained on, never scored by the search; nas.train reports on it.  None: 0.1 for
+    # imagefolder (without a test/ folder), 0 for the others (digits then reports on val, and says so)
+    test_fraction: float | None = None
     train_samples: int | None = None  # cap on training images after the split (None: all)
     val_samples: int | None = None  # cap on validation images (None: all)
     augment: str = "none"  # none | crop | crop_flip (training batches only)
@@ -42,6 +46,9 @@ class DataSettings:
             raise ValueError(f"data.channels must be 1, 3 or null, got {self.channels!r}")
         if not isinstance(self.val_fraction, (int, float)) or not 0 < self.val_fraction < 1:
             raise ValueError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        tf = self.test_fraction
+        if tf is not None and (isinstance(tf, bool) or not isinstance(tf, (int, float)) or not 0 <= tf < 0.5):
+            raise ValueError(f"data.test_fraction must be in [0, 0.5) or null (the dataset's default), got {tf!r}")
         for k in ("train_samples", "val_samples"):
             v = getattr(self, k)
             if v is not None:

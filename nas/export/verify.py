@@ -12,7 +12,7 @@ import torch
 from nas.data import Dataset
 from nas.target import Target
 
-__all__ = ["MeasureSettings", "batch1", "calibration_inputs", "eval_split", "measure_onnx", "onnx_accuracy"]
+__all__ = ["MeasureSettings", "batch1", "calibration_inputs", "eval_split", "measure_onnx", "onnx_accuracy", "split_note"]
 
 
 class MeasureSettings(Protocol):
@@ -27,6 +27,15 @@ class MeasureSettings(Protocol):
 def eval_split(data: Dataset) -> str:
     """The split accuracy is reported on: the test split when the dataset has one, else val."""
     return "test" if data.test is not None else "val"
+
+
+def split_note(data: Dataset) -> str:
+    """Where the reported split comes from, in words: the dataset's own test split, the hold-out carved
+    from its training images (``data.test_fraction``), or val, which the search chose on (not held out)."""
+    if data.test is not None:
+        return data.test_source or "the dataset's own test split"
+    return ("val: the split the search chose the front on, so NOT held out; set data.test_fraction=0.1 (before "
+            "searching) for a test split nothing was chosen on")
 
 
 def batch1(data: Dataset, split: str, limit: int | None) -> Iterator[tuple[np.ndarray, int]]:

@@ -114,7 +114,7 @@ def check_matches(meta: dict[str, Any], path: str | Path, *, space: SearchSpace,
         raise ValueError(f"supernet {path} was trained at {have['resolution']}px, this run scores at "
                          f"{want['resolution']}px: set data.resolution={have['resolution']} or train a supernet "
                          f"at {want['resolution']}px")
-    split = ("val_fraction", "seed")  # what decides which images are held out
+    split = ("val_fraction", "test_fraction", "seed")  # what decides which images are held out
     d = diff_messages({k: have["settings"].get(k) for k in split}, {k: want["settings"].get(k) for k in split})
     if d:
         raise ValueError(f"supernet {path} was trained on another split of {want['name']} ({'; '.join(d)}), so its "

@@ -54,14 +54,14 @@ from torch import nn
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from nas.arch import Arch
 from nas.builder import build
-from nas.compress.prune import LossProbe, PrunePlan, apply_plan, channel_importance, channel_units, plan_pruning
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
-from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy
+from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy, split_note
 from nas.target import precision_targets, runs_here
 from nas.train.fit import accuracy, fit
+from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, select_entries
 from nas.train.settings import PipelineSettings
@@ -161,53 +161,6 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     return rec
 
 
-def _measure_arch_ms(ctx: _Context, arch: Arch) -> float:
-    """``arch``'s fp32 latency measured here (random weights: the latency does not depend on them)."""
-    g = torch.Generator().manual_seed(0)
-    shape = (arch.in_chans, arch.resolution, arch.resolution)
-    data = export_onnx(build(arch).eval(), torch.randn(1, *shape, generator=g), exporter="torchscript")
-    return measure_onnx(data, shape, ctx.targets["fp32"], ctx.s.export)["median_ms"]
-
-
-def _measured_pruning(ctx: _Context, arch0: Arch, plan: PrunePlan, make_plan: Callable[[float], PrunePlan],
-                      ratio: float, steps: int) -> tuple[PrunePlan, dict[str, Any]]:
-    """When the target is this machine: measure the planned network against the unpruned one (same
-    session, as a ratio) and, while it misses ``ratio``, re-plan, at most ``steps`` times.  The
-    next predicted target comes from the secant through the last two (predicted ratio, measured
-    ratio) points, the unpruned network (1, 1) first: exact when the predictor misses by a scale
-    or an offset.  The prediction guides the plan; the measurement decides when it is done."""
-    base = _measure_arch_ms(ctx, arch0)
-    before = plan.predicted_ms_before
-    pts = [(1.0, 1.0)]
-    tries = []
-    for i in range(steps + 1):
-        got = _measure_arch_ms(ctx, plan.arch) / base
-        pr = plan.predicted_ms_after / before
-        pts.append((pr, got))
-        tries.append({"target_ms": plan.target_ms, "predicted_ms": plan.predicted_ms_after,
-                      "predicted_ratio": pr, "measured_ratio": got})
-        log.info("pruning: predicted %.3fx, measured %.3fx of the unpruned network (want <= %.2fx)", pr, got, ratio)
-        if got <= ratio or not plan.reached or i == steps:
-            break
-        (p0, m0), (p1, m1) = pts[-2], pts[-1]
-        nxt_pr = p1 + (ratio - m1) * (p1 - p0) / (m1 - m0) if m1 < m0 and p1 < p0 else p1 * ratio / m1
-        nxt = make_plan(before * min(max(nxt_pr, 0.05), 0.995 * p1))
-        if nxt.arch == plan.arch:
-            break
-        plan = nxt
-    if tries[-1]["measured_ratio"] > ratio:
-        log.warning("pruning: the measured latency is %.3fx the unpruned network's, above %.2fx",
-                    tries[-1]["measured_ratio"], ratio)
-    return plan, {"unpruned_ms": base, "ratio": ratio, "tries": tries,
-                  "reached": tries[-1]["measured_ratio"] <= ratio}
-
-
-def _train_batches(data: Dataset, n: int, batch_size: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The first ``n`` shuffled (not augmented) training batches of a generator seeded with ``seed``."""
-    it = data.batches("train", batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
-    return [b for _, b in zip(range(n), it)]
-
-
 def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any]
                  ) -> tuple[nn.Module, dict[str, Any]]:
     """1. Full training from scratch (``fp32.ckpt``); the model and the start of its result record."""
@@ -231,59 +184,6 @@ def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: d
     return model, res
 
 
-def _prune_plan(ctx: _Context, model: nn.Module, arch0: Arch, mdir: Path) -> PrunePlan:
-    """The pruning plan (``prune_plan.json``, re-used when there), measured and re-planned when the
-    target is this machine (``prune_measured.json``)."""
-    s, data, p = ctx.s, ctx.data, ctx.s.prune
-    plan_path = mdir / "prune_plan.json"
-    if plan_path.is_file():
-        plan = PrunePlan.from_dict(json.loads(plan_path.read_text()))
-        if plan.original != arch0:
-            raise ValueError(f"{plan_path} is for another Arch; remove it or use another out dir")
-        return plan
-    before = float(ctx.guide.predict(arch0)[0])
-    target_ms = p.target_ms if p.target_ms is not None else p.ratio * before
-    batches = None
-    if p.criterion == "taylor":
-        batches = _train_batches(data, p.taylor_batches, s.train.batch_size, s.seed + 17)
-    imp = channel_importance(model, channel_units(arch0), p.criterion, batches=batches)
-    probe = None
-    if p.criterion == "loss":
-        bs = min(s.train.eval_batch_size, p.loss_samples)
-        probe = LossProbe(model, _train_batches(data, -(-p.loss_samples // bs), bs, s.seed + 19))
-
-    def make_plan(ms: float) -> PrunePlan:
-        return plan_pruning(arch0, imp, ctx.guide.predict, target_ms=ms, multiple=ctx.multiple,
-                            se_ratio=ctx.se_ratio, criterion=p.criterion, min_keep=p.min_keep,
-                            lookahead=p.lookahead, probe=probe, structural=p.structural)
-
-    plan = make_plan(target_ms)
-    if p.measure_steps and p.target_ms is None and s.export.measure and ctx.measure_here.get("fp32"):
-        plan, loop = _measured_pruning(ctx, arch0, plan, make_plan, p.ratio, p.measure_steps)
-        atomic_write_json(mdir / "prune_measured.json", loop)
-    atomic_write_json(plan_path, plan.to_dict())
-    return plan
-
-
-def _stage_prune(ctx: _Context, model: nn.Module, arch0: Arch, mdir: Path, base_meta: dict[str, Any],
-                 res: dict[str, Any]) -> tuple[nn.Module, Arch]:
-    """2. Latency-aware pruning, then fine-tuning (``pruned.ckpt``); the pruned model and its Arch."""
-    s, p = ctx.s, ctx.s.prune
-    plan = _prune_plan(ctx, model, arch0, mdir)
-    pruned = apply_plan(model, plan)
-    atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
-    hist = fit(pruned, ctx.data, settings=s.train, epochs=p.epochs, lr=p.lr, ckpt=mdir / "pruned.ckpt",
-               seed=s.seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
-               stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature)
-    res["prune"] = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
-    loop_path = mdir / "prune_measured.json"
-    if loop_path.is_file():
-        res["prune"]["measured"] = json.loads(loop_path.read_text())
-    res["history"]["pruned"] = hist
-    res["torch_accuracy"]["pruned"] = accuracy(pruned, ctx.data, eval_split(ctx.data))
-    return pruned, plan.arch
-
-
 def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Module, mdir: Path,
                base_meta: dict[str, Any], res: dict[str, Any]) -> nn.Module:
     """3. QAT: BN folded, ranges calibrated, fake-quant fine-tuning (``qat.ckpt``)."""
@@ -292,7 +192,7 @@ def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Mo
     qat_model = prepare_qat(final, qs)
     ck = mdir / "qat.ckpt"
     if not ck.is_file():
-        calibrate(qat_model, _train_batches(data, q.calib_batches, s.train.batch_size, s.seed + 29))
+        calibrate(qat_model, train_batches(data, q.calib_batches, s.train.batch_size, s.seed + 29))
     freeze_from = q.epochs - q.freeze_epochs
 
     def observers(m: nn.Module, epoch: int) -> None:
@@ -323,7 +223,7 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
     model, arch0 = models["fp32"]
     final, final_arch = models["final"]
     variants = [_export_variant(ctx, mdir, "fp32", "fp32", arch0, lambda: _onnx_of(model, arch0), acc["fp32"])]
-    if "pruned" in acc:
+    if "pruned" in models:
         variants.append(_export_variant(ctx, mdir, "pruned", "fp32", final_arch,
                                         lambda: _onnx_of(final, final_arch), acc["pruned"]))
     calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + 41)
@@ -349,10 +249,9 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
     fmt = {rt: f for f, rt in EDGE_FORMATS.items()}.get(ctx.s.target.runtime)
     if fmt is None:
         return []
-    acc = res["torch_accuracy"]
     calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + 41)
     todo = [("fp32", "fp32", models["fp32"], False)]
-    if "pruned" in acc:
+    if "pruned" in models:
         todo.append(("pruned", "fp32", models["final"], False))
     todo.append(("ptq_int8", "int8", models["final"], False))
     if "qat" in models and fmt == "openvino":  # ExecuTorch int8 is PT2E's: it does not read a QDQ graph
@@ -402,7 +301,9 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     res["input"] = _input_record(ctx, index, searched, arch0)
     models = {"fp32": (model, arch0), "final": (model, arch0)}
     if s.prune.enabled:
-        models["final"] = _stage_prune(ctx, model, arch0, mdir, base_meta, res)
+        kept = stage_prune(ctx, model, arch0, mdir, base_meta, res)
+        if kept is not None:  # the int8 variants are built from the network that ships
+            models["final"] = models["pruned"] = kept
     if s.qat.enabled:
         final, final_arch = models["final"]
         models["qat"] = (_stage_qat(ctx, final, final_arch, model, mdir, base_meta, res), final_arch)
@@ -453,7 +354,7 @@ def train_front(s: PipelineSettings) -> dict[str, Any]:
     results = [_train_one(ctx, i) for i in idx]
     report = {
         "schema": REPORT_SCHEMA, "version": 1, "run": str(run.path), "target": s.target.name,
-        "data": data.describe(), "accuracy_split": eval_split(data),
+        "data": data.describe(), "accuracy_split": eval_split(data), "accuracy_split_note": split_note(data),
         "resolution": {"searched": run.resolution, "exported": data.resolution},
         "latency_targets": {p: t.name if t else None for p, t in targets.items()},
         "measured_here": here,

@@ -93,7 +93,8 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     out = Path(out)
     atomic_write_json(out / "report.json", report)
     lines = [f"# Training report: {report['run']}", "",
-             f"Target `{report['target']}`; data {report['data']}; accuracy on the {report['accuracy_split']} split, "
+             f"Target `{report['target']}`; data {report['data']}; accuracy on the {report['accuracy_split']} split "
+             f"({report.get('accuracy_split_note') or 'the search chose on val'}), "
              f"of the exported ONNX models run by onnxruntime (batch 1).", "",
              "| " + " | ".join(REPORT_HEADER) + " |", "|" + "---|" * len(REPORT_HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in report_rows(report)]
@@ -111,12 +112,29 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     q = report["quantization"]
     lines += [f"- QAT: {', '.join(f'{k}: {v}' for k, v in q['qat'].items())}",
               f"- PTQ baseline: {', '.join(f'{k}: {v}' for k, v in q['ptq'].items())}", ""]
+    lines += _prune_lines(report)
+    lines += _deploy_lines(report)
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+def _prune_lines(report: Mapping[str, Any]) -> list[str]:
+    """What pruning did to each model: skipped (why), rejected (why), or kept, and toward what."""
+    lines = []
     for m in report["models"]:
         if "prune" in m:
             p = m["prune"]
-            lines.append(f"- {m['id']}: pruned {p['predicted_ms_before']:.4f} → {p['predicted_ms_after']:.4f} ms "
-                         f"predicted (target {p['target_ms']:.4f}, criterion {p['criterion']}, "
-                         f"{len(p['steps'])} steps{'' if p['reached'] else ', TARGET NOT REACHED'})")
+            if "predicted_ms_before" not in p:
+                lines.append(f"- {m['id']}: {p.get('skipped', 'not pruned')}")
+                continue
+            unit = p.get("unit", "ms")
+            what = "MACs (prune.by=macs)" if unit == "MMACs" else "ms predicted"
+            verdict = ("kept" if p.get("kept", True) else f"NOT KEPT: {p.get('rejected') or p.get('skipped')}")
+            d = p.get("decision")
+            cost = (f"; val accuracy {100 * d['unpruned']:.2f}% → {100 * d['pruned']:.2f}% "
+                    f"({d['drop_points']:+.2f} points lost, at most {d['max_drop']:g})" if d else "")
+            lines.append(f"- {m['id']}: pruned {p['predicted_ms_before']:.4f} → {p['predicted_ms_after']:.4f} {what} "
+                         f"(target {p['target_ms']:.4f}, criterion {p['criterion']}, "
+                         f"{len(p['steps'])} steps{'' if p['reached'] else ', target not reached'}){cost}: {verdict}")
             if p.get("measured"):
                 ml = p["measured"]
                 tries = " → ".join(f"{t['measured_ratio']:.3f}x" for t in ml["tries"])
@@ -124,8 +142,7 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
                 again = " (re-planned while the measured ratio missed prune.ratio)" if len(ml["tries"]) > 1 else ""
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
-    lines += _deploy_lines(report)
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    return ["", "Pruning:", "", *lines] if lines else []
 
 
 def _shape(shape: list[int]) -> str:

@@ -28,6 +28,9 @@ __all__ = [
 ]
 
 
+PRUNE_BY = ("latency", "macs")
+
+
 def _bool(name: str, v: Any) -> None:
     if not isinstance(v, bool):
         raise ValueError(f"{name} must be true or false, got {v!r}")
@@ -117,9 +120,23 @@ class PruneSettings:
     lr: float = 0.002
     distill: float = 0.0  # > 0: fine-tune with knowledge distillation from the unpruned network (KD weight)
     temperature: float = 4.0  # distillation temperature
+    # what pruning may cost: a pruned network that, fine-tuned, scores more than max_drop accuracy points
+    # below the unpruned one on the validation split is not kept (the unpruned network ships, and the int8
+    # variants are built from it)
+    max_drop: float = 1.0
+    # a pruning step must save at least this share of the unpruned network's latency (or MACs) to be taken
+    min_gain: float = 0.001
+    by: str = "latency"  # latency: toward the target's latency model | macs: toward prune.ratio x the MACs
+    on_estimate: bool = False  # by=latency on a target whose latency is a roofline estimate: false skips pruning
 
     def __post_init__(self) -> None:
         _bool("prune.enabled", self.enabled)
+        _bool("prune.on_estimate", self.on_estimate)
+        if self.by not in PRUNE_BY:
+            raise ValueError(f"prune.by must be one of {', '.join(PRUNE_BY)}, got {self.by!r}")
+        check_number("prune.max_drop", self.max_drop, zero=True)
+        if isinstance(self.min_gain, bool) or not isinstance(self.min_gain, (int, float)) or not 0 <= self.min_gain < 1:
+            raise ValueError(f"prune.min_gain must be in [0, 1) (a share of the unpruned latency), got {self.min_gain!r}")
         if self.criterion not in CRITERIA:
             raise ValueError(f"prune.criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
         if self.target_ms is not None:
