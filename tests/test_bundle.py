@@ -89,7 +89,7 @@ def _edited(out: Path, tmp_path: Path, edit) -> Path:
     (lambda r, m: r["runtime"].update(provider="CUDAExecutionProvider"), CPU,
      "provider: measured with 'CUDAExecutionProvider'.*measure_bundle.py --provider CPUExecutionProvider"),
     (lambda r, m: None, {**CPU, "runtime": "tensorrt", "provider": ""},
-     "runtime: measured with 'onnxruntime', target 'cpu' names 'tensorrt'.*conf\.runtime=onnxruntime"),
+     r"runtime: measured with 'onnxruntime', target 'cpu' names 'tensorrt'.*conf\.runtime=onnxruntime"),
     (lambda r, m: None, {**CPU, "precision": "int8"}, "precision: measured at 'fp32', target 'cpu' is 'int8'"),
     (lambda r, m: None, {**CPU, "threads": 4}, "threads: measured with 1.*measure_bundle.py --threads 4"),
     (lambda r, m: r["device"].update(name="Raspberry Pi 5"), {**CPU, "device": {**CPU["device"], "name": "Xeon"}},
