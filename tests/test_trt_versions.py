@@ -2,17 +2,14 @@
 modelled on TensorRT's own documentation or a real error and citing it; ``build_plan`` must build on
 every one, and the code before (commit 8d3c7f7) is shown failing the one it broke on."""
 
-import importlib.util
-import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
+from old_code import load_old
 
 from nas.latency import bundle_trt
 
-OLD = "8d3c7f7"
 # the ONNX parser's refusal of an implicit-batch network, as users posted it (onnx/onnx-tensorrt#266,
 # NVIDIA/TensorRT#358, TensorRT 6-8)
 IMPLICIT_BATCH_ERROR = ("Assertion failed: !_importer_ctx.network()->hasImplicitBatchDimension() && \"This version "
@@ -94,16 +91,7 @@ def fake_tensorrt(version: str) -> types.ModuleType:
 
 
 def _old_build_plan(tmp_path):
-    src = subprocess.run(["git", "show", f"{OLD}:nas/latency/bundle_trt.py"], capture_output=True, text=True,
-                         cwd=Path(__file__).parent)
-    if src.returncode != 0:
-        pytest.skip(f"git cannot show the old code here: {src.stderr.strip()}")
-    path = tmp_path / "old_bundle_trt.py"
-    path.write_text(src.stdout)
-    spec = importlib.util.spec_from_file_location("old_bundle_trt", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build_plan
+    return load_old("nas/latency/bundle_trt.py", tmp_path).build_plan
 
 
 @pytest.mark.parametrize("version,precision,qdq,plan", [

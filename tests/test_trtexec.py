@@ -4,18 +4,16 @@ such output: every summary format trtexec 8.0-10.x prints, per-inference times f
 the engine built once and measured for ``min_time_s``, ``--int8`` only for Q/DQ graphs, TensorRT 11's
 flags, the version as ``8.6.1``; and the code before these (commit 8d3c7f7) failing the same checks."""
 
-import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from old_code import load_old
 
 from nas.latency import bundle_trt
 
 DATA = Path(__file__).parent / "data" / "trtexec"
-OLD = "8d3c7f7"
 SETTINGS = {"warmup": 2, "repeats": 5, "min_time_s": 1.5}
 
 # (fixture, metric, median, p90 or None, p99 or None): the figures as the posts print them
@@ -153,16 +151,7 @@ def test_int8_flag_only_for_qdq_graphs_and_none_on_11():
 
 
 def _old_script(tmp_path):
-    src = subprocess.run(["git", "show", f"{OLD}:nas/latency/bundle_script.py"], capture_output=True, text=True,
-                         cwd=Path(__file__).parent)
-    if src.returncode != 0:
-        pytest.skip(f"git cannot show the old code here: {src.stderr.strip()}")
-    path = tmp_path / "old_measure_bundle.py"
-    path.write_text(src.stdout)
-    spec = importlib.util.spec_from_file_location("old_measure_bundle", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_old("nas/latency/bundle_script.py", tmp_path)
 
 
 @pytest.mark.parametrize("name", ["trt8.4_jetson_xavier_agx.log", "trt8.x_jetson_xavier_nx.log",

@@ -1,0 +1,25 @@
+"""The code before the TensorRT fixes of issue #35 (commit 8d3c7f7), loaded from git as a module,
+for tests that show their stand-ins and real logs failing it."""
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+OLD = "8d3c7f7"
+
+
+def load_old(path: str, tmp_path: Path):
+    """``path`` (e.g. ``nas/latency/bundle_trt.py``) as it was at ``OLD``, imported from ``tmp_path``;
+    skips the test where git cannot show it (no history here)."""
+    src = subprocess.run(["git", "show", f"{OLD}:{path}"], capture_output=True, text=True, cwd=Path(__file__).parent)
+    if src.returncode != 0:
+        pytest.skip(f"git cannot show the old code here: {src.stderr.strip()}")
+    name = "old_" + Path(path).stem
+    file = tmp_path / f"{name}.py"
+    file.write_text(src.stdout)
+    spec = importlib.util.spec_from_file_location(name, file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
