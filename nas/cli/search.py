@@ -106,6 +106,7 @@ def _budget_given(cfg: DictConfig) -> bool:
 
 
 def _model_how(latency: Any) -> str:
+    """How the latency model's figures are obtained, in the shared words (``nas.search.results.latency_how``)."""
     from nas.search.results import latency_how
 
     return latency_how({"source": latency.source, "device": latency.device}) or latency.source
