@@ -38,7 +38,7 @@ def run(cfg: DictConfig) -> dict:
         rec = export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
                           target=c["target"], out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
                           overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],
-                          export=ExportSettings(**c["export"]))
+                          export=ExportSettings(**c["export"]), data_root=c["data_root"])
         print("\n".join(edge_summary(rec)))
         return rec
     from nas.train.checkpoint import export_checkpoint  # torch: once the command's own checks pass
@@ -46,7 +46,7 @@ def run(cfg: DictConfig) -> dict:
     rec = export_checkpoint(
         arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=Target.coerce(c["target"]), out=c["out"],
         data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],
-        allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]),
+        allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]), data_root=c["data_root"],
     )
     v = rec["verify"]
     print(f"exported {rec['precision']} ({rec['how']}): {rec['onnx']} ({rec['file_bytes'] / 1024:.1f} KiB, "
@@ -66,6 +66,8 @@ def run(cfg: DictConfig) -> dict:
     else:
         print("measured:  not measured (the target is not this machine)")
     print(f"report:    {rec['onnx'].rsplit('.', 1)[0]}.json")
+    if rec.get("card"):
+        print(f"card:      {rec['card']} (input, preprocessing, classes, accuracy, latency: docs/train.md)")
     return rec
 
 

@@ -75,6 +75,7 @@ class ExportAppConfig:
     format: str = "onnx"  # onnx | pte (ExecuTorch, XNNPACK) | openvino (OpenVINO IR .xml + .bin)
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
+    data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)
     verify_samples: int = 500
     overwrite: bool = False
     allow_mismatch: bool = False

@@ -300,7 +300,8 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
 
 def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precision: str, target: Any,
                 out: str | Path | None = None, data: dict[str, Any] | None = None, verify_samples: int = 500,
-                overwrite: bool = False, allow_mismatch: bool = False, export: Any = None) -> dict[str, Any]:
+                overwrite: bool = False, allow_mismatch: bool = False, export: Any = None,
+                data_root: str | None = None) -> dict[str, Any]:
     """Export a checkpoint as an ExecuTorch program (``fmt="pte"``) or an OpenVINO IR (``"openvino"``),
     run the written file against torch, predict (and, on this CPU, measure) its latency; write
     its record (``report_path``) beside it and return the record.  Int8 of a float checkpoint is calibrated on
@@ -312,7 +313,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
     from nas.data import DataSettings, load_data
     from nas.export.verify import calibration_inputs
     from nas.target import PRECISIONS, Target
-    from nas.train.checkpoint import load_checkpoint, model_from_checkpoint
+    from nas.train.checkpoint import checkpoint_data_settings, load_checkpoint, model_from_checkpoint
     from nas.train.settings import ExportSettings
 
     if fmt not in EDGE_FORMATS:
@@ -330,7 +331,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
         raise ValueError(f"{weights} is a QAT (int8) checkpoint: export it with precision=int8, or give the float "
                          f"checkpoint (fp32.ckpt or pruned.ckpt) for precision=fp32")
     path = _out_path(fmt, weights, precision, out, overwrite)
-    dsettings = dict(data) if data else (ckpt.get("meta") or {}).get("data")
+    dsettings = checkpoint_data_settings(ckpt, arch, data=data, data_root=data_root)
     ds = load_data(DataSettings.from_dict(dsettings)) if dsettings else None
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
     if ds is not None and (ds.in_chans, ds.resolution) != in_shape[:2]:
@@ -338,7 +339,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
                          f"{arch.in_chans}x{arch.resolution}px")
     if precision == "int8" and not is_qat and ds is None:
         raise ValueError("int8 export of a float checkpoint calibrates on training images: give "
-                         "data={name: ..., resolution: ...} (the checkpoint records none)")
+                         "data=<dataset> (the checkpoint records none)")
     calib = calibration_inputs(ds, export.calib_samples, seed=0) if precision == "int8" and not is_qat else []
     rec = export_model(fmt, model, arch, path, precision, is_qat=is_qat, calib=calib, data=ds,
                        verify_samples=verify_samples, target=target, export=export, allow_mismatch=allow_mismatch)

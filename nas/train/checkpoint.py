@@ -23,7 +23,8 @@ from nas.arch import Arch
 from nas.target import PRECISIONS, Target
 from nas.train.settings import ExportSettings
 
-__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "diff_messages", "export_checkpoint",
+__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "checkpoint_data_settings", "diff_messages",
+           "export_checkpoint",
            "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
@@ -159,6 +160,29 @@ def load_arch_file(path: str | Path) -> Arch:
         raise ValueError(f"arch={path}: {e}") from None
 
 
+def checkpoint_data_settings(ckpt: Mapping[str, Any], arch: Arch, *, data: Mapping[str, Any] | None = None,
+                             data_root: str | None = None) -> dict[str, Any] | None:
+    """The data settings an export verifies and calibrates with: the checkpoint's own (its dataset
+    record: folder, channels, workers, split ...), or a ``data`` group given instead (its folder
+    taken from the checkpoint when the group names none), with ``data_root`` over it; the input
+    channels and resolution are always the Arch's.  None when neither says anything."""
+    rec = (ckpt.get("dataset") or {}).get("settings") or (ckpt.get("meta") or {}).get("data")
+    d = dict(data) if data else dict(rec or {})
+    if not d:
+        return None
+    if data and rec and d.get("name") == rec.get("name") and d.get("root") in (None, "", "???"):
+        d["root"] = rec.get("root")
+    if data_root:
+        d["root"] = data_root
+    d["resolution"] = arch.resolution
+    if d.get("channels") is not None or d.get("name") == "imagefolder":
+        d["channels"] = arch.in_chans
+    if d.get("name") == "imagefolder" and d.get("root") in (None, "", "???"):
+        raise ValueError("the checkpoint records no image folder (it was written before checkpoints kept it): "
+                         "give data_root=<the folder it was trained on>")
+    return d
+
+
 def export_checkpoint(
     *,
     arch_path: str | Path | None = None,
@@ -171,9 +195,12 @@ def export_checkpoint(
     overwrite: bool = False,
     allow_mismatch: bool = False,
     export: ExportSettings | None = None,
+    data_root: str | None = None,
 ) -> dict[str, Any]:
     """Export a checkpoint to ONNX, verify it with onnxruntime, predict (and measure) its latency
-    (``nas.export.checkpoint.export_model``).
+    (``nas.export.checkpoint.export_model``), and write its deployment card beside it
+    (``nas.train.card``).  The data comes from the checkpoint unless ``data`` / ``data_root`` say
+    otherwise (``checkpoint_data_settings``).
 
     ``arch_path``: an Arch file (``load_arch_file``: an Arch, or a ``nas.train`` record holding
     one); None: the Arch the checkpoint records (every ``nas.train`` checkpoint does).
@@ -207,15 +234,26 @@ def export_checkpoint(
     for p in (out_path, out_path.with_suffix(".json")):
         if p.exists() and not overwrite:
             raise ValueError(f"{p} exists; pass overwrite=true or another out=")
-    dsettings = dict(data) if data else (ckpt.get("meta") or {}).get("data")
+    dsettings = checkpoint_data_settings(ckpt, arch, data=data, data_root=data_root)
     ds = load_data(DataSettings.from_dict(dsettings)) if dsettings else None
     if ds is not None and (ds.in_chans, ds.resolution) != (arch.in_chans, arch.resolution):
         raise ValueError(f"data {ds.name!r} gives {ds.in_chans}x{ds.resolution}px images but the Arch takes "
                          f"{arch.in_chans}x{arch.resolution}px")
     if precision == "int8" and not is_qat and ds is None:
         raise ValueError("int8 export of a float checkpoint calibrates onnxruntime's PTQ on training images: "
-                         "give data={name: ..., resolution: ...} (the checkpoint records none)")
-    return export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
-                        verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
-                        source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
-                                "weights": str(weights)})
+                         "give data=<dataset> (the checkpoint records none)")
+    rec = export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
+                       verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
+                       source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
+                               "weights": str(weights)})
+    if ds is not None:
+        from nas.export.verify import eval_split, split_note
+        from nas.train.card import card_path, dataset_record, deployment_card, write_card
+
+        v = rec["verify"]
+        write_card(deployment_card(
+            file=rec["onnx"], variant=Path(weights).stem, precision=precision, arch=arch, data=dataset_record(ds),
+            accuracy=v.get("onnx_accuracy"), split=eval_split(ds), split_note=split_note(ds),
+            predicted=rec["predicted"], measured=rec["measured"], target=target), rec["onnx"])
+        rec["card"] = str(card_path(rec["onnx"]))
+    return rec

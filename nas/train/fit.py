@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from nas.data import Dataset
+from nas.train.card import dataset_record
 from nas.train.checkpoint import (
     CKPT_FORMAT,
     CKPT_VERSION,
@@ -328,7 +329,7 @@ def fit(
                                "arch": m.arch.to_dict(),
                                "qat": dataclasses.asdict(m.settings) if isinstance(m, QATNet) else None,
                                "epoch": epoch + 1, "meta": meta, "model": m.state_dict(), "opt": opt.state_dict(),
-                               "history": history})
+                               "history": history, "dataset": dataset_record(data)})
         log.info("%s epoch %d/%d: loss %.4f, val accuracy %.4f (%.1f s)", stage, epoch + 1, epochs, train_loss, val,
                  rec["seconds"])
 

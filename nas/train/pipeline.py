@@ -60,6 +60,7 @@ from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
 from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy, split_note
 from nas.target import precision_targets, runs_here
+from nas.train.card import card_path, dataset_record, deployment_card, write_card
 from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, deployment_choice, quantization_record, write_report
@@ -123,6 +124,15 @@ def _space_params(run: SearchRun, multiple: int | None) -> tuple[int, float | No
     return multiple, None
 
 
+def _card(ctx: _Context, rec: dict[str, Any], arch: Arch) -> None:
+    """The deployment card beside an exported ONNX file (``nas.train.card``)."""
+    write_card(deployment_card(
+        file=rec["onnx"], variant=rec["variant"], precision=rec["precision"], arch=arch, data=dataset_record(ctx.data),
+        accuracy=rec["accuracy"], split=rec["accuracy_split"], split_note=split_note(ctx.data),
+        predicted=rec["predicted"], measured=rec["measured"], target=ctx.targets.get(rec["precision"]) or ctx.s.target),
+        rec["onnx"])
+
+
 def _predict(ctx: _Context, prec: str, arch: Arch) -> dict[str, Any] | None:
     m = ctx.models.get(prec)
     if m is None:
@@ -136,7 +146,10 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     path = mdir / "export" / f"{name}.onnx"
     cache = mdir / "export" / f"{name}.json"
     if path.is_file() and cache.is_file():
-        return json.loads(cache.read_text())
+        rec = json.loads(cache.read_text())
+        if not card_path(path).is_file():
+            _card(ctx, rec, arch)
+        return rec
     data = make()
     atomic_write_bytes(path, data)
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
@@ -155,7 +168,9 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     if rec["predicted"] and rec["measured"]:
         rec["error_pct"] = 100.0 * (rec["predicted"]["ms"] - rec["measured"]["median_ms"]) / \
             rec["measured"]["median_ms"]
+    rec["card"] = str(card_path(path))
     atomic_write_json(cache, rec)
+    _card(ctx, rec, arch)
     log.info("%s %s: accuracy %.4f, %d bytes%s", mdir.name, name, rec["accuracy"], len(data),
              f", measured {rec['measured']['median_ms']:.4f} ms" if rec["measured"] else "")
     return rec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
               f"- PTQ baseline: {', '.join(f'{k}: {v}' for k, v in q['ptq'].items())}", ""]
     lines += _prune_lines(report)
     lines += _deploy_lines(report)
+    lines += _card_lines(report)
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
@@ -143,6 +145,34 @@ def _prune_lines(report: Mapping[str, Any]) -> list[str]:
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
     return ["", "Pruning:", "", *lines] if lines else []
+
+
+def _card_lines(report: Mapping[str, Any]) -> list[str]:
+    """The Deployment cards section: where each export's card is, and what it says a user must do."""
+    lines = []
+    for m in report["models"]:
+        for v in m["variants"]:
+            path = v.get("card")
+            if not path or not Path(path).is_file():
+                continue
+            c = json.loads(Path(path).read_text())
+            pre, i = c["preprocess"], c["input"]
+            rs = pre["resize"]
+            crop = f", centre crop {pre['crop']['size']}" if pre.get("crop") else ""
+            size = f"shorter side to {rs['size']}" if rs["to"] == "shorter_side" else f"to {rs['size']}x{rs['size']}"
+            lat = c["latency"].get("measured") or c["latency"].get("predicted") or {}
+            lat_s = f"{lat['ms']:.4f} ms, {lat['how']}" if lat else "no latency"
+            lines.append(f"- `{path}`: input `{i['name']}` {_shape(i['shape'])} {i['dtype']} {i['layout']} "
+                         f"({i['colour']}); {pre['colour']}, resize {size} ({rs['interpolation']}){crop}, x1/255, "
+                         f"mean {_nums(pre['mean'])}, std {_nums(pre['std'])}; output logits over "
+                         f"{len(c['output']['classes'])} classes ({', '.join(c['output']['classes'][:4])}"
+                         f"{', ...' if len(c['output']['classes']) > 4 else ''}); {lat_s}")
+    return ["", "Deployment cards (everything needed to run a file without hwnas; docs/train.md has an example):",
+            "", *lines] if lines else []
+
+
+def _nums(xs: list[float]) -> str:
+    return "[" + ", ".join(f"{x:.4f}" for x in xs) + "]"
 
 
 def _shape(shape: list[int]) -> str:

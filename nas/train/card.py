@@ -1,0 +1,118 @@
+"""Deployment cards: everything a user needs to run an exported network without this package.
+
+``card.json`` beside each exported file (``<variant>.card.json``) says what goes in (input name,
+shape, layout, dtype, colour mode), how an image becomes that input (resize, crop, scale, mean,
+std, interpolation: exactly what the data loader did), what comes out (logits, the class names in
+output order), how accurate it is and on which split, how fast and how that figure was obtained
+(measured here, predicted from a measured table, or estimated), and which runtime and precision it
+was made for.  ``dataset_record`` is what ``nas.train`` stores in each checkpoint so ``nas.export``
+can write the same card, and reload the same data, from the checkpoint alone.
+
+The recipe in ``preprocess`` is the loader's: a streamed dataset (ImageFolder, CIFAR-10) scores with
+timm's eval transform (resize the shorter side to ``floor(resolution / crop_pct)``, centre crop
+``resolution``, bilinear, on a PIL image); an in-memory one (digits, Fashion-MNIST) resizes the whole
+image to ``resolution`` x ``resolution`` (bilinear, antialiased).  docs/train.md has a short
+program that reads a card and classifies an image with onnxruntime, numpy and Pillow alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nas._io import atomic_write_json
+from nas.latency.base import how_measured
+
+__all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "write_card"]
+
+CARD_SCHEMA = "hwnas.deployment_card"
+
+
+def dataset_record(data: Any) -> dict[str, Any]:
+    """A loaded ``nas.data.Dataset`` as a checkpoint records it: its settings (the folder included),
+    class names, normalisation and test split, so an export needs nothing else."""
+    return {"settings": data.settings.to_dict(), "classes": list(data.classes), "mean": list(data.mean),
+            "std": list(data.std), "in_chans": data.in_chans, "resolution": data.resolution,
+            "streamed": data.streamed, "test_source": getattr(data, "test_source", "")}
+
+
+def preprocess(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """How an image becomes the network's input, from a ``dataset_record``."""
+    r = int(rec["resolution"])
+    s = rec["settings"]
+    if rec["streamed"]:
+        resize = {"to": "shorter_side", "size": math.floor(r / float(s.get("crop_pct", 0.875))),
+                  "interpolation": "bilinear"}
+        crop: dict[str, Any] | None = {"to": "center", "size": r}
+    else:
+        resize = {"to": "square", "size": r, "interpolation": "bilinear"}
+        crop = None
+    return {"colour": "L" if rec["in_chans"] == 1 else "RGB", "resize": resize, "crop": crop, "scale": 1 / 255,
+            "mean": list(rec["mean"]), "std": list(rec["std"]),
+            "steps": ["convert to the colour mode", "resize", "crop (if any)", "to float, x scale (0..1)",
+                      "subtract mean, divide by std (per channel)", "HWC -> CHW, add the batch axis"]}
+
+
+def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | None,
+             target: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if measured:
+        out["measured"] = {"ms": measured["median_ms"], "p10_ms": measured.get("p10_ms"),
+                           "p90_ms": measured.get("p90_ms"), "how": how_measured(target.device.name or "this machine")}
+    if predicted:
+        how = (f"estimated (roofline, {predicted['device']})" if predicted.get("source") == "estimated"
+               else f"predicted from a measured table ({predicted['device']})")
+        out["predicted"] = {"ms": predicted["ms"], "how": how, "target": predicted.get("target")}
+    if not out:
+        out["none"] = f"no target predicts this precision for {getattr(target, 'name', target)}"
+    return out
+
+
+def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any, data: Mapping[str, Any],
+                    accuracy: float | None, split: str, split_note: str, predicted: Mapping[str, Any] | None,
+                    measured: Mapping[str, Any] | None, target: Any) -> dict[str, Any]:
+    """The card of one exported file.
+
+    Args:
+        file: the exported file (ONNX, ``.pte`` or OpenVINO ``.xml``).
+        variant, precision: what it is (``fp32``, ``pruned``, ``ptq_int8`` ...; ``fp32`` / ``int8``).
+        arch: its ``Arch`` (input channels and resolution).
+        data: the ``dataset_record`` of the data it was trained and scored on.
+        accuracy: its accuracy (0..1) on ``split`` (None: not scored).
+        split, split_note: the split and where it comes from (``nas.export.verify.split_note``).
+        predicted, measured: the latency records of the export (``Prediction.to_dict()`` + label, and a
+            ``measure_onnx`` result), either may be None.
+        target: the ``Target`` it was made for.
+
+    Returns:
+        The card (a JSON-ready dict).
+    """
+    shape = [1, arch.in_chans, arch.resolution, arch.resolution]
+    classes = list(data["classes"])
+    return {
+        "schema": CARD_SCHEMA, "version": 1, "file": Path(file).name, "variant": variant, "precision": precision,
+        "input": {"name": "input", "shape": shape, "layout": "NCHW", "dtype": "float32",
+                  "colour": "L" if arch.in_chans == 1 else "RGB"},
+        "preprocess": preprocess(data),
+        "output": {"name": "output", "shape": [1, len(classes)], "meaning": "logits (softmax for probabilities)",
+                   "classes": classes},
+        "accuracy": {"value": accuracy, "split": split, "split_note": split_note},
+        "latency": _latency(predicted, measured, target),
+        "made_for": {"target": target.name, "device": target.device.name or target.device.kind,
+                     "runtime": target.runtime, "provider": target.provider, "precision": precision},
+    }
+
+
+def card_path(file: str | Path) -> Path:
+    """Where the card of an exported file goes: ``<stem>.card.json`` beside it."""
+    p = Path(file)
+    return p.with_name(f"{p.stem}.card.json")
+
+
+def write_card(card: Mapping[str, Any], file: str | Path) -> Path:
+    """Write ``card`` beside ``file`` (atomically); its path."""
+    path = card_path(file)
+    atomic_write_json(path, card)
+    return path
