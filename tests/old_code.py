@@ -10,15 +10,20 @@ import pytest
 OLD = "8d3c7f7"
 
 
-def load_old(path: str, tmp_path: Path):
-    """``path`` (e.g. ``nas/latency/bundle_trt.py``) as it was at ``OLD``, imported from ``tmp_path``;
-    skips the test where git cannot show it (no history here)."""
+def old_source(path: str) -> str:
+    """``path`` (e.g. ``nas/latency/bundle_trt.py``) as it was at ``OLD``; skips the test where git
+    cannot show it (no history here)."""
     src = subprocess.run(["git", "show", f"{OLD}:{path}"], capture_output=True, text=True, cwd=Path(__file__).parent)
     if src.returncode != 0:
         pytest.skip(f"git cannot show the old code here: {src.stderr.strip()}")
+    return src.stdout
+
+
+def load_old(path: str, tmp_path: Path):
+    """``path`` as it was at ``OLD``, imported from ``tmp_path``."""
     name = "old_" + Path(path).stem
     file = tmp_path / f"{name}.py"
-    file.write_text(src.stdout)
+    file.write_text(old_source(path))
     spec = importlib.util.spec_from_file_location(name, file)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from old_code import old_source
 
 from nas.latency import bundle_device
 
@@ -38,6 +39,19 @@ def test_kind_is_read_from_the_machine(monkeypatch, model, smi, kind):
     assert bundle_device.measured_kind(on_cpu) == "cpu"  # a CPU runtime measures the CPU, on any machine
 
 
+def test_identify_reads_the_machine_not_the_bundle(tmp_path):
+    """--identify on a Jetson bundle reports this machine's kind; the script before copied the bundle's."""
+    man = {"schema": "hwnas.bundle", "schema_version": 2, "device_kind": "jetson"}
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    (tmp_path / "measure_bundle.py").write_text((ROOT / "nas/latency/bundle_script.py").read_text())
+    (tmp_path / "hwnas_device.py").write_text((ROOT / "nas/latency/bundle_device.py").read_text())
+    (tmp_path / "old_measure_bundle.py").write_text(old_source("nas/latency/bundle_script.py"))
+    new, old = (_run([sys.executable, f"{s}measure_bundle.py", ".", "--identify"], tmp_path) for s in ("", "old_"))
+    assert new.returncode == 0 == old.returncode, new.stderr + old.stderr
+    assert json.loads(new.stdout)["kind"] == bundle_device.machine_kind()
+    assert json.loads(old.stdout)["kind"] == "jetson"  # whatever this machine is
+
+
 @pytest.fixture(scope="module")
 def cpu_bundle(tmp_path_factory):
     """A small onnxruntime CPU bundle of this machine, measured."""
@@ -62,6 +76,19 @@ def test_runtime_refusal_prints_a_command_that_works(cpu_bundle):
     ok = _cli(d, fix)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "imported b/results.json into t.json" in ok.stdout
+
+
+def test_device_refusal_prints_a_command_that_works(cpu_bundle):
+    d = cpu_bundle
+    r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", "conf.device.name=Xeon", "conf.device.cpu_flags=[]",
+              "search_space=tiny", "calibration_networks=2", "import_bundle=b/results.json", "out=t2.json"], d)
+    assert r.returncode == 2, r.stdout + r.stderr
+    msg = r.stdout + r.stderr
+    fix = msg.split("name it in the target: device.name: ", 1)[1].split(", or ", 1)[1].rsplit(")", 1)[0]
+    assert "conf.device.name=" in fix
+    ok = _cli(d, fix)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "imported b/results.json into t2.json" in ok.stdout
 
 
 def _rehearse(d, target):

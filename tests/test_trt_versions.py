@@ -2,13 +2,16 @@
 modelled on TensorRT's own documentation or a real error and citing it; ``build_plan`` must build on
 every one, and the code before (commit 8d3c7f7) is shown failing the one it broke on."""
 
+import importlib.machinery
 import sys
 import types
 
 import pytest
+import torch._dynamo  # noqa: F401 - torch's lazy imports look tensorrt up: loaded before any stand-in
 from old_code import load_old
 
 from nas.latency import bundle_trt
+from nas.latency.runtimes import RuntimeUnavailable, get_runtime
 
 # the ONNX parser's refusal of an implicit-batch network, as users posted it (onnx/onnx-tensorrt#266,
 # NVIDIA/TensorRT#358, TensorRT 6-8)
@@ -142,3 +145,15 @@ def test_old_code_fails_on_8_6(tmp_path, monkeypatch):
         old_build_plan(b"graph", "fp16")
     monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("10.3.0"))
     assert old_build_plan(b"graph", "fp16") == b"plan:FP16"  # 10.x ignored the missing flag
+
+
+def test_local_runtime_before_8_5_is_unavailable(monkeypatch):
+    """nas.profile on a JetPack 5.0 board (TensorRT 8.4) says to use trtexec instead of failing later."""
+    trt = fake_tensorrt("8.4.1")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    target = {"name": "t", "runtime": "tensorrt", "provider": "", "precision": "fp16", "batch": 1, "threads": 1,
+              "latency_budget_ms": 1.0, "device": {"name": None, "kind": "gpu", "peak_gflops": 1.0,
+                                                   "mem_bandwidth_gbs": 1.0}}
+    with pytest.raises(RuntimeUnavailable, match="trtexec"):
+        get_runtime(target)

@@ -353,6 +353,7 @@ class TensorRTRuntime(Runtime):
             ) from None
         try:
             bundle_trt.builder_flags(self.precision, tensorrt.__version__, qdq=self.precision == "int8")
+            bundle_trt.version()  # the Python API before 8.5 is refused, naming trtexec
         except RuntimeError as e:
             raise RuntimeUnavailable(str(e)) from None
         if not torch.cuda.is_available():
