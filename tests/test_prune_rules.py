@@ -2,6 +2,9 @@
 latency): no pruning toward an estimate unless asked, a pruned network that costs more than
 ``prune.max_drop`` is not kept, and pruning by MACs is labelled so."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 
@@ -28,6 +31,11 @@ def test_no_pruning_toward_an_estimate_unless_asked(search_run, tmp_path):
     assert all(v["arch"] == m["arch"] for v in m["variants"])  # int8 from the network that ships
     md = (out / "report.md").read_text()
     assert "pruning skipped: target 'cpu' has no measured latency table" in md and "prune.by=macs" in md
+    # the shared words for how each figure was obtained, in results.json, report.md and the card
+    assert m["variants"][0]["predicted"]["how"].startswith("estimated (roofline")
+    assert "(estimated (roofline" in md and "Deployment cards" in md
+    card = json.loads(Path(m["variants"][0]["card"]).read_text())
+    assert card["latency"]["predicted"]["how"] == m["variants"][0]["predicted"]["how"]
 
 
 def test_pruning_that_costs_too_much_is_not_kept(search_run, tmp_path, monkeypatch):

@@ -271,6 +271,7 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
     is another runtime's) and, when that target's device is this CPU, the written file measured by
     the one measuring loop (median of ``export.rounds`` rounds, a fresh load each)."""
     from nas.latency import load_latency_model
+    from nas.latency.base import how_measured
     from nas.latency.measure import measure, summarize_times
     from nas.latency.runtimes import device_identity, device_mismatch
     from nas.latency.runtimes_edge import ExecuTorchRuntime, OpenVINORuntime
@@ -283,7 +284,7 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
     if t is None:
         return None, None
     p = load_latency_model(t, allow_mismatch=allow_mismatch).explain(arch)
-    pred = {**p.to_dict(), "label": p.label(), "target": t.name}
+    pred = p.record(t.name)
     if not export.measure or t.device.kind != "cpu" or device_mismatch(t.to_dict()["device"], device_identity("cpu")):
         return pred, None
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
@@ -295,7 +296,7 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
         rounds.append(summarize_times(measure(run, warmup=export.warmup, repeats=export.repeats,
                                               min_time_s=export.min_time_s)))
     meas = {k: float(np.median([r[k] for r in rounds])) for k in ("median_ms", "p10_ms", "p90_ms")}
-    return pred, {**meas, "rounds": export.rounds}
+    return pred, {**meas, "rounds": export.rounds, "how": how_measured(device_identity("cpu")["name"])}
 
 
 def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precision: str, target: Any,

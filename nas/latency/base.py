@@ -68,6 +68,10 @@ class Prediction:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def record(self, target: str) -> dict[str, Any]:
+        """What every output stores for a predicted figure: the fields, ``label``, ``how`` and ``target``."""
+        return {**self.to_dict(), "label": self.label(), "how": self.how, "target": target}
+
 
 def how_measured(device: str) -> str:
     """The words for a latency measured on this machine (beside ``Prediction.how``)."""

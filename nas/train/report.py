@@ -105,7 +105,8 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
         by += " (no target predicts " + ", ".join(missing) + ": name one with " + \
             " ".join(f"`targets.{p}=<target>`" for p in missing) + ")"
     lines += _input_lines(report)
-    lines += ["", "Predicted latency: " + by + "; *(est.)* marks a roofline estimate, *(extrap.)* a network "
+    lines += ["", "Predicted latency: " + by + " (" + _hows(report) + "); *(est.)* marks a roofline estimate, "
+              "*(extrap.)* a network "
               "outside the range of the table's calibration networks (the calibration extrapolates: profile at this resolution).  "
               "Error = (predicted − measured) / measured.",
               f"Measured on this machine: {', '.join(p for p, h in report['measured_here'].items() if h) or 'none'}.",
@@ -145,6 +146,13 @@ def _prune_lines(report: Mapping[str, Any]) -> list[str]:
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
     return ["", "Pruning:", "", *lines] if lines else []
+
+
+def _hows(report: Mapping[str, Any]) -> str:
+    """How the report's latency figures were obtained, in the shared words (``Prediction.how``)."""
+    hows = sorted({rec["how"] for m in report["models"] for v in m["variants"]
+                   for rec in (v.get("predicted"), v.get("measured")) if rec and rec.get("how")})
+    return "; ".join(hows) or "no latency"
 
 
 def _card_lines(report: Mapping[str, Any]) -> list[str]:
