@@ -124,6 +124,8 @@ def test_a_resumed_study_keeps_its_budget(tmp_path, target, digits, monkeypatch)
     assert not s2.created and s2.problem.budgets.latency_ms == started and s2.latency_budget.rule == "kept"
     assert s2.latency_budget.note.startswith(f"latency budget {started:g} ms: the study's own, kept from its start "
                                              "(the median roofline-estimated latency of 200 sampled")
+    pj = json.loads(write_outputs(s2.study, tmp_path, info=s2.info(), plot=False)["pareto_json"].read_text())
+    assert pj["latency_budget"]["rule"] == "median" and pj["latency_budget"]["ms"] == started  # as chosen at start
     with pytest.raises(ValueError, match="budgets.latency_ms"):  # a budget given on resume must be the study's
         _prepare(tmp_path, target, digits, budget_ms=1.5, given=True)
 

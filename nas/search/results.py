@@ -155,7 +155,8 @@ def write_outputs(study: optuna.Study, run_dir: str | Path, *, info: dict[str, A
     Each file is replaced atomically, and one worker at a time reads the study and writes the three
     (a lock on the run dir's pareto.json), so the files always show one moment of the study, and the
     last worker to finish writes the final state.  ``pareto.json``'s ``snapshot`` says when, by whom,
-    and how many trials were still running in other workers."""
+    and how many trials were still running in other workers; its ``latency_budget``, how the study's
+    latency budget was chosen at its start (``nas.search.budget``)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(run_dir / "pareto.json", what=f"the results in {run_dir}"):

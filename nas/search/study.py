@@ -244,14 +244,14 @@ class Search:
     latency_budget: LatencyBudget | None = None  # the study's latency budget and why (nas.search.budget)
 
     def info(self) -> dict[str, Any]:
-        """Context for pareto.json: the latency model (and how its figures are obtained), the latency
-        budget and why, the data and evaluator, where the study is."""
+        """Context for pareto.json: the latency model (and how its figures are obtained), the data and
+        evaluator, where the study is.  (How the latency budget was chosen comes from the study itself:
+        ``nas.search.results.write_outputs``.)"""
         p = self.problem
         return {
             "latency_model": {"source": p.latency.source,
                               "how": latency_how({"source": p.latency.source, "device": p.latency.device}),
                               "describe": p.latency.describe(), "warning": p.latency.warning},
-            **({"latency_budget": self.latency_budget.to_dict()} if self.latency_budget is not None else {}),
             "data_description": p.data.describe(),
             "evaluator_description": p.evaluator.describe(),
             "pruner": p.pruner.to_dict() if p.pruner is not None else {"name": "none"},
