@@ -91,6 +91,24 @@ def test_device_refusal_prints_a_command_that_works(cpu_bundle):
     assert "imported b/results.json into t2.json" in ok.stdout
 
 
+def test_provider_refusal_prints_a_command_that_works(cpu_bundle, tmp_path):
+    d = cpu_bundle
+    b2 = d / "b_cuda"
+    b2.mkdir(exist_ok=True)
+    res = json.loads((d / "b" / "results.json").read_text())
+    res["runtime"]["provider"] = "CUDAExecutionProvider"  # as if measured with onnxruntime-gpu's CUDA provider
+    (b2 / "results.json").write_text(json.dumps(res))
+    (b2 / "manifest.json").write_text((d / "b" / "manifest.json").read_text())
+    r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", *HERE, "search_space=tiny", "calibration_networks=2",
+              "import_bundle=b_cuda/results.json", "out=t3.json"], d)
+    assert r.returncode == 2, r.stdout + r.stderr
+    fix = (r.stdout + r.stderr).split("`, or ", 1)[1].rsplit(")", 1)[0]
+    assert "conf.provider=CUDAExecutionProvider" in fix
+    ok = _cli(d, fix)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "imported b_cuda/results.json into t3.json" in ok.stdout
+
+
 def _rehearse(d, target):
     w = _run([sys.executable, "-m", "nas.profile", f"conf={target}", "search_space=tiny", "calibration_networks=2",
               "held_out=3", *FAST, f"bundle={target}", "progress=false"], d)
@@ -110,6 +128,11 @@ def test_rehearsal_round_trip(tmp_path, target, precision):
     every figure labelled a rehearsal on this machine."""
     d = tmp_path
     printed = _rehearse(d, target)
+    if target == "jetson":  # fp16 refuses onnxruntime, naming the rehearsal; the command it prints works
+        r = _run([sys.executable, f"{target}/measure_bundle.py", target, "--runtime", "onnxruntime"], d)
+        assert r.returncode == 1 and r.stderr.strip().endswith("python3 measure_bundle.py --rehearse"), r.stderr
+        again = _run([sys.executable, "measure_bundle.py", "--rehearse"], d / target)  # as printed, in the bundle
+        assert again.returncode == 0 and "0 measurements left" in again.stdout, again.stderr
     res = json.loads((d / target / "rehearsal.json").read_text())
     assert res["rehearsal"]["target"] == target and res["precision"] == precision
     assert res["device"]["kind"] == "cpu" and res["runtime"]["provider"] == "CPUExecutionProvider"

@@ -102,7 +102,8 @@ def ort_factory(provider, threads, precision):
         fail(f"onnxruntime here has no {provider} (it has {', '.join(ort.get_available_providers())}): "
              "pip install onnxruntime-gpu for CUDA / TensorRT, or pass --provider with one it has")
     if precision == "fp16" and provider != "TensorrtExecutionProvider":
-        fail("an fp16 bundle needs TensorRT: --runtime tensorrt or trtexec, or --provider TensorrtExecutionProvider")
+        fail("an fp16 bundle needs TensorRT: --runtime tensorrt or trtexec, or --provider TensorrtExecutionProvider; "
+             "to try the round trip on a machine without it: python3 measure_bundle.py --rehearse")
     providers = [provider]
     if provider == "TensorrtExecutionProvider":
         providers = [(provider, {"trt_fp16_enable": precision in ("fp16", "int8"),
