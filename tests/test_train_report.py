@@ -24,6 +24,9 @@ def test_estimates_are_labelled_and_deploy_is_chosen(tmp_path):
     assert "| 0.5000 (est.) |" in md and "| 0.3000 (est.) |" in md
     assert "Predicted latency: fp32 by target `gpu`, int8 by target `gpu_int8`;" in md
     assert "- m0: **qat_int8**, 90.00%, 0.3000 ms predicted (estimate)" in md
+    rep["models"][0]["variants"][0]["predicted"]["how"] = "estimated (roofline, Jetson AGX Orin)"
+    write_report(tmp_path, rep)  # the shared words for how the figures were obtained
+    assert "int8 by target `gpu_int8` (estimated (roofline, Jetson AGX Orin));" in (tmp_path / "report.md").read_text()
 
 
 def test_a_precision_without_target_is_named_and_deploy_says_why(tmp_path):

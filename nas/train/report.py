@@ -105,7 +105,8 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
         by += " (no target predicts " + ", ".join(missing) + ": name one with " + \
             " ".join(f"`targets.{p}=<target>`" for p in missing) + ")"
     lines += _input_lines(report)
-    lines += ["", "Predicted latency: " + by + " (" + _hows(report) + "); *(est.)* marks a roofline estimate, "
+    hows = _hows(report)
+    lines += ["", "Predicted latency: " + by + (f" ({hows})" if hows else "") + "; *(est.)* marks a roofline estimate, "
               "*(extrap.)* a network "
               "outside the range of the table's calibration networks (the calibration extrapolates: profile at this resolution).  "
               "Error = (predicted − measured) / measured.",
@@ -152,7 +153,7 @@ def _hows(report: Mapping[str, Any]) -> str:
     """How the report's latency figures were obtained, in the shared words (``Prediction.how``)."""
     hows = sorted({rec["how"] for m in report["models"] for v in m["variants"]
                    for rec in (v.get("predicted"), v.get("measured")) if rec and rec.get("how")})
-    return "; ".join(hows) or "no latency"
+    return "; ".join(hows)
 
 
 def _card_lines(report: Mapping[str, Any]) -> list[str]:
