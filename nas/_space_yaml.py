@@ -3,11 +3,17 @@
 ``parse_space(config, source=...)`` checks every key and value of the format in ``nas.space``'s
 module docs and returns the ``SpaceParts`` a ``SearchSpace`` is made of.  A malformed space raises
 ``SpaceError`` naming the file, the field and the bad value.
+
+A space is bounded (docs/spaces.md, "Limits"): at most ``MAX_STAGES`` stages, ``MAX_CHOICES`` values
+in one choice list, ``MAX_COMBOS`` option combinations for one block, a depth of ``MAX_DEPTH``
+blocks in one stage and ``MAX_BLOCKS`` blocks in its deepest architecture.  Each bound is checked before the values it bounds are read one by one, so a
+space far beyond them is refused in time linear in its stages.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +21,15 @@ from typing import Any
 
 from nas.arch import ACTIVATIONS, GATES, HEAD_STYLES
 
-__all__ = ["STAGE_KINDS", "SpaceError", "SpaceParts", "StageSpec", "parse_space"]
+__all__ = ["LIMITS_DOC", "MAX_BLOCKS", "MAX_CHOICES", "MAX_COMBOS", "MAX_DEPTH", "MAX_STAGES", "STAGE_KINDS", "SpaceError",
+           "SpaceParts", "StageSpec", "parse_space"]
+
+MAX_STAGES = 32  # stages in a space
+MAX_CHOICES = 64  # values in one choice list (depth, width, kernel, ...)
+MAX_DEPTH = 64  # blocks in one stage (its largest depth choice)
+MAX_BLOCKS = 256  # blocks in a space's deepest architecture (the sum of its stages' largest depths)
+MAX_COMBOS = 1024  # one block's option combinations in a stage (the product of its option lists' lengths)
+LIMITS_DOC = "the limits are in docs/spaces.md, \"Limits\""
 
 STAGE_KINDS: dict[str, tuple[str, ...]] = {
     # kind -> per-block option keys
@@ -113,7 +127,13 @@ def parse_space(cfg: Any, *, source: str) -> SpaceParts:
     stages = cfg.get("stages")
     if not isinstance(stages, list) or not stages:
         raise r.err("stages", "missing, empty or not a list")
+    if len(stages) > MAX_STAGES:
+        raise r.err("stages", f"{len(stages)} stages, more than the limit of {MAX_STAGES}; {LIMITS_DOC}")
     specs = [r.stage(s, f"stages[{i}]", cm) for i, s in enumerate(stages)]
+    blocks = sum(st.max_depth for st in specs)
+    if blocks > MAX_BLOCKS:
+        raise r.err("stages", f"the deepest architecture has {blocks} blocks, more than the limit of {MAX_BLOCKS}; "
+                              f"lower some stage's largest depth ({LIMITS_DOC})")
     head_style, head_hidden, head_act, head_bias = r.head(cfg.get("head", {}) or {})
 
     # every sampled architecture must keep a non-empty feature map
@@ -143,6 +163,8 @@ class _Reader:
             v = [v]
         if len(v) == 0:
             raise self.err(f"{where}.{key}", "empty choice list; give at least one value")
+        if len(v) > MAX_CHOICES:
+            raise self.err(f"{where}.{key}", f"{len(v)} choices, more than the limit of {MAX_CHOICES}; {LIMITS_DOC}")
         if len(set(map(repr, v))) != len(v):
             raise self.err(f"{where}.{key}", f"duplicate choices in {list(v)}")
         return tuple(v)
@@ -237,6 +259,9 @@ class _Reader:
         opts = STAGE_KINDS[kind]
         self.unknown(st, _STAGE_COMMON + opts + _STAGE_EXTRA.get(kind, ()), where)
         depth = self.int_choices(st, "depth", where)
+        if max(depth) > MAX_DEPTH:
+            raise self.err(f"{where}.depth", f"depth {max(depth)} is more than the limit of {MAX_DEPTH} blocks "
+                                             f"in a stage; {LIMITS_DOC}")
         width = self.widths(st, where, multiple)
         stride = self.stride(st, where)
         act = self.act(st.get("act", "gelu" if kind == "attn" else "relu"), f"{where}.act")
@@ -254,6 +279,10 @@ class _Reader:
         if kind == "attn":
             options["heads"] = self.heads(st, where, width)
             options["mlp_ratio"] = self.numbers(st, "mlp_ratio", where)
+        combos = math.prod(len(v) for v in options.values())
+        if combos > MAX_COMBOS:
+            raise self.err(where, f"{' x '.join(str(len(v)) for v in options.values())} = {combos} combinations of "
+                                  f"{', '.join(options)} for a block, more than the limit of {MAX_COMBOS}; {LIMITS_DOC}")
         proj_act = self.act(st.get("proj_act", "swish"), f"{where}.proj_act") if kind == "attn" else "swish"
         return StageSpec(kind, depth, width, stride, act, options, proj_act)
 

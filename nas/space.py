@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from nas._space_yaml import STAGE_KINDS, SpaceError, StageSpec, parse_space
+from nas._space_yaml import LIMITS_DOC, STAGE_KINDS, SpaceError, StageSpec, parse_space
 from nas.arch import (
     SE,
     Arch,
@@ -60,9 +60,11 @@ from nas.arch import (
     Head,
     MBConvBlock,
 )
+from nas.cost import arch_cost
 from nas.resources import spaces_dir
 
 __all__ = [
+    "MAX_PARAMS",
     "SPACES_DIR",
     "SearchSpace",
     "SpaceError",
@@ -75,6 +77,7 @@ __all__ = [
 ]
 
 SPACES_DIR = spaces_dir()
+MAX_PARAMS = 1_000_000_000  # weights of a space's largest architecture (4 GB in fp32)
 
 
 def make_divisible(v: float, divisor: int) -> int:
@@ -86,7 +89,12 @@ def make_divisible(v: float, divisor: int) -> int:
 
 
 class SearchSpace:
-    """A validated search space.  Build with ``load_space(name_or_path)``."""
+    """A validated search space.  Build with ``load_space(name_or_path)``.
+
+    Raises:
+        SpaceError: the mapping is malformed or exceeds a limit (docs/spaces.md, "Limits"): those of
+            ``nas._space_yaml``, and ``MAX_PARAMS`` weights in the largest architecture.
+    """
 
     def __init__(self, config: dict[str, Any], *, source: str = "<dict>") -> None:
         import copy
@@ -103,7 +111,12 @@ class SearchSpace:
         self.head_style, self.head_hidden, self.head_act, self.head_bias = (
             p.head_style, p.head_hidden, p.head_act, p.head_bias)
         self._final_hw = p.final_hw
+        self._choices = self._param_choices()
         self.config: dict[str, Any] = copy.deepcopy(config)  # as loaded: rebuilds the space (SearchSpace(config))
+        params = arch_cost(self.largest()).params
+        if params > MAX_PARAMS:
+            raise SpaceError(f"{source}: its largest architecture has {params:.3g} weights, more than the limit of "
+                             f"{MAX_PARAMS:.3g}; narrow its widths or lower its depths ({LIMITS_DOC})")
 
     def digest(self) -> str:
         """Stable identity of the space's definition (sha1 of its canonical JSON; the source path is not part of it)."""
@@ -116,6 +129,9 @@ class SearchSpace:
 
     def param_choices(self) -> dict[str, tuple[Any, ...]]:
         """Every parameter name and its choices, in sampling order (fixed length)."""
+        return dict(self._choices)
+
+    def _param_choices(self) -> dict[str, tuple[Any, ...]]:
         out: dict[str, tuple[Any, ...]] = {"stem_width": self.stem_widths}
         for i, st in enumerate(self.stages):
             out[f"s{i}_depth"] = st.depth
@@ -128,35 +144,46 @@ class SearchSpace:
 
     def sample(self, trial: Any) -> Arch:
         """Sample from an Optuna trial (``suggest_categorical`` on every parameter)."""
-        params = {name: trial.suggest_categorical(name, list(ch)) for name, ch in self.param_choices().items()}
+        params = {name: trial.suggest_categorical(name, list(ch)) for name, ch in self._choices.items()}
         return self.decode(params)
 
     def sample_params(self, rng: np.random.Generator | int | None = None) -> dict[str, Any]:
         rng = np.random.default_rng(rng)
-        return {name: ch[int(rng.integers(len(ch)))] for name, ch in self.param_choices().items()}
+        return {name: ch[int(rng.integers(len(ch)))] for name, ch in self._choices.items()}
 
     def sample_indices(self, n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
         """``n`` uniform parameter vectors as choice indices (n x len(param_choices())), vectorised."""
         rng = np.random.default_rng(rng)
-        sizes = [len(ch) for ch in self.param_choices().values()]
+        sizes = [len(ch) for ch in self._choices.values()]
         return np.stack([rng.integers(s, size=n) for s in sizes], axis=1)
 
     def decode_indices(self, idx: Sequence[int]) -> Arch:
         """One row of ``sample_indices`` -> Arch."""
-        ch = self.param_choices()
+        ch = self._choices
         return self.decode({name: c[int(i)] for (name, c), i in zip(ch.items(), idx)})
 
     def smallest(self) -> Arch:
         """The architecture with the smallest choice of every parameter (fewest blocks, narrowest,
         smallest kernels and expansions, no squeeze-excite, fewest heads): a lower bound on latency and
-        memory in all but contrived spaces."""
-        return self.decode({name: min(ch) for name, ch in self.param_choices().items()})
+        memory in all but contrived spaces.  Only its own blocks are chosen and made."""
+        return self._extreme(min)
 
     def largest(self) -> Arch:
         """The architecture with the largest choice of every parameter (deepest, widest, largest kernels
         and expansions, squeeze-excite wherever it is a choice, most heads): it holds every weight any
-        architecture of the space has (``nas.supernet``)."""
-        return self.decode({name: max(ch) for name, ch in self.param_choices().items()})
+        architecture of the space has (``nas.supernet``).  Only its own blocks are chosen and made."""
+        return self._extreme(max)
+
+    def _extreme(self, pick: Any) -> Arch:
+        """The architecture with ``pick`` (min or max) of every choice: the parameters of its own blocks
+        only, not of every block slot."""
+        params = {"stem_width": pick(self.stem_widths), "head_hidden": pick(self.head_hidden)}
+        for i, st in enumerate(self.stages):
+            params[f"s{i}_depth"], params[f"s{i}_width"] = pick(st.depth), pick(st.width)
+            for name in STAGE_KINDS[st.kind]:
+                best = pick(st.options[name])
+                params.update((f"s{i}_b{j}_{name}", best) for j in range(params[f"s{i}_depth"]))
+        return self.decode(params)
 
     def random(self, rng: np.random.Generator | int | None = None) -> Arch:
         """A uniformly sampled parameter vector decoded to an Arch (seed or Generator)."""
@@ -164,7 +191,7 @@ class SearchSpace:
 
     def decode(self, params: dict[str, Any]) -> Arch:
         """Params dict (as an Optuna trial holds them) -> Arch.  Unused block slots may be absent."""
-        choices = self.param_choices()
+        choices = self._choices
         unknown = sorted(set(params) - set(choices))
         if unknown:
             raise SpaceError(f"{self.source}: unknown parameter {unknown[0]!r} for space {self.name!r}")

@@ -218,3 +218,69 @@ def test_calibration_spaces_are_apart_from_the_search_spaces():
     assert {"relu", "relu6"} <= acts
     assert all(st.kind == "ds" for st in load_space("calibration/lcnetlike").stages)
     assert load_space("calibration/mbv2like").name == "mbv2like"
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    ("stages.0.depth", [1, 65], "stages[0].depth: depth 65 is more than the limit of 64 blocks in a stage"),
+    ("stages.0.depth", [10**12], "stages[0].depth: depth 1000000000000 is more than the limit of 64"),
+    ("stages.0.width", list(range(8, 8 * 66, 8)), "stages[0].width: 65 choices, more than the limit of 64"),
+    ("stages.0.kernel", list(range(1, 2 * 64, 2)) + [999, 1001],
+     "stages[0].kernel: 66 choices, more than the limit of 64"),
+    ("stages.0.expansion", list(range(1, 64)), "stages[0]: 2 x 63 x 2 = 252"),  # within the limit: no error
+])
+def test_a_stage_beyond_the_limits_is_refused(tmp_path, path, value, expected):
+    cfg = _mutate(path, value)
+    if "252" in expected:
+        load_space(write(tmp_path, cfg))
+        cfg["stages"][0]["kernel"] = [1, 3, 5, 7, 9]  # 5 x 63 x 2 = 630 combinations: still within
+        load_space(write(tmp_path, cfg))
+        cfg["stages"][0]["kernel"] = list(range(1, 20, 2))  # 10 x 63 x 2 = 1260
+        expected = "stages[0]: 10 x 63 x 2 = 1260 combinations of kernel, expansion, se for a block, more than"
+    with pytest.raises(SpaceError) as e:
+        load_space(write(tmp_path, cfg))
+    assert expected in str(e.value) and "docs/spaces.md" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_space_beyond_the_limits_is_refused(tmp_path):
+    stage = MINI["stages"][0]
+    cfg = {**MINI, "stages": [dict(stage, depth=[1])] * 33}
+    with pytest.raises(SpaceError, match=r"stages: 33 stages, more than the limit of 32"):
+        load_space(write(tmp_path, cfg))
+    cfg = {**MINI, "stages": [dict(stage, depth=[1, 64], stride=1)] * 5}
+    with pytest.raises(SpaceError, match=r"stages: the deepest architecture has 320 blocks, more than the limit of 256"):
+        load_space(write(tmp_path, cfg))
+    cfg = {**MINI, "stages": [dict(stage, width=[8, 65536], stride=1)]}
+    with pytest.raises(SpaceError, match=r"its largest architecture has .* weights, more than the limit of 1e\+09"):
+        load_space(write(tmp_path, cfg))
+
+
+def test_limits_are_checked_before_a_block_slot_is_made(tmp_path, monkeypatch):
+    """A space far beyond a limit is refused without one step per depth unit or per block slot."""
+    from nas.space import SearchSpace
+
+    def never(*a, **k):
+        raise AssertionError("made block slots of a space beyond the limits")
+
+    monkeypatch.setattr(SearchSpace, "_param_choices", never)
+    monkeypatch.setattr(SearchSpace, "_make_block", never)
+    with pytest.raises(SpaceError, match="depth 1000000000000 is more than the limit"):
+        load_space(write(tmp_path, _mutate("stages.0.depth", [1, 10**12])))
+
+
+def test_extremes_make_only_their_own_blocks(tmp_path, monkeypatch):
+    """smallest() / largest() choose and make their own blocks only, not one per block slot of the space."""
+    from nas.space import SearchSpace
+
+    stage = dict(MINI["stages"][0], depth=[1, 64], stride=1)
+    space = load_space(write(tmp_path, {**MINI, "stages": [stage] * 3}))
+    made, decoded = [], []
+    make, decode = SearchSpace._make_block, SearchSpace.decode
+    monkeypatch.setattr(SearchSpace, "_make_block", lambda self, *a: made.append(1) or make(self, *a))
+    monkeypatch.setattr(SearchSpace, "decode", lambda self, params: decoded.append(len(params)) or decode(self, params))
+    small = space.smallest()
+    assert len(small.blocks) == 3 and len(made) == 3 and decoded == [2 + 3 * 2 + 3 * 3]
+    made.clear()
+    large = space.largest()
+    assert len(made) == 3 * 64
+    assert small == decode(space, {n: min(c) for n, c in space.param_choices().items()})
+    assert large == decode(space, {n: max(c) for n, c in space.param_choices().items()})
