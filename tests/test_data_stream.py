@@ -43,10 +43,10 @@ def _load(root, **kw):
 
 def test_images_are_read_per_batch_not_held(tmp_path, opens):
     d = _load(_folder(tmp_path))
-    assert opens[0] == 0  # listing the files and splitting by label decodes nothing
+    assert opens[0] == 15  # the loading decodes each image once (nas.data.verify) and holds none
     assert d.streamed and isinstance(d.train, StreamSplit) and not hasattr(d.train, "images")
     x, y = next(d.batches("train", batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0)))
-    assert opens[0] == 4 and x.shape == (4, 3, 16, 16) and len(y) == 4
+    assert opens[0] == 15 + 4 and x.shape == (4, 3, 16, 16) and len(y) == 4
     digits = load_data({"name": "digits", "resolution": 8})
     assert not digits.streamed and isinstance(digits.train, Split)  # the small embedded ones stay in memory
 
@@ -115,3 +115,54 @@ def test_batches_for_cuda_come_from_pinned_memory(tmp_path):
     assert x.is_cuda and y.is_cuda and x.shape == (4, 3, 16, 16)
     loader, _ = next(iter(d.val._loaders.values()))
     assert loader.pin_memory
+
+
+def _break(root):
+    """A truncated JPEG in ant/ and a PNG that is not one in bee/: (their paths)."""
+    from PIL import Image
+
+    jpg, png = root / "ant" / "0.jpg", root / "bee" / "0.png"
+    Image.new("RGB", (20, 14), (9, 99, 199)).save(jpg, quality=95)
+    (root / "ant" / "0.png").unlink()
+    jpg.write_bytes(jpg.read_bytes()[:300])
+    png.write_bytes(b"\x89PNG\r\n\x1a\nnot a png")
+    return jpg, png
+
+
+def test_unreadable_images_are_named_and_skipped(tmp_path, caplog):
+    jpg, png = _break(_folder(tmp_path, n=6))
+    d = _load(tmp_path, test_fraction=0.2)
+    assert len(d.train) + len(d.val) + len(d.test) == 18 - 2
+    assert [b.path for b in d.skipped] == [str(jpg), str(png)] or [b.path for b in d.skipped] == [str(png), str(jpg)]
+    assert d.describe().endswith(f"; 2 unreadable images skipped (first: {d.skipped[0]})")
+    reasons = {b.path: b.reason for b in d.skipped}
+    assert "Truncated File Read" in reasons[str(jpg)] or "truncated" in reasons[str(jpg)]
+    assert reasons[str(png)] == "not an image PIL can identify"
+    assert f"skipping unreadable image {jpg}" in caplog.text
+    for split in ("train", "val", "test"):  # what is left reads
+        for _ in d.batches(split, batch_size=4):
+            pass
+
+
+def test_unreadable_images_stop_the_loading_without_skip_bad_or_beyond_the_limit(tmp_path, monkeypatch):
+    from nas.data import verify
+
+    jpg, png = _break(_folder(tmp_path, n=6))
+    with pytest.raises(ValueError, match=r"unreadable image .*0\.(jpg|png): .*data\.skip_bad=true"):
+        _load(tmp_path, skip_bad=False)
+    monkeypatch.setattr(verify, "MIN_MAX_BAD", 1)
+    with pytest.raises(ValueError, match=r"2 of 18 images in .* are unreadable, more than data.skip_bad leaves out "
+                                         r"\(1\); first: .*0\.(jpg|png) \("):
+        _load(tmp_path)
+    with pytest.raises(ValueError, match="data.skip_bad must be true or false"):
+        _load(tmp_path, skip_bad="yes")
+
+
+def test_an_image_broken_after_the_loading_is_named_when_read(tmp_path):
+    d = _load(_folder(tmp_path))
+    path = d.train.base.samples[int(d.train.indices[0])][0]
+    with open(path, "wb") as f:
+        f.write(b"gone")
+    with pytest.raises(OSError, match=f"unreadable image {path}: UnidentifiedImageError"):
+        for _ in d.batches("train", batch_size=2):
+            pass

@@ -130,8 +130,9 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
           f"({'new' if search.created else f'resumed: {done} trials done'}); run dir {search.run_dir}", flush=True)
 
 
-def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, Any]:
-    """Run the study up to ``cfg.n_trials`` with a progress bar: (exit code, ``SearchReport`` or None)."""
+def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> tuple[int, Any]:
+    """Run the study up to ``cfg.n_trials`` with a progress bar: (exit code, ``SearchReport`` or None);
+    a ``SearchAborted`` search's error line into ``aborted[0]``."""
     from nas.search.study import SearchAborted, run_search
 
     metric = search.problem.evaluator.metric
@@ -169,9 +170,8 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int) -> tuple[int, Any]:
             bar.close()
         print(f"\ninterrupted: finished trials are saved in {search.storage_desc}; run the same command "
               f"(out={search.run_dir}) to continue", file=sys.stderr)
-    except SearchAborted as e:
-        code = 1
-        print(f"\nerror: {e}", file=sys.stderr)
+    except SearchAborted as e:  # printed last, after the results (``run``)
+        code, rep, aborted[0] = 1, e.report, f"error: {e}"
     finally:
         if bar is not None:
             bar.close()
@@ -220,7 +220,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     from nas.search.study import count_trials, write_outputs
     done = count_trials(search.study)
     _print_setup(cfg, target, search, done)
-    code, rep = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done))
+    aborted = [""]
+    code, rep = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done), aborted=aborted)
     ran = rep.ran if rep is not None else 0
     repeats = f" ({rep.duplicates} repeats skipped, not counted)" if rep is not None and rep.duplicates else ""
     outs = write_outputs(search.study, search.run_dir, info=search.info())
@@ -229,6 +230,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     print(f"pareto:  {outs['pareto_json']}\ntrials:  {outs['trials_csv']}\nplot:    {outs['pareto_png']}\n"
           f"study:   {search.study.study_name!r} in {search.storage_desc}\n"
           f"this run: {ran} trials{repeats}, {search.problem.evaluations} evaluator calls, {wall:.0f}s wall")
+    if aborted[0]:
+        print(aborted[0], file=sys.stderr)
     if code:
         sys.exit(code)
     return {"run_dir": str(search.run_dir), "study": search.study.study_name, "front": len(outs["front"]),

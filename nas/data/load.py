@@ -18,6 +18,7 @@ from nas.arch import Arch
 from nas.data.datasets import _DATASETS, _Files
 from nas.data.settings import DataSettings
 from nas.data.stream import StreamSplit, make_transforms
+from nas.data.verify import BadImage, ImageCheck, skipped_note
 
 __all__ = ["Dataset", "Split", "adapt_arch", "load_data"]
 
@@ -68,6 +69,7 @@ class Dataset:
     settings: DataSettings = field(default_factory=DataSettings)
     # where the test split comes from: the dataset's own, or the hold-out carved from its training images
     test_source: str = ""
+    skipped: tuple[BadImage, ...] = ()  # unreadable images left out of the splits (data.skip_bad)
 
     @property
     def in_chans(self) -> int:
@@ -81,7 +83,8 @@ class Dataset:
     def describe(self) -> str:
         t = f", {len(self.test)} test" if self.test is not None else ""
         return (f"{self.name}: {len(self.train)} train / {len(self.val)} val{t} images, {self.in_chans}x"
-                f"{self.resolution}x{self.resolution}, {self.num_classes} classes (from {self.source})")
+                f"{self.resolution}x{self.resolution}, {self.num_classes} classes (from {self.source})"
+                f"{skipped_note(self.skipped)}")
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 batch -> float batch, normalised with the training split's statistics."""
@@ -212,7 +215,8 @@ def _subsample(idx: np.ndarray, cap: int | None, rng: np.random.Generator) -> np
 
 
 def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
-    """Split and subsample by label (no image is read), and wrap each split in a ``StreamSplit``."""
+    """Split and subsample by label, leave out the images PIL cannot decode (``nas.data.verify``;
+    ``data.skip_bad``), and wrap each split in a ``StreamSplit``."""
     rng = np.random.default_rng(s.seed)
     targets = np.asarray(f.train.targets, dtype=np.int64)
     rest, te_idx, test_source = _carve_test(targets, s, has_test=f.test is not None, source=f.source,
@@ -224,6 +228,15 @@ def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
         tr_idx, va_idx = rest[tr_idx], rest[va_idx]
     tr_idx = _subsample(tr_idx, s.train_samples, rng)
     va_idx = _subsample(va_idx, s.val_samples, rng)
+    check = ImageCheck(s.skip_bad, f.source, s.num_workers)  # every image a split reads, decoded once (nas.data.verify)
+    va_base = f.val if f.val is not None else f.train
+    tr_idx, va_idx = check.keep(f.train, tr_idx), check.keep(va_base, va_idx)
+    te_base = f.train if te_idx is not None else f.test  # the hold-out carved from train/, or test/
+    if te_idx is None and f.test is not None:
+        te_idx = np.arange(len(f.test.targets))
+    if te_idx is not None:
+        te_idx = check.keep(te_base, te_idx)
+    skipped = check.done()
     if len(tr_idx) == 0 or len(va_idx) == 0:
         raise ValueError(f"dataset {s.name!r} from {f.source}: the split left {len(tr_idx)} training and "
                          f"{len(va_idx)} validation images; add images or change data.val_fraction")
@@ -234,12 +247,10 @@ def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
         return StreamSplit(base, idx, channels=f.channels, train_tf=train_tf, eval_tf=eval_tf,
                            num_workers=s.num_workers)
 
-    test = split(f.test, np.arange(len(f.test.targets))) if f.test is not None else None
-    if te_idx is not None:
-        test = split(f.train, te_idx)
-    ds = Dataset(s.name, split(f.train, tr_idx), split(f.val if f.val is not None else f.train, va_idx), test,
+    test = split(te_base, te_idx) if te_idx is not None else None
+    ds = Dataset(s.name, split(f.train, tr_idx), split(va_base, va_idx), test,
                  len(f.classes), tuple(f.classes), s.resolution, tuple(f.mean), tuple(f.std), s.augment, f.source, s,
-                 test_source)
+                 test_source, skipped)
     log.debug("streaming %s (%d workers)", ds.describe(), s.num_workers)
     return ds
 

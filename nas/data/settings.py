@@ -37,6 +37,9 @@ class DataSettings:
     auto_augment: str | None = None  # timm's RandAugment / AutoAugment string, e.g. rand-m9-mstd0.5
     crop_scale: float = 0.08  # RandomResizedCrop: smallest crop, as a fraction of the image area
     crop_pct: float = 0.875  # scoring: resize to resolution / crop_pct, then centre crop
+    # imagefolder: an image PIL cannot decode is left out, named and counted (at most 1% of the images, or 10);
+    # false: it stops the loading, named
+    skip_bad: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in _DATASETS:
@@ -62,6 +65,8 @@ class DataSettings:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"data.{k} must be in (0, 1], got {v!r}")
+        if not isinstance(self.skip_bad, bool):
+            raise ValueError(f"data.skip_bad must be true or false, got {self.skip_bad!r}")
         if self.auto_augment is not None and not isinstance(self.auto_augment, str):
             raise ValueError(f"data.auto_augment must be a timm augmentation string (e.g. rand-m9-mstd0.5) or null, "
                              f"got {self.auto_augment!r}")

@@ -44,7 +44,12 @@ class _Samples(torch.utils.data.Dataset):
         """Item ``key``, or ``(i, seed)``: item ``i`` with its random transform drawn from ``seed``
         (torch's, Python's and numpy's global RNGs, restored after, so the caller's streams are left alone)."""
         i, seed = key if isinstance(key, tuple) else (key, None)
-        img, y = self.base[int(self.indices[i])]
+        j = int(self.indices[i])
+        try:
+            img, y = self.base[j]
+        except OSError as e:  # PIL's errors (an image changed since the loading checked it): the file named
+            samples = getattr(self.base, "samples", None)
+            raise OSError(f"unreadable image {samples[j][0] if samples else f'#{j}'}: {type(e).__name__}: {e}") from e
         if img.mode != self.mode:
             img = img.convert(self.mode)
         if seed is None:

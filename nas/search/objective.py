@@ -179,9 +179,10 @@ class SearchProblem:
 
     def record(self) -> dict[str, Any]:
         """The settings that define the study (checked when a study is resumed)."""
-        # where the files are, and how many processes read them, do not change a score; the streamed
+        # where the files are, how many processes read them, and whether an unreadable one stops the loading
+        # (a skipped one is named in the data line) do not change a score; the streamed
         # datasets' transform settings do nothing for the in-memory ones (so their studies keep their record)
-        skip = {"root", "download", "num_workers"}
+        skip = {"root", "download", "num_workers", "skip_bad"}
         if not self.data.streamed:
             skip |= {"auto_augment", "crop_scale", "crop_pct"}
         data = {k: v for k, v in self.data.settings.to_dict().items() if k not in skip}

@@ -99,7 +99,12 @@ log = logging.getLogger(__name__)
 
 
 class SearchAborted(RuntimeError):
-    """Too many trials in a row failed: something is wrong beyond one architecture."""
+    """Too many trials in a row failed, or every trial of the run did: something is wrong beyond one
+    architecture.  The message holds the first failure's reason; ``report``: what the run did until then."""
+
+    def __init__(self, message: str, report: SearchReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,7 +192,8 @@ def run_search(
     """Run trials until the study holds ``n_trials`` counted trials (see the module docs).
 
     A failing trial is recorded FAIL and the search goes on, unless ``max_consecutive_failures``
-    fail in a row (``SearchAborted``).  A repeat is skipped; ``max_consecutive_duplicates`` repeats
+    fail in a row (``SearchAborted``); a run in which every trial sent to the evaluator failed (fewer
+    than that; the others over a budget) ends with ``SearchAborted`` too, once its trials are recorded.  Either message holds the first failure's reason.  A repeat is skipped; ``max_consecutive_duplicates`` repeats
     in a row end the run (``SearchReport.exhausted``).  A trial asked after other workers took the last
     slots is recorded surplus and not run.  ``KeyboardInterrupt`` propagates after the running trial
     is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome, repeats and surplus
@@ -201,6 +207,8 @@ def run_search(
     rep = SearchReport()
     t0 = time.perf_counter()
     failed = repeats = 0
+    first: TrialOutcome | None = None  # the first failure of the current run of failures
+    first_error: TrialOutcome | None = None  # the run's first failure
     while count_trials(study) < n_trials:
         out = _run_one(study, problem, n_trials)
         if callback is not None:
@@ -219,11 +227,18 @@ def run_search(
         rep.ran += 1
         rep.statuses[out.status] = rep.statuses.get(out.status, 0) + 1
         failed = failed + 1 if out.status == "error" else 0
+        first = (first or out) if failed else None
+        first_error = first_error or first
         if max_consecutive_failures and failed >= max_consecutive_failures:
-            raise SearchAborted(f"{failed} trials in a row failed; the last error (trial {out.number}): "
-                                f"{out.error}")
+            raise SearchAborted(f"{failed} trials in a row failed; the first error (trial {first.number}): "
+                                f"{first.error}", rep)
     rep.seconds = time.perf_counter() - t0
     rep.study_trials = len(study.get_trials(deepcopy=False))
+    errors = rep.statuses.get("error", 0)
+    if first_error is not None and not (rep.statuses.get("evaluated") or rep.statuses.get("pruned")):
+        others = f" ({rep.ran - errors} over a budget, not scored)" if rep.ran > errors else ""
+        raise SearchAborted(f"every trial of this run that was scored failed: {errors} of {rep.ran}{others}; the "
+                            f"first error (trial {first_error.number}): {first_error.error}", rep)
     return rep
 
 
