@@ -4,8 +4,10 @@ record; a killed lock holder never stalls the next start."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,6 +133,38 @@ def test_repair_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         repair_cli.main([str(tmp_path)])
     assert e.value.code == 2 and capsys.readouterr().err.startswith("error: no journal file at")
+
+
+def _enospc(*a, **k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _copy_then_fill(src, dst, *a, **k):
+    """shutil.copy2 on a disk that fills up: an empty file made, then no space for its bytes."""
+    Path(dst).touch()
+    _enospc()
+
+
+@pytest.mark.parametrize("full", ["checked", "backup", "repaired"])
+def test_repair_on_a_full_disk_is_refused_in_one_line_and_leaves_no_backup(journal, capsys, monkeypatch, full):
+    from nas.search import journal as journal_mod
+
+    damaged = journal.read_bytes() + b"{"
+    journal.write_bytes(damaged)
+    if full == "checked":  # no room, as the disk says: nothing is tried
+        usage = shutil.disk_usage(journal.parent)._replace(free=4096)
+        monkeypatch.setattr(journal_mod.shutil, "disk_usage", lambda p: usage)
+        monkeypatch.setattr(journal_mod.shutil, "copy2", lambda *a: pytest.fail("copied on a full disk"))
+    elif full == "backup":  # room as the disk says, then none
+        monkeypatch.setattr(journal_mod.shutil, "copy2", _copy_then_fill)
+    else:
+        monkeypatch.setattr(journal_mod, "atomic_write_bytes", _enospc)
+    with pytest.raises(SystemExit) as e:
+        repair_cli.main([str(journal.parent)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert ("not enough free space to repair" if full == "checked" else "No space left on device") in err
+    assert journal.read_bytes() == damaged and not list(journal.parent.glob("*.damaged-*"))
 
 
 def test_killed_lock_holder_does_not_stall_the_next_start(tmp_path):

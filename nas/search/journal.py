@@ -17,7 +17,7 @@ import shlex
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,6 +240,38 @@ def _backup_path(p: Path) -> Path:
     return b
 
 
+SPACE_MARGIN = 1 << 20  # free bytes a repair leaves beside the backup and the repaired copy
+
+
+def _check_space(p: Path, repaired: int) -> None:
+    """Refuse a repair the disk holding ``p`` has no room for: a backup as big as ``p`` and the repaired
+    copy (``repaired`` bytes, written beside it before the rename), and ``SPACE_MARGIN``."""
+    need, free = p.stat().st_size + repaired + SPACE_MARGIN, shutil.disk_usage(p.parent).free
+    if free < need:
+        raise ValueError(f"not enough free space to repair {p}: it needs {_mb(need)} (a backup, the repaired copy "
+                         f"and a margin), {_mb(free)} free in {p.parent}; free some space and run it again "
+                         f"(nothing was changed)")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _write_or_undo(p: Path, what: str, write: Callable[[], Any], backup: Path) -> None:
+    """``write()`` (``what`` it writes); when it fails (a full disk), remove ``backup`` (partial, or
+    not needed: the journal is unchanged) and raise one line.
+
+    Raises:
+        ValueError: the write failed; the journal at ``p`` is as it was.
+    """
+    try:
+        write()
+    except OSError as e:
+        backup.unlink(missing_ok=True)
+        raise ValueError(f"cannot repair {p}: writing {what} failed ({e.strerror or e}); free some space and run "
+                         f"it again (the journal is as it was)") from None
+
+
 def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
     """Rewrite the journal at ``path`` without its damaged lines, keeping every intact record.
 
@@ -247,6 +279,12 @@ def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
     ``<file>.damaged-<timestamp>``, write the repaired file atomically, and check that Optuna
     replays it.  ``dry_run``: report what would be done, write nothing.  An intact journal is
     left as it is.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the disk has no room for the backup and the repaired copy (checked first), a write
+            failed (what was written is removed; the journal is as it was), or the repaired journal
+            does not replay (the original is put back).
     """
     from optuna.storages.journal import JournalFileBackend
 
@@ -265,9 +303,11 @@ def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
         report.kept = len(keep)
         if dry_run:
             return report
+        repaired = b"".join(keep)
+        _check_space(p, len(repaired))
         report.backup = _backup_path(p)
-        shutil.copy2(p, report.backup)
-        atomic_write_bytes(p, b"".join(keep))
+        _write_or_undo(p, f"the backup {report.backup.name}", lambda: shutil.copy2(p, report.backup), report.backup)
+        _write_or_undo(p, "the repaired journal", lambda: atomic_write_bytes(p, repaired), report.backup)
         try:
             report.studies = study_counts(JournalFileBackend(str(p), lock_obj=JournalFileLock(p)))
         except Exception as e:
