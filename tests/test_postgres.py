@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,35 @@ def test_redact_url(url, shown):
     assert redact_url(url) == shown
 
 
-def test_bare_postgresql_url_uses_psycopg_3():
-    assert _with_driver("postgresql://u:p@h/d") == "postgresql+psycopg://u:p@h/d"
-    assert _with_driver("postgres://u:p@h/d") == "postgresql+psycopg://u:p@h/d"
-    assert _with_driver("postgresql+psycopg2://u:p@h/d") == "postgresql+psycopg2://u:p@h/d"
+def test_bare_postgresql_url_uses_psycopg_3_and_a_short_connect_timeout():
+    assert _with_driver("postgresql://u:p@h/d") == "postgresql+psycopg://u:p@h/d?connect_timeout=5"
+    assert _with_driver("postgres://u:p@h/d") == "postgresql+psycopg://u:p@h/d?connect_timeout=5"
+    assert _with_driver("postgresql+psycopg2://u:p@h/d") == "postgresql+psycopg2://u:p@h/d?connect_timeout=5"
+    assert _with_driver("postgresql://u:p@h/d?connect_timeout=60") == "postgresql+psycopg://u:p@h/d?connect_timeout=60"
     assert _with_driver("mysql+pymysql://u:p@h/d") == "mysql+pymysql://u:p@h/d"
+
+
+def test_a_server_that_does_not_answer_is_one_line_after_the_connect_timeout(monkeypatch):
+    """A server that accepts the connection and never answers (a hung or firewalled host): libpq waits
+    ``connect_timeout``, not as long as the network does; a short password is masked, not every letter."""
+    pytest.importorskip("psycopg")
+    from nas.search import storage
+
+    monkeypatch.setattr(storage, "PG_CONNECT_TIMEOUT_S", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        hang_up = threading.Timer(20, silent.close)  # without a connect_timeout: reset, not a test that hangs
+        hang_up.start()
+        url = f"postgresql://u:p@127.0.0.1:{silent.getsockname()[1]}/hwnas"
+        try:
+            with pytest.raises(ValueError) as e:
+                rdb_storage(url)
+        finally:
+            hang_up.cancel()
+    msg = str(e.value)
+    assert "timeout expired" in msg and "postgresql://u:***@127.0.0.1" in msg and "\n" not in msg, msg
+    assert "***ort" not in msg and e.value.__cause__ is None
 
 
 def test_missing_driver_is_one_line_naming_the_package(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import errno
 import functools
 import io
 import logging
@@ -71,9 +72,26 @@ def _option_names(schema: Any) -> list[str] | None:
     return names + ["conf"] if "target" in names else names
 
 
+def _quote_hint(e: BaseException) -> str | None:
+    """An override Hydra's grammar cannot read (unquoted non-ASCII letters, spaces, brackets) as one
+    line that shows it quoted, else None."""
+    from hydra.errors import OverrideParseException
+
+    if not isinstance(e, OverrideParseException):
+        return None
+    key, eq, value = e.override.partition("=")
+    why = (str(e.message).strip().splitlines() or ["cannot parse it"])[0].split(":")[0]
+    quoted = f"\"{key}='{value}'\"" if eq and "'" not in value else "the value in quotes"
+    return (f"cannot read the option {e.override!r} ({why}); a value with characters other than ASCII letters, "
+            f"digits and _-+./: must be quoted for Hydra, inside the shell's quotes: {quoted}")
+
+
 def config_error_line(e: BaseException) -> str:
     """A Hydra / OmegaConf composition error as one line: an unknown option lists the valid ones,
-    a mistyped key names the closest one."""
+    a mistyped key names the closest one, an override the grammar cannot read shows how to quote it."""
+    hint = _quote_hint(e)
+    if hint:
+        return hint
     text = str(e)
     cause = e.__cause__
     m = re.match(r"Could not override '([^']+)'", text)
@@ -166,16 +184,30 @@ def _run_dir_from_out(config_name: str) -> bool:
 
 
 def folder_error(option: str, value: str) -> str | None:
-    """``<option>=<value>`` naming a file, or a path under a file, where a folder is to be made:
-    the one-line error, else None."""
+    """``<option>=<value>`` naming a file, or a path under a file, or a folder this process cannot
+    write in (a read-only disk, no permission), where a folder is to be made: the one-line error,
+    else None."""
     out = Path(value)
     for p in (out, *out.parents):
         if p.exists():
             if p.is_dir():
-                return None
+                return _unwritable(option, value, p)
             what = "is a file" if p == out else f"is under {p}, a file"
             return f"{option}={value} {what}, not a folder; give a folder (a new one, or one to resume)"
     return None
+
+
+def _unwritable(option: str, value: str, folder: Path) -> str | None:
+    """``<option>=<value>`` whose nearest existing ``folder`` this process cannot write in: the
+    one-line error, else None."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    ro = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    why = "is on a read-only file system" if ro else "is not writable for this user"
+    return f"{option}={value}: cannot write there: {folder} {why}; give a folder you can write in"
+
+
+_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 
 def _out_dir_error(args: Sequence[str]) -> str | None:
@@ -186,8 +218,9 @@ def _out_dir_error(args: Sequence[str]) -> str | None:
 
 @contextlib.contextmanager
 def _unexpected_errors(show: bool):
-    """An unexpected exception as one line (exit 1), a Ctrl-C the command left unhandled as
-    ``interrupted`` (exit 130); ``show``: let them through with their traceback."""
+    """An unexpected exception as one line (exit 1); an ``OSError`` from the user's environment (no
+    permission, a read-only or full disk) as ``error: <file>: <reason>`` (exit 2); a Ctrl-C the command
+    left unhandled as ``interrupted`` (exit 130); ``show``: let them through with their traceback."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -203,6 +236,9 @@ def _unexpected_errors(show: bool):
     except Exception as e:
         if show:
             raise
+        if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:  # a permission, a read-only or full disk
+            print(f"error: {e.filename}: {e.strerror}" if e.filename else f"error: {e.strerror or e}", file=sys.stderr)
+            sys.exit(2)
         print(unexpected_error_lines(e), file=sys.stderr)
         sys.exit(1)
 

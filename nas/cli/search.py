@@ -69,6 +69,9 @@ def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         check_counts(cfg, {"n_trials": "trials", "max_consecutive_failures": "failed trials in a row (0: never stop)"})
+        if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
+            raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
+                             f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
         search = _prepare_search(cfg, target, run_dir)
     except BaseException:
         if fresh and run_dir.is_dir():

@@ -84,6 +84,7 @@ def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
 _DRIVER_PACKAGES = {"psycopg": "'hwnas[postgres]'", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL",
                      "mysqldb": "mysqlclient"}
 _PG_LOCK_KEY = 0x6877_6E61_7331  # pg_advisory_lock key: one Optuna schema creation at a time
+PG_CONNECT_TIMEOUT_S = 5  # libpq's connect_timeout unless the URL sets one: a server that does not answer fails fast
 
 
 def redact_url(url: str) -> str:
@@ -98,12 +99,16 @@ def redact_url(url: str) -> str:
 
 def _with_driver(url: str) -> str:
     """A bare ``postgresql://`` URL (or ``postgres://``) with the driver the ``postgres`` extra installs
-    (psycopg 3) named, whatever SQLAlchemy's default; a URL naming its driver is kept."""
+    (psycopg 3) named, whatever SQLAlchemy's default; a URL naming its driver is kept.  A PostgreSQL
+    URL without ``connect_timeout`` gets ``PG_CONNECT_TIMEOUT_S`` (libpq's own default is to wait as
+    long as the network does)."""
     from sqlalchemy.engine import make_url
 
     u = make_url(url)
     if u.drivername in ("postgresql", "postgres"):
         u = u.set(drivername="postgresql+psycopg")
+    if u.get_backend_name() == "postgresql" and "connect_timeout" not in u.query:
+        u = u.update_query_dict({"connect_timeout": str(PG_CONNECT_TIMEOUT_S)})
     return u.render_as_string(hide_password=False)
 
 
@@ -179,8 +184,8 @@ def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
     except sqlalchemy.exc.OperationalError as e:
         where = f"{u.host or 'localhost'}:{u.port or 'default port'}/{u.database or ''}"
         line = _db_error_line(e)
-        if u.password:
-            line = line.replace(str(u.password), "***")
+        if u.password:  # masked where it stands alone, not inside other words (a password "p")
+            line = re.sub(rf"(?<![\w]){re.escape(str(u.password))}(?![\w])", "***", line)
         raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,17 +42,30 @@ def save_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
 def read_torch_file(path: str | Path, *, not_found: str, unreadable: str) -> tuple[Path, Any]:
     """``(path, object)`` of a ``torch.save`` file read on the CPU with ``weights_only``.  A missing file
     raises ``FileNotFoundError(not_found)``, one torch cannot read ``ValueError(unreadable)``; both
-    templates are formatted with ``p`` (the path), ``unreadable`` also with ``err`` (the error's type
-    and message) and ``first`` (its type and the message's first line)."""
+    templates are formatted with ``p`` (the path), ``unreadable`` also with ``err`` and ``first`` (why,
+    in one line: ``_unreadable_reason``)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise FileNotFoundError(not_found.format(p=p))
     try:
         return p, torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
-        first = (str(e).splitlines() or [""])[0]
-        raise ValueError(unreadable.format(p=p, err=f"{type(e).__name__}: {e}",
-                                           first=f"{type(e).__name__}: {first}")) from None
+        reason = _unreadable_reason(e)
+        raise ValueError(unreadable.format(p=p, err=reason, first=reason)) from None
+
+
+def _unreadable_reason(e: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in one line: the object it would not make
+    (a file holding more than tensors and plain containers is never unpickled: none of it may run code),
+    else the error's type and first line."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    if isinstance(e, pickle.UnpicklingError) and "weights_only" in text:
+        m = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        what = f"a {m.group(1)} object" if m else "objects"
+        return (f"it holds {what} beyond tensors and plain containers, which hwnas does not unpickle "
+                f"(checkpoints load with weights_only=True)")
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {first}".rstrip(": ")
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
