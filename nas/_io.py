@@ -1,17 +1,31 @@
-"""Small I/O helpers: atomic writes, so an interruption never leaves a half-written file, and an
-inter-process file lock, so two processes never interleave a read-modify-write of one file."""
+"""Small I/O helpers: atomic writes, so an interruption never leaves a half-written file; an
+inter-process file lock, so two processes never interleave a read-modify-write of one file; and a
+writer's lock (``exclusive``), so one process at a time writes a run or a table.
+
+Lock files live out of the user's way, in a hidden folder beside what they guard
+(``lock_path``: ``<folder>/.locks/<name>.lock``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "file_lock"]
+from filelock import FileLock, Timeout
+
+__all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
+           "file_lock", "lock_path"]
+
+#: The hidden folder, beside the files they guard, that holds lock and claim files.
+LOCK_DIR = ".locks"
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -49,20 +63,26 @@ def atomic_write_json(path: str | os.PathLike, data: Any, *, indent: int | None 
     atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
 
 
+def lock_path(path: str | os.PathLike, suffix: str = ".lock") -> Path:
+    """The lock file guarding ``path``: ``<path's folder>/.locks/<path's name><suffix>`` (the hidden
+    folder is made if missing)."""
+    p = Path(path)
+    folder = p.parent / LOCK_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / (p.name + suffix)
+
+
 @contextmanager
 def file_lock(path: str | os.PathLike, *, timeout: float = -1, what: str | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on ``<path>.lock`` (``filelock``: an OS lock, released when the process
-    dies, so a killed holder never stalls the next one).  ``timeout`` seconds (-1: wait for ever);
-    past it, a ``TimeoutError`` that names ``what`` (default: the file)."""
-    from filelock import FileLock, Timeout
-
+    """Hold an exclusive lock on ``lock_path(path)`` (``filelock``: an OS lock, released when the
+    process dies, so a killed holder never stalls the next one).  ``timeout`` seconds (-1: wait for
+    ever); past it, a ``TimeoutError`` that names ``what`` (default: the file)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(p) + ".lock", timeout=timeout)
+    lock = FileLock(str(lock_path(p)), timeout=timeout)
     try:
         lock.acquire()
     except Timeout:
-        raise TimeoutError(f"{what or p} is locked by another process (lock file {p}.lock); "
+        raise TimeoutError(f"{what or p} is locked by another process (lock file {lock.lock_file}); "
                            f"waited {timeout:g} s") from None
     try:
         yield
@@ -70,11 +90,71 @@ def file_lock(path: str | os.PathLike, *, timeout: float = -1, what: str | None 
         lock.release()
 
 
+class Busy(RuntimeError):
+    """Another process holds the writer's lock of a run or a table (``exclusive``); the message is one
+    line naming that process and how to queue behind it."""
+
+
+def _holder(info: Path) -> str:
+    """Who holds a writer's lock, from its holder file: ``process 123 on host (since ...: command)``."""
+    try:
+        h = json.loads(info.read_text())
+        cmd = f": {h['command']}" if h.get("command") else ""
+        return f"process {h['pid']} on {h['host']} (since {h['since']}{cmd})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+
+
+@contextmanager
+def exclusive(path: str | os.PathLike, *, what: str, wait: bool = False, option: str = "wait=true",
+              command: str | None = None, say: Any = None) -> Iterator[None]:
+    """Be the one writer of ``path`` (a run's output folder, a table) while the block runs.
+
+    The lock is an OS lock on ``lock_path(path, ".writer.lock")`` (released when its holder dies, so a
+    killed writer never blocks the next); a holder file beside it names the holding process.
+
+    Args:
+        path: what is written.
+        what: how messages name it (``"training of runs/a"``).
+        wait: when another process holds it, wait for it (saying so once through ``say``) instead of
+            raising.
+        option: the option that queues, named in the refusal.
+        command: this process's command line, for the holder file (another process's message names it).
+        say: where the waiting message goes (default: standard error).
+
+    Raises:
+        Busy: another process holds it and ``wait`` is false; nothing was changed.
+    """
+    lock_file = lock_path(path, ".writer.lock")
+    info = lock_file.with_name(lock_file.name[:-len(".lock")] + ".holder.json")
+    lock = FileLock(str(lock_file), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = _holder(info)
+        if not wait:
+            raise Busy(f"{what} is in progress in {holder}; nothing was changed: add {option} to start when it "
+                       f"ends") from None
+        (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f"waiting: {what} is in progress in {holder}; "
+                                                                   "this one starts when it ends")
+        lock = FileLock(str(lock_file), timeout=-1)
+        lock.acquire()
+    try:
+        atomic_write_json(info, {"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                 "command": command})
+        yield
+    finally:
+        try:
+            info.unlink()
+        except FileNotFoundError:
+            pass
+        lock.release()
+
+
 def shell_join(words: list[str]) -> str:
     """A command line to copy into a shell: like ``shlex.join``, but a word holding single quotes (a
     Hydra string override such as ``conf.device.name='Jetson AGX Orin'``) goes in double quotes."""
-    import shlex
-
     out = []
     for w in words:
         q = shlex.quote(w)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nas._io import Busy
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
 from nas.latency.device import RuntimeUnavailable
 
@@ -32,13 +33,14 @@ register_configs()
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Turn the library's ValueError/FileNotFoundError into a one-line message and exit 2."""
+    """Turn the library's ValueError/FileNotFoundError (and ``Busy``: another process writes the same
+    run or table) into a one-line message and exit 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, KeyError, RuntimeUnavailable) as e:
+        except (ValueError, FileNotFoundError, KeyError, RuntimeUnavailable, Busy) as e:
             logging.getLogger("nas").debug("error", exc_info=True)
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)

@@ -31,7 +31,7 @@ def run(cfg: DictConfig) -> dict:
             pruned_networks=cfg.pruned_networks, models=list(cfg.models or ()), in_chans=list(cfg.in_chans or ()),
             num_classes=list(cfg.num_classes or ()), refresh=cfg.refresh, recalibrate=cfg.recalibrate,
             allow_mismatch=cfg.allow_mismatch, limit=cfg.limit, progress=cfg.progress, budget_min=cfg.budget_min,
-            held_out=cfg.held_out, command=typed_command("nas.profile"),
+            held_out=cfg.held_out, command=typed_command("nas.profile"), wait=cfg.wait,
             say=lambda line: print(line, flush=True))
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)

@@ -13,7 +13,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from nas.cli._common import fmt_table, folder_error, hydra_app, user_errors
+from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
 from nas.config.train import register_train_configs
 
 register_train_configs()
@@ -57,7 +57,7 @@ def run(cfg: DictConfig) -> dict:
     from nas.train.pipeline import train_front
     from nas.train.report import REPORT_HEADER, report_rows
     try:
-        report = train_front(s)
+        report = train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
     except KeyboardInterrupt:
         print("\ninterrupted: finished epochs are checkpointed; run the same command to resume", file=sys.stderr)
         sys.exit(130)

@@ -144,6 +144,7 @@ class ProfileAppConfig:
     in_chans: list[int] = field(default_factory=lambda: [1, 3])
     num_classes: list[int] = field(default_factory=lambda: [10])
     progress: bool = True
+    wait: bool = False  # another nas.profile measuring this table on this machine: wait for it (false: refuse)
     profile: MeasureConfig = field(default_factory=MeasureConfig)
 
 

@@ -57,6 +57,7 @@ class TrainAppConfig:
     seed: int = 0
     allow_mismatch: bool = False
     supernet: str | None = None  # a supernet.ckpt: start every network from its inherited weights, then fine-tune
+    wait: bool = False  # another nas.train writing the same folder: wait for it to end (false: refuse at once)
     train: TrainConfig = field(default_factory=TrainConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
     qat: QATConfig = field(default_factory=QATConfig)

@@ -5,7 +5,8 @@ expected seconds (``expected_seconds``): round by round, within a round the bloc
 most first and the networks spread among them.  ``run_jobs`` measures them in order into the table
 (saved as it goes) under one progress bar whose total is re-estimated after each job, optionally
 within a time budget, and logs the run in the table's ``profile_log`` (``job_id`` names each
-measurement there).  ``profile_target`` (``nas.latency.profile_workflow``) plans and runs it; the
+measurement there).  Runs sharing a table file claim each measurement first (``nas.latency.claims``),
+so two never time the same item at once, and skip what another run has saved.  ``profile_target`` (``nas.latency.profile_workflow``) plans and runs it; the
 items come from ``nas.latency.profiler`` (which re-exports these names).
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch, BlockKey
+from nas.latency.claims import STALE_S, Claims
 from nas.latency.measure import ProfileReport, ProfileSettings, measure_arch, measure_key, measure_overhead
 from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
@@ -64,6 +66,7 @@ class JobReport:
     planned_s: float = 0.0
     stopped_by_budget: bool = False
     done: list[Job] = field(default_factory=list)
+    by_others: int = 0  # jobs another run sharing the table measured meanwhile
 
 
 def expected_seconds(item: Any, kind: str, settings: ProfileSettings, call_ms: float, *,
@@ -169,6 +172,9 @@ class _Eta:
         self.plan[k] = keep * self.plan[k] + job.cost_s
         self.took[k] = keep * self.took[k] + seconds
 
+    def skipped(self, job: Job) -> None:
+        self.left[job.kind] -= job.cost_s
+
     def cost(self, job: Job) -> float:
         return job.cost_s * self.ratio(job.kind)
 
@@ -176,14 +182,78 @@ class _Eta:
         return sum(max(v, 0.0) * self.ratio(k) for k, v in self.left.items())
 
 
+class _Shared:
+    """The jobs of a run that shares its table file with other runs: each is claimed before it is
+    measured, skipped when another run's save holds it already, and put off to the end while another
+    run holds its claim (then waited for, polling every ``poll_s`` seconds)."""
+
+    def __init__(self, table: LatencyTable, path: Path, stores: dict, *, stale_s: float, poll_s: float = 1.0) -> None:
+        self.table, self.path, self.stores, self.poll_s = table, path, stores, poll_s
+        self.claims = Claims(path, stale_s=stale_s)
+        self.seen: tuple | None = self._stat()
+
+    def _stat(self) -> tuple | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def saved(self) -> None:
+        """This run saved the table: its claims go, and the file as it is now is known."""
+        self.claims.release()
+        self.seen = self._stat()
+
+    def _done(self, job: Job) -> bool:
+        """Whether another run's save holds this job's round already (taken in when the file changed)."""
+        if self._stat() != self.seen:
+            self.table.save(self.path)  # merges what the others saved
+            self.saved()
+        e = self.stores[job.kind].get(job.item)
+        return e is not None and e.rounds >= job.round
+
+    def schedule(self, jobs: Sequence[Job], skip: Callable[[Job], None]) -> Any:
+        """The jobs this run measures, claimed, in order; those another run measured go to ``skip``."""
+        later = []
+        for job in jobs:
+            if self._done(job):
+                skip(job)
+            elif self.claims.take(job_id(job.item, job.kind)):
+                yield job
+            else:
+                later.append(job)
+        told = False
+        while later:
+            still = []
+            for job in later:
+                if self._done(job):
+                    skip(job)
+                elif self.claims.take(job_id(job.item, job.kind)):
+                    yield job
+                else:
+                    still.append(job)
+            later = still
+            if later and not told:
+                told = True
+                log.warning("waiting for %d measurement(s) that another run sharing %s is taking (%s); they are "
+                            "not timed twice at once", len(later), self.path,
+                            self.claims.holder(job_id(later[0].item, later[0].kind)))
+            if later:
+                time.sleep(self.poll_s)
+
+
 def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, settings: ProfileSettings, *,
              path: str | Path | None = None, progress: bool = True, budget_s: float | None = None,
              clock: Callable[[], float] = time.monotonic,
-             on_step: Callable[[float, float], None] | None = None) -> JobReport:
+             on_step: Callable[[float, float], None] | None = None, claim_stale_s: float = STALE_S) -> JobReport:
     """Measure ``jobs`` in order into ``table`` (saved as it goes, throttled, and on exit) under
     one progress bar whose total is the whole plan's expected time, re-estimated after each job;
     with ``budget_s``, stop before a job that would end past it.  ``on_step(elapsed, left)``
-    is called after each job.  Ctrl-C saves, then re-raises."""
+    is called after each job.  Ctrl-C saves, then re-raises.
+
+    With ``path``, each job is claimed first (``nas.latency.claims``; another host's claim is
+    abandoned after ``claim_stale_s`` seconds): a job another run sharing the file is taking waits
+    until the end of this run, and one that run has saved meanwhile is skipped (``by_others``)."""
     if jobs:
         import nas.builder  # noqa: F401  # timm loads now, not inside the first job's time and the budget
     if jobs and table.metadata.get("call_overhead_ms") is None:
@@ -193,20 +263,26 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
     eta = _Eta(jobs)
     report = JobReport(reps["block"], reps["network"], len(jobs), planned_s=eta.remaining())
     counts = {k: reps[k].requested for k in stores}
-    bar = None
-    if progress and jobs:
-        from tqdm.auto import tqdm
+    bar = _bar(eta) if progress and jobs else None
+    shared = _Shared(table, Path(path), stores, stale_s=claim_stale_s) if path is not None and jobs else None
 
-        bar = tqdm(total=round(eta.remaining(), 1), unit="s", dynamic_ncols=True, smoothing=0,
-                   desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
-    save = Throttle(lambda: table.save(path, runtime=runtime), settings.save_every_s)
+    def save_now() -> None:
+        table.save(path, runtime=runtime)
+        if shared is not None:
+            shared.saved()
+
+    def skip(job: Job) -> None:
+        report.by_others += 1
+        eta.skipped(job)
+
+    save = Throttle(save_now, settings.save_every_s)
     run_log = _log_run(table, jobs, budget_s)
     save()
     t0 = clock()
     try:
-        for i, job in enumerate(jobs):
+        for job in shared.schedule(jobs, skip) if shared is not None else jobs:
             if budget_s is not None and clock() - t0 + eta.cost(job) > budget_s:
-                report.left, report.stopped_by_budget = len(jobs) - i, True
+                report.stopped_by_budget = True
                 break
             t = clock()
             entry = _measure_job(job, runtime, settings)
@@ -226,10 +302,8 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
             if on_step is not None:
                 on_step(elapsed, eta.remaining())
             if bar is not None:
-                bar.total = round(elapsed + eta.remaining(), 1)
-                bar.n = round(elapsed, 1)
-                bar.set_postfix_str(f"round {job.round}/{settings.rounds}, blocks {reps['block'].measured}/"
-                                    f"{counts['block']}, networks {reps['network'].measured}/{counts['network']}")
+                _show(bar, elapsed, eta, f"round {job.round}/{settings.rounds}, blocks {reps['block'].measured}/"
+                      f"{counts['block']}, networks {reps['network'].measured}/{counts['network']}")
     except KeyboardInterrupt:
         for rep in reps.values():
             rep.interrupted = True
@@ -237,14 +311,30 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
         raise
     finally:
         report.seconds = clock() - t0
+        report.left = len(jobs) - len(report.done) - report.by_others
         if run_log is not None:
-            run_log.update(seconds=round(report.seconds, 2), left=report.left or len(jobs) - len(report.done),
+            run_log.update(seconds=round(report.seconds, 2), left=report.left,
                            stopped_by_budget=report.stopped_by_budget)
             save()
         save.flush()
+        if shared is not None:
+            shared.claims.release()  # a save that failed leaves its items to the next run
         if bar is not None:
             bar.close()
     return report
+
+
+def _show(bar: Any, elapsed: float, eta: _Eta, postfix: str) -> None:
+    bar.total = round(elapsed + eta.remaining(), 1)
+    bar.n = round(elapsed, 1)
+    bar.set_postfix_str(postfix)
+
+
+def _bar(eta: _Eta) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=round(eta.remaining(), 1), unit="s", dynamic_ncols=True, smoothing=0,
+                desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
 
 
 def job_id(item: Any, kind: str) -> str:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nas._io import shell_join
+from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
 from nas.latency import reproducibility
 from nas.latency.device import device_identity, device_mismatch
@@ -141,12 +142,21 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
                    num_classes: Sequence[int] = (), refresh: int = 0, recalibrate: bool = False,
                    allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
                    budget_min: float | None = None, held_out: int = 0, command: str | None = None,
-                   say: Callable[[str], None] = log.info) -> dict[str, Any]:
+                   wait: bool = False, say: Callable[[str], None] = log.info) -> dict[str, Any]:
     """Build (or extend, refresh, recalibrate) the target's latency table on this machine, or write /
     import a bundle for a device without torch; the ``nas.profile`` command.  ``budget_min``: stop
     measuring when these minutes are spent (a re-run continues).  ``held_out``: seeded networks (spread
-    over the spaces) a bundle adds for validation only.  ``command``: the command line as typed, for the hints printed
-    with a bundle.  Returns a summary."""
+    over the spaces) a bundle adds for validation only.  ``command``: the command line as typed, for the
+    hints printed with a bundle and named to another run that finds the table taken.
+
+    One run per machine writes a table at a time (``nas._io.exclusive``: a second raises ``Busy``, or
+    with ``wait`` waits for the first, saying so through ``say``); runs on other machines sharing the
+    table's folder measure into it together, never timing one item at once (``nas.latency.claims``).
+    Returns a summary.
+
+    Raises:
+        nas._io.Busy: another run on this machine writes the table and ``wait`` is false.
+    """
 
     target = Target.coerce(target)
     settings = settings or ProfileSettings()
@@ -164,31 +174,34 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
         keys = sorted(keys, key=lambda k: -freq.get(k, 0))
         return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, held_out=held_out,
                              budget_min=budget_min, command=command, progress=progress, say=say)
-    table = LatencyTable.load(out) if out.is_file() else None
-    if import_bundle:
-        return _import(import_bundle, target, table, out, keys, names if spaces else None, where,
-                       allow_mismatch=allow_mismatch, command=command, say=say)
-    table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
-    if recalibrate and refresh:
-        raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
-                         "calibration network, refresh a few of them for one scale factor)")
-    if recalibrate:
-        return _recalibrate(table, out, runtime, settings, progress=progress, say=say)
-    if refresh:
-        return _refresh(table, out, runtime, settings, refresh, progress=progress, say=say)
-    nets = _round_robin(all_spaces, calibration_networks, resolution) + pruned
-    missing = len(table.missing(keys))
-    freq = block_frequency(all_spaces, resolution=resolution)
-    if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
-        table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-    jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table), freq=freq, limit=limit)
-    budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
-    say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
-        f"on {here} with {runtime.name} {runtime.version()} ({target.provider}, {runtime.precision}, "
-        f"batch {runtime.batch}, {runtime.threads} thread(s)); {len(nets)} calibration networks; "
-        f"{settings.rounds} round(s), blocks and networks interleaved: {len(jobs)} measurements{budget}")
-    return _measure_table(jobs, table, out, runtime, settings, freq=freq, budget_min=budget_min,
-                          progress=progress, say=say)
+    host = socket.gethostname()
+    with exclusive(out.with_name(f"{out.name}@{host}"), what=f"profiling into {out} on {host}", wait=wait,
+                   command=command, say=say):
+        table = LatencyTable.load(out) if out.is_file() else None
+        if import_bundle:
+            return _import(import_bundle, target, table, out, keys, names if spaces else None, where,
+                           allow_mismatch=allow_mismatch, command=command, say=say)
+        table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
+        if recalibrate and refresh:
+            raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
+                             "calibration network, refresh a few of them for one scale factor)")
+        if recalibrate:
+            return _recalibrate(table, out, runtime, settings, progress=progress, say=say)
+        if refresh:
+            return _refresh(table, out, runtime, settings, refresh, progress=progress, say=say)
+        nets = _round_robin(all_spaces, calibration_networks, resolution) + pruned
+        missing = len(table.missing(keys))
+        freq = block_frequency(all_spaces, resolution=resolution)
+        if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
+            table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
+        jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table), freq=freq, limit=limit)
+        budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
+        say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
+            f"on {here} with {runtime.name} {runtime.version()} ({target.provider}, {runtime.precision}, "
+            f"batch {runtime.batch}, {runtime.threads} thread(s)); {len(nets)} calibration networks; "
+            f"{settings.rounds} round(s), blocks and networks interleaved: {len(jobs)} measurements{budget}")
+        return _measure_table(jobs, table, out, runtime, settings, freq=freq, budget_min=budget_min,
+                              progress=progress, say=say)
 
 
 def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSettings, names: list[str],

@@ -25,7 +25,7 @@ from typing import Any
 from optuna.storages.journal import BaseJournalBackend
 from optuna.storages.journal._file import BaseJournalFileLock  # the documented base, not re-exported
 
-from nas._io import atomic_write_bytes
+from nas._io import atomic_write_bytes, lock_path
 
 __all__ = ["JournalFileLock", "RepairReport", "check_journal", "journal_lock_path", "repair_journal",
            "study_counts", "study_names"]
@@ -41,12 +41,13 @@ _RECORD_START = re.compile(rb'\{\s*"op_code"\s*:')
 
 
 def journal_lock_path(path: str | Path) -> Path:
-    """The file the journal writers lock (an OS lock, released when its holder dies)."""
-    return Path(str(path) + LOCK_SUFFIX)
+    """The file the journal writers lock (an OS lock, released when its holder dies), in the hidden
+    lock folder beside the journal (``nas._io.lock_path``)."""
+    return lock_path(path, LOCK_SUFFIX)
 
 
 class JournalFileLock(BaseJournalFileLock):
-    """Optuna's journal file lock as an OS lock (``filelock``) on ``<journal>.flock``: a killed
+    """Optuna's journal file lock as an OS lock (``filelock``) on ``.locks/<journal>.flock``: a killed
     holder releases it at once, so the next writer never waits out a grace period."""
 
     def __init__(self, path: str | Path) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from nas._io import lock_path
+
 __all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
            "rdb_storage", "redact_url", "storage_description"]
 
@@ -136,7 +138,7 @@ def _open_rdb(url: str) -> optuna.storages.RDBStorage:
     if db not in ("", ":memory:"):
         from filelock import FileLock
 
-        with FileLock(db + ".lock"):  # workers opening a new file at once
+        with FileLock(str(lock_path(db))):  # workers opening a new file at once
             return create()
     attempt = 0
     while True:

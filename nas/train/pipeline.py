@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, exclusive
 from nas.arch import Arch
 from nas.builder import build
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
@@ -349,8 +349,29 @@ def _load_supernet(s: PipelineSettings, run: SearchRun, data: Dataset) -> tuple[
     return sn, meta
 
 
-def train_front(s: PipelineSettings) -> dict[str, Any]:
-    """Run the pipeline on the selected Pareto architectures; write and return the report."""
+def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None = None,
+                say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the pipeline on the selected Pareto architectures; write and return the report.
+
+    One process at a time trains into an output folder (``<run>/train`` or ``s.out``): its lock is
+    ``nas._io.exclusive``'s, in the run's hidden ``.locks/`` folder.
+
+    Args:
+        s: the pipeline's settings.
+        wait: another process trains into the same folder: wait for it (``say`` says so) instead of
+            raising ``Busy``.
+        command: this process's command line, named to a second process that finds the lock held.
+        say: where the waiting message goes (default: standard error).
+
+    Raises:
+        nas._io.Busy: another process trains into the same folder and ``wait`` is false.
+    """
+    out = Path(s.out or Path(s.run) / "train")
+    with exclusive(out, what=f"training into {out}", wait=wait, command=command, say=say):
+        return _train_front(s)
+
+
+def _train_front(s: PipelineSettings) -> dict[str, Any]:
     from nas.latency import load_latency_model
 
     run = load_search_run(s.run)
