@@ -1,7 +1,9 @@
 """The public API in nas/__init__.py: every name resolves, and ``import nas`` stays light."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +40,13 @@ def test_no_public_name_is_shadowed_by_a_submodule():
             "import types; print([n for n in nas.__all__ if isinstance(getattr(nas, n), types.ModuleType)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_docs_list_the_public_api():
+    """docs/getting-started.md's sentence "The public API is ..." names exactly ``nas.__all__``."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text()
+    m = re.search(r"The public API is (.*?)\. See", text, re.S)
+    assert m, "docs/getting-started.md: no sentence 'The public API is ... See'"
+    listed = {n.removeprefix("nas.") for n in re.findall(r"`([^`]+)`", m.group(1))}
+    assert listed == set(nas.__all__), f"in the docs only: {listed - set(nas.__all__)}; " \
+                                       f"in nas.__all__ only: {set(nas.__all__) - listed}"

@@ -1,13 +1,16 @@
 """The built wheel works outside the repository: package data inside it, commands runnable from a venv.
 
 Builds the wheel (no network: ``--no-build-isolation`` uses the installed setuptools), installs it
-with ``--no-deps`` into a fresh venv that sees the system's torch, timm, Optuna ..., and runs two
-commands from a folder outside the repository.
+with ``--no-deps`` into a fresh venv that sees the running interpreter's torch, timm, Optuna ...
+(its site-packages, whether that interpreter is a venv's or the system's), and runs two commands from
+a folder outside the repository.
 """
 
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from pathlib import Path
@@ -29,15 +32,30 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+def outer_site_packages() -> list[str]:
+    """The running interpreter's site-packages folders: a venv's when the tests run in one (a venv's
+    ``system_site_packages`` would reach its base interpreter's instead, which lacks what the venv
+    installed), else the system's, and the user's."""
+    dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
 @pytest.fixture(scope="module")
 def venv_python(wheel, tmp_path_factory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv") / "env"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
     py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    inner = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    # the outer packages come after the venv's own (a path line in a .pth is appended to sys.path, and
+    # the .pth files there, such as an editable install's of this checkout, are not run)
+    Path(inner, "outer_site_packages.pth").write_text("".join(d + "\n" for d in outer_site_packages()))
     # --ignore-installed: the system may hold hwnas already (an editable install of this checkout)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q", str(wheel)],
-                   check=True, env=env)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
+                    "--ignore-installed", "-q", str(wheel)], check=True, env=env)
     return py
 
 
