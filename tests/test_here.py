@@ -260,3 +260,18 @@ def test_gpu_identity_without_a_gpu(monkeypatch):
     monkeypatch.setattr(device, "device_identity", lambda kind="cpu": {**XEON, "kind": kind, "gpu": None})
     with pytest.raises(ValueError, match=r"conf=here_gpu: no NVIDIA GPU .* conf=here is this machine's CPU"):
         gpu_identity()
+
+
+def test_load_latency_model_warns_from_python_too(monkeypatch):
+    """The commands print the other-processor warning; a library call warns (OtherProcessorWarning)."""
+    import nas
+    import nas.latency.device as device
+    from nas.latency.device import OtherProcessorWarning
+
+    target = nas.load_target("epyc_zen5")
+    table = LatencyTable.load(Path(nas.__file__).parent / "latency_tables" / target.table)
+    other = {**XEON, "machine": table.metadata["device"]["machine"]}
+    monkeypatch.setattr(device, "device_identity", lambda kind="cpu": other)
+    with pytest.warns(OtherProcessorWarning, match="ANOTHER PROCESSOR"):
+        model = nas.load_latency_model(target)
+    assert "ANOTHER PROCESSOR" in model.warning

@@ -485,3 +485,15 @@ def test_two_workers_asking_for_the_last_slot_run_one_trial(tmp_path, target, di
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
     _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+
+
+def test_run_search_shows_progress_by_default_and_is_quiet_with_progress_false(tmp_path, target, digits, capsys):
+    s = _prepare(tmp_path / "a", target, digits, FakeEvaluator())
+    run_search(s.study, s.problem, n_trials=3, storage=s.storage)
+    err = capsys.readouterr().err
+    assert "search:" in err and "3/3" in err and "best" in err  # the bar, as the CLI shows it
+    s = _prepare(tmp_path / "b", target, digits, FakeEvaluator(fail_on=(1,)))
+    seen = []
+    run_search(s.study, s.problem, n_trials=3, storage=s.storage, progress=False, callback=seen.append)
+    out = capsys.readouterr()
+    assert out.err == "" and out.out == "" and len(seen) >= 3  # quiet; the caller's callback still sees every trial

@@ -89,9 +89,10 @@ def test_cli_help_lists_groups():
     r = _cli(["--help"], REPO)
     assert r.returncode == 0
     assert "n_trials" in r.stdout
-    # the shipped options of each group are listed, whatever else the user added (a copied target file...)
+    # the shipped options of each group are listed, whatever else the user added (a copied target file...);
+    # the target group as users type it
     shipped = {"data": {"cifar10", "digits", "fashion_mnist", "imagefolder"}, "evaluator": {"train", "zero_cost"},
-               "sampler": {"nsga2", "random", "tpe"}, "target": {"cpu", "jetson"}}
+               "sampler": {"nsga2", "random", "tpe"}, "conf": {"cpu", "jetson"}}
     for group, names in shipped.items():
         line = next(ln for ln in r.stdout.splitlines() if ln.startswith(f"{group}: "))
         assert names <= set(line.removeprefix(f"{group}: ").split(", ")), line

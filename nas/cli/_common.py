@@ -12,13 +12,18 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
 from nas._io import Busy
+from nas.cli._help import annotate_help
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
-from nas.latency.device import RuntimeUnavailable
+from nas.latency.device import OtherProcessorWarning, RuntimeUnavailable
 
 __all__ = [
     "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
@@ -130,6 +135,17 @@ def _complete(app: Callable) -> Any:
         if as_conf:
             out = re.sub(r"(^|\s)target([=.])", r"\1conf\2", out)
         sys.stdout.write(out)
+
+
+def _help(app: Callable, config_name: str) -> Any:
+    """Hydra's ``--help``, as users type the command (``nas.cli._help.annotate_help``)."""
+    node = ConfigStore.instance().load(f"_{config_name}_schema.yaml").node
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            return app()
+    finally:
+        sys.stdout.write(annotate_help(buf.getvalue(), OmegaConf.get_type(node)))
 
 
 def user_override(arg: str) -> str:
@@ -270,6 +286,7 @@ def hydra_app(config_name: str) -> Callable:
 
         @functools.wraps(fn)
         def main() -> Any:
+            warnings.filterwarnings("ignore", category=OtherProcessorWarning)  # the commands print it as WARNING:
             state["verbose"] = any(a in VERBOSE_FLAGS for a in sys.argv[1:])
             try:
                 sys.argv[1:] = normalize_overrides([a for a in sys.argv[1:] if a not in VERBOSE_FLAGS])
@@ -278,6 +295,8 @@ def hydra_app(config_name: str) -> Callable:
                 sys.exit(2)
             if "query=bash" in sys.argv and {"-sc", "--shell-completion"} & set(sys.argv):
                 return _complete(app)
+            if {"--help", "-h"} & set(sys.argv[1:]):
+                return _help(app, config_name)
             problem = _out_dir_error(sys.argv[1:]) if _run_dir_from_out(config_name) else None
             if problem:
                 print(f"error: {problem}", file=sys.stderr)

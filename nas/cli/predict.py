@@ -32,6 +32,8 @@ def run(cfg: DictConfig) -> dict:
     model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
     if model.warning:
         print(f"WARNING: {model.warning}")
+    if model.note:
+        print(model.note)
     p = model.explain(arch)
     print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target.name}: {p.label()}")
     if cfg.breakdown:

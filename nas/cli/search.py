@@ -22,12 +22,6 @@ register_search_configs()
 log = logging.getLogger("nas.search")
 
 
-def _fmt_score(metric: str, v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{100 * v:.2f}%" if metric == "val_accuracy" else f"{v:.2f}"
-
-
 def _user_args() -> list[str] | None:
     """The command-line arguments as the user writes them (``conf=`` rather than ``target=``), a
     storage URL's password masked."""
@@ -119,6 +113,8 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
     p, study, budgets = search.problem, search.study, search.problem.budgets
     if p.latency.warning:
         print(f"WARNING: {p.latency.warning}", flush=True)
+    if p.latency.note:
+        print(p.latency.note, flush=True)
     b = [f"latency <= {budgets.latency_ms:g} ms" if budgets.latency_ms else "no latency budget",
          f"peak activations <= {budgets.memory_kb:g} KiB" if budgets.memory_kb else "no memory budget"]
     print(f"target   {target.name}: {p.latency.describe()}\n"
@@ -134,50 +130,24 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
 
 
 def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> tuple[int, Any]:
-    """Run the study up to ``cfg.n_trials`` with a progress bar: (exit code, ``SearchReport`` or None);
-    a ``SearchAborted`` search's error line into ``aborted[0]``."""
+    """Run the study up to ``cfg.n_trials`` with a progress bar (``progress=false``: a line per failed
+    trial instead): (exit code, ``SearchReport`` or None); a ``SearchAborted`` search's error line into
+    ``aborted[0]``."""
+    from nas.search.progress import TrialProgress
     from nas.search.study import SearchAborted, run_search
 
-    metric = search.problem.evaluator.metric
-    bar = None
-    best: list[float] = []
-    repeats = [0]
-    if cfg.progress and todo:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=todo, desc="search", unit="trial", dynamic_ncols=True)
-
-    def on_trial(o) -> None:
-        if o.status == "surplus":  # another worker took the last slot: nothing ran
-            return
-        if o.status == "duplicate":
-            repeats[0] += 1
-        elif o.feasible and o.score is not None:
-            best.append(o.score)
-        if bar is not None:
-            if o.status != "duplicate":
-                bar.update(1)
-            skipped = f", {repeats[0]} repeats skipped" if repeats[0] else ""
-            bar.set_postfix_str(f"#{o.number} {o.status} best {_fmt_score(metric, max(best) if best else None)}"
-                                f"{skipped}")
-        elif o.status == "error":
-            print(f"trial {o.number} failed: {o.error}", file=sys.stderr)
-
+    quiet = None if cfg.progress else TrialProgress(todo, search.problem.evaluator.metric, bar=False)
     code, rep = 0, None
     try:
         rep = run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
-                         max_consecutive_failures=cfg.max_consecutive_failures, callback=on_trial)
+                         max_consecutive_failures=cfg.max_consecutive_failures, callback=quiet,
+                         progress=cfg.progress)
     except KeyboardInterrupt:
         code = 130
-        if bar is not None:
-            bar.close()
         print(f"\ninterrupted: finished trials are saved in {search.storage_desc}; run the same command "
               f"(out={search.run_dir}) to continue", file=sys.stderr)
     except SearchAborted as e:  # printed last, after the results (``run``)
         code, rep, aborted[0] = 1, e.report, f"error: {e}"
-    finally:
-        if bar is not None:
-            bar.close()
     if rep is not None and rep.exhausted:
         print(f"\nstopped early: the sampler proposed only architectures already in the study ({rep.duplicates} "
               f"repeats in a row); the space looks exhausted ({search.problem.space.name}: "
@@ -186,11 +156,12 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
 
 
 def _print_results(target: Target, search: Any, outs: dict) -> None:
+    from nas.search.progress import fmt_score
     from nas.search.results import NOT_RUN, SHORT_HOW
 
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
-    rows = [[f"#{r['number']}", _fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
+    rows = [[f"#{r['number']}", fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
              SHORT_HOW.get(r["latency_source"], str(r["latency_source"])),
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]

@@ -103,7 +103,7 @@ class SpaceAppConfig:
 
     search_space: str | None = None  # a name in search_spaces/ or a YAML path; None = all
     samples: int = 200  # seeded sample for the params / MACs statistics
-    seed: int = 0
+    seed: int = 0  # the sample's seed
 
 
 MeasureConfig = schema_from(ProfileSettings, schema_name="MeasureConfig")
@@ -142,10 +142,10 @@ class ProfileAppConfig:
     # stems for these input channels and heads for these class counts too, beside each space's
     # own: a search deploys its networks with the dataset's (Fashion-MNIST: 1 channel, 10 classes)
     in_chans: list[int] = field(default_factory=lambda: [1, 3])
-    num_classes: list[int] = field(default_factory=lambda: [10])
-    progress: bool = True
+    num_classes: list[int] = field(default_factory=lambda: [10])  # heads for these class counts (see in_chans)
+    progress: bool = True  # a progress bar with the time left (false: none)
     wait: bool = False  # another nas.profile measuring this table on this machine: wait for it (false: refuse)
-    profile: MeasureConfig = field(default_factory=MeasureConfig)
+    profile: MeasureConfig = field(default_factory=MeasureConfig)  # how each item is timed: profile.<key>=<value>
 
 
 @dataclass
@@ -157,7 +157,7 @@ class PredictAppConfig:
     model: str | None = None  # timm:<name>, converted with nas.from_timm.from_timm
     resolution: int | None = None  # default: the target's deployment resolution, else the Arch's own
     breakdown: bool = False  # print a per-block table
-    allow_mismatch: bool = False
+    allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
 
 
 @dataclass
@@ -169,16 +169,16 @@ class ValidateAppConfig:
     n: int = 200  # held-out architectures in all, split evenly over the spaces
     pruned: int = 0  # + this many held-out networks narrowed as nas.train's pruning narrows them
     models: list[str] | None = None  # timm:<name> models or Arch JSON files to validate on as well (or instead: n=0)
-    resolution: int | None = None
+    resolution: int | None = None  # input resolution of the held-out networks (null: the target's / the space's)
     out: str = "validation/report.json"  # + .png scatter plot and a measurement cache beside it
-    seed: int = 7_000_001
+    seed: int = 7_000_001  # seed of the held-out networks (apart from the calibration networks' seeds)
     drift_anchors: int = 10  # calibration networks per space re-measured beside the held-out set; 0 = none
     recalibrate: bool = False  # re-measure every calibration network and score the predictor calibrated on them
     # a device bundle's results.json (written with held_out=N): score on the networks it measured, measure nothing
     bundle: str | None = None
-    allow_mismatch: bool = False
-    progress: bool = True
-    profile: MeasureConfig = field(default_factory=MeasureConfig)
+    allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
+    progress: bool = True  # a progress bar while measuring (false: none)
+    profile: MeasureConfig = field(default_factory=MeasureConfig)  # how each network is timed: profile.<key>=<value>
 
 
 _ALIASES = {"conf": "target"}  # what users type -> the Hydra group

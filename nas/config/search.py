@@ -64,10 +64,10 @@ class SearchAppConfig:
     """``python -m nas.search conf=<target> [search_space=..] [data=..] [evaluator=..] [sampler=..] ...``."""
 
     target: TargetConfig = MISSING
-    data: Any = MISSING  # group `data`: DataConfig
-    evaluator: Any = MISSING  # group `evaluator`: one of the evaluator schemas
-    sampler: Any = MISSING  # group `sampler`: one of the sampler schemas
-    pruner: Any = MISSING  # group `pruner`: one of the pruner schemas (evaluator=train only)
+    data: Any = MISSING  # the dataset: data=<name> (listed above); data.<key>=<value> for one of its values
+    evaluator: Any = MISSING  # how a trial is scored: evaluator=<name> (listed above); evaluator.<key>=<value>
+    sampler: Any = MISSING  # Optuna's sampler: sampler=<name> (listed above); sampler.<key>=<value>
+    pruner: Any = MISSING  # stops hopeless trials early (evaluator=train only): pruner=<name> (listed above)
     search_space: str = "tiny"  # a name in search_spaces/ or a path to a YAML space
     n_trials: int = 36  # the study's total (a re-run resumes up to it)
     latency_budget_ms: float | None = None  # conf/search.yaml: the target's; null = no latency constraint
@@ -77,7 +77,7 @@ class SearchAppConfig:
     study_name: str | None = None  # null: <space>-<data>-<target>
     out: str = MISSING  # the run dir (conf/search.yaml: runs/search/<date>_<time>)
     allow_mismatch: bool = False  # use a latency table whose metadata does not match the target
-    progress: bool = True
+    progress: bool = True  # a progress bar over the trials (false: a line per failed trial only)
     max_consecutive_failures: int = 10  # stop when this many trials in a row fail (0: never)
     supernet: str | None = None  # evaluator=supernet: the supernet checkpoint (python -m nas.supernet)
 

@@ -26,11 +26,11 @@ class SupernetAppConfig:
     """``python -m nas.supernet conf=<target> search_space=<space> data=<dataset> [epochs=N] [out=<dir>]``."""
 
     target: TargetConfig = MISSING  # recorded only: one supernet serves the searches of every target
-    data: Any = MISSING  # group `data`: DataConfig
+    data: Any = MISSING  # the dataset: data=<name> (listed above); data.<key>=<value> for one of its values
     search_space: str = "tiny"  # a name in search_spaces/ or a path to a YAML space
     epochs: int | None = None  # overrides train.epochs
     out: str = MISSING  # conf/supernet.yaml: runs/supernet/<data>-<space>; re-run with the same out= to resume
-    train: SupernetTrainConfig = field(default_factory=SupernetTrainConfig)
+    train: SupernetTrainConfig = field(default_factory=SupernetTrainConfig)  # the supernet's training: train.<key>=
 
 
 def register_supernet_configs() -> None:

@@ -54,14 +54,15 @@ class TrainAppConfig:
     data_root: str | None = None  # where the dataset is, if not where the search found it
     train_samples: int | None = None  # training images (null: all; the search may have subsampled)
     resolution: int | None = None  # px trained and exported at (null: the search's deployment resolution)
-    seed: int = 0
-    allow_mismatch: bool = False
+    seed: int = 0  # training seed
+    allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     supernet: str | None = None  # a supernet.ckpt: start every network from its inherited weights, then fine-tune
     wait: bool = False  # another nas.train writing the same folder: wait for it to end (false: refuse at once)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    prune: PruneConfig = field(default_factory=PruneConfig)
-    qat: QATConfig = field(default_factory=QATConfig)
-    export: ExportConfig = field(default_factory=ExportConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)  # the training: train.<key>=<value>
+    prune: PruneConfig = field(default_factory=PruneConfig)  # latency-guided pruning: prune.<key>=<value>
+    qat: QATConfig = field(default_factory=QATConfig)  # quantization-aware training: qat.<key>=<value>
+    export: ExportConfig = field(default_factory=ExportConfig)  # the ONNX exports: export.<key>=<value>
+    # the target predicting each exported precision: targets.fp32= / targets.int8= (null: the target or its sibling)
     targets: PrecisionTargets = field(default_factory=PrecisionTargets)
 
 
@@ -71,16 +72,16 @@ class ExportAppConfig:
 
     target: TargetConfig = MISSING
     arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
-    weights: str = MISSING
+    weights: str = MISSING  # the checkpoint to export (a .pt file of nas.train, or a state dict)
     precision: str = "fp32"  # fp32 | int8
     format: str = "onnx"  # onnx | pte (ExecuTorch, XNNPACK) | openvino (OpenVINO IR .xml + .bin)
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)
-    verify_samples: int = 500
-    overwrite: bool = False
-    allow_mismatch: bool = False
-    export: ExportConfig = field(default_factory=ExportConfig)
+    verify_samples: int = 500  # images the export is checked on against torch
+    overwrite: bool = False  # replace an existing out= file
+    allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
+    export: ExportConfig = field(default_factory=ExportConfig)  # the export's settings: export.<key>=<value>
 
 
 def register_train_configs() -> None:

@@ -99,5 +99,11 @@ class LatencyModel(ABC):
         """A message to show the user when the figures are not measured (else None)."""
         return None
 
+    @property
+    def note(self) -> str | None:
+        """A one-line note to show beside the figures, not a warning (else None): a measured table's
+        runtime version that differs from the one installed here."""
+        return None
+
     @abstractmethod
     def describe(self) -> str: ...

@@ -13,7 +13,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RuntimeUnavailable", "device_identity", "device_mismatch"]
+__all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "device_identity", "device_mismatch"]
+
+
+class OtherProcessorWarning(UserWarning):
+    """A CPU target's latency table was measured on another processor than this machine's: its
+    latencies are that processor's (``nas.load_latency_model`` warns; the commands print it as a
+    ``WARNING:`` line instead)."""
 
 
 class RuntimeUnavailable(RuntimeError):

@@ -41,6 +41,7 @@ table) when it does not.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,9 +70,11 @@ from nas.latency.calibration import (  # noqa: F401
     recorded,
     table_networks,
 )
+from nas.latency.device import OtherProcessorWarning
 from nas.latency.roofline import Roofline
 from nas.latency.space_predictor import SpacePredictor, _CompiledTrees  # noqa: F401
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
+from nas.latency.versions import runtime_note
 from nas.target import Target
 
 __all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredictor", "elsewhere_warning",
@@ -349,6 +352,11 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         """Set when the table was measured on another processor than this machine's (``elsewhere_warning``)."""
         return getattr(self, "elsewhere_", None)
 
+    @property
+    def note(self) -> str | None:
+        """Set when the table's runtime version is not the one installed here (``nas.latency.versions``)."""
+        return getattr(self, "runtime_note_", None)
+
     def describe(self) -> str:
         check_is_fitted(self, "lookup_")
         cal = f"calibrated on {self.n_calibration_} measured networks" if self.calibration_ is not None else "uncalibrated"
@@ -403,7 +411,8 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
     ``transfer_from`` (default the target's own ``transfer_from``): tables of other devices (same
     runtime and precision) that fill the blocks a briefly measured table lacks
     (``nas.latency.transfer.TransferPredictor``); ``auto`` among them stands for every compatible
-    table found (``nas.latency.transfer.find_sources``)."""
+    table found (``nas.latency.transfer.find_sources``).  A CPU target whose table was measured on
+    another processor than this machine's warns (``OtherProcessorWarning``; also in ``.warning``)."""
     target = Target.coerce(target)
     name = table_path or target.table
     if not name:
@@ -425,6 +434,9 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
     else:
         model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
     model.elsewhere_ = elsewhere_warning(target, table)
+    model.runtime_note_ = runtime_note(target, table.metadata)
+    if model.elsewhere_:
+        warnings.warn(model.elsewhere_, OtherProcessorWarning, stacklevel=2)
     return model
 
 

@@ -395,6 +395,8 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
+    if model.note and bundle is None:  # measured here, with the installed runtime
+        say(model.note)
     if bundle is not None:
         vs = bundle_validation_set(model, bundle, allow_mismatch=allow_mismatch)
         rehearsal = model.table_.rehearsal_label

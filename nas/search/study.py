@@ -44,6 +44,7 @@ from nas.latency.base import LatencyModel
 from nas.search.budget import BUDGET_ATTR, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator
 from nas.search.objective import WORKER, Budgets, DuplicateArch, SearchProblem, TrialOutcome
+from nas.search.progress import TrialProgress
 from nas.search.pruners import make_pruner, pruner_names
 from nas.search.results import latency_how, pareto_front, plot_pareto, trial_records, write_outputs
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
@@ -188,6 +189,7 @@ def run_search(
     max_consecutive_failures: int = 10,
     max_consecutive_duplicates: int = 50,
     callback: Callable[[TrialOutcome], None] | None = None,
+    progress: bool = True,
 ) -> SearchReport:
     """Run trials until the study holds ``n_trials`` counted trials (see the module docs).
 
@@ -197,11 +199,21 @@ def run_search(
     in a row end the run (``SearchReport.exhausted``).  A trial asked after other workers took the last
     slots is recorded surplus and not run.  ``KeyboardInterrupt`` propagates after the running trial
     is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome, repeats and surplus
-    trials included.
+    trials included.  ``progress``: a bar on standard error over this call's trials, with the best
+    feasible score so far (``nas.search.progress.TrialProgress``); ``False``: quiet.
     """
     for name, v in (("n_trials", n_trials), ("max_consecutive_failures", max_consecutive_failures)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    if progress:
+        bar = TrialProgress(max(0, n_trials - count_trials(study)), problem.evaluator.metric)
+        try:
+            return run_search(study, problem, n_trials=n_trials, storage=storage,
+                              max_consecutive_failures=max_consecutive_failures,
+                              max_consecutive_duplicates=max_consecutive_duplicates,
+                              callback=_both(bar, callback), progress=False)
+        finally:
+            bar.close()
     if storage is not None:
         fail_stale_trials(study, storage)
     rep = SearchReport()
@@ -240,6 +252,15 @@ def run_search(
         raise SearchAborted(f"every trial of this run that was scored failed: {errors} of {rep.ran}{others}; the "
                             f"first error (trial {first_error.number}): {first_error.error}", rep)
     return rep
+
+
+def _both(first: Callable[[TrialOutcome], None],
+          second: Callable[[TrialOutcome], None] | None) -> Callable[[TrialOutcome], None]:
+    def call(o: TrialOutcome) -> None:
+        first(o)
+        if second is not None:
+            second(o)
+    return call
 
 
 # --------------------------------------------------------------------------------------------
