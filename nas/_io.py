@@ -22,7 +22,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 __all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
-           "file_lock", "lock_path"]
+           "file_lock", "lock_path", "pid_alive"]
 
 #: The hidden folder, beside the files they guard, that holds lock and claim files.
 LOCK_DIR = ".locks"
@@ -150,6 +150,17 @@ def exclusive(path: str | os.PathLike, *, what: str, wait: bool = False, option:
         except FileNotFoundError:
             pass
         lock.release()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def shell_join(words: list[str]) -> str:

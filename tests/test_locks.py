@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -183,3 +184,35 @@ def test_a_dead_or_stale_claim_is_taken_over_a_live_one_is_not(tmp_path):
     assert not claims.take("b3")  # a live process on this host, however old
     claims.release()
     assert sorted(p.name for p in claims.folder.iterdir() if p.name.startswith("b")) == ["b3"]
+
+
+def test_an_item_another_run_is_timing_waits_to_the_end_and_is_skipped_once_saved(tmp_path, caplog, monkeypatch):
+    """A block another live run has claimed is put off; once that run saves it and drops its claim,
+    this run skips it (never timing it) and says once that it waited."""
+    out = tmp_path / "t.json"
+    keys = [BlockKey(ConvBlock(c, 3, 1, "relu"), 3, 8, 8) for c in (8, 16, 24)]
+    timed = []
+    monkeypatch.setattr(profile_jobs, "measure_key", lambda key, runtime, settings: timed.append(key)
+                        or Entry(0.1, 0.09, 0.12, 3))
+    table = LatencyTable(metadata=dict(META), path=out)
+    settings = ProfileSettings(rounds=1, save_every_s=0.0)
+    jobs = profile_jobs.plan_jobs(keys, [], table, settings, call_ms=lambda item, kind: 0.1)
+    claims = Claims(out)
+    taken = claims.folder / profile_jobs.job_id(keys[1], "block")
+    taken.write_text(json.dumps({"host": claims.host, "pid": os.getppid(), "since": time.time()}))  # a live run
+
+    def other_run_saves():
+        time.sleep(1.5)
+        theirs = LatencyTable(metadata=dict(META), path=out)
+        theirs.entries[keys[1]] = Entry(0.2, 0.19, 0.22, 3)
+        theirs.save(out)
+        taken.unlink()
+
+    other = threading.Thread(target=other_run_saves)
+    other.start()
+    with caplog.at_level("WARNING", logger="nas.latency.profile_jobs"):
+        rep = profile_jobs.run_jobs(jobs, None, table, settings, path=out, progress=False)
+    other.join()
+    assert timed == [keys[0], keys[2]] and rep.by_others == 1 and rep.left == 0
+    assert [r.message.count("waiting for 1 measurement") for r in caplog.records] == [1]
+    assert LatencyTable.load(out).entries[keys[1]].median_ms == 0.2

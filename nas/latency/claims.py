@@ -21,7 +21,7 @@ import socket
 import time
 from pathlib import Path
 
-from nas._io import file_lock, lock_path
+from nas._io import file_lock, lock_path, pid_alive
 
 __all__ = ["STALE_S", "Claims"]
 
@@ -81,19 +81,8 @@ class Claims:
     def _stale(self, f: Path) -> bool:
         h = self._read(f)
         if h.get("host") == self.host and isinstance(h.get("pid"), int):
-            return not _alive(h["pid"])
+            return not pid_alive(h["pid"])
         try:
             return time.time() - f.stat().st_mtime > self.stale_s
         except FileNotFoundError:
             return True
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

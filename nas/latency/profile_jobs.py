@@ -214,15 +214,7 @@ class _Shared:
 
     def schedule(self, jobs: Sequence[Job], skip: Callable[[Job], None]) -> Any:
         """The jobs this run measures, claimed, in order; those another run measured go to ``skip``."""
-        later = []
-        for job in jobs:
-            if self._done(job):
-                skip(job)
-            elif self.claims.take(job_id(job.item, job.kind)):
-                yield job
-            else:
-                later.append(job)
-        told = False
+        later, told = list(jobs), False
         while later:
             still = []
             for job in later:
@@ -232,12 +224,12 @@ class _Shared:
                     yield job
                 else:
                     still.append(job)
-            later = still
-            if later and not told:
+            if still and not told:  # once this run has measured all it could
                 told = True
                 log.warning("waiting for %d measurement(s) that another run sharing %s is taking (%s); they are "
-                            "not timed twice at once", len(later), self.path,
-                            self.claims.holder(job_id(later[0].item, later[0].kind)))
+                            "not timed twice at once", len(still), self.path,
+                            self.claims.holder(job_id(still[0].item, still[0].kind)))
+            later = still
             if later:
                 time.sleep(self.poll_s)
 

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from nas._io import lock_path
+from nas._io import lock_path, pid_alive
 
 __all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
            "rdb_storage", "redact_url", "storage_description"]
@@ -254,16 +254,6 @@ def open_study(
 # trials left running by dead processes
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def fail_stale_trials(study: optuna.Study, storage: optuna.storages.BaseStorage) -> list[int]:
     """Mark FAIL (``status=stale``) the RUNNING trials of dead processes on this host; their numbers."""
     host = socket.gethostname()
@@ -271,7 +261,7 @@ def fail_stale_trials(study: optuna.Study, storage: optuna.storages.BaseStorage)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         w = str(t.user_attrs.get("worker", ""))
         h, _, pid = w.rpartition(":")
-        if h != host or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+        if h != host or not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
             continue
         try:
             storage.set_trial_user_attr(t._trial_id, "status", "stale")
