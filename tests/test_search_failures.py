@@ -33,3 +33,12 @@ def test_a_run_whose_every_trial_failed_is_aborted_with_the_first_reason(tmp_pat
     with pytest.raises(SearchAborted, match=r"scored failed: (\d) of 8 \((?!0)\d over a budget, not scored\)") as e:
         run_search(s.study, s.problem, n_trials=8)
     assert e.value.report.statuses.get("over_budget") and e.value.report.statuses.get("error")
+
+
+def test_skip_bad_does_not_define_a_study(tmp_path, target):
+    """Resuming with the other ``data.skip_bad`` (a skipped image is named when the data loads) keeps the study."""
+    from tests.test_data_stream import _folder, _load
+
+    data = _load(_folder(tmp_path / "imgs"), skip_bad=False)
+    s = _prepare(tmp_path / "run", target, data, FakeEvaluator())
+    assert "skip_bad" not in s.problem.record()["data"] and "val_fraction" in s.problem.record()["data"]

@@ -311,7 +311,9 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     mdir = Path(s.out or ctx.run.path / "train") / mid
     mdir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(mdir / "arch.json", arch0.to_json(indent=1) + "\n")
-    where = ("root", "download")  # where the files are does not change the result: not checked on resume
+    # where the files are, and whether an unreadable one stops the loading (a skipped one is named when it
+    # loads), do not change the result: not checked on resume
+    where = ("root", "download", "skip_bad")
     base_meta = {"data": {k: v for k, v in data.settings.to_dict().items() if k not in where},
                  "arch": arch0.digest()}
     log.info("model %s: %s", mid, arch0)
