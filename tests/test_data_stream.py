@@ -1,6 +1,8 @@
 """Streamed datasets (cifar10, imagefolder): read per batch through torchvision + a DataLoader, with
 timm's transforms; on tiny fake data written here, never the network."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -166,3 +168,20 @@ def test_an_image_broken_after_the_loading_is_named_when_read(tmp_path):
     with pytest.raises(OSError, match=f"unreadable image {path}: UnidentifiedImageError"):
         for _ in d.batches("train", batch_size=2):
             pass
+
+
+def test_a_folder_is_decoded_once_not_at_every_load(tmp_path, monkeypatch):
+    """The check's result is kept per set of files (paths, sizes, modification times): a second load
+    decodes nothing and finds the same unreadable images; a file that changes is decoded again."""
+    from nas.data import verify
+
+    jpg, png = _break(_folder(tmp_path, n=6))
+    first = _load(tmp_path)
+    calls = []
+    real = verify.image_problem
+    monkeypatch.setattr(verify, "image_problem", lambda p: calls.append(p) or real(p))
+    again = _load(tmp_path)
+    assert calls == [] and [b.path for b in again.skipped] == [b.path for b in first.skipped]
+    os.utime(jpg, ns=(1, 1))  # the file changed: that set of files is checked again
+    _load(tmp_path)
+    assert str(jpg) in calls

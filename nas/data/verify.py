@@ -1,8 +1,9 @@
 """Unreadable images of a folder dataset, found before a batch reads them (``data.skip_bad``).
 
 A streamed dataset of image files (``data=imagefolder``) is checked when it loads: every image a
-split will read is decoded once with PIL, and one PIL cannot decode (a truncated JPEG, a file that
-is not an image) is named with PIL's own reason.  With ``data.skip_bad=true`` (the default) such
+split will read is decoded once with PIL (once per set of files: the result is kept under
+``$HWNAS_HOME/cache/image_check/``, keyed by their paths, sizes and modification times), and one
+PIL cannot decode (a truncated JPEG, a file that is not an image) is named with PIL's own reason.  With ``data.skip_bad=true`` (the default) such
 images are left out of their split and counted in the dataset's summary, up to ``max_bad(n)`` of
 the ``n`` checked (``MAX_BAD_FRACTION`` of them, at least ``MIN_MAX_BAD``); more than that, or any
 with ``data.skip_bad=false``, and loading stops with a ``ValueError`` naming the first ones.
@@ -10,7 +11,10 @@ with ``data.skip_bad=false``, and loading stops with a ``ValueError`` naming the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +22,9 @@ from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+from nas._io import atomic_write_json
+from nas.resources import user_home
 
 __all__ = ["MAX_BAD_FRACTION", "MIN_MAX_BAD", "BadImage", "ImageCheck", "image_problem", "max_bad", "skipped_note"]
 
@@ -86,8 +93,7 @@ class ImageCheck:
             return idx
         paths = [str(samples[int(i)][0]) for i in idx]
         new = list(dict.fromkeys(p for p in paths if p not in self.checked))
-        with ThreadPoolExecutor(max(1, self.workers)) as pool:
-            reasons = list(pool.map(image_problem, new))
+        reasons = self._reasons(new)
         self.checked.update(new)
         for path, reason in zip(new, reasons):
             if reason is None:
@@ -99,6 +105,33 @@ class ImageCheck:
             log.warning("skipping unreadable image %s: %s", path, reason)
         out = [i for i, p in zip(idx, paths) if p not in self.bad]
         return np.asarray(out, dtype=idx.dtype)
+
+    def _reasons(self, paths: list[str]) -> list[str | None]:
+        """``image_problem`` of each path, decoded in ``workers`` threads, or read from the record of an
+        earlier check of exactly these files (same paths, sizes and modification times:
+        ``$HWNAS_HOME/cache/image_check/``), so a folder is decoded once, not at every load."""
+        if not paths:
+            return []
+        key = hashlib.sha1()
+        for p in paths:
+            try:
+                st = os.stat(p)
+                key.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            except OSError:
+                key.update(f"{p}\0missing\n".encode())
+        record = user_home() / "cache" / "image_check" / f"{key.hexdigest()}.json"
+        try:
+            bad = json.loads(record.read_text())
+            return [bad.get(p) for p in paths]
+        except (OSError, ValueError):
+            pass
+        with ThreadPoolExecutor(max(1, self.workers)) as pool:
+            reasons = list(pool.map(image_problem, paths))
+        try:  # a record that cannot be written only costs the next load its decoding
+            atomic_write_json(record, {p: r for p, r in zip(paths, reasons) if r is not None})
+        except OSError:
+            pass
+        return reasons
 
     def done(self) -> tuple[BadImage, ...]:
         """The unreadable images skipped, in the order found.
