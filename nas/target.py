@@ -169,7 +169,25 @@ def load_target(name: str) -> Target:
     raw = OmegaConf.load(path)
     raw.pop("defaults", None)
     cfg = OmegaConf.merge(OmegaConf.structured(TargetConfig), raw)
-    return Target.coerce(cfg)
+    target = Target.coerce(cfg)
+    _warn_other_processor(target)
+    return target
+
+
+def _warn_other_processor(target: Target) -> None:
+    """Warn (``OtherProcessorWarning``) when a CPU target names a processor this machine is not: its
+    latencies are that processor's.  The commands print the same as a ``WARNING:`` line instead."""
+    import warnings
+
+    from nas.latency.device import OtherProcessorWarning, device_identity, device_mismatch
+
+    if target.device.kind != "cpu" or not target.device.name:
+        return
+    why = device_mismatch(target.to_dict()["device"], device_identity("cpu"))
+    if why:
+        warnings.warn(f"target {target.name!r} is {target.device.name!r} and {why}: its latencies are that "
+                      "processor's; load_target('here') is this machine's own target", OtherProcessorWarning,
+                      stacklevel=3)
 
 
 def precision_targets(target: Target, names: Mapping[str, str | None] | None = None) -> dict[str, Target | None]:

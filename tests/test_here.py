@@ -275,3 +275,17 @@ def test_load_latency_model_warns_from_python_too(monkeypatch):
     with pytest.warns(OtherProcessorWarning, match="ANOTHER PROCESSOR"):
         model = nas.load_latency_model(target)
     assert "ANOTHER PROCESSOR" in model.warning
+
+
+def test_load_target_warns_when_its_processor_is_not_this_one(machine):
+    """From Python, a CPU target that names another processor warns as the commands do; this machine's
+    own target does not."""
+    import warnings
+
+    from nas.latency.device import OtherProcessorWarning
+
+    with pytest.warns(OtherProcessorWarning, match=r"target 'epyc_zen5' is 'AMD EPYC' and this machine's CPU lacks"):
+        load_target("epyc_zen5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OtherProcessorWarning)
+        load_target("here")
