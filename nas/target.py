@@ -10,6 +10,7 @@ shipped ones; ``here`` is this machine's own, made on first use by ``nas.latency
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,8 +178,7 @@ def load_target(name: str) -> Target:
 def _warn_other_processor(target: Target) -> None:
     """Warn (``OtherProcessorWarning``) when a CPU target names a processor this machine is not: its
     latencies are that processor's.  The commands print the same as a ``WARNING:`` line instead."""
-    import warnings
-
+    # nas.latency sits above this module: read when a target is loaded, as runs_here reads it
     from nas.latency.device import OtherProcessorWarning, device_identity, device_mismatch
 
     if target.device.kind != "cpu" or not target.device.name:

@@ -1,7 +1,8 @@
 """``python -m nas.validate conf=<target> [n=200] [models=[...]] [out=report.json]``.
 
 Measures held-out networks end to end on this machine's runtime and scores four methods; see
-``nas.latency.validate``.  Thin Hydra entry point.
+``nas.latency.validate``.  Thin Hydra entry point; the library loads inside ``run``, after the
+counts are checked, so a refused value answers before scikit-learn and torch load.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
+from nas.latency.reproducibility import summary_line
 
 
 @user_errors
@@ -22,7 +24,6 @@ def run(cfg: DictConfig) -> dict:
                        "drift_anchors": "calibration networks per space"})
     if not (cfg.n or cfg.pruned or cfg.models):  # (validate_target says so too, after loading scikit-learn)
         raise ValueError("nothing to validate: n=0, pruned=0 and no models")
-    from nas.latency.reproducibility import summary_line
     from nas.latency.validate import RESCALED, WITHOUT_TRANSFER, reproducibility_lines, validate_target
     out = Path(cfg.out)
     try:

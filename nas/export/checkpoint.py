@@ -88,8 +88,6 @@ def _latency(onnx: bytes, arch: Arch, precision: str, target: Target, export: Ex
     """The prediction by the target for ``precision`` (None without one) and, when that target is
     this machine, the measurement."""
     from nas.latency import load_latency_model
-    from nas.latency.base import how_measured
-    from nas.latency.device import device_identity
 
     t = target if target.precision == precision else precision_targets(target).get(precision)
     if t is None:
@@ -99,7 +97,6 @@ def _latency(onnx: bytes, arch: Arch, precision: str, target: Target, export: Ex
     meas = None
     if export.measure and runs_here(t):
         meas = measure_onnx(onnx, (arch.in_chans, arch.resolution, arch.resolution), t, export)
-        meas["how"] = how_measured(t.device.name or device_identity(t.device.kind)["name"])
     return pred, meas
 
 

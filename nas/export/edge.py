@@ -270,7 +270,7 @@ def _latency(fmt: str, path: Path, arch: Any, precision: str, target: Any, expor
     """The prediction by the target for this format's runtime and ``precision`` (None when the target
     is another runtime's) and, when that target's device is this CPU, the written file measured by
     the one measuring loop (median of ``export.rounds`` rounds, a fresh load each)."""
-    from nas.latency import load_latency_model
+    from nas.latency import load_latency_model  # nas.latency sits above nas.export: read where a file is timed
     from nas.latency.base import how_measured
     from nas.latency.measure import measure, summarize_times
     from nas.latency.runtimes import device_identity, device_mismatch

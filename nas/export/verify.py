@@ -4,7 +4,7 @@ calibration images for PTQ, latency measured on this machine."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -71,7 +71,7 @@ def calibration_inputs(data: Dataset, n: int, *, seed: int) -> list[np.ndarray]:
 
 
 def measure_onnx(model: bytes, in_shape: tuple[int, int, int], target: Target,
-                 settings: MeasureSettings) -> dict[str, float]:
+                 settings: MeasureSettings) -> dict[str, Any]:
     """Median latency (ms; p10 / p90 too) over ``settings.rounds`` rounds, each in a fresh session:
     the latency package's one measuring loop."""
     from nas.latency.measure import time_onnx_stats

@@ -11,7 +11,7 @@ import numpy as np
 
 from nas.arch import Arch
 
-__all__ = ["LatencyModel", "Prediction", "SOURCES", "how_measured"]
+__all__ = ["LatencyModel", "Prediction", "SOURCES", "how_measured", "how_predicted"]
 
 SOURCES = ("measured", "estimated")
 
@@ -45,11 +45,8 @@ class Prediction:
 
     @property
     def how(self) -> str:
-        """How this figure was obtained, in the words every output uses (``how_measured`` for a
-        measurement): ``predicted from a measured table (<device>)`` or ``estimated (roofline, <device>)``."""
-        if self.source == "estimated":
-            return f"estimated (roofline, {self.device})"
-        return f"predicted from a measured table ({self.device})"
+        """How this figure was obtained, in the words every output uses (``how_predicted``)."""
+        return how_predicted(self.source, self.device)
 
     def label(self) -> str:
         if self.source == "estimated":
@@ -71,6 +68,14 @@ class Prediction:
     def record(self, target: str) -> dict[str, Any]:
         """What every output stores for a predicted figure: the fields, ``label``, ``how`` and ``target``."""
         return {**self.to_dict(), "label": self.label(), "how": self.how, "target": target}
+
+
+def how_predicted(source: str, device: str) -> str:
+    """The words for a predicted figure: ``predicted from a measured table (<device>)``, or
+    ``estimated (roofline, <device>)`` for ``source="estimated"`` (beside ``how_measured``)."""
+    if source == "estimated":
+        return f"estimated (roofline, {device})"
+    return f"predicted from a measured table ({device})"
 
 
 def how_measured(device: str) -> str:

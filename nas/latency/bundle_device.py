@@ -31,6 +31,19 @@ def run_out(cmd):
         return None
 
 
+def jetson_release(ident):
+    """A Jetson's board (/proc/device-tree/model) and L4T release (/etc/nv_tegra_release) into ``ident``;
+    hwnas's own device identity (nas.latency.device) reads them through this function too."""
+    tegra = read_text("/etc/nv_tegra_release")
+    if tegra:  # "# R36 (release), REVISION: 3.0, ..." -> L4T 36.3.0
+        ident["jetpack"] = tegra.splitlines()[0]
+        m = re.search(r"R(\d+) \(release\), REVISION: ([\d.]+)", tegra)
+        ident["l4t"] = f"{m.group(1)}.{m.group(2)}" if m else None
+    model = read_text("/proc/device-tree/model")
+    if model:
+        ident["model"] = model
+
+
 def identity(kind):
     info = read_text("/proc/cpuinfo") or ""
     cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
@@ -44,14 +57,7 @@ def identity(kind):
         m = re.search(rf"^{key}\s*:\s*(\S+)\s*$", info, re.M)
         if m:
             ident[field] = m.group(1)
-    tegra = read_text("/etc/nv_tegra_release")
-    if tegra:  # "# R36 (release), REVISION: 3.0, ..." -> L4T 36.3.0
-        ident["jetpack"] = tegra.splitlines()[0]
-        m = re.search(r"R(\d+) \(release\), REVISION: ([\d.]+)", tegra)
-        ident["l4t"] = f"{m.group(1)}.{m.group(2)}" if m else None
-    model = read_text("/proc/device-tree/model")
-    if model:
-        ident["model"] = model
+    jetson_release(ident)
     if kind in ("gpu", "jetson"):
         q = run_out(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
         if q and q.strip():
@@ -60,8 +66,8 @@ def identity(kind):
         head = run_out(["nvidia-smi"]) or ""
         m = re.search(r"CUDA Version:\s*([\d.]+)", head)
         ident["cuda"] = m.group(1) if m else None
-        if kind == "jetson" and model:
-            ident["gpu"] = model
+        if kind == "jetson" and ident.get("model"):
+            ident["gpu"] = ident["model"]
     ident["name"] = ident["gpu"] if kind in ("gpu", "jetson") and ident["gpu"] else ident["cpu"]
     return ident
 

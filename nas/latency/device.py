@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from nas.latency.bundle_device import jetson_release
+
 __all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "device_identity", "device_mismatch"]
 
 
@@ -69,26 +71,6 @@ def _nvidia_smi(query: str) -> str | None:
         return None
 
 
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text(errors="replace").replace("\x00", "").strip() or None
-    except OSError:
-        return None
-
-
-def _jetson(ident: dict[str, Any]) -> None:
-    """A Jetson's board (``/proc/device-tree/model``) and L4T release (``/etc/nv_tegra_release``);
-    ``measure_bundle.py`` reads them the same way."""
-    tegra = _read("/etc/nv_tegra_release")
-    if tegra:  # "# R36 (release), REVISION: 3.0, ..." -> L4T 36.3.0
-        ident["jetpack"] = tegra.splitlines()[0]
-        m = re.search(r"R(\d+) \(release\), REVISION: ([\d.]+)", tegra)
-        ident["l4t"] = f"{m.group(1)}.{m.group(2)}" if m else None
-    model = _read("/proc/device-tree/model")
-    if model:
-        ident["model"] = model
-
-
 def _cuda_version() -> str | None:
     try:
         out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout
@@ -114,7 +96,7 @@ def device_identity(kind: str = "cpu") -> dict[str, Any]:
         "driver": None,
         "jetpack": None,
     }
-    _jetson(ident)
+    jetson_release(ident)
     if kind in ("gpu", "jetson"):
         import torch
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch, BlockKey
+from nas.latency.base import how_measured
 from nas.latency.table import Entry, now_iso
 
 __all__ = [
@@ -165,13 +166,16 @@ def measure_overhead(runtime, settings: ProfileSettings) -> float:
 
 
 def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
-                    repeats: int, min_time_s: float) -> dict[str, float]:
+                    repeats: int, min_time_s: float) -> dict[str, Any]:
     """Median, p10 and p90 (ms; each the median over ``rounds``) of exported ONNX bytes on the
-    target's runtime, each round in a fresh session.  The bytes decide the precision."""
+    target's runtime, each round in a fresh session, and ``how`` they were obtained
+    (``how_measured``).  The bytes decide the precision."""
+    from nas.latency.device import device_identity
     from nas.latency.runtimes import get_runtime
     from nas.target import Target
 
-    rt = get_runtime(Target.coerce(target).replace(precision="fp32"))
+    t = Target.coerce(target)
+    rt = get_runtime(t.replace(precision="fp32"))
     meds, p10, p90 = [], [], []
     for _ in range(rounds):
         s = summarize_times(measure(rt.runner_for_onnx(model_bytes, in_shape), warmup=warmup, repeats=repeats,
@@ -180,7 +184,8 @@ def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target, 
         p10.append(s["p10_ms"])
         p90.append(s["p90_ms"])
     return {"median_ms": float(np.median(meds)), "p10_ms": float(np.median(p10)),
-            "p90_ms": float(np.median(p90)), "rounds": rounds}
+            "p90_ms": float(np.median(p90)), "rounds": rounds,
+            "how": how_measured(t.device.name or device_identity(t.device.kind)["name"])}
 
 
 def time_onnx(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,

@@ -55,6 +55,7 @@ from typing import Any
 
 from nas._io import atomic_write_json, file_lock
 from nas.arch import Arch, BlockKey
+from nas.latency.cuda_graph import timing_label
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
 from nas.target import Target
 
@@ -205,8 +206,6 @@ class LatencyTable:
     def timing_label(self) -> str:
         """``CUDA graph`` / ``eager (host-bound)`` for a GPU table (with the blocks that fell back to
         eager, if any), empty for a CPU one."""
-        from nas.latency.cuda_graph import timing_label
-
         kind = str((self.metadata.get("device") or {}).get("kind", "cpu"))
         label = timing_label(_field(self.metadata, "runtime.timing"), kind)
         fell = (self.metadata.get("runtime") or {}).get("graph_fallbacks") or {}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nas._io import atomic_write_json
-from nas.latency.base import how_measured
+from nas.latency.base import how_measured, how_predicted
 
 __all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "write_card"]
 
@@ -60,10 +60,10 @@ def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
     out: dict[str, Any] = {}
     if measured:
         out["measured"] = {"ms": measured["median_ms"], "p10_ms": measured.get("p10_ms"),
-                           "p90_ms": measured.get("p90_ms"), "how": how_measured(target.device.name or "this machine")}
+                           "p90_ms": measured.get("p90_ms"),
+                           "how": measured.get("how") or how_measured(target.device.name or "this machine")}
     if predicted:
-        how = (f"estimated (roofline, {predicted['device']})" if predicted.get("source") == "estimated"
-               else f"predicted from a measured table ({predicted['device']})")
+        how = predicted.get("how") or how_predicted(predicted.get("source", "measured"), predicted["device"])
         out["predicted"] = {"ms": predicted["ms"], "how": how, "target": predicted.get("target")}
     if not out:
         out["none"] = f"no target predicts this precision for {getattr(target, 'name', target)}"

@@ -23,6 +23,7 @@ from nas._checks import check_number
 from nas._io import atomic_write_bytes
 from nas.arch import Arch
 from nas.target import PRECISIONS, Target
+from nas.train.card import card_path, dataset_record, deployment_card, write_card
 from nas.train.settings import ExportSettings
 
 __all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "checkpoint_data_settings", "diff_messages",
@@ -240,6 +241,7 @@ def export_checkpoint(
     from nas.compress.qat import QATNet  # timm and onnx: once the inputs are read
     from nas.data import DataSettings, load_data
     from nas.export.checkpoint import export_model
+    from nas.export.verify import eval_split, split_note
 
     is_qat = isinstance(model, QATNet)
     if is_qat and precision == "fp32":
@@ -262,9 +264,6 @@ def export_checkpoint(
                        source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
                                "weights": str(weights)})
     if ds is not None:
-        from nas.export.verify import eval_split, split_note
-        from nas.train.card import card_path, dataset_record, deployment_card, write_card
-
         v = rec["verify"]
         write_card(deployment_card(
             file=rec["onnx"], variant=Path(weights).stem, precision=precision, arch=arch, data=dataset_record(ds),

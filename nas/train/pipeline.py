@@ -59,8 +59,6 @@ from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
 from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy, split_note
-from nas.latency.base import how_measured
-from nas.latency.device import device_identity
 from nas.target import precision_targets, runs_here
 from nas.train.card import card_path, dataset_record, deployment_card, write_card
 from nas.train.fit import accuracy, fit
@@ -166,8 +164,7 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     }
     t = ctx.targets.get(prec)
     if ctx.s.export.measure and t is not None and ctx.measure_here.get(prec):
-        rec["measured"] = {**measure_onnx(data, in_shape, t, ctx.s.export),
-                           "how": how_measured(t.device.name or device_identity(t.device.kind)["name"])}
+        rec["measured"] = measure_onnx(data, in_shape, t, ctx.s.export)
     if rec["predicted"] and rec["measured"]:
         rec["error_pct"] = 100.0 * (rec["predicted"]["ms"] - rec["measured"]["median_ms"]) / \
             rec["measured"]["median_ms"]
