@@ -1,7 +1,7 @@
 """Targets: the device, runtime and precision a network is deployed on, and the table measured there.
 
 ``Target`` is what every library function takes; the Hydra schema of the ``target`` group
-(``nas/conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it.
+(``conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it.
 ``load_target(name)`` reads one by name (the user's ``$HWNAS_HOME/target/`` first, then the
 shipped ones; ``here`` is this machine's own, made on first use by ``nas.latency.here``);
 ``Target.coerce`` accepts a Target, a dict or a Hydra node.
@@ -154,7 +154,7 @@ def target_names() -> list[str]:
 
 def load_target(name: str) -> Target:
     """A target by name (the user's ``$HWNAS_HOME/target/<name>.yaml`` first, then the shipped
-    ``nas/conf/target/<name>.yaml``), checked against the ``target`` schema.  ``here`` is this
+    ``conf/target/<name>.yaml``), checked against the ``target`` schema.  ``here`` is this
     machine's own target (``nas.latency.here.ensure_here_target`` writes it on first use)."""
     from omegaconf import OmegaConf
 

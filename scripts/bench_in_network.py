@@ -112,7 +112,7 @@ def main() -> None:
     from nas.latency.table import LatencyTable, resolve_table_path
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="epyc_zen5", help="an onnxruntime CPU target (nas/conf/target/<name>.yaml)")
+    ap.add_argument("--target", default="epyc_zen5", help="an onnxruntime CPU target (conf/target/<name>.yaml)")
     ap.add_argument("--models", nargs="+", default=["timm:mobilenetv2_100", "calib:mbv3:0"],
                     help="timm:<name> or calib:<space>:<i> (the table's i-th calibration network of that space)")
     ap.add_argument("--runs", type=int, default=300, help="profiled runs per graph (after 20 warm-up runs)")

@@ -140,7 +140,7 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--search-samples", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--targets", nargs=2, default=["epyc_zen5", "epyc_zen5_int8"], metavar=("FP32", "INT8"),
-                    help="the fp32 and int8 targets (nas/conf/target/<name>.yaml) that guide pruning and predict "
+                    help="the fp32 and int8 targets (conf/target/<name>.yaml) that guide pruning and predict "
                          "the exports; measured only when they name this machine's CPU")
     a = ap.parse_args()
     if a.smoke:

@@ -63,10 +63,11 @@ def test_a_typo_inside_a_target_file_is_caught(tmp_path):
             compose(config_name="profile", overrides=["target=cpu"])
 
 
-def test_conf_dir_is_the_package_conf():
+def test_conf_dir_is_the_top_level_conf():
+    """In a source tree the configs are the repository's conf/, beside nas/ (a wheel maps them into it)."""
     import nas
 
-    assert CONF_DIR == Path(nas.__file__).resolve().parent / "conf"
+    assert CONF_DIR == Path(nas.__file__).resolve().parent.parent / "conf"
 
 
 def test_conf_alias_and_user_targets(tmp_path, monkeypatch):

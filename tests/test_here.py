@@ -10,6 +10,7 @@ import pytest
 
 from nas.config import compose_app
 from nas.latency.table import LatencyTable
+from nas.resources import tables_dir
 from nas.target import Target, load_target, runs_here, target_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -269,7 +270,7 @@ def test_load_latency_model_warns_from_python_too(monkeypatch):
     from nas.latency.device import OtherProcessorWarning
 
     target = nas.load_target("epyc_zen5")
-    table = LatencyTable.load(Path(nas.__file__).parent / "latency_tables" / target.table)
+    table = LatencyTable.load(tables_dir() / target.table)
     other = {**XEON, "machine": table.metadata["device"]["machine"]}
     monkeypatch.setattr(device, "device_identity", lambda kind="cpu": other)
     with pytest.warns(OtherProcessorWarning, match="ANOTHER PROCESSOR"):

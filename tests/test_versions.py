@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from nas.latency.versions import installed_version, runtime_note
+from nas.resources import tables_dir
 from nas.target import load_target
 
 ORT = {"runtime": {"name": "onnxruntime", "version": "1.31.1"}}
@@ -39,9 +40,8 @@ def test_installed_version_reads_the_distribution():
 def test_nas_predict_prints_the_note_when_the_versions_differ(tmp_path):
     import json
 
-    import nas
 
-    table = json.loads((Path(nas.__file__).parent / "latency_tables" / "cpu.json").read_text())
+    table = json.loads((tables_dir() / "cpu.json").read_text())
     table["metadata"]["runtime"]["version"] = "0.1.0"
     (tmp_path / "old.json").write_text(json.dumps(table))
     r = subprocess.run([sys.executable, "-m", "nas.predict", "conf=cpu", f"conf.table={tmp_path / 'old.json'}",

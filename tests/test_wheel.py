@@ -59,12 +59,21 @@ def venv_python(wheel, tmp_path_factory) -> Path:
     return py
 
 
+def _shipped(folder: str, pattern: str) -> set[str]:
+    """The repository's files of a top-level data folder, as the wheel should name them (``nas/<folder>/...``)."""
+    return {f"nas/{p.relative_to(REPO).as_posix()}" for p in (REPO / folder).rglob(pattern)}
+
+
 def test_wheel_holds_package_data(wheel):
-    names = zipfile.ZipFile(wheel).namelist()
-    for prefix in ("nas/conf/", "nas/conf/target/", "nas/search_spaces/", "nas/latency_tables/"):
-        assert any(n.startswith(prefix) for n in names), f"no {prefix} files in {wheel.name}"
+    """Every file of the top-level conf/, search_spaces/ and latency_tables/ is in the wheel, inside the package."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for folder, pattern in (("conf", "*.yaml"), ("search_spaces", "*.yaml"), ("latency_tables", "*.json")):
+        files = _shipped(folder, pattern)
+        assert files, f"no {pattern} files in {REPO / folder}"
+        assert files <= names, f"not in {wheel.name}: {sorted(files - names)}"
     assert "nas/conf/target/epyc_zen5.yaml" in names
-    assert any(n.startswith("nas/latency_tables/") and n.endswith(".json") for n in names)
+    assert "nas/search_spaces/calibration/mbv2like.yaml" in names
+    assert not any(n.startswith(("conf/", "search_spaces/", "latency_tables/")) for n in names)  # only inside nas/
     assert not any(n.startswith(("tests/", "scripts/")) for n in names)
 
 
@@ -81,6 +90,11 @@ def test_installed_package_runs_outside_the_repo(venv_python, tmp_path):
     where = Path(r.stdout.strip()).resolve()
     assert venv_python.parent.parent.resolve() in where.parents, f"nas imported from {where}, not the venv"
     assert REPO not in where.parents
+    r = _run(venv_python, tmp_path, "-c", "from nas.resources import conf_dir, spaces_dir, tables_dir\n"
+             "for d in (conf_dir(), spaces_dir(), tables_dir()): print(d.resolve())")
+    assert r.returncode == 0, r.stderr
+    for d in map(Path, r.stdout.split()):  # the data the build mapped into the package, not the checkout's
+        assert d.is_dir() and d.parent == where.parent, f"{d} is not a folder beside {where}"
     r = _run(venv_python, tmp_path, "-m", "nas.space")
     assert r.returncode == 0, r.stdout + r.stderr
     r = _run(venv_python, tmp_path, "-m", "nas.predict", "conf=epyc_zen5", "model=timm:mobilenetv2_100")

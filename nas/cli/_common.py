@@ -262,8 +262,8 @@ def _unexpected_errors(show: bool):
 
 
 def hydra_app(config_name: str) -> Callable:
-    """``hydra.main`` over the package's conf/, with the user's targets ($HWNAS_HOME/target/) on
-    the search path, ``conf=<name>`` / ``conf.<key>=`` accepted for ``target=`` / ``target.<key>=``,
+    """``hydra.main`` over the shipped conf/ (``nas.resources.conf_dir``), with the user's targets
+    ($HWNAS_HOME/target/) on the search path, ``conf=<name>`` / ``conf.<key>=`` accepted for ``target=`` / ``target.<key>=``,
     and every failure reported in one line: a config mistake (an unknown option, a typo, a wrong
     type; exit 2), an unexpected error (``error: <Type>: <message>``; exit 1).  ``-v`` / ``--verbose``
     anywhere on the command line, or ``HYDRA_FULL_ERROR=1``, shows the full traceback instead; ``-v``

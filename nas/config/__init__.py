@@ -1,11 +1,11 @@
 """Hydra config schemas (dataclasses): typos and wrong types fail when the config is composed.
 
-Hydra's config root is the package's ``nas/conf/`` folder.  Targets are the ``target`` group
-(``nas/conf/target/<name>.yaml``, and the user's ``$HWNAS_HOME/target/<name>.yaml``), selected with
+Hydra's config root is the shipped ``conf/`` folder (``nas.resources.conf_dir()``).  Targets are the
+``target`` group (``conf/target/<name>.yaml``, and the user's ``$HWNAS_HOME/target/<name>.yaml``), selected with
 ``conf=<name>`` (or ``target=<name>``); each is checked against ``TargetConfig``.  ``conf=here`` is
 this machine's own target: ``normalize_overrides`` writes it on first use (``nas.latency.here``)
 and names it (``target=here_<slug>``) before Hydra composes.  Primary configs
-(``nas/conf/space.yaml``, ...) start from a schema stored here.
+(``conf/space.yaml``, ...) start from a schema stored here.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
 
 
 # `--help` of the commands that take a target but none of search's groups (data, evaluator, sampler):
-# Hydra's own template would list every group in nas/conf/.  ($$ is a literal $ for string.Template.)
+# Hydra's own template would list every group in conf/.  ($$ is a literal $ for string.Template.)
 _HELP_TARGET = """${hydra.help.header}
 == Targets ==
 conf=<name>, one of: ${hwnas_targets:}
@@ -276,7 +276,7 @@ def register_configs() -> None:
     from nas.target import target_names
 
     OmegaConf.register_new_resolver("hwnas_targets", lambda: ", ".join(target_names()), replace=True)
-    OmegaConf.register_new_resolver(  # a config group's options in the package's conf/ (for --help)
+    OmegaConf.register_new_resolver(  # a config group's options in the shipped conf/ (for --help)
         "hwnas_options", lambda group: ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))),
         replace=True)
     cs = ConfigStore.instance()
