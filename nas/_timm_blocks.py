@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import math
 
+from timm.layers import BatchNormAct2d, CondConv2d, MixedConv2d, SelectAdaptivePool2d
+from timm.layers import activations as ta
+from timm.layers.adaptive_avgmax_pool import FastAdaptiveAvgPool
+from timm.models import _efficientnet_blocks as eb
 from torch import nn
 
 from nas.arch import (
@@ -28,6 +32,11 @@ SUPPORTED_BLOCKS: dict[str, str] = {
     "EdgeResidual": "fused",
 }
 
+try:  # the memory-efficient activations; a timm release without the module has none of them to read
+    from timm.layers import activations_me as tme
+except ImportError:  # pragma: no cover - older/newer timm layouts
+    tme = None
+
 _BN_EPS = 1e-5  # nn.BatchNorm2d / timm BatchNormAct2d default, what nas.builder uses
 
 
@@ -40,8 +49,6 @@ class UnsupportedModelError(ValueError):
 
 
 def _act_types() -> dict[type, str]:
-    from timm.layers import activations as ta
-
     table: dict[type, str] = {
         nn.ReLU: "relu",
         nn.ReLU6: "relu6",
@@ -52,31 +59,21 @@ def _act_types() -> dict[type, str]:
         ta.HardSwish: "hard_swish",
         ta.GELU: "gelu",
     }
-    try:
-        from timm.layers import activations_me as tme
-
+    if tme is not None:
         table[tme.SwishMe] = "swish"
         table[tme.HardSwishMe] = "hard_swish"
-    except ImportError:  # pragma: no cover - older/newer timm layouts
-        pass
     return table
 
 
 def _gate_types() -> dict[type, str]:
-    from timm.layers import activations as ta
-
     table: dict[type, str] = {
         nn.Sigmoid: "sigmoid",
         nn.Hardsigmoid: "hard_sigmoid",
         ta.Sigmoid: "sigmoid",
         ta.HardSigmoid: "hard_sigmoid",
     }
-    try:
-        from timm.layers import activations_me as tme
-
+    if tme is not None:
         table[tme.HardSigmoidMe] = "hard_sigmoid"
-    except ImportError:  # pragma: no cover
-        pass
     return table
 
 
@@ -128,8 +125,6 @@ class _Reader:
         kernel: int | None = None,
     ) -> nn.Conv2d:
         """Check ``m`` is a plain ``nn.Conv2d`` with timm's symmetric static padding."""
-        from timm.layers import CondConv2d, MixedConv2d
-
         if isinstance(m, MixedConv2d):
             raise self.fail(where, "is MixedConv2d (mixed kernel sizes); only single-kernel convs are supported")
         if isinstance(m, CondConv2d):
@@ -174,8 +169,6 @@ class _Reader:
 
     def bn(self, m: nn.Module, where: str, channels: int) -> str | None:
         """Check ``m`` is a default timm ``BatchNormAct2d`` over ``channels``; return its act (or None)."""
-        from timm.layers import BatchNormAct2d
-
         if type(m) is not BatchNormAct2d:
             raise self.fail(where, f"is {type(m).__name__}; only BatchNorm (timm BatchNormAct2d) is supported")
         if m.num_features != channels:
@@ -205,11 +198,9 @@ class _Reader:
             raise self.fail(where, f"has unexpected submodule(s) {extra}; the converter knows {sorted(known)}")
 
     def se(self, m: nn.Module, where: str, channels: int, block_act: str) -> SE | None:
-        from timm.models._efficientnet_blocks import SqueezeExcite
-
         if isinstance(m, nn.Identity):
             return None
-        if type(m) is not SqueezeExcite:
+        if type(m) is not eb.SqueezeExcite:
             raise self.fail(
                 where,
                 f"is {type(m).__name__}; only timm's EfficientNet SqueezeExcite is supported as attention",
@@ -225,8 +216,6 @@ class _Reader:
 
     # -- blocks -----------------------------------------------------------------------------
     def block(self, m: nn.Module, where: str, in_ch: int) -> Block:
-        from timm.models import _efficientnet_blocks as eb
-
         cls = type(m)
         if cls is eb.DepthwiseSeparableConv:
             return self._ds(m, where, in_ch)
@@ -339,9 +328,6 @@ class _Reader:
 
     # -- head -------------------------------------------------------------------------------
     def pool(self, m: nn.Module, where: str) -> None:
-        from timm.layers import SelectAdaptivePool2d
-        from timm.layers.adaptive_avgmax_pool import FastAdaptiveAvgPool
-
         if type(m) is not SelectAdaptivePool2d:
             raise self.fail(
                 where, f"is {type(m).__name__}; only timm SelectAdaptivePool2d average pooling is supported"

@@ -26,8 +26,10 @@ The block kinds are defined in ``nas._blocks`` (import them from here).  A block
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nas._blocks import (
@@ -48,6 +50,7 @@ from nas._blocks import (
     block_kinds,
     register_block,
 )
+from nas._io import atomic_write_text
 
 __all__ = [
     "ACTIVATIONS",
@@ -73,8 +76,6 @@ __all__ = [
 
 
 def _digest(data: Any) -> str:
-    import hashlib
-
     return hashlib.sha1(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
@@ -225,14 +226,10 @@ class Arch:
         return cls.from_dict(data)
 
     def save(self, path: str) -> None:
-        from nas._io import atomic_write_text
-
         atomic_write_text(path, self.to_json(indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str) -> Arch:
-        from pathlib import Path
-
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"Arch file not found: {p}")

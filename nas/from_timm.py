@@ -21,10 +21,14 @@ The module-by-module checks live in ``nas._timm_blocks``; this module creates th
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from typing import Any
 
+import timm
 import torch
+from timm.models.efficientnet import EfficientNet
+from timm.models.mobilenetv3 import MobileNetV3
 from torch import nn
 
 from nas._timm_blocks import SUPPORTED_BLOCKS, UnsupportedModelError, _Reader
@@ -34,6 +38,7 @@ from nas.arch import (
     ConvBlock,
     Head,
 )
+from nas.builder import state_dict_diff
 
 __all__ = [
     "arch_from_spec",
@@ -64,8 +69,6 @@ SUPPORTED_FAMILIES: tuple[str, ...] = (
 
 def family_model_names(patterns: tuple[str, ...] | list[str] = SUPPORTED_FAMILIES) -> list[str]:
     """Every ``timm.list_models()`` name matching ``patterns`` (fnmatch), ``tf_*`` excluded, sorted."""
-    import timm
-
     names = timm.list_models()
     out = {n for n in names for p in patterns if fnmatch.fnmatchcase(n, p) and not n.startswith("tf_")}
     return sorted(out)
@@ -88,9 +91,6 @@ def _default_resolution(model: nn.Module, name: str) -> int:
 
 
 def _families() -> tuple[type, ...]:
-    from timm.models.efficientnet import EfficientNet
-    from timm.models.mobilenetv3 import MobileNetV3
-
     return (EfficientNet, MobileNetV3)
 
 
@@ -107,10 +107,6 @@ def _iter_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def _unknown_model(name: str) -> ValueError:
     """An unknown timm model name: the error names the closest converter-family (else timm) names."""
-    import difflib
-
-    import timm
-
     close = difflib.get_close_matches(name, family_model_names(), n=3, cutoff=0.6)
     close = close or difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
     hint = f"; close names: {', '.join(close)}" if close else ""
@@ -120,8 +116,6 @@ def _unknown_model(name: str) -> ValueError:
 
 def _create(name: str, num_classes: int | None, in_chans: int | None) -> nn.Module:
     """A timm model by name, built without weights (on the meta device when it can be)."""
-    import timm
-
     if ":" not in name and not timm.is_model(name):  # hf-hub: / local-dir: sources are timm's to resolve
         raise _unknown_model(name)
     kw: dict[str, Any] = {}
@@ -278,8 +272,6 @@ def load_timm_weights(net: nn.Module, timm_model: nn.Module) -> None:
     """
     mapping = timm_key_map(timm_model)
     src = timm_model.state_dict()
-    from nas.builder import state_dict_diff
-
     mapped = {mapping[k]: v for k, v in src.items()}
     missing, unexpected, mismatched = (sorted(x) for x in state_dict_diff(net.state_dict(), mapped))
     problems = []

@@ -40,12 +40,14 @@ parts into parameters, architectures and blocks.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from nas._space_yaml import LIMITS_DOC, STAGE_KINDS, SpaceError, StageSpec, parse_space
 from nas.arch import (
@@ -59,6 +61,7 @@ from nas.arch import (
     FusedMBConvBlock,
     Head,
     MBConvBlock,
+    _digest,
 )
 from nas.cost import arch_cost
 from nas.resources import spaces_dir
@@ -97,8 +100,6 @@ class SearchSpace:
     """
 
     def __init__(self, config: dict[str, Any], *, source: str = "<dict>") -> None:
-        import copy
-
         self.source = source
         p = parse_space(config, source=source)  # validated (nas._space_yaml), else a SpaceError
         self.name, self.description = p.name, p.description
@@ -120,8 +121,6 @@ class SearchSpace:
 
     def digest(self) -> str:
         """Stable identity of the space's definition (sha1 of its canonical JSON; the source path is not part of it)."""
-        from nas.arch import _digest
-
         return _digest(self.config)
 
     # ------------------------------------------------------------------------------------
@@ -314,8 +313,6 @@ def list_calibration_spaces() -> list[str]:
 
 def load_space(name_or_path: str | Path) -> SearchSpace:
     """Load a shipped space by name (``mbv3``) or any YAML file by path."""
-    from omegaconf import OmegaConf
-
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml") and not p.exists():
         p = SPACES_DIR / f"{name_or_path}.yaml"
@@ -335,8 +332,6 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
 
 def summarize(space: SearchSpace, *, samples: int = 200, seed: int = 0) -> dict[str, Any]:
     """Size, unique block count and params / MACs statistics over a seeded sample."""
-    from nas.cost import arch_cost
-
     rng = np.random.default_rng(seed)
     costs = [arch_cost(space.random(rng)) for _ in range(samples)]
     params = np.array([c.params for c in costs], dtype=np.int64)
