@@ -81,7 +81,16 @@ def _digest(data: Any) -> str:
 
 @dataclass(frozen=True)
 class BlockKey:
-    """A block at its exact input shape: the latency-table key."""
+    """A block at its exact input shape: the latency-table key.
+
+    Frozen and hashable; equal keys have equal latency on a device.
+
+    Attributes:
+        block: The block (any body kind, the stem's ``ConvBlock`` or the ``Head``).
+        in_ch: Input channels.
+        in_h: Input height in pixels.
+        in_w: Input width in pixels.
+    """
 
     block: Block
     in_ch: int
@@ -90,24 +99,43 @@ class BlockKey:
 
     @property
     def in_shape(self) -> tuple[int, int, int]:
+        """The input shape ``(C, H, W)``."""
         return (self.in_ch, self.in_h, self.in_w)
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
+        """The output shape ``(C, H, W)`` (``(num_classes, 1, 1)`` for a head)."""
         return self.block.out_shape(self.in_shape)
 
     def to_dict(self) -> dict[str, Any]:
+        """The key as JSON-ready data: ``{"block": <block dict>, "in": [C, H, W]}``."""
         return {"block": self.block.to_dict(), "in": [self.in_ch, self.in_h, self.in_w]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BlockKey:
+        """The key that :meth:`to_dict` wrote.
+
+        Args:
+            data: A mapping with exactly the keys ``block`` and ``in``.
+
+        Returns:
+            The key.
+
+        Raises:
+            ValueError: ``data`` is not such a mapping, or its block is malformed.
+        """
         if not isinstance(data, dict) or set(data) != {"block", "in"}:
             raise ValueError(f"a block key must be a mapping with keys 'block' and 'in', got {data!r}")
         c, h, w = data["in"]
         return cls(block_from_dict(data["block"]), int(c), int(h), int(w))
 
     def digest(self) -> str:
-        """Stable across processes and machines (unlike ``hash``): sha1 of the canonical JSON."""
+        """A stable identity of the key.
+
+        Returns:
+            16 hex digits of the sha1 of the canonical JSON: the same in every process and on every
+            machine (unlike ``hash``).
+        """
         return _digest(self.to_dict())
 
     def __str__(self) -> str:
@@ -116,7 +144,31 @@ class BlockKey:
 
 @dataclass(frozen=True)
 class Arch:
-    """A whole network.  Immutable and hashable; ``to_json``/``from_json`` round-trip."""
+    """A whole network: input, stem, body blocks and head, every width explicit.
+
+    Immutable and hashable; :meth:`to_json` / :meth:`from_json` (and :meth:`to_dict` /
+    :meth:`from_dict`) round-trip it exactly.  ``nas.build`` makes the ``nn.Module``,
+    ``nas.arch_cost`` counts it, the latency models predict it from its :meth:`keys`.
+
+    Attributes:
+        in_chans: Input image channels.
+        resolution: Input height and width in pixels (square).
+        stem: The first layer: a ``ConvBlock``.
+        blocks: The body blocks, in order (any body kind; a list is stored as a tuple).
+        head: The classifier ``Head``.
+        name: A free-form label; not part of equality, hashing or :meth:`digest`.
+
+    Raises:
+        ValueError: A field has the wrong type or a non-positive size (the message names it).
+
+    Example:
+        >>> from nas import Arch, load_space
+        >>> arch = load_space("tiny").smallest()
+        >>> Arch.from_json(arch.to_json()) == arch
+        True
+        >>> arch.keys()[0].in_shape == (arch.in_chans, arch.resolution, arch.resolution)
+        True
+    """
 
     in_chans: int
     resolution: int
@@ -140,11 +192,22 @@ class Arch:
 
     # -- shapes and keys ------------------------------------------------------------------
     def layers(self) -> tuple[Block, ...]:
-        """Stem, body blocks and head, in order."""
+        """Every layer of the network.
+
+        Returns:
+            The stem, the body blocks and the head, in order.
+        """
         return (self.stem, *self.blocks, self.head)
 
     def keys(self, resolution: int | None = None) -> list[BlockKey]:
-        """Each layer at its input shape (at ``resolution`` if given, else the Arch's own)."""
+        """Each layer at its input shape: the latency-table keys of the network.
+
+        Args:
+            resolution: The input resolution to key at; None for the Arch's own.
+
+        Returns:
+            One ``BlockKey`` per layer (:meth:`layers`), in order.
+        """
         if resolution is None or resolution == self.resolution:
             cached = self.__dict__.get("_keys")
             if cached is None:  # immutable, so computed once (predictors call this in hot loops)
@@ -163,18 +226,42 @@ class Arch:
 
     @property
     def feature_channels(self) -> int:
-        """Channels entering the head."""
+        """The number of channels entering the head."""
         return self.keys()[-1].in_ch
 
     def with_resolution(self, resolution: int) -> Arch:
+        """The same network at another input resolution.
+
+        Args:
+            resolution: The new input height and width in pixels.
+
+        Returns:
+            A new ``Arch``; this one is unchanged.
+
+        Raises:
+            ValueError: ``resolution`` is not a positive integer.
+        """
         return dataclasses.replace(self, resolution=resolution)
 
     def with_head(self, *, num_classes: int | None = None, in_chans: int | None = None) -> Arch:
+        """The same network for another dataset's classes or input channels.
+
+        Args:
+            num_classes: The head's number of classes; None keeps it.
+            in_chans: The input image channels; None keeps them.
+
+        Returns:
+            A new ``Arch``; this one is unchanged.
+
+        Raises:
+            ValueError: A given value is not a positive integer.
+        """
         head = self.head if num_classes is None else dataclasses.replace(self.head, num_classes=num_classes)
         return dataclasses.replace(self, head=head, in_chans=self.in_chans if in_chans is None else in_chans)
 
     # -- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The network as JSON-ready data (the ``name`` only when set); :meth:`from_dict` reads it."""
         d = {
             "in_chans": self.in_chans,
             "resolution": self.resolution,
@@ -188,6 +275,19 @@ class Arch:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Arch:
+        """The network that :meth:`to_dict` wrote.
+
+        Args:
+            data: A mapping with the keys ``in_chans``, ``resolution``, ``stem``, ``blocks``,
+                ``head`` and optionally ``name``.
+
+        Returns:
+            The ``Arch``.
+
+        Raises:
+            ValueError: ``data`` is not a mapping, has an unknown or a missing key, or holds a
+                malformed block or field (the message names it).
+        """
         if not isinstance(data, dict):
             raise ValueError(f"an Arch must be a mapping, got {type(data).__name__}")
         allowed = {"in_chans", "resolution", "stem", "blocks", "head", "name"}
@@ -209,16 +309,40 @@ class Arch:
         )
 
     def digest(self) -> str:
-        """Stable identity across processes and machines (the name is not part of it)."""
+        """A stable identity of the network.
+
+        Returns:
+            16 hex digits of the sha1 of the canonical JSON without the ``name``: equal for equal
+            networks in every process and on every machine.
+        """
         d = self.to_dict()
         d.pop("name", None)
         return _digest(d)
 
     def to_json(self, **kw: Any) -> str:
+        """The network as JSON text.
+
+        Args:
+            **kw: Passed to ``json.dumps`` (``indent=1``, ...).
+
+        Returns:
+            The JSON of :meth:`to_dict`.
+        """
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
     def from_json(cls, text: str) -> Arch:
+        """The network that :meth:`to_json` wrote.
+
+        Args:
+            text: JSON text.
+
+        Returns:
+            The ``Arch``.
+
+        Raises:
+            ValueError: ``text`` is not valid JSON, or not a valid Arch (:meth:`from_dict`).
+        """
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
@@ -226,10 +350,27 @@ class Arch:
         return cls.from_dict(data)
 
     def save(self, path: str) -> None:
+        """Write the network's JSON to ``path`` atomically (a reader never sees half a file).
+
+        Args:
+            path: The file to write; replaced if it exists.
+        """
         atomic_write_text(path, self.to_json(indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str) -> Arch:
+        """Read a network that :meth:`save` (or ``nas.search``'s outputs) wrote.
+
+        Args:
+            path: A JSON file.
+
+        Returns:
+            The ``Arch``.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a file.
+            ValueError: The file is not a valid Arch (the message starts with the path).
+        """
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"Arch file not found: {p}")
@@ -239,6 +380,7 @@ class Arch:
             raise ValueError(f"{p}: {e}") from None
 
     def label(self) -> str:
+        """The layers' string forms, space-separated (the grammar in this module's docstring)."""
         return " ".join(b.label() for b in self.layers())
 
     def __str__(self) -> str:
@@ -251,8 +393,17 @@ CHANNEL_MULTIPLE = 8
 
 
 def check_widths(arch: Arch, source: str, multiple: int = CHANNEL_MULTIPLE) -> None:
-    """Refuse an Arch with a width that no search space yields, as a malformed space is refused:
-    ``ValueError`` naming the block, its width and the multiple."""
+    """Refuse an Arch with a width that no search space yields, as a malformed space is refused.
+
+    Args:
+        arch: The network to check.
+        source: Where it came from, for the message (a file name, a model name).
+        multiple: The multiple every output and expanded width must be.
+
+    Raises:
+        ValueError: A block's width is not a multiple of ``multiple`` (the message names the
+            block, its width and the multiple).
+    """
     layers = [("stem", arch.stem), *((f"blocks[{i}]", b) for i, b in enumerate(arch.blocks))]
     for where, b in layers:
         for attr, what in (("out_ch", "width"), ("mid_ch", "expanded width")):

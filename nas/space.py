@@ -84,7 +84,15 @@ MAX_PARAMS = 1_000_000_000  # weights of a space's largest architecture (4 GB in
 
 
 def make_divisible(v: float, divisor: int) -> int:
-    """Nearest multiple of ``divisor`` (never below it, never more than 10% below ``v``)."""
+    """Round a width to a multiple of ``divisor``, as timm and MobileNet do.
+
+    Args:
+        v: The width wanted (``in_ch * expansion``, ...).
+        divisor: The multiple (a space's ``channel_multiple``).
+
+    Returns:
+        The nearest multiple of ``divisor``: never below ``divisor``, never more than 10% below ``v``.
+    """
     new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
     if new_v < 0.9 * v:
         new_v += divisor
@@ -92,11 +100,25 @@ def make_divisible(v: float, divisor: int) -> int:
 
 
 class SearchSpace:
-    """A validated search space.  Build with ``load_space(name_or_path)``.
+    """A validated search space: named parameters whose choices decode to an ``Arch``.
+
+    Build it with :func:`load_space` (a shipped name or a YAML path), or from the mapping a YAML
+    file holds (docs/spaces.md, "The YAML format").
+
+    Args:
+        config: The space's mapping, as loaded from YAML.
+        source: Where it came from, for messages (a file path).
 
     Raises:
-        SpaceError: the mapping is malformed or exceeds a limit (docs/spaces.md, "Limits"): those of
+        SpaceError: The mapping is malformed or exceeds a limit (docs/spaces.md, "Limits"): those of
             ``nas._space_yaml``, and ``MAX_PARAMS`` weights in the largest architecture.
+
+    Example:
+        >>> from nas import load_space
+        >>> space = load_space("tiny")
+        >>> arch = space.random(0)  # seeded
+        >>> arch == space.random(0) and space.smallest().label() != space.largest().label()
+        True
     """
 
     def __init__(self, config: dict[str, Any], *, source: str = "<dict>") -> None:
@@ -120,14 +142,25 @@ class SearchSpace:
                              f"{MAX_PARAMS:.3g}; narrow its widths or lower its depths ({LIMITS_DOC})")
 
     def digest(self) -> str:
-        """Stable identity of the space's definition (sha1 of its canonical JSON; the source path is not part of it)."""
+        """A stable identity of the space's definition.
+
+        Returns:
+            16 hex digits of the sha1 of the canonical JSON of its mapping (its source path is not
+            part of it).
+        """
         return _digest(self.config)
 
     # ------------------------------------------------------------------------------------
     # the parameter encoding
 
     def param_choices(self) -> dict[str, tuple[Any, ...]]:
-        """Every parameter name and its choices, in sampling order (fixed length)."""
+        """Every parameter and its choices.
+
+        Returns:
+            ``{name: choices}`` in sampling order, one entry per block slot of the deepest stages
+            (so the same length for every architecture): ``stem_width``, ``s<i>_depth``,
+            ``s<i>_width``, ``s<i>_b<j>_<option>``, ``head_hidden``.
+        """
         return dict(self._choices)
 
     def _param_choices(self) -> dict[str, tuple[Any, ...]]:
@@ -142,22 +175,54 @@ class SearchSpace:
         return out
 
     def sample(self, trial: Any) -> Arch:
-        """Sample from an Optuna trial (``suggest_categorical`` on every parameter)."""
+        """Sample an architecture from an Optuna trial.
+
+        Args:
+            trial: An ``optuna.Trial``: ``suggest_categorical`` is called on every parameter of
+                :meth:`param_choices`.
+
+        Returns:
+            The decoded ``Arch``.
+        """
         params = {name: trial.suggest_categorical(name, list(ch)) for name, ch in self._choices.items()}
         return self.decode(params)
 
     def sample_params(self, rng: np.random.Generator | int | None = None) -> dict[str, Any]:
+        """Draw one choice of every parameter, uniformly.
+
+        Args:
+            rng: A ``numpy.random.Generator``, or a seed for one (None: unseeded).
+
+        Returns:
+            ``{name: choice}`` for every parameter of :meth:`param_choices`.
+        """
         rng = np.random.default_rng(rng)
         return {name: ch[int(rng.integers(len(ch)))] for name, ch in self._choices.items()}
 
     def sample_indices(self, n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
-        """``n`` uniform parameter vectors as choice indices (n x len(param_choices())), vectorised."""
+        """Draw ``n`` parameter vectors at once, as choice indices.
+
+        Args:
+            n: How many.
+            rng: A ``numpy.random.Generator``, or a seed for one (None: unseeded).
+
+        Returns:
+            An integer array of shape ``(n, len(param_choices()))``: row ``r``, column ``k`` indexes
+            the choices of the ``k``-th parameter; :meth:`decode_indices` turns a row into an Arch.
+        """
         rng = np.random.default_rng(rng)
         sizes = [len(ch) for ch in self._choices.values()]
         return np.stack([rng.integers(s, size=n) for s in sizes], axis=1)
 
     def decode_indices(self, idx: Sequence[int]) -> Arch:
-        """One row of ``sample_indices`` -> Arch."""
+        """Decode one row of :meth:`sample_indices`.
+
+        Args:
+            idx: One choice index per parameter, in :meth:`param_choices` order.
+
+        Returns:
+            The ``Arch``.
+        """
         ch = self._choices
         return self.decode({name: c[int(i)] for (name, c), i in zip(ch.items(), idx)})
 
@@ -185,11 +250,28 @@ class SearchSpace:
         return self.decode(params)
 
     def random(self, rng: np.random.Generator | int | None = None) -> Arch:
-        """A uniformly sampled parameter vector decoded to an Arch (seed or Generator)."""
+        """A uniformly sampled architecture.
+
+        Args:
+            rng: A ``numpy.random.Generator``, or a seed for one (None: unseeded).
+
+        Returns:
+            The ``Arch`` of :meth:`sample_params`; the same seed gives the same Arch.
+        """
         return self.decode(self.sample_params(rng))
 
     def decode(self, params: dict[str, Any]) -> Arch:
-        """Params dict (as an Optuna trial holds them) -> Arch.  Unused block slots may be absent."""
+        """Decode a parameter mapping (as an Optuna trial holds it) into an architecture.
+
+        Args:
+            params: ``{name: choice}``; the slots of blocks beyond a stage's depth may be absent.
+
+        Returns:
+            The ``Arch``.
+
+        Raises:
+            SpaceError: A parameter is unknown, missing, or not one of its choices (named).
+        """
         choices = self._choices
         unknown = sorted(set(params) - set(choices))
         if unknown:
@@ -236,7 +318,14 @@ class SearchSpace:
     # enumeration
 
     def stage_resolutions(self, resolution: int | None = None) -> list[int]:
-        """Input height/width of each stage at ``resolution``."""
+        """The input height (= width) of each stage.
+
+        Args:
+            resolution: The network's input resolution; None for the space's own.
+
+        Returns:
+            One size per stage, in order.
+        """
         h = self.resolution if resolution is None else resolution
         h = (h - 1) // 2 + 1 if self.stem_stride == 2 else h
         out = []
@@ -247,11 +336,17 @@ class SearchSpace:
 
     def unique_blocks(self, resolution: int | None = None, *, in_chans: Sequence[int] = (),
                       num_classes: Sequence[int] = ()) -> list[BlockKey]:
-        """Every distinct (block, input shape) the space can produce, stem and head included.
+        """Every distinct block at its input shape that the space can produce, stem and head included.
 
-        ``in_chans`` / ``num_classes`` add stems / heads for other input channels and class
-        counts (a search deploys the network with its dataset's: 1-channel Fashion-MNIST, 10
-        classes...), beside the space's own."""
+        Args:
+            resolution: The input resolution; None for the space's own.
+            in_chans: Input channel counts whose stems to add beside the space's own (a search
+                deploys the network with its dataset's: 1-channel Fashion-MNIST, ...).
+            num_classes: Class counts whose heads to add beside the space's own.
+
+        Returns:
+            The ``BlockKey`` of each, once: what a latency table of the space measures.
+        """
         r = self.resolution if resolution is None else resolution
         keys: dict[BlockKey, None] = {}
         for c in dict.fromkeys((self.in_chans, *in_chans)):
@@ -287,6 +382,7 @@ class SearchSpace:
         return n
 
     def log10_size(self) -> float:
+        """``log10`` of :meth:`size`."""
         return math.log10(self.size())
 
     def __repr__(self) -> str:
@@ -294,25 +390,59 @@ class SearchSpace:
 
 
 def list_spaces() -> list[str]:
-    """Names of the spaces shipped in search_spaces/."""
+    """The shipped search spaces.
+
+    Returns:
+        The names (``search_space=<name>``) of the spaces in ``search_spaces/``, sorted; the
+        calibration-only ones are apart (:func:`list_calibration_spaces`).
+    """
     return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
 
 
 def space_names(spaces: str | Sequence[str] | None) -> list[str]:
-    """``spaces`` as a list of names; None or empty: every shipped search space."""
+    """Normalise a ``search_space`` setting that may name one space, several or none.
+
+    Args:
+        spaces: A name, a sequence of names, or None / empty.
+
+    Returns:
+        The names as a list; every shipped search space (:func:`list_spaces`) for None or empty.
+    """
     return list_spaces() if not spaces else [str(spaces)] if isinstance(spaces, str) else [str(n) for n in spaces]
 
 
 def list_calibration_spaces() -> list[str]:
-    """Names (``calibration/<name>``, as ``load_space`` takes them) of the calibration-only spaces in
-    search_spaces/calibration/: ``nas.profile`` measures their blocks and seeded networks for the
-    predictor's calibration, so that it also covers networks unlike the search spaces' (deep ReLU
-    networks, depthwise-separable-only ones).  Nothing searches them and nothing validates on them."""
+    """The calibration-only spaces.
+
+    ``nas.profile`` measures their blocks and seeded networks for the predictor's calibration, so
+    that it also covers networks unlike the search spaces' (deep ReLU networks,
+    depthwise-separable-only ones).  Nothing searches them and nothing validates on them.
+
+    Returns:
+        Their names as :func:`load_space` takes them (``calibration/<name>``), sorted.
+    """
     return sorted(f"calibration/{p.stem}" for p in (SPACES_DIR / "calibration").glob("*.yaml"))
 
 
 def load_space(name_or_path: str | Path) -> SearchSpace:
-    """Load a shipped space by name (``mbv3``) or any YAML file by path."""
+    """Load a search space: a shipped one by name, or any YAML file by path.
+
+    Args:
+        name_or_path: A shipped name (``tiny``, ``mbv3``, ``calibration/mbv2like``) or the path of a
+            ``.yaml`` / ``.yml`` file.
+
+    Returns:
+        The validated ``SearchSpace``.
+
+    Raises:
+        SpaceError: The name is unknown (the message lists the shipped ones), the file does not
+            exist or is not valid YAML, or the space is malformed or beyond a limit.
+
+    Example:
+        >>> from nas import load_space
+        >>> load_space("tiny").name
+        'tiny'
+    """
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml") and not p.exists():
         p = SPACES_DIR / f"{name_or_path}.yaml"
