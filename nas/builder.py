@@ -66,7 +66,13 @@ def _se_layer(se: SE | None):
 
 
 class AttentionLayer(nn.Module):
-    """Input projection (when needed) + timm ``MobileAttention`` + pre-norm ``ConvMlp``."""
+    """An ``AttentionBlock`` as a module: input projection (when needed), timm ``MobileAttention``,
+    pre-norm ``ConvMlp``.
+
+    Args:
+        in_ch: Input channels.
+        block: The block spec.
+    """
 
     def __init__(self, in_ch: int, block: AttentionBlock) -> None:
         super().__init__()
@@ -84,13 +90,20 @@ class AttentionLayer(nn.Module):
         self.mlp = ConvMlp(e, block.mlp_hidden, act_layer=_act(block.act))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, in_ch, H, W)`` -> ``(N, out_ch, H / stride, W / stride)``."""
         x = self.proj(x)
         x = self.attn(x)  # norm -> attention -> residual
         return x + self.mlp(self.norm2(x))
 
 
 class HeadLayer(nn.Module):
-    """Classifier head in one of three styles (see ``nas.arch.Head``)."""
+    """A ``Head`` as a module, in one of its three styles (``nas.arch.Head``).
+
+    Args:
+        in_ch: Channels entering the head.
+        head: The head spec.
+        drop_rate: Dropout before the classifier (0: none).
+    """
 
     def __init__(self, in_ch: int, head: Head, drop_rate: float = 0.0) -> None:
         super().__init__()
@@ -114,6 +127,7 @@ class HeadLayer(nn.Module):
         self.classifier = nn.Linear(feats, head.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Features ``(N, in_ch, H, W)`` -> logits ``(N, num_classes)``."""
         if self.style == "conv_pool":
             x = self.global_pool(self.bn2(self.conv_head(x)))
         elif self.style == "pool_conv":
@@ -133,7 +147,21 @@ def _exp_ratio(in_ch: int, mid_ch: int, block) -> float:
 
 
 def build_layer(key: BlockKey, *, drop_path_rate: float = 0.0, drop_rate: float = 0.0) -> nn.Module:
-    """Build the module for one layer (stem, body block or head) at its input shape."""
+    """Build the module of one layer (stem, body block or head) at its input shape.
+
+    Args:
+        key: The layer and its input shape.
+        drop_path_rate: Stochastic-depth rate of a residual block (0: none).
+        drop_rate: Dropout before a head's classifier (0: none).
+
+    Returns:
+        The module, from timm's EfficientNet blocks where the kind has one; weights freshly
+        initialised.
+
+    Raises:
+        ValueError: The block has no builder, or its expanded channels are not a multiple of 8
+            (timm rounds them so).
+    """
     b, in_ch = key.block, key.in_ch
     dp = {"drop_path_rate": drop_path_rate} if drop_path_rate else {}
     if isinstance(b, ConvBlock):
@@ -170,7 +198,17 @@ def _check_channels(block, got: int, want: int) -> None:
 
 
 class ArchNet(nn.Module):
-    """The network an ``Arch`` describes: ``stem`` -> ``blocks`` -> ``head``."""
+    """The network an ``Arch`` describes: ``stem`` -> ``blocks`` -> ``head``.
+
+    Module names and state-dict keys follow timm's EfficientNet (``blocks.<i>...``), so
+    ``nas.from_timm.load_timm_weights`` can copy a timm model's weights in.
+
+    Args:
+        arch: The network.
+        drop_rate: Dropout before the classifier (0: none).
+        drop_path_rate: The last block's stochastic-depth rate; earlier blocks' rise linearly
+            from 0 to it.
+    """
 
     def __init__(self, arch: Arch, *, drop_rate: float = 0.0, drop_path_rate: float = 0.0) -> None:
         super().__init__()
@@ -187,20 +225,51 @@ class ArchNet(nn.Module):
         self.head = build_layer(keys[-1], drop_rate=drop_rate)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images ``(N, in_chans, H, W)`` -> the features entering the head."""
         return self.blocks(self.stem(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Images ``(N, in_chans, H, W)`` -> logits ``(N, num_classes)``."""
         return self.head(self.forward_features(x))
 
 
-def build(arch: Arch, **kwargs) -> ArchNet:
-    """Build ``arch`` as a torch module (weights freshly initialised)."""
-    return ArchNet(arch, **kwargs)
+def build(arch: Arch, *, drop_rate: float = 0.0, drop_path_rate: float = 0.0) -> ArchNet:
+    """Build an ``Arch`` as a torch module.
+
+    Args:
+        arch: The network.
+        drop_rate: Dropout before the classifier (0: none).
+        drop_path_rate: The last block's stochastic-depth rate (0: none); see ``ArchNet``.
+
+    Returns:
+        The ``ArchNet``, weights freshly initialised, in training mode.
+
+    Raises:
+        ValueError: A block cannot be built (``build_layer``).
+
+    Example:
+        >>> import torch
+        >>> from nas import build, load_space
+        >>> arch = load_space("tiny").smallest()
+        >>> net = build(arch).eval()
+        >>> net(torch.zeros(1, arch.in_chans, arch.resolution, arch.resolution)).shape[1] == arch.head.num_classes
+        True
+    """
+    return ArchNet(arch, drop_rate=drop_rate, drop_path_rate=drop_path_rate)
 
 
 def state_dict_diff(own: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """What keeps state dict ``other`` from loading into a module whose state dict is ``own``:
-    (keys ``other`` lacks, keys ``own`` lacks, ``"key (other shape) vs (own shape)"``)."""
+    """What keeps one state dict from loading into a module with another.
+
+    Args:
+        own: The module's state dict.
+        other: The state dict to load.
+
+    Returns:
+        ``(missing, unexpected, mismatched)``: the keys ``other`` lacks, the keys ``own`` lacks,
+        and ``"<key> <other shape> vs <own shape>"`` for each key whose shapes differ; all empty
+        when it loads.
+    """
     missing = [k for k in own if k not in other]
     extra = [k for k in other if k not in own]
     shapes = [f"{k} {tuple(other[k].shape)} vs {tuple(own[k].shape)}" for k in own
