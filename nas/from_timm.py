@@ -68,7 +68,14 @@ SUPPORTED_FAMILIES: tuple[str, ...] = (
 
 
 def family_model_names(patterns: tuple[str, ...] | list[str] = SUPPORTED_FAMILIES) -> list[str]:
-    """Every ``timm.list_models()`` name matching ``patterns`` (fnmatch), ``tf_*`` excluded, sorted."""
+    """The timm model names of the families that convert.
+
+    Args:
+        patterns: fnmatch patterns over ``timm.list_models()`` (default: ``SUPPORTED_FAMILIES``).
+
+    Returns:
+        The matching names, ``tf_*`` (TF "same" padding) excluded, sorted.
+    """
     names = timm.list_models()
     out = {n for n in names for p in patterns if fnmatch.fnmatchcase(n, p) and not n.startswith("tf_")}
     return sorted(out)
@@ -184,12 +191,30 @@ def from_timm(
 ) -> Arch:
     """The ``Arch`` of a timm EfficientNet-family model, read from its modules.
 
-    ``model_or_name``: a timm model name (created with ``pretrained=False``, so nothing is
-    downloaded, with ``num_classes`` / ``in_chans`` when given) or an instantiated timm
-    ``EfficientNet`` / ``MobileNetV3`` (``num_classes`` / ``in_chans`` then override what the model
-    has).  ``resolution`` defaults to the model's ``pretrained_cfg['input_size']``.  The Arch's
-    ``name`` is the timm model (architecture) name, without a pretrained tag.  Raises
-    ``UnsupportedModelError`` for anything an ``Arch`` cannot reproduce exactly.
+    Args:
+        model_or_name: A timm model name (created without weights, so nothing is downloaded) or
+            an instantiated timm ``EfficientNet`` / ``MobileNetV3``.
+        resolution: The Arch's input resolution; None for the model's
+            ``pretrained_cfg['input_size']``.
+        num_classes: The head's classes; None keeps the model's.
+        in_chans: The input channels; None keeps the model's.
+
+    Returns:
+        The ``Arch``, named after the timm architecture (without a pretrained tag);
+        ``nas.build`` of it reproduces the model parameter for parameter.
+
+    Raises:
+        UnsupportedModelError: The model, or one of its modules, is something an ``Arch``
+            cannot reproduce exactly (the message names the module and why).
+        ValueError: The name is unknown to timm (close names suggested), or ``resolution`` is
+            None and the model's input size is missing or not square.
+        TypeError: ``model_or_name`` is neither a string nor a module.
+
+    Example:
+        >>> from nas.from_timm import from_timm
+        >>> arch = from_timm("mobilenetv2_100", num_classes=10)
+        >>> arch.name, arch.resolution, arch.head.num_classes
+        ('mobilenetv2_100', 224, 10)
     """
     if isinstance(model_or_name, str):
         model = _create(model_or_name, num_classes, in_chans)
@@ -230,11 +255,20 @@ _HEAD_PREFIXES = ("conv_head.", "bn2.", "norm_head.", "classifier.")
 
 
 def timm_key_map(timm_model: nn.Module) -> dict[str, str]:
-    """timm state-dict key -> ``ArchNet`` state-dict key, for every key of ``timm_model``.
+    """Where each of a timm model's weights goes in the ``ArchNet`` of its ``Arch``.
 
-    ``conv_stem.*``/``bn1.*`` -> ``stem.conv.*``/``stem.bn1.*``; ``blocks.S.I.*`` -> ``blocks.N.*``
-    (N counting blocks in order); ``conv_head``/``bn2``/``norm_head``/``classifier`` -> ``head.*``.
-    Raises ``ValueError`` on a key it cannot place.
+    ``conv_stem.*`` / ``bn1.*`` -> ``stem.conv.*`` / ``stem.bn1.*``; ``blocks.S.I.*`` ->
+    ``blocks.N.*`` (N counting blocks in order); ``conv_head`` / ``bn2`` / ``norm_head`` /
+    ``classifier`` -> ``head.*``.
+
+    Args:
+        timm_model: The timm model.
+
+    Returns:
+        ``{timm key: ArchNet key}`` for every key of its state dict.
+
+    Raises:
+        ValueError: A key has no place in an ``ArchNet`` (named).
     """
     flat: dict[str, int] = {}
     if isinstance(getattr(timm_model, "blocks", None), nn.Module):
@@ -266,9 +300,15 @@ def _short(items: list[str], n: int = 8) -> str:
 
 
 def load_timm_weights(net: nn.Module, timm_model: nn.Module) -> None:
-    """Copy ``timm_model``'s weights (params and BN buffers) into ``net``, the ``ArchNet`` built
-    from ``from_timm(timm_model)``.  Raises ``ValueError`` naming every missing, unexpected or
-    shape-mismatched key; nothing is copied unless everything matches.
+    """Copy a timm model's weights (parameters and BatchNorm buffers) into its ``ArchNet``.
+
+    Args:
+        net: The ``ArchNet`` built from ``from_timm(timm_model)``; changed in place.
+        timm_model: The timm model.
+
+    Raises:
+        ValueError: The two do not match (every missing, unexpected or shape-mismatched key is
+            named); nothing is copied then.
     """
     mapping = timm_key_map(timm_model)
     src = timm_model.state_dict()
@@ -288,7 +328,19 @@ def load_timm_weights(net: nn.Module, timm_model: nn.Module) -> None:
 
 
 def arch_from_spec(spec: str, **kwargs) -> Arch:
-    """``timm:<name>`` -> ``from_timm(name)``; anything else is an Arch JSON file path."""
+    """The ``Arch`` a command's ``model=`` / ``arch=`` names.
+
+    Args:
+        spec: ``timm:<name>`` for ``from_timm(name)``, else the path of an Arch JSON file.
+        **kwargs: ``from_timm``'s options; of them an Arch file takes only ``resolution``.
+
+    Returns:
+        The ``Arch``.
+
+    Raises:
+        FileNotFoundError: The Arch file does not exist.
+        ValueError: The file is not a valid Arch, or ``from_timm`` refuses the model.
+    """
     if spec.startswith("timm:"):
         return from_timm(spec[len("timm:"):], **kwargs)
     arch = Arch.load(spec)
