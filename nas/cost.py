@@ -106,9 +106,16 @@ __all__ = [
 class Cost:
     """Costs of one layer, or of several layers combined with ``+``.
 
-    ``a + b`` sums ``params``, ``macs`` and ``weight_bytes`` and takes the maximum of
-    ``peak_activation_bytes`` (layers run one after another), so ``sum(costs, Cost.zero())``
-    (or plain ``sum(costs)``) gives a network's totals.
+    ``a + b`` sums every field but ``peak_activation_bytes``, of which it takes the maximum
+    (layers run one after another), so ``sum(costs)`` gives a network's totals.
+
+    Attributes:
+        params: Parameters (the module docs say which).
+        macs: Multiply-accumulates at batch 1.
+        weight_bytes: ``params * bytes_per_param``.
+        peak_activation_bytes: The largest live activation set at batch 1.
+        bytes_moved: Weight bytes + the activation bytes the primitive ops read and write.
+        ops: Primitive ops (the roofline's per-op overhead term).
     """
 
     params: int
@@ -120,6 +127,7 @@ class Cost:
 
     @classmethod
     def zero(cls) -> Cost:
+        """The cost of nothing: the start of a sum."""
         return cls(0, 0, 0, 0)
 
     def __add__(self, other: Cost) -> Cost:
@@ -142,6 +150,7 @@ class Cost:
         return other.__add__(self)
 
     def to_dict(self) -> dict[str, int]:
+        """Every field by name, as JSON-ready integers."""
         return {
             "params": self.params,
             "macs": self.macs,
@@ -161,10 +170,21 @@ _COUNTERS: Registry[Callable[[Any, int, int, int], _Counts]] = Registry("cost mo
 
 
 def register_cost(cls: type[Block]):
-    """Decorator registering ``fn(block, in_ch, in_h, in_w) -> (params, macs, peak, moved, ops)`` for the
-    block class ``cls`` (under its kind; subclasses of ``cls`` use it too unless they register their own).
+    """Register the cost counter of a block class (a decorator).
 
-    ``peak`` and ``moved`` are activation element counts (see the module docs)."""
+    The counter is ``fn(block, in_ch, in_h, in_w) -> (params, macs, peak, moved, ops)``; ``peak``
+    and ``moved`` are activation element counts (see the module docs).  Subclasses of ``cls`` use
+    it too unless they register their own.
+
+    Args:
+        cls: The block class; the counter is registered under its ``kind``.
+
+    Returns:
+        The decorator, which returns the counter unchanged.
+
+    Raises:
+        ValueError: The kind has a counter already (when the decorator is applied).
+    """
 
     def deco(fn: Callable[[Any, int, int, int], _Counts]) -> Callable[[Any, int, int, int], _Counts]:
         _COUNTERS.add(cls.kind, fn)
@@ -314,7 +334,19 @@ def _counter(block: Block) -> Callable[[Any, int, int, int], _Counts]:
 
 
 def block_cost(key: BlockKey, *, bytes_per_param: int = 4, bytes_per_act: int = 4) -> Cost:
-    """Cost of one layer (stem, body block or head) at its input shape; see the module docs."""
+    """The cost of one layer (stem, body block or head) at its input shape.
+
+    Args:
+        key: The layer and its input shape.
+        bytes_per_param: Bytes of one weight (4: fp32, 1: int8).
+        bytes_per_act: Bytes of one activation element.
+
+    Returns:
+        Its ``Cost`` (the module docs say what each field counts).
+
+    Raises:
+        ValueError: No cost model knows the block's kind (the known ones are listed).
+    """
     params, macs, peak, moved, ops = _counter(key.block)(key.block, key.in_ch, key.in_h, key.in_w)
     wb = params * bytes_per_param
     return Cost(params, macs, wb, peak * bytes_per_act, wb + moved * bytes_per_act, ops)
@@ -325,7 +357,14 @@ def block_cost(key: BlockKey, *, bytes_per_param: int = 4, bytes_per_act: int = 
 
 @dataclass(frozen=True)
 class ArchCost:
-    """Per-layer costs of an ``Arch`` (stem, blocks, head, in order) and their totals."""
+    """Per-layer costs of an ``Arch`` and their totals; :func:`arch_cost` makes it.
+
+    The totals' fields are properties of their own (``cost.params``, ``cost.macs``, ...).
+
+    Attributes:
+        layers: ``(key, cost)`` of the stem, each block and the head, in order.
+        total: The network's ``Cost``: sums, and the maximum of ``peak_activation_bytes``.
+    """
 
     layers: tuple[tuple[BlockKey, Cost], ...]
     total: Cost
@@ -361,12 +400,21 @@ class ArchCost:
         return peaks.index(max(peaks))
 
     def to_dict(self, *, layers: bool = False) -> dict[str, Any]:
+        """The totals as JSON-ready data.
+
+        Args:
+            layers: Also list every layer's costs under ``layers`` (with its key as a string).
+
+        Returns:
+            The totals' fields by name, and ``layers`` when asked for.
+        """
         d: dict[str, Any] = self.total.to_dict()
         if layers:
             d["layers"] = [{"key": str(k), **c.to_dict()} for k, c in self.layers]
         return d
 
     def summary(self) -> str:
+        """One line: params, MACs, weight MiB and peak activation MiB, with the layer at the peak."""
         key = self.layers[self.peak_layer][0]
         return (
             f"params {self.params / 1e6:.3f}M, MACs {self.macs / 1e6:.1f}M, "
@@ -381,10 +429,26 @@ class ArchCost:
 def arch_cost(
     arch: Arch, *, resolution: int | None = None, bytes_per_param: int = 4, bytes_per_act: int = 4
 ) -> ArchCost:
-    """Cost of every layer of ``arch`` (at ``resolution`` if given) and the network totals.
+    """Count a network's costs from its spec alone (no torch, no forward pass).
 
-    Totals: params, MACs and weight bytes are summed over layers; peak activation bytes is the
-    maximum over layers.
+    Args:
+        arch: The network.
+        resolution: The input resolution to count at; None for the Arch's own.
+        bytes_per_param: Bytes of one weight (4: fp32, 1: int8).
+        bytes_per_act: Bytes of one activation element.
+
+    Returns:
+        The ``ArchCost``: every layer's ``Cost``, and totals (params, MACs, weight bytes, bytes
+        moved and ops summed over layers; peak activation bytes the maximum over them).
+
+    Raises:
+        ValueError: No cost model knows one of the blocks' kinds.
+
+    Example:
+        >>> from nas import arch_cost, load_space
+        >>> cost = arch_cost(load_space("tiny").smallest())
+        >>> cost.params == sum(c.params for _, c in cost.layers)
+        True
     """
     layers = []
     params = macs = peak = moved = ops = 0
