@@ -37,8 +37,17 @@ def _bn(prefix: str) -> list[tuple[str, int]]:
 class ChannelUnit:
     """One set of channels that shrinks together.
 
-    ``tensors``: the (state-dict key, dim) pairs indexed by these channels.  ``layers``: the
-    indices (into ``Arch.layers()``) whose spec field ``field_name`` holds the size.
+    Attributes:
+        name: A unique name (``chain<c>:<layer>[..<layer>]``, ``mid:<layer>``, ``hidden:head``);
+            the key of ``resize_arch``'s ``sizes``.
+        kind: ``chain`` (a block output and the residual chain that keeps it), ``mid`` (the
+            expanded channels of an inverted residual) or ``hidden`` (the head's hidden features).
+        size: The number of channels now.
+        layers: Indices into ``Arch.layers()`` whose spec field ``field_name`` holds the size.
+        field_name: ``out_ch``, ``mid_ch`` or ``hidden``.
+        tensors: The ``(state-dict key, dim)`` pairs of the built ``ArchNet`` these channels index.
+        prunable: False where the channels cannot shrink.
+        reason: Why not, when not prunable.
     """
 
     name: str
@@ -118,7 +127,16 @@ def _hidden_tensors(head: Head) -> list[tuple[str, int]]:
 
 
 def channel_units(arch: Arch) -> list[ChannelUnit]:
-    """The prunable channel sets of ``arch`` (see the module docs), in network order."""
+    """The channel sets of a network, each to be shrunk as one.
+
+    Args:
+        arch: The network.
+
+    Returns:
+        Its ``ChannelUnit`` s in network order: every residual chain's output channels, every
+        inverted residual's expanded channels, the head's hidden features (when it has them).
+        A chain holding an attention block is listed as not prunable.
+    """
     layers = arch.layers()
     keys = arch.keys()
     n = len(layers)
@@ -179,7 +197,23 @@ def _se_channels(se: SE, old_base: int, new_base: int, *, multiple: int, se_rati
 
 def resize_arch(arch: Arch, units: Sequence[ChannelUnit], sizes: Mapping[str, int], *, multiple: int,
                 se_ratio: float | None = None) -> Arch:
-    """``arch`` with each named unit at its new size; SE channels follow (see module docs)."""
+    """The network with some of its channel units at new sizes.
+
+    Args:
+        arch: The network.
+        units: Its ``channel_units(arch)``.
+        sizes: ``{unit name: new size}``; units not named keep their size.
+        multiple: The multiple squeeze-excite widths are rounded to.
+        se_ratio: The squeeze-excite ratio to its gated channels; None scales each SE width by
+            the ratio its gated channels shrank by.
+
+    Returns:
+        A new ``Arch``; squeeze-excite widths follow the channels they gate (never growing).
+
+    Raises:
+        ValueError: A unit name is unknown (the units are listed), or a size is not in
+            ``[1, unit.size]``.
+    """
     layers = list(arch.layers())
     by_name = {u.name: u for u in units}
     for name, size in sizes.items():
@@ -235,7 +269,16 @@ def _after_se_conv(block: Block, p: str) -> str:
 
 
 def droppable(arch: Arch) -> tuple[list[int], list[int]]:
-    """Layer indices whose squeeze-excite can be dropped, and residual blocks that can be dropped."""
+    """What ``drop_layers`` may drop from a network.
+
+    Args:
+        arch: The network.
+
+    Returns:
+        ``(se, blocks)``: the indices (into ``arch.layers()``) of the depthwise-separable and
+        inverted-residual blocks with a squeeze-excite, and of those with a residual (dropping
+        one leaves the shapes unchanged).
+    """
     keys = arch.keys()
     se, blocks = [], []
     for i, b in enumerate(arch.layers()[1:-1], start=1):
@@ -249,8 +292,19 @@ def droppable(arch: Arch) -> tuple[list[int], list[int]]:
 
 
 def drop_layers(arch: Arch, *, se: Iterable[int] = (), blocks: Iterable[int] = ()) -> Arch:
-    """``arch`` without the squeeze-excite of layers ``se`` and without the residual blocks
-    ``blocks`` (indices into ``arch.layers()``, as ``droppable`` gives them)."""
+    """The network without some squeeze-excites and residual blocks.
+
+    Args:
+        arch: The network.
+        se: Layer indices whose squeeze-excite to drop (from ``droppable(arch)[0]``).
+        blocks: Layer indices of residual blocks to drop (from ``droppable(arch)[1]``).
+
+    Returns:
+        A new ``Arch`` (``arch`` itself when both are empty).
+
+    Raises:
+        ValueError: An index is not one ``droppable`` gives (the indices are named).
+    """
     se, blocks = set(se), set(blocks)
     if not se and not blocks:
         return arch
