@@ -27,13 +27,16 @@ __all__ = ["DEBIAN_FASHION_MNIST", "DatasetNotFoundError", "dataset_names", "rea
 
 log = logging.getLogger(__name__)
 
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
 CACHE_DIR = Path(os.environ.get("HWNAS_DATA", Path.home() / ".cache" / "hwnas" / "datasets"))
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 
 class DatasetNotFoundError(FileNotFoundError):
-    """The dataset's files are not where we looked: the message says where, and how to get them."""
+    """A dataset's files are not where hwnas looked: the message names every place, and how to get them.
+
+    A ``FileNotFoundError``; nothing is downloaded unless ``DataSettings.download`` is true.
+    """
 
 
 @dataclass
@@ -54,11 +57,26 @@ _DATASETS: Registry[Callable[[DataSettings], Any]] = Registry("dataset")
 
 
 def register_dataset(name: str) -> Callable:
-    """Decorator registering a loader ``fn(settings) -> _Raw | _Files`` under ``name``."""
+    """Register a dataset loader under ``name`` (a decorator): ``data=<name>`` then selects it.
+
+    The loader is ``fn(settings: DataSettings)`` and returns the images in memory (``_Raw``: uint8
+    arrays ``N x C x H x W`` and labels) or a file list to stream (``_Files``); it raises
+    ``DatasetNotFoundError`` when the files are missing.
+
+    Args:
+        name: The dataset's name.
+
+    Returns:
+        The decorator, which returns the loader unchanged.
+
+    Raises:
+        ValueError: ``name`` is registered already (when the decorator is applied).
+    """
     return _DATASETS.register(name)
 
 
 def dataset_names() -> list[str]:
+    """The registered datasets' names (``data=<name>``), sorted."""
     return _DATASETS.names()
 
 
@@ -85,7 +103,18 @@ _FASHION_FILES = {
 
 
 def read_idx(path: str | Path) -> np.ndarray:
-    """An IDX ("Pascal Vincent" / MNIST) file, plain or gzipped, as a uint8 array."""
+    """Read an IDX file (the MNIST / Fashion-MNIST format), plain or gzipped.
+
+    Args:
+        path: The file (``.gz``: gzipped).
+
+    Returns:
+        Its uint8 array, in the shape its header gives.
+
+    Raises:
+        ValueError: The file is not an unsigned-byte IDX file, or holds fewer or more bytes than
+            its header says.
+    """
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     with opener(p, "rb") as f:

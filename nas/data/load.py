@@ -27,7 +27,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, eq=False)
 class Split:
-    """Images (uint8, N x C x H x W) and integer labels (N,)."""
+    """One split held in memory: images and their labels.
+
+    Attributes:
+        images: uint8 tensor ``N x C x H x W``.
+        labels: int64 tensor ``(N,)``.
+
+    Raises:
+        ValueError: ``images`` is not a 4-d uint8 tensor, or ``labels`` has another length.
+    """
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -44,16 +52,29 @@ class Split:
 
     @property
     def channels(self) -> int:
+        """The images' channels (``C``)."""
         return int(self.images.shape[1])
 
     def subset(self, idx: np.ndarray | torch.Tensor) -> Split:
+        """The images and labels at positions ``idx``, as a new ``Split``."""
         idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
         return Split(self.images[idx], self.labels[idx])
 
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A loaded dataset: train / val (/ test) splits at ``resolution``, and how to normalise them."""
+    """A loaded dataset: train / val (/ test) splits at ``resolution``, and how to normalise them.
+
+    Made by :func:`load_data`; the splits are in memory (``Split``) or streamed from disk
+    (``StreamSplit``), and :meth:`batches` reads either.
+
+    Example:
+        >>> from nas.data import load_data
+        >>> data = load_data({"name": "digits", "resolution": 16, "train_samples": 100})
+        >>> x, y = next(data.batches("train", batch_size=32))
+        >>> tuple(x.shape), x.dtype, len(y)
+        ((32, 1, 16, 16), torch.float32, 32)
+    """
 
     name: str
     train: Split | StreamSplit
@@ -73,6 +94,7 @@ class Dataset:
 
     @property
     def in_chans(self) -> int:
+        """The images' channels (1: grayscale, 3: RGB)."""
         return self.train.channels
 
     @property
@@ -81,13 +103,21 @@ class Dataset:
         return isinstance(self.train, StreamSplit)
 
     def describe(self) -> str:
+        """One line: the split sizes, the image shape, the classes, the source and what was skipped."""
         t = f", {len(self.test)} test" if self.test is not None else ""
         return (f"{self.name}: {len(self.train)} train / {len(self.val)} val{t} images, {self.in_chans}x"
                 f"{self.resolution}x{self.resolution}, {self.num_classes} classes (from {self.source})"
                 f"{skipped_note(self.skipped)}")
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 batch -> float batch, normalised with the training split's statistics."""
+        """Turn a uint8 batch into the float batch a network reads.
+
+        Args:
+            images: uint8 ``N x C x H x W`` (on any device).
+
+        Returns:
+            float32, scaled to [0, 1], then normalised with the training split's ``mean`` / ``std``.
+        """
         x = images.float().div_(255.0)
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
@@ -104,8 +134,24 @@ class Dataset:
         drop_last: bool = False,
         device: str | torch.device = "cpu",
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Float image batches and labels of ``split`` ('train', 'val' or 'test'); ``augment``: the
-        training augmentation (``data.augment``, and ``auto_augment`` when streamed)."""
+        """Iterate over a split in batches.
+
+        Args:
+            split: ``"train"``, ``"val"`` or ``"test"``.
+            batch_size: Images per batch (the last may be smaller).
+            shuffle: Visit the images in a random order.
+            generator: The ``torch.Generator`` of the order and the augmentation (seeded runs).
+            augment: Apply the training augmentation (``data.augment``, and ``auto_augment``
+                when streamed).
+            drop_last: Leave out a last, smaller batch.
+            device: Where the batches go.
+
+        Returns:
+            An iterator of ``(images, labels)``: normalised float32 ``N x C x H x W`` and int64 ``(N,)``.
+
+        Raises:
+            ValueError: The dataset has no such split.
+        """
         s = self._split(split)
         if isinstance(s, StreamSplit):
             return s.batches(batch_size=batch_size, shuffle=shuffle, generator=generator, augment=augment,
@@ -114,7 +160,18 @@ class Dataset:
                                     drop_last=drop_last, device=device)
 
     def images(self, split: str, idx: torch.Tensor) -> torch.Tensor:
-        """The normalised images of ``split`` at positions ``idx`` (no augmentation)."""
+        """The normalised images of a split at some positions, without augmentation.
+
+        Args:
+            split: ``"train"``, ``"val"`` or ``"test"``.
+            idx: Positions in the split (int64 tensor).
+
+        Returns:
+            Float32 ``len(idx) x C x H x W``, normalised as :meth:`normalize` does.
+
+        Raises:
+            ValueError: The dataset has no such split.
+        """
         s = self._split(split)
         if isinstance(s, StreamSplit):
             return s.eval_images(idx.tolist())
@@ -155,7 +212,16 @@ def _augment(x: torch.Tensor, kind: str, generator: torch.Generator | None) -> t
 
 
 def adapt_arch(arch: Arch, data: Dataset, *, resolution: int | None = None) -> Arch:
-    """``arch`` with the dataset's classes and input channels, at ``resolution`` (default: the data's)."""
+    """Fit a network to a dataset: its classes, input channels and resolution.
+
+    Args:
+        arch: The network.
+        data: The dataset.
+        resolution: The input resolution; None (or 0) for the dataset's.
+
+    Returns:
+        A new ``Arch`` with the dataset's ``num_classes`` and ``in_chans``.
+    """
     a = arch.with_head(num_classes=data.num_classes, in_chans=data.in_chans)
     return a.with_resolution(resolution or data.resolution)
 
@@ -165,7 +231,23 @@ def adapt_arch(arch: Arch, data: Dataset, *, resolution: int | None = None) -> A
 
 
 def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
-    """Load, split, subsample, resize and normalise a dataset (see the module docs)."""
+    """Load a dataset: split, subsample, resize, and compute its normalisation.
+
+    The ``nas.data`` module docs say where each dataset is looked for and how it is held.
+
+    Args:
+        settings: ``DataSettings``, or a mapping of its fields (a config's ``data`` node).
+
+    Returns:
+        The ``Dataset``: train, val (a stratified, seeded hold-out of the training images) and
+        test (the dataset's own, or a held-out fraction; None where there is none).
+
+    Raises:
+        DatasetNotFoundError: The files are not found (every place looked is named, and how to
+            get them).
+        ValueError: A setting is refused, or does not apply to the dataset (``auto_augment`` on
+            one held in memory, ...).
+    """
     s = settings if isinstance(settings, DataSettings) else DataSettings.from_dict(dict(settings))
     raw = _DATASETS[s.name](s)
     if isinstance(raw, _Files):

@@ -11,12 +11,25 @@ from nas.data.datasets import _DATASETS, dataset_names
 
 __all__ = ["AUGMENTS", "DataSettings"]
 
-AUGMENTS = ("none", "crop", "crop_flip")
+AUGMENTS = ("none", "crop", "crop_flip")  # the values of DataSettings.augment
 
 
 @dataclass(frozen=True)
 class DataSettings:
-    """What to load (the ``data`` config group)."""
+    """What to load: the ``data`` config group (``data=<name>``, ``data.<field>=``).
+
+    Each field's comment is its explanation (``--help`` shows it; docs/data.md has the table).
+    ``load_data(settings)`` loads the dataset.
+
+    Raises:
+        ValueError: A field is out of range or of the wrong type, or ``name`` is not a registered
+            dataset (the message names the field, the value and what is allowed).
+
+    Example:
+        >>> from nas.data import DataSettings
+        >>> DataSettings(name="digits", resolution=16, train_samples=200).val_fraction
+        0.2
+    """
 
     name: str = "digits"
     root: str | None = None  # where the files are (fashion_mnist, cifar10, imagefolder)
@@ -73,6 +86,17 @@ class DataSettings:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DataSettings:
+        """The settings of a mapping (a config's ``data`` node, a checkpoint's record).
+
+        Args:
+            d: Field values by name; missing fields take their defaults.
+
+        Returns:
+            The checked ``DataSettings``.
+
+        Raises:
+            ValueError: A key is not a field (the valid keys are listed), or a value is refused.
+        """
         names = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - names)
         if unknown:
@@ -80,6 +104,7 @@ class DataSettings:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name; :meth:`from_dict` reads it back."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 

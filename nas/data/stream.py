@@ -99,8 +99,19 @@ def make_transforms(resolution: int, *, augment: str, auto_augment: str | None, 
 
 
 class StreamSplit:
-    """A split read from disk per batch: ``indices`` into a torchvision dataset (``base``) whose
-    ``targets`` are the labels, and the transforms that make its images ``channels`` x resolution."""
+    """A split read from disk per batch (cifar10, imagefolder); ``load_data`` makes it.
+
+    Only the indices and the labels stay in memory; a ``DataLoader`` with persistent workers
+    decodes and transforms the images of each batch.
+
+    Args:
+        base: A torchvision dataset whose ``targets`` are the labels (``CIFAR10``, ``ImageFolder``).
+        indices: This split's positions in ``base``.
+        channels: 1 (read as grayscale) or 3 (RGB).
+        train_tf: The training transform (augmentation, resize, normalisation).
+        eval_tf: The scoring transform (resize, centre crop, normalisation).
+        num_workers: ``DataLoader`` worker processes (0: load in the calling process).
+    """
 
     def __init__(self, base: Any, indices: np.ndarray, *, channels: int, train_tf: Callable, eval_tf: Callable,
                  num_workers: int) -> None:
@@ -133,6 +144,12 @@ class StreamSplit:
 
     def batches(self, *, batch_size: int, shuffle: bool, generator: torch.Generator | None, augment: bool,
                 drop_last: bool, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Iterate over the split in batches; ``Dataset.batches`` calls it with the same arguments.
+
+        Returns:
+            An iterator of ``(images, labels)``: normalised float32 ``N x C x H x W`` and int64 ``(N,)``;
+            with ``augment`` each image's augmentation is seeded from ``generator``.
+        """
         n = len(self)
         dl, order = self._loader(batch_size, augment, drop_last and n >= batch_size, device.type == "cuda")
         order.order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
