@@ -195,7 +195,7 @@ def test_import_command_keeps_the_users_overrides(tmp_path):
 def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
     """Bundle here -> measured by a Python without torch -> import -> a predictor calibrated on the
     bundle's networks, scored on held-out networks the same script measured.  How close it gets is a
-    benchmark figure (scripts/bench_bundle.py, docs/benchmarks.md), not asserted here: timings on a
+    benchmark figure (python -m benchmarks bundle, docs/benchmarks.md), not asserted here: timings on a
     shared machine move; the bound below only catches a broken round trip (wrong graphs, shapes, units)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     from bench_bundle import round_trip

@@ -65,7 +65,7 @@ def test_wheel_holds_package_data(wheel):
         assert any(n.startswith(prefix) for n in names), f"no {prefix} files in {wheel.name}"
     assert "nas/conf/target/epyc_zen5.yaml" in names
     assert any(n.startswith("nas/latency_tables/") and n.endswith(".json") for n in names)
-    assert not any(n.startswith(("tests/", "scripts/")) for n in names)
+    assert not any(n.startswith(("tests/", "scripts/", "benchmarks/")) for n in names)
 
 
 def _run(py: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:

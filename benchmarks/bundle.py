@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Device-bundle round trip: how well a table measured through a bundle predicts held-out networks.
 
 Writes a bundle for a target (blocks, calibration and pruned networks of the spaces, plus
@@ -8,8 +7,8 @@ from this environment), imports the results and scores the imported table's pred
 held-out networks the same script measured (within ±5% / ±10%, MAPE, Kendall τ).  The same path a
 Jetson or a board takes, run on this machine so it can be checked end to end.
 
-    taskset -c 1 python scripts/bench_bundle.py [--target executorch_cpu_int8] [--spaces tiny]
-           [--held-out 60] [--work DIR] [--table T.json] [--quick] [--out scripts/results/bundle.json]
+    taskset -c 1 python -m benchmarks bundle [--target executorch_cpu_int8] [--spaces tiny]
+           [--held-out 60] [--work DIR] [--table T.json] [--quick] [--out benchmarks/results/bundle.json]
 
 ``--target``: a target by name (``conf=`` of the commands; default: onnxruntime on this CPU, fp32).
 onnxruntime and OpenVINO bundles are measured by a Python with numpy and that runtime only;
@@ -31,8 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.harness import RESULTS
 
 CPU = {"name": "cpu_here", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
        "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
@@ -161,7 +159,7 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="keep the bundle, results and table here (reused by a re-run)")
     ap.add_argument("--table", default=None, help="copy the imported table here")
     ap.add_argument("--quick", action="store_true", help="short measurement settings (smoke run)")
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "bundle.json"))
+    ap.add_argument("--out", default=str(RESULTS / "bundle.json"))
     args = ap.parse_args()
     target = load_target(args.target) if args.target else Target.coerce(CPU)
     settings = ProfileSettings(warmup=3, repeats=10, min_time_s=0.0, rounds=1) if args.quick else ProfileSettings()

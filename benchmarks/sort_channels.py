@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark importance-sorted channels against index order in the weight-sharing supernet.
 
 For each of ``--seeds``, trains the ``tiny`` supernet twice on digits with the same settings and
@@ -6,15 +5,14 @@ seed, once with ``sort_channels=false`` and once with ``true``, then scores the 
 random architectures (and the smallest and the largest) by their inherited weights: BatchNorm
 recalibrated on 16 training batches, top-1 accuracy on the validation split.
 
-    taskset -c 0 python scripts/bench_sort_channels.py       # about a minute per seed on one core
+    taskset -c 0 python -m benchmarks sort_channels       # about a minute per seed on one core
 
-Writes ``<out>/sort_channels.json`` (default out: scripts/results/) and prints the table.
+Writes ``<out>/sort_channels.json`` (default out: benchmarks/results/) and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,9 +20,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nas._io import atomic_write_json  # noqa: E402
+from nas._io import atomic_write_json
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""Checking an exported QDQ ONNX model (for ``bench_modelopt.py``).
+"""Checking an exported QDQ ONNX model (for ``benchmarks/modelopt.py``).
 
 ``describe_format(bytes)``: what it looks like to TensorRT: zero points (int8 and 0), per-channel
 int8 weights (stored as int8, or float behind a QuantizeLinear), the op types that read a

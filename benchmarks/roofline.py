@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Validate the roofline estimate on this CPU, next to the measured table.
 
 1. Microbenchmarks (1 thread, onnxruntime like the tables): peak fp32 compute (a large MatMul),
@@ -7,7 +6,7 @@
    whole network the table holds (its calibration set); it reports the error of the roofline
    and, next to it, of the raw table sum on the same networks.
 
-    python scripts/bench_roofline.py [--table latency_tables/cpu.json] [--out scripts/results/roofline.json]
+    python -m benchmarks roofline [--table latency_tables/cpu.json] [--out benchmarks/results/roofline.json]
 
 Writes JSON and prints a table.  Run it pinned to an idle core (taskset -c 1) for clean numbers.
 """
@@ -16,21 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nas.export.onnx import ort_session  # noqa: E402
-from nas.latency.measure import measure, summarize_times  # noqa: E402
-from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
-from nas.latency.roofline import Roofline  # noqa: E402
-from nas.latency.table import LatencyTable  # noqa: E402
-from nas.latency.validate import score  # noqa: E402
+from nas.export.onnx import ort_session
+from nas.latency.measure import measure, summarize_times
+from nas.latency.predictor import LatencyPredictor, table_networks
+from nas.latency.roofline import Roofline
+from nas.latency.table import LatencyTable
+from nas.latency.validate import score
 
 
 def _model(nodes, inputs, outputs, inits=()) -> bytes:
@@ -75,7 +71,7 @@ def op_overhead_us(n_ops: int = 200) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", default="latency_tables/cpu.json")
-    ap.add_argument("--out", default="scripts/results/roofline.json")
+    ap.add_argument("--out", default="benchmarks/results/roofline.json")
     args = ap.parse_args()
 
     peak, bw, ovh = peak_gflops(), bandwidth_gbs(), op_overhead_us()

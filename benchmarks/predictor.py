@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Predictor benchmark: accuracy on held-out networks, and throughput.
 
 For each target (default: epyc_zen5 and epyc_zen5_int8, this machine's) and each shipped space, measures held-out
@@ -14,12 +13,12 @@ refresh / recalibration record (nas.profile refresh=N / recalibrate=true) is als
 predictor: predictions per second batched (the compiled per-space predictor on index arrays,
 and the Arch path) and microseconds for one Arch.
 
-    taskset -c 1 python scripts/bench_predictor.py                    # full run (~1 h here)
-    taskset -c 1 python scripts/bench_predictor.py --targets epyc_zen5 --n 100 --pruned 30 --rounds 5 --fresh \
+    taskset -c 1 python -m benchmarks predictor                    # full run (~1 h here)
+    taskset -c 1 python -m benchmarks predictor --targets epyc_zen5 --n 100 --pruned 30 --rounds 5 --fresh \
         --seed 7000004 --recalibrate        # then --rounds 9 without --fresh adds 4 rounds to the same cache
-    python scripts/bench_predictor.py --targets epyc_zen5 --n 30 --timm 4    # a quick look
+    python -m benchmarks predictor --targets epyc_zen5 --n 30 --timm 4    # a quick look
 
-Writes scripts/results/predictor.json, predictor_<target>.png scatter plots, and measurement
+Writes benchmarks/results/predictor.json, predictor_<target>.png scatter plots, and measurement
 caches (a re-run resumes).  Clean figures want an idle core: other load shifts measurements.
 """
 
@@ -33,16 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from nas.from_timm import from_timm  # noqa: E402
-from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
-from nas.latency.profiler import ProfileSettings  # noqa: E402
-from nas.latency.roofline import Roofline  # noqa: E402
-from nas.latency.runtimes import get_runtime  # noqa: E402
-from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
-from nas.latency.validate import (  # noqa: E402
+from benchmarks.harness import RESULTS, target_dict
+from nas.from_timm import from_timm
+from nas.latency.predictor import LatencyPredictor, table_networks
+from nas.latency.profiler import ProfileSettings
+from nas.latency.roofline import Roofline
+from nas.latency.runtimes import get_runtime
+from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.validate import (
     VALIDATION_SEED,
     WITHOUT_EXTRA,
     held_out_archs,
@@ -52,7 +49,7 @@ from nas.latency.validate import (  # noqa: E402
     scatter_plot,
     validate,
 )
-from nas.space import list_spaces, load_space  # noqa: E402
+from nas.space import list_spaces, load_space
 
 # The whole networks are never calibrated on.  The blocks of the first 8 are in the shipped tables
 # (profiled with models=[...]); the other 16 were not profiled: their layers are learned, except
@@ -94,15 +91,6 @@ def efficientnet_family(report: dict) -> dict:
     return {m: {**score([p[m] for p in pts], meas), "models": [p["arch"] for p in pts]}
             for m in ("predictor", "predictor_rescaled", "predictor_stored", "predictor_recalibrated", WITHOUT_EXTRA)
             if m in pts[0]}
-
-
-def load_target(name: str) -> dict:
-    from omegaconf import OmegaConf
-
-    from nas.config import compose_app
-
-    cfg = compose_app("predict", [f"conf={name}"])
-    return OmegaConf.to_container(cfg.target, resolve=True)
 
 
 def throughput(pred: LatencyPredictor) -> dict:
@@ -189,7 +177,7 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--pruned", type=int, nargs="+", default=[30, 15],
                     help="held-out networks per space narrowed as pruning narrows them, per target")
     ap.add_argument("--timm", type=int, default=len(TIMM_MODELS), help="how many of the timm models")
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--rounds", type=int, default=ProfileSettings().rounds,
                     help="interleaved rounds per held-out network (median over rounds); more rounds, less of the "
                          "machine's drift in the measured figures")
@@ -212,7 +200,7 @@ def main() -> None:
     results: dict = {}
     for i, tname in enumerate(args.targets):
         n = args.n[min(i, len(args.n) - 1)]
-        target = load_target(tname)
+        target = target_dict(tname)
         table = LatencyTable.load(resolve_table_path(target["table"]))
         table.check_target(target)
         why = table.measured_elsewhere()

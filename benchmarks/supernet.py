@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark the weight-sharing supernet as a ranking signal, against stand-alone training.
 
 By default on Fashion-MNIST (the Debian package's files; a training subset, said so in the output)
@@ -20,13 +19,13 @@ and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--dat
 4. report Kendall's tau between the reference and each score, and the cost of each (the supernet's
    training wall time; seconds per evaluated architecture).
 
-    taskset -c 0 python scripts/bench_supernet.py              # the benchmark (about 2 hours on one core)
-    taskset -c 0 python scripts/bench_supernet.py --quick      # a minute or two: checks the pipeline only
+    taskset -c 0 python -m benchmarks supernet              # the benchmark (about 2 hours on one core)
+    taskset -c 0 python -m benchmarks supernet --quick      # a minute or two: checks the pipeline only
 
 The scores are independent, so a run splits across cores (or machines sharing the folder):
 
-    taskset -c 0 python scripts/bench_supernet.py --scores supernet train naswot synflow standalone2 &
-    taskset -c 1 python scripts/bench_supernet.py --scores standalone0 standalone1
+    taskset -c 0 python -m benchmarks supernet --scores supernet train naswot synflow standalone2 &
+    taskset -c 1 python -m benchmarks supernet --scores standalone0 standalone1
 
 Each part computes only its scores; whichever finds them all complete writes the report (a run
 without ``--scores`` computes what is missing, then reports).
@@ -34,12 +33,12 @@ without ``--scores`` computes what is missing, then reports).
 On a GPU, at 224 px on an ImageFolder, with a larger space (each of the 24 x 3 stand-alone runs
 is a training of its own: plan GPU hours, ``docs/benchmarks.md`` gives measured throughput):
 
-    python scripts/bench_supernet.py --device cuda --space mbv3 --target gpu --data imagefolder \
+    python -m benchmarks supernet --device cuda --space mbv3 --target gpu --data imagefolder \
         --data-root ~/data/imagenette --resolution 224 --train-samples 0 --batch-size 128 \
         --supernet-epochs 60 --standalone-epochs 30 --out runs/bench_mbv3
 
 Writes ``<out>/supernet.json`` and ``<out>/supernet.png`` (scatter plots; default out:
-scripts/results/) and prints the table.  The supernet checkpoint and each score of each
+benchmarks/results/) and prints the table.  The supernet checkpoint and each score of each
 architecture are cached under ``<out>/bench_supernet/``, so an interrupted run resumes where it
 stopped; a cache written with other settings is refused, each difference named.
 """
@@ -49,16 +48,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nas._io import atomic_write_json  # noqa: E402
+from benchmarks.harness import command as harness_command
+from nas._io import atomic_write_json
 
 METHODS = ("supernet", "train", "naswot", "synflow")
 # what a cache was computed with: a re-run with other values of these must not reuse it
@@ -69,7 +66,7 @@ _ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", 
 
 
 def add_subset_args(p: argparse.ArgumentParser) -> None:
-    """The data options of the supernet benchmarks (this one and bench_supernet_search.py): one
+    """The data options of the supernet benchmarks (this one and benchmarks/supernet_search.py): one
     training subset, small enough for a run on one core."""
     p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, digits, cifar10, imagefolder)")
     p.add_argument("--data-root", help="where the dataset's files are (data.root; cifar10 and imagefolder need it)")
@@ -255,7 +252,7 @@ def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list
         lack = sum(x.digest() not in cache for x in archs)
         if lack:
             raise SystemExit(f"{work}: the stand-alone run {name} lacks {lack} of {len(archs)} architectures; "
-                             "finish python scripts/bench_supernet.py first")
+                             "finish python -m benchmarks supernet first")
         runs.append([cache[x.digest()]["score"] for x in archs])
     return runs
 
@@ -416,8 +413,8 @@ def command(a: argparse.Namespace) -> str:
     default = _args(["--quick"] if a.quick else [])
     opts = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in (*_SETTINGS, "standalone_seeds")
             if getattr(a, k) != getattr(default, k)]
-    pin = "taskset -c 0 " if a.device == "cpu" else ""
-    return " ".join([f"{pin}python scripts/bench_supernet.py", *(["--quick"] if a.quick else []), *opts])
+    return harness_command("supernet", [*(["--quick"] if a.quick else []), *" ".join(opts).split()],
+                           cores=[0] if a.device == "cpu" else None)
 
 
 def load_bench_space(name: str) -> Any:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """The same search with each target: how the Pareto front moves with the runtime and precision.
 
 One search per target, everything else equal: the same space (``tiny``), data (the embedded
@@ -28,13 +27,13 @@ Then, for the fronts:
   calibration networks re-measured as the drift check), the same cross hypervolume on measured
   latency, and how far each predictor is from its runtime on these networks.
 
-    python scripts/bench_targets.py                       # six searches and the control (~20 min on one core)
-    taskset -c 1 python scripts/bench_targets.py --measure  # then measure their fronts on each runtime
-    python scripts/bench_targets.py --targets cpu openvino_cpu --trials 24
-    python scripts/bench_targets.py --smoke               # 2 targets, 6 trials, 1 epoch: the pipeline
+    python -m benchmarks targets                       # six searches and the control (~20 min on one core)
+    taskset -c 1 python -m benchmarks targets --measure  # then measure their fronts on each runtime
+    python -m benchmarks targets --targets cpu openvino_cpu --trials 24
+    python -m benchmarks targets --smoke               # 2 targets, 6 trials, 1 epoch: the pipeline
 
 Writes ``<out>/targets.json``, ``<out>/summary.md``, ``<out>/fronts.png`` (and with ``--measure``
-``<out>/measured.png``; default out: scripts/results/bench_targets/) and prints the tables.  The
+``<out>/measured.png``; default out: benchmarks/results/bench_targets/) and prints the tables.  The
 studies are journals under ``<out>/studies/<target>/`` (with each search's own pareto.json,
 trials.csv, pareto.png), the scores ``<out>/evaluations.json``, the measurements
 ``<out>/measured_<target>.json``: an interrupted run resumes where it stopped.  Run the searches
@@ -51,15 +50,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_search import hypervolume_2d, latency_reference  # noqa: E402
-from targets_report import BEST, jaccard, write_report  # noqa: E402,F401
-
-from nas._io import atomic_write_json  # noqa: E402
-from nas.arch import Arch  # noqa: E402
-from nas.search.evaluate import EvalResult, Evaluator  # noqa: E402
+from benchmarks._targets_report import BEST, jaccard, write_report  # noqa: F401
+from benchmarks.search import hypervolume_2d, latency_reference
+from nas._io import atomic_write_json
+from nas.arch import Arch
+from nas.search.evaluate import EvalResult, Evaluator
 
 TARGETS = ("cpu", "cpu_int8", "executorch_cpu", "executorch_cpu_int8", "openvino_cpu", "openvino_cpu_int8")
 class SharedEvaluations(Evaluator):
@@ -422,15 +417,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="--measure: interleaved rounds per network")
     ap.add_argument("--anchors", type=int, default=3,
                     help="--measure: the table's calibration networks re-measured per group (drift check)")
-    ap.add_argument("--out", default="scripts/results/bench_targets")
+    ap.add_argument("--out", default="benchmarks/results/bench_targets")
     ap.add_argument("--smoke", action="store_true", help="2 targets, 6 trials, 1 epoch: checks the pipeline")
     args = ap.parse_args()
     if args.smoke:
         args.targets, args.trials, args.population, args.epochs = args.targets[:2], 6, 4, 1
         args.control_seeds = args.control_seeds[:1]
         args.rounds, args.anchors = 1, 1
-        if args.out == "scripts/results/bench_targets":
-            args.out = "scripts/results/bench_targets_smoke"
+        if args.out == "benchmarks/results/bench_targets":
+            args.out = "benchmarks/results/bench_targets_smoke"
     unknown = sorted(set(args.targets) - set(TARGETS))
     if unknown:
         print(f"note: {unknown} are not among the shipped targets this benchmark was written for", file=sys.stderr)

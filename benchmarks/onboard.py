@@ -1,4 +1,4 @@
-"""Onboarding a new device in a few minutes: OFFLINE SIMULATION from the shipped tables.
+"""Onboarding a new device in a few minutes, simulated offline from the shipped tables.
 
 Nothing is measured.  Leave one device out among those with full tables (``cpu``: Intel Xeon,
 ``epyc_zen5``: AMD EPYC Zen 5; both onnxruntime CPU fp32, 1 thread).  For the held-out device D,
@@ -7,10 +7,10 @@ run (calibration networks spread over round 1, most used blocks first, ``block_f
 taken from D's table in that order until N simulated minutes are spent.  A job's simulated time
 is the profiler's own cost model (``expected_seconds``: preparing and exporting it, then warm-up
 and timed calls at D's measured latency), scaled per kind (block / network) to the measured
-profiling run in ``scripts/results/profile.json``.  A measured item takes D's table figure.
+profiling run in ``benchmarks/results/profile.json``.  A measured item takes D's table figure.
 
-Scored on D's held-out networks (``scripts/results/predictor_<D>.measurements.json``, as
-``bench_predictor.py`` measured them) and on D's calibration networks not in the simulated
+Scored on D's held-out networks (``benchmarks/results/predictor_<D>.measurements.json``, as
+``benchmarks/predictor.py`` measured them) and on D's calibration networks not in the simulated
 profile:
 
 (a) ``partial``      D's own predictor on the partial table;
@@ -22,41 +22,36 @@ profile:
 
 With two devices, "the other devices" of a held-out device is ONE device.
 
-    python scripts/bench_onboard.py            # -> scripts/results/onboard.json, onboard.png
+    python -m benchmarks onboard            # -> benchmarks/results/onboard.json, onboard.png
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from nas.latency.measure import ProfileSettings  # noqa: E402
-from nas.latency.predictor import LatencyPredictor  # noqa: E402
-from nas.latency.profile_jobs import expected_seconds, plan_jobs  # noqa: E402
-from nas.latency.profiler import VALIDATION_SEED, block_frequency  # noqa: E402
-from nas.latency.scoring import score  # noqa: E402
-from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
-from nas.latency.transfer import METHODS, TransferPredictor  # noqa: E402
-from nas.latency.validate import held_out_archs, held_out_pruned  # noqa: E402
-from nas.space import list_calibration_spaces, list_spaces, load_space  # noqa: E402
+from benchmarks.harness import RESULTS
+from nas.latency.measure import ProfileSettings
+from nas.latency.predictor import LatencyPredictor
+from nas.latency.profile_jobs import expected_seconds, plan_jobs
+from nas.latency.profiler import VALIDATION_SEED, block_frequency
+from nas.latency.scoring import score
+from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.transfer import METHODS, TransferPredictor
+from nas.latency.validate import held_out_archs, held_out_pruned
+from nas.space import list_calibration_spaces, list_spaces, load_space
 
 DEVICES = ("cpu", "epyc_zen5")
 MINUTES = (1, 2, 5, 10, 20)
-RESULTS = ROOT / "scripts" / "results"
 
 
 def held_out(name: str, table: LatencyTable, timm: bool) -> tuple[list, np.ndarray, float]:
-    """D's held-out networks as ``bench_predictor.py`` drew them, with their measured latency
+    """D's held-out networks as ``benchmarks/predictor.py`` drew them, with their measured latency
     (the points of ``predictor.json``, read back by digest), divided by the validation's drift
     scale where it measured one (the machine's speed then over the table's: its calibration
     networks re-measured beside the held-out ones), so that they describe the machine in the
@@ -72,8 +67,7 @@ def held_out(name: str, table: LatencyTable, timm: bool) -> tuple[list, np.ndarr
             if a.digest() in points:
                 found.setdefault(a.digest(), a)
     if timm:
-        from bench_predictor import TIMM_MODELS
-
+        from benchmarks.predictor import TIMM_MODELS
         from nas.from_timm import from_timm
 
         for m in TIMM_MODELS:

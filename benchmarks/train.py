@@ -1,5 +1,4 @@
-#!/usr/bin/env python
-"""Benchmark issue 6 on Fashion-MNIST: train the Pareto front, prune, QAT, export, measure.
+"""The training pipeline on Fashion-MNIST: train the Pareto front, prune, QAT, export, measure.
 
 1. A search run: ``--run <dir>`` (an existing ``python -m nas.search`` run dir), or, without it,
    a small search made here through the CLI (``nas.search conf=<fp32 target> data=fashion_mnist``).
@@ -13,10 +12,10 @@
    (same architecture); pruning to 0.7x measured latency costs <= 1 point; every exported model's
    measured latency within +-10% of its prediction.
 
-    python scripts/bench_train.py                         # full: search + 30 epochs (hours on 1 core)
-    python scripts/bench_train.py --smoke                 # minutes: small search, 2 epochs, 3k images
-    python scripts/bench_train.py --run runs/search/X --select 0 2 --epochs 30
-    python scripts/bench_train.py --targets cpu cpu_int8  # the Xeon's tables (nothing measured elsewhere)
+    python -m benchmarks train                         # full: search + 30 epochs (hours on 1 core)
+    python -m benchmarks train --smoke                 # minutes: small search, 2 epochs, 3k images
+    python -m benchmarks train --run runs/search/X --select 0 2 --epochs 30
+    python -m benchmarks train --targets cpu cpu_int8  # the Xeon's tables (nothing measured elsewhere)
 
 Writes ``<out>/bench_train.json`` (figures, checks, settings, machine), ``bench_train.png``
 (predicted vs measured latency; accuracy vs measured latency per variant) and prints a table.
@@ -34,8 +33,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _search(out: Path, *, trials: int, epochs: int, train_samples: int, evaluator: str, target: str) -> Path:

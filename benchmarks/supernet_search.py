@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """A search with the weight-sharing supernet against one with short training, at equal compute.
 
 On Fashion-MNIST (the Debian package's files; a training subset, said so in the output), the
@@ -24,12 +23,12 @@ this machine, not measured here), on this machine's CPU, side by side in one run
   fine-tuned from inherited weights for E epochs against trained from scratch for E epochs, the same
   recipe (the train evaluator's: AdamW, batch 64, warm-up then cosine) and seed; test accuracy.
 
-    taskset -c 0 python scripts/bench_supernet_search.py             # the benchmark (about 20 minutes on one core)
-    taskset -c 0 python scripts/bench_supernet_search.py --quick     # two or three minutes: the pipeline only
-    taskset -c 0 python scripts/bench_supernet_search.py --train-trials 60   # cap the slow train search
+    taskset -c 0 python -m benchmarks supernet_search             # the benchmark (about 20 minutes on one core)
+    taskset -c 0 python -m benchmarks supernet_search --quick     # two or three minutes: the pipeline only
+    taskset -c 0 python -m benchmarks supernet_search --train-trials 60   # cap the slow train search
 
 Writes ``<out>/supernet_search.json``, ``<out>/supernet_search.md`` (the tables, also printed) and
-``<out>/supernet_search.png`` (the two fronts; default out: scripts/results/).  The supernet, the
+``<out>/supernet_search.png`` (the two fronts; default out: benchmarks/results/).  The supernet, the
 three studies (journals) and every score are kept under ``<out>/bench_supernet_search/``, so an
 interrupted run resumes where it stopped: a study that has its trials is not run again, and its
 recorded wall time is kept.  Not done: measuring the fronts with the ``cpu`` runtime.
@@ -49,13 +48,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_search import hypervolume_2d, latency_reference  # noqa: E402
-from bench_supernet import add_subset_args, load_subset  # noqa: E402
-
-from nas._io import atomic_write_json, atomic_write_text  # noqa: E402
+from benchmarks.harness import command
+from benchmarks.search import hypervolume_2d, latency_reference
+from benchmarks.supernet import add_subset_args, load_subset
+from nas._io import atomic_write_json, atomic_write_text
 
 EVALUATORS = ("supernet", "zero_cost", "train")
 
@@ -462,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train = _train_front(s["train"], eq["total_s"], env, state)
     print("fine-tuned vs from scratch ...", flush=True)
     sc_rows = _scratch(sn_rows, env, state, a.archs)
-    res = {"command": " ".join(["python", *sys.argv]), "cpus": sorted(os.sched_getaffinity(0)),
+    res = {"command": command("supernet_search"), "cpus": sorted(os.sched_getaffinity(0)),
            "quick": a.quick, "settings": {**{k: v for k, v in vars(a).items() if k != "out"},
                                           "data": env["data"].describe(), "space": "tiny", "target": "cpu",
                                           "latency": env["latency"].describe(),

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The prepared GPU check (scripts/bench_gpu.py) on a GPU machine with torch and no package index.
+# The prepared GPU check (python -m benchmarks gpu) on a GPU machine with torch and no package index.
 #
-#   here, once:        bash scripts/gpu_check.sh --fetch     # the wheels the GPU machine lacks, into .whl/
-#   on the GPU:        bash scripts/gpu_check.sh [bench_gpu.py options]   # installs .whl/*.whl, then runs the check
-#   here, rehearsed:   bash scripts/gpu_check.sh --rehearse  # every step on the CPU, small
+#   here, once:        bash benchmarks/gpu_check.sh --fetch     # the wheels the GPU machine lacks, into .whl/
+#   on the GPU:        bash benchmarks/gpu_check.sh [python -m benchmarks gpu options]   # installs .whl/*.whl, then runs the check
+#   here, rehearsed:   bash benchmarks/gpu_check.sh --rehearse  # every step on the CPU, small
 #
 # The GPU machine needs Python with CUDA torch, timm, onnx, onnxscript, onnxruntime, scikit-learn, scipy,
 # numpy, matplotlib, tqdm, PyYAML and pytest; WHEELS below are what such an image commonly lacks (all pure
-# Python but SQLAlchemy and greenlet, fetched for PY_VERSION).  Results: scripts/results/gpu_check.{json,md,log},
+# Python but SQLAlchemy and greenlet, fetched for PY_VERSION).  Results: benchmarks/results/gpu_check.{json,md,log},
 # or under $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,4 +34,4 @@ if [ "${1:-}" != "--rehearse" ] && compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH="/tmp/hwnas_site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-exec python3 scripts/bench_gpu.py "${out_args[@]}" "$@"
+exec python3 -m benchmarks gpu "${out_args[@]}" "$@"

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """TensorRT int8: hwnas's QDQ export against NVIDIA Model Optimizer (ModelOpt), on this CPU.
 
 For a TensorRT target (``conf=jetson_int8``, ``conf=gpu_int8``) hwnas writes symmetric int8 QDQ
@@ -31,10 +30,10 @@ onnxslim, polygraphy, lief); without them the fake-quant model is exported with
 ``torch.onnx.export`` instead (each variant's ``how`` says which) and the ONNX variant fails with
 the import error.
 
-    taskset -c 0 python scripts/bench_modelopt.py            # 3 networks (about 5 min on one core)
-    taskset -c 0 python scripts/bench_modelopt.py --quick    # 1 network, shorter training
+    taskset -c 0 python -m benchmarks modelopt            # 3 networks (about 5 min on one core)
+    taskset -c 0 python -m benchmarks modelopt --quick    # 1 network, shorter training
 
-Writes scripts/results/modelopt.json (``--out``) and prints a table.
+Writes benchmarks/results/modelopt.json (``--out``) and prints a table.
 """
 
 from __future__ import annotations
@@ -55,11 +54,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from qdq_check import describe_format, ort_logits  # noqa: E402
+from benchmarks._qdq import describe_format, ort_logits
+from benchmarks.harness import RESULTS, command, cpu_model
 
 VARIANTS = ("hwnas_ptq", "hwnas_qat", "modelopt_ptq", "modelopt_qat", "modelopt_onnx")
 TARGET = "jetson_int8"
@@ -78,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--qat-lr", type=float, default=0.0005, help="QAT learning rate (hwnas's qat.lr default)")
     p.add_argument("--calib", type=int, default=512, help="calibration images (training split), every variant")
     p.add_argument("--target", default=TARGET, help="a TensorRT target (conf name)")
-    p.add_argument("--out", type=Path, default=ROOT / "scripts" / "results" / "modelopt.json")
+    p.add_argument("--out", type=Path, default=RESULTS / "modelopt.json")
     p.add_argument("--onnx-worker", type=Path, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.seeds = a.seeds or ([1] if a.quick else [1, 2, 3])
@@ -445,11 +441,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rep = {
         "what": "TensorRT int8 QDQ: hwnas (nas.compress.qat / ptq) vs NVIDIA Model Optimizer, on CPU",
-        "command": "python scripts/bench_modelopt.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
-                                                         if (argv if argv is not None else sys.argv[1:]) else ""),
+        "command": command("modelopt", argv),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": platform.processor() or platform.machine(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_model(),
         "target": a.target,
         "modelopt": version,
         "modelopt_import": why,
@@ -475,13 +470,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{rep['seconds']:.0f} s; wrote {a.out}")
     return 0
 
-
-def _cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The report of ``scripts/bench_targets.py``: its markdown tables and its plots (a module of its own
-so that the benchmark stays under the size rule).  Run ``scripts/bench_targets.py``, not this."""
+"""The report of ``python -m benchmarks targets``: its markdown tables and its plots (a module of its own
+so that the benchmark stays under the size rule).  Run ``python -m benchmarks targets``, not this."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nas._io import atomic_write_json, atomic_write_text  # noqa: E402
+from benchmarks.harness import markdown_table
+from nas._io import atomic_write_json, atomic_write_text
 
 COLORS = {"cpu": "tab:blue", "cpu_int8": "tab:cyan", "executorch_cpu": "tab:red", "executorch_cpu_int8": "tab:orange",
           "openvino_cpu": "tab:purple", "openvino_cpu_int8": "tab:pink"}
@@ -22,11 +21,6 @@ BEST = "best known"  # the row of the front of every network trained by any of t
 def jaccard(a: set[str], b: set[str]) -> float:
     """|a & b| / |a | b| (1.0 for two empty sets)."""
     return len(a & b) / len(a | b) if a | b else 1.0
-
-
-def _md(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
 def _short(t: str) -> str:
@@ -62,10 +56,10 @@ def comparison_tables(cmp: Mapping[str, Any], cols: Sequence[str], *, pool: str,
     so = matrix_rows(cmp["still_optimal"], lambda a, b: f"{cmp['still_optimal'][a][b]}/{sizes[a]}", cols=cols)
     tau = matrix_rows(cmp["kendall_tau"], lambda a, b: f"{cmp['kendall_tau'][a][b]:.2f}", cols=cols,
                       corner="latency on \\ on")
-    return [(f"how alike the targets rank the {cmp['networks']} networks' latency (Kendall τ)", _md(*tau)),
-            *([("networks in common (Jaccard)", _md(*ov))] if overlap else []),
-            (f"hypervolume (share of the best known front's, of {pool})", _md(*hv)),
-            (f"networks still Pareto-optimal among {pool}", _md(*so))]
+    return [(f"how alike the targets rank the {cmp['networks']} networks' latency (Kendall τ)", markdown_table(*tau)),
+            *([("networks in common (Jaccard)", markdown_table(*ov))] if overlap else []),
+            (f"hypervolume (share of the best known front's, of {pool})", markdown_table(*hv)),
+            (f"networks still Pareto-optimal among {pool}", markdown_table(*so))]
 
 
 def _ranges(v: Mapping[str, Any]) -> list[str]:
@@ -173,11 +167,11 @@ def write_report(args, res: dict[str, Any], out: Path) -> None:
           f"{s['sampler'].get('population_size')}), seed {s['seed']}, {s['trials']} trials per target, no budget; "
           f"latency predicted at {s['deploy_resolution']} px by each target's own table. "
           f"{res['trained_networks']} distinct networks trained over the {len(cols)} searches.\n",
-          "## The fronts\n", _md(*front_rows(res)), ""]
+          "## The fronts\n", markdown_table(*front_rows(res)), ""]
     md += [f"Networks in every front: {len(res['compare_predicted']['in_every_front'])}.\n"]
     if res.get("controls"):
         md += [f"## Control: the `{cols[0]}` search with another seed (sampler and training)\n",
-               _md(*control_rows(res)), ""]
+               markdown_table(*control_rows(res)), ""]
     for title, table in comparison_tables(res["compare_predicted"], cols, pool="every network trained"):
         md += [f"## Predicted latency: {title}\n", table, ""]
     md += ["![](fronts.png)\n"]
@@ -187,7 +181,7 @@ def write_report(args, res: dict[str, Any], out: Path) -> None:
         plot_fronts(res, lat_m, out / "measured.png", what="measured")
         when = sorted({v["measured_at"] for v in m["per_target"].values()})
         md += [f"## Measured on this CPU ({', '.join(when)}): the {len(res['networks'])} networks of the "
-               f"fronts\n", _md(*measured_rows(m, res)), ""]
+               f"fronts\n", markdown_table(*measured_rows(m, res)), ""]
         for title, table in comparison_tables(m["compare_measured"], list(lat_m), pool="the fronts' networks",
                                           overlap=False):
             md += [f"## Measured latency: {title}\n", table, ""]

@@ -1,8 +1,8 @@
-#!/usr/bin/env python
-"""Which supernet training settings change its ranking: variants of the ranking benchmark's supernet,
-scored against the same stand-alone reference.
+"""Which supernet training settings change its ranking (variants scored against one reference).
 
-Reads a complete ``bench_supernet.py`` run (its cache under ``<out>/bench_supernet/full``: run that
+Variants of the ranking benchmark's supernet, scored against the same stand-alone reference.
+
+Reads a complete ``benchmarks/supernet.py`` run (its cache under ``<out>/bench_supernet/full``: run that
 first; its recorded settings, the space, data, resolution and device included, are this run's),
 trains one supernet per variant on the same data (with the benchmark's seed unless the variant sets
 one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
@@ -18,11 +18,11 @@ setting's effect); and what each ranking follows: Kendall's tau of each architec
 (blocks, expanded channels, kernel, squeeze-excite blocks, last width, predicted latency) against
 the reference and against the averaged seed supernets.
 
-    taskset -c 0 python scripts/bench_supernet_ablation.py --variants epochs=40 seed=2 distill=0,seed=1 \
+    taskset -c 0 python -m benchmarks supernet_ablation --variants epochs=40 seed=2 distill=0,seed=1 \
         distill=0,seed=3 sort_channels=false random_subnets=4 &
-    taskset -c 1 python scripts/bench_supernet_ablation.py --variants distill=0 seed=1 seed=3 distill=0,seed=2 \
+    taskset -c 1 python -m benchmarks supernet_ablation --variants distill=0 seed=1 seed=3 distill=0,seed=2 \
         sort_channels=false,seed=1 random_subnets=4,seed=1
-    python scripts/bench_supernet_ablation.py      # the default variants: what is missing, then the report
+    python -m benchmarks supernet_ablation      # the default variants: what is missing, then the report
 
 Each variant's supernet and scores are kept under ``<out>/bench_supernet/full/ablation/<variant>/``,
 so an interrupted run resumes.  Writes ``<out>/supernet_ablation.json`` and prints the table.
@@ -32,18 +32,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_supernet import _args as benchmark_args  # noqa: E402
-from bench_supernet import (  # noqa: E402
+from benchmarks.harness import command as harness_command
+from benchmarks.supernet import _args as benchmark_args
+from benchmarks.supernet import (
     _cache_path,
     _pick_archs,
     _tau,
@@ -54,8 +51,7 @@ from bench_supernet import (  # noqa: E402
     score_archs,
     standalone_runs,
 )
-
-from nas._io import atomic_write_json  # noqa: E402
+from nas._io import atomic_write_json
 
 VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0", "distill=0,seed=1", "distill=0,seed=2",
             "distill=0,seed=3", "sort_channels=false", "sort_channels=false,seed=1", "random_subnets=4",
@@ -92,7 +88,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"),
-                   help="where the bench_supernet.py run is (the same --out)")
+                   help="where the benchmarks/supernet.py run is (the same --out)")
     p.add_argument("--standalone-seeds", type=int, default=3, help="the benchmark run's --standalone-seeds")
     a = p.parse_args(argv)
     a.overrides = {v: parse_variant(v) for v in a.variants}
@@ -100,11 +96,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def benchmark_run(work: Path, out: str, standalone_seeds: int) -> argparse.Namespace:
-    """The settings of the ``bench_supernet.py`` run cached in ``work`` (as its options would give
+    """The settings of the ``benchmarks/supernet.py`` run cached in ``work`` (as its options would give
     them); none there is a one-line error."""
     have = recorded_settings(work)
     if have is None:
-        raise SystemExit(f"{work}: no bench_supernet.py run there; run python scripts/bench_supernet.py first")
+        raise SystemExit(f"{work}: no benchmarks/supernet.py run there; run python -m benchmarks supernet first")
     b = benchmark_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
     for k, v in have.items():
         setattr(b, k, v)
@@ -265,8 +261,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seeds = [r["scores"] for r in rows if is_seed_variant(r["overrides"])]
     seed_agreement = reference_agreement(seeds) if len(seeds) >= 2 else None  # how alike the seeds rank
     by = ranked_by(archs, ms, ref, [float(v) for v in np.mean(seeds, axis=0)] if seeds else None)
-    result = {"command": "python scripts/bench_supernet_ablation.py --variants " + " ".join(a.variants),
-              "benchmark": command(b), "data": data.describe(), "archs": len(archs), "reference": "mean of the bench_supernet.py "
+    result = {"command": harness_command("supernet_ablation", ["--variants", *a.variants]),
+              "benchmark": command(b), "data": data.describe(), "archs": len(archs), "reference": "mean of the benchmarks/supernet.py "
               f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows,
               "averaged_supernets": averaged, "settings_by_seed": paired, "seed_supernets_agreement": seed_agreement,
               "ranked_by": by}

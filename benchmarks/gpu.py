@@ -1,6 +1,7 @@
-#!/usr/bin/env python
-"""The prepared GPU check: everything a GPU machine with torch (and no package index) runs in one
-command, with the figures that say whether GPU latency tables reproduce themselves.
+"""The prepared GPU check: do GPU latency tables reproduce themselves (one command on a GPU machine).
+
+Everything a GPU machine with torch (and no package index) runs in one command, with the figures
+that say whether GPU latency tables reproduce themselves.
 
 Steps, each a fresh process with its own time limit, in a fresh ``HWNAS_HOME`` per timing:
 
@@ -16,12 +17,12 @@ predictor's, the table sum's and a FLOPs-linear fit's share within ±5% / ±10%,
 the held-out networks, and the minutes of measuring.  Goal (docs/benchmarks.md): the table reproduces
 itself ≥ 95% within ±10%, the predictor reaches ≥ 95% within ±10% after 2 minutes.
 
-    bash scripts/gpu_check.sh                       # on the GPU machine (installs the carried wheels first)
-    python scripts/bench_gpu.py --rehearse          # here, on the CPU: the same steps, small, in a minute or two
+    bash benchmarks/gpu_check.sh                       # on the GPU machine (installs the carried wheels first)
+    python -m benchmarks gpu --rehearse          # here, on the CPU: the same steps, small, in a minute or two
 
 ``--rehearse`` runs every step on this machine's CPU (``conf=here`` with the torch runtime, eager: a
 CPU has no graphs to replay), with tiny budgets, so a typo costs no device minute.  Writes
-``--out`` (default ``scripts/results/gpu_check.json``) with a Markdown table beside it (``.md``).
+``--out`` (default ``benchmarks/results/gpu_check.json``) with a Markdown table beside it (``.md``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.harness import RESULTS, ROOT, command
+
 GPU_TEST_FILES = ("tests/test_cuda_graph.py", "tests/test_gpu_runtimes.py", "tests/test_profiler.py",
                   "tests/test_evaluate.py", "tests/test_data_stream.py", "tests/test_supernet.py")
 # the timings compared, as overrides of conf=here_gpu (torch's CUDA runtime either way)
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--n", type=int, default=None, help="held-out networks per validation (40; 6 rehearsed)")
     ap.add_argument("--legs", nargs="+", default=list(LEGS), choices=list(LEGS))
     ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--out", type=Path, default=ROOT / "scripts" / "results" / "gpu_check.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "gpu_check.json")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy each timing's table and validation report here (<timing>_table.json, ...)")
     ap.add_argument("--log", type=Path, default=None, help="the commands' output (default: beside --out, .log)")
@@ -154,14 +156,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     if not a.rehearse and not torch.cuda.is_available():
-        raise SystemExit("bench_gpu: torch sees no CUDA GPU here; run with --rehearse to try the steps on the CPU")
+        raise SystemExit("python -m benchmarks gpu: torch sees no CUDA GPU here; run with --rehearse to try the steps on the CPU")
     legs_conf = REHEARSAL_LEGS if a.rehearse else LEGS
     conf = "here" if a.rehearse else "here_gpu"
     a.out.parent.mkdir(parents=True, exist_ok=True)
     log_path = a.log or a.out.with_suffix(".log")
     t0 = time.monotonic()
     result: dict[str, Any] = {
-        "command": "python scripts/bench_gpu.py" + (" --rehearse" if a.rehearse else ""), "rehearsal": a.rehearse,
+        "command": command("gpu", ["--rehearse"] if a.rehearse else []), "rehearsal": a.rehearse,
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "budget_min": budget, "n": n, "legs": {},
     }

@@ -1,33 +1,30 @@
-#!/usr/bin/env python
-"""How soon each command answers: the wall time of ``python -m nas.<command> --help``, of a
-config typo (``python -m nas.<command> no_such_option=1``) and of a value the config accepts but
-the command refuses (``REFUSED``: a missing file, a count of 0 ...), each refused in one line.
+"""How soon each command answers: the wall time of ``--help``, a config typo and a refused value.
+
+Per command: ``python -m nas.<command> --help``, a config typo (``python -m nas.<command>
+no_such_option=1``) and a value the config accepts but the command refuses (``REFUSED``: a missing
+file, a count of 0 ...), each refused in one line.
 
 Both are what a user waits for before anything is measured, trained or searched, and what every
 end-to-end test pays per process.  Each call is a fresh process; the rounds are interleaved
 (every command once per round) and the median is reported, with the modules each command's
 import loads (torch, scikit-learn, timm ...: ``--help`` should need none of the work's libraries).
 
-    taskset -c 1 python scripts/bench_startup.py                 # all commands, 5 rounds
-    taskset -c 1 python scripts/bench_startup.py --commands search profile --rounds 9
+    taskset -c 1 python -m benchmarks startup                 # all commands, 5 rounds
+    taskset -c 1 python -m benchmarks startup --commands search profile --rounds 9
 
-Writes ``scripts/results/startup.json`` and prints a table.
+Writes ``benchmarks/results/startup.json`` and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from nas._io import atomic_write_json  # noqa: E402
+from benchmarks.harness import RESULTS, ROOT, command, interleaved, machine, medians, pinned_cores, write_result
 
 COMMANDS = ("profile", "predict", "validate", "space", "search", "supernet", "train", "export")
 HEAVY = ("torch", "sklearn", "timm", "torchvision", "optuna", "scipy", "onnxruntime", "matplotlib")
@@ -64,16 +61,19 @@ def loaded_by_import(cmd: str) -> list[str]:
 def measure(commands: list[str], rounds: int) -> list[dict[str, Any]]:
     """Each command's help, typo and refused value, ``rounds`` interleaved rounds (one warm-up call first)."""
     cases = (*CASES, "refused")
-    times: dict[tuple[str, str], list[float]] = {(c, k): [] for c in commands for k in cases}
-    codes: dict[tuple[str, str], int] = {}
+    codes: dict[str, int] = {}
+
+    def timed(c: str, k: str):
+        def call() -> float:
+            s, codes[f"{c} {k}"] = _call(c, _args(c, k))
+            return s
+        return call
+
     _call(commands[0], CASES["help"])  # the first process after a while also reads the files from disk
-    for r in range(rounds):
-        for (c, k), v in times.items():
-            s, codes[(c, k)] = _call(c, _args(c, k))
-            v.append(s)
-        print(f"round {r + 1}/{rounds}", flush=True)
-    return [{"command": c, **{f"{k}_s": statistics.median(times[(c, k)]) for k in cases},
-             **{f"{k}_exit": codes[(c, k)] for k in cases}, "refused_args": REFUSED[c], "rounds": rounds,
+    times = medians(interleaved({f"{c} {k}": timed(c, k) for c in commands for k in cases}, rounds,
+                                progress=lambda r: print(f"round {r + 1}/{rounds}", flush=True)))
+    return [{"command": c, **{f"{k}_s": times[f"{c} {k}"] for k in cases},
+             **{f"{k}_exit": codes[f"{c} {k}"] for k in cases}, "refused_args": REFUSED[c], "rounds": rounds,
              "import_loads": loaded_by_import(c)} for c in commands]
 
 
@@ -81,17 +81,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--commands", nargs="+", default=list(COMMANDS), choices=COMMANDS)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
     rows = measure(a.commands, a.rounds)
     from nas.latency.device import device_identity
 
-    result = {"command": "python scripts/bench_startup.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": device_identity("cpu")["name"], "python": sys.version.split()[0], "rows": rows}
+    result = {"command": command("startup", argv, cores=pinned_cores()),
+              "machine": device_identity("cpu")["name"], "machine_detail": machine(), "python": sys.version.split()[0], "rows": rows}
     if a.commands == list(COMMANDS):
-        atomic_write_json(Path(a.out) / "startup.json", result)
+        write_result(Path(a.out) / "startup.json", result)
     print(f"\n{'command':<10} {'--help s':>9} {'typo s':>7} {'refused s':>10}  {'refused value':<28} import loads")
     for r in rows:
         print(f"{r['command']:<10} {r['help_s']:>9.2f} {r['typo_s']:>7.2f} {r['refused_s']:>10.2f}  "

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark the search on Fashion-MNIST for the ``cpu`` target (this machine, onnxruntime, 1 thread).
 
 (a) Samplers: the hypervolume of NSGA-II's and TPE's fronts against random search's, at equal
@@ -15,13 +14,13 @@
     runtime as the ``cpu`` table, batch 1, 1 thread).  Target: every baseline is dominated, i.e. a
     found network is more accurate at equal or lower measured latency.
 
-    python scripts/bench_search.py                       # the full benchmark (hours on one core)
-    python scripts/bench_search.py --smoke               # a few minutes: checks the pipeline only
-    python scripts/bench_search.py --part a --seeds 0 1 2 3 4 --trials 60
-    python scripts/bench_search.py --part b --final-epochs 10
+    python -m benchmarks search                       # the full benchmark (hours on one core)
+    python -m benchmarks search --smoke               # a few minutes: checks the pipeline only
+    python -m benchmarks search --part a --seeds 0 1 2 3 4 --trials 60
+    python -m benchmarks search --part b --final-epochs 10
 
 Writes ``<out>/a_hypervolume.{json,png}``, ``<out>/b_baselines.{json,png}``, ``<out>/summary.md``
-(default out: scripts/results/bench_search/) and prints the tables.  The studies are journal
+(default out: benchmarks/results/bench_search/) and prints the tables.  The studies are journal
 files under ``<out>/studies`` and the final trainings are cached in ``<out>/b_cache.json``: an
 interrupted run resumes where it stopped.  Run pinned to one core (taskset -c 0); measure
 latency on an idle machine for clean numbers.
@@ -39,10 +38,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nas._io import atomic_write_json, atomic_write_text  # noqa: E402
-from nas.arch import Arch  # noqa: E402
+from nas._io import atomic_write_json, atomic_write_text
+from nas.arch import Arch
 
 BASELINES = ("mobilenetv3_small_050", "mobilenetv3_small_075", "mobilenetv3_small_100", "lcnet_050", "lcnet_075",
              "mobilenetv2_035", "mobilenetv2_050")
@@ -342,7 +339,7 @@ def main() -> None:
     ap.add_argument("--max-front", type=int, default=6, help="(b) at most this many found networks retrained")
     ap.add_argument("--baselines", nargs="+", default=list(BASELINES))
     ap.add_argument("--repeats", type=int, default=200, help="(b) timed runs per network")
-    ap.add_argument("--out", default="scripts/results/bench_search")
+    ap.add_argument("--out", default="benchmarks/results/bench_search")
     ap.add_argument("--smoke", action="store_true", help="tiny settings: checks the pipeline in minutes")
     args = ap.parse_args()
     if args.smoke:
@@ -350,8 +347,8 @@ def main() -> None:
         args.train_samples, args.val_samples, args.epochs = 600, 300, 1
         args.final_epochs, args.final_train_samples, args.max_front = 1, 1000, 2
         args.baselines, args.repeats = args.baselines[:2], 30
-        if args.out == "scripts/results/bench_search":
-            args.out = "scripts/results/bench_search_smoke"
+        if args.out == "benchmarks/results/bench_search":
+            args.out = "benchmarks/results/bench_search_smoke"
     import torch
 
     torch.set_num_threads(1)

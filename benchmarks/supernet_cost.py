@@ -1,6 +1,7 @@
-#!/usr/bin/env python
-"""What the supernet ranking benchmark (``bench_supernet.py``) costs at a given scale: training
-throughput measured on this machine, then the benchmark's wall time at a dataset size.
+"""What the supernet ranking benchmark costs at a given scale (training throughput, wall time).
+
+What ``python -m benchmarks supernet`` costs: training throughput measured on this machine, then
+the benchmark's wall time at a dataset size.
 
 Measures, on ``--device`` at ``--resolution`` px with ``--space``:
 
@@ -17,9 +18,9 @@ The images are whatever ``--data`` holds; their content does not change the arit
 synthetic ImageFolder times the same as a real one of that size (not its decoding, where the
 loader, not the GPU, is the bound).
 
-    python scripts/bench_supernet_cost.py --device cuda --space mbv3 --data imagefolder \\
+    python -m benchmarks supernet_cost --device cuda --space mbv3 --data imagefolder \\
         --data-root /data/imagenette --resolution 224 --train-samples 6400 --batch-size 128
-    taskset -c 1 python scripts/bench_supernet_cost.py      # tiny on Fashion-MNIST at 16 px, this CPU
+    taskset -c 1 python -m benchmarks supernet_cost      # tiny on Fashion-MNIST at 16 px, this CPU
 
 Writes ``<out>/supernet_cost_<space>_<resolution>px_<device>.json`` and prints the table.
 """
@@ -27,17 +28,13 @@ Writes ``<out>/supernet_cost_<space>_<resolution>px_<device>.json`` and prints t
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_supernet import add_subset_args, load_bench_space, load_subset  # noqa: E402
-
-from nas._io import atomic_write_json  # noqa: E402
+from benchmarks.harness import command
+from benchmarks.supernet import add_subset_args, load_bench_space, load_subset
+from nas._io import atomic_write_json
 
 IMAGES = {"ImageNet": 1_281_167, "Imagenette": 9_469}  # training images of the datasets the cost is projected for
 
@@ -141,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                    ("largest", space.largest()))}
     sa_ips = 2 / sum(1 / r["images_per_s"] for r in sa.values())  # the mean epoch time of the two
     device = device_identity("gpu" if a.device.startswith("cuda") else "cpu")["name"]
-    result = {"command": " ".join(["python scripts/bench_supernet_cost.py", *(sys.argv[1:] if argv is None else argv)]),
+    result = {"command": command("supernet_cost", argv),
               "space": a.space, "resolution": a.resolution, "data": data.describe(), "device": a.device,
               "device_name": device, "torch": torch.__version__, "batch_size": a.batch_size,
               "timed_images_per_epoch": len(data.train), "supernet": sn, "standalone": sa,

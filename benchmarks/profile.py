@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Profiling benchmark: how long building a `cpu` table takes on this machine, per shipped space.
 
 For each space, builds a fresh table in a temporary file with the profiler's default settings
@@ -6,8 +5,8 @@ For each space, builds a fresh table in a temporary file with the profiler's def
 rounds) and reports the time for blocks and networks, entries per minute and the fraction of
 block measurements re-measured because their spread was too high.
 
-    taskset -c 1 python scripts/bench_profile.py [--target cpu] [--spaces tiny mbv3 hybrid]
-           [--calibration-networks 40] [--out scripts/results/profile.json]
+    taskset -c 1 python -m benchmarks profile [--target cpu] [--spaces tiny mbv3 hybrid]
+           [--calibration-networks 40] [--out benchmarks/results/profile.json]
 
 Writes JSON and prints a table.  Clean figures want an idle core.
 """
@@ -16,24 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from nas.latency.profiler import (  # noqa: E402
+from benchmarks.harness import RESULTS, target_dict
+from nas.latency.profiler import (
     ProfileSettings,
     calibration_archs,
     new_metadata,
     profile_blocks,
     profile_networks,
 )
-from nas.latency.runtimes import get_runtime  # noqa: E402
-from nas.latency.table import LatencyTable  # noqa: E402
-from nas.space import list_spaces, load_space  # noqa: E402
+from nas.latency.runtimes import get_runtime
+from nas.latency.table import LatencyTable
+from nas.space import list_spaces, load_space
 
 
 def main() -> None:
@@ -41,12 +37,10 @@ def main() -> None:
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--spaces", nargs="+", default=list_spaces())
     ap.add_argument("--calibration-networks", type=int, default=40)
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "profile.json"))
+    ap.add_argument("--out", default=str(RESULTS / "profile.json"))
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from bench_predictor import load_target
 
-    target = load_target(args.target)
+    target = target_dict(args.target)
     runtime = get_runtime(target)
     settings = ProfileSettings()
     rows = {}

@@ -1,5 +1,7 @@
-"""The benchmark scripts import and explain themselves (they are run, with figures, by hand)."""
+"""What single benchmarks compute: their pieces tested on small inputs (the benchmarks themselves are
+run, with figures, by hand; tests/test_benchmarks.py checks the package as a whole)."""
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -7,98 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SCRIPTS = sorted((Path(__file__).resolve().parent.parent / "scripts").glob("bench_*.py"))
-
-
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_help(script):
-    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "usage:" in r.stdout
-
-
-@pytest.mark.parametrize("fp32,int8,stem,flags", [("cpu", "cpu_int8", "int8", []),
-                                                   ("epyc_zen5", "epyc_zen5_int8", "int8_epyc_zen5", []),
-                                                   ("cpu", "executorch_cpu", "runtimes_cpu_executorch_cpu",
-                                                    ["--runtimes"])])
-def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem, flags):
-    """bench_int8 measures nothing: its ratios are the int8 table over the fp32 table (with --runtimes,
-    the second runtime's table over the first's)."""
-    import json
-
-    from nas.latency.table import LatencyTable
-    from nas.resources import tables_dir
-
-    root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_int8.py"), "--out", str(tmp_path),
-                        "--targets", fp32, int8, *flags], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    rep = json.loads((tmp_path / f"{stem}.json").read_text())
-    assert (tmp_path / f"{stem}.png").is_file()
-    f32 = LatencyTable.load(tables_dir() / f"{fp32}.json")
-    i8 = LatencyTable.load(tables_dir() / f"{int8}.json")
-    common = [k for k in f32.entries if k in i8.entries]
-    assert rep["blocks"]["all"]["n"] == len(common)
-    import numpy as np
-
-    ratios = [i8.entries[k].median_ms / f32.entries[k].median_ms for k in common]
-    assert rep["blocks"]["all"]["median"] == pytest.approx(float(np.median(ratios)))
-    assert rep["blocks"]["all"]["share_le_bar"] == pytest.approx(float(np.mean(np.array(ratios) <= 0.6)))
-
-
-_WITHOUT_MODELOPT = ("import runpy, sys; sys.modules['modelopt'] = None; script = sys.argv[1]; "
-                     "sys.argv = sys.argv[1:]; runpy.run_path(script, run_name='__main__')")
-
-
-def test_bench_modelopt_help_needs_no_modelopt():
-    """nvidia-modelopt is optional: the script explains itself without it."""
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_modelopt.py"
-    r = subprocess.run([sys.executable, "-c", _WITHOUT_MODELOPT, str(script), "--help"], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "usage:" in r.stdout and "--quick" in r.stdout
-
-
-def test_bench_modelopt_without_modelopt_compares_the_hwnas_exports(tmp_path):
-    """Without nvidia-modelopt the hwnas variants still run and are checked for TensorRT's form; the
-    ModelOpt ones say why they did not."""
-    import json
-
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_modelopt.py"
-    out = tmp_path / "modelopt.json"
-    r = subprocess.run([sys.executable, "-c", _WITHOUT_MODELOPT, str(script), "--seeds", "1", "--epochs", "1",
-                        "--qat-epochs", "1", "--calib", "32", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(out.read_text())
-    assert rep["modelopt"] is None and rep["tensorrt_speed"].startswith("not measured")
-    (net,) = rep["networks"]
-    for name in ("hwnas_ptq", "hwnas_qat"):
-        v = net["variants"][name]
-        assert v["status"] == "ok" and v["onnxruntime_cpu"] == "ok"
-        f = v["format"]
-        assert f["checker"] == "ok" and f["zero_points_int8_0"] and f["weights_per_channel"]
-        assert f["bias"] == "float" and f["batchnorm_nodes"] == 0 and set(f["weights"]) == {"int8"}
-        assert 0.0 <= v["top1"] <= 1.0 and 0.0 <= v["agree_fp32"] <= 1.0
-    for name in ("modelopt_ptq", "modelopt_qat", "modelopt_onnx"):
-        assert net["variants"][name]["status"] == "modelopt not installed"
-    assert set(rep["summary"]) == {"hwnas_ptq", "hwnas_qat"}
-    assert "hwnas_qat" in r.stdout
-
 
 def _script(name: str):
-    """scripts/<name>.py imported as a module."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The benchmark ``benchmarks/<name>.py``, imported."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def _bench_targets():
-    return _script("bench_targets")
+    return _script("targets")
 
 
 def test_bench_targets_cross_hypervolume_judges_each_front_on_each_latency():
@@ -162,7 +80,7 @@ def test_bench_targets_shares_each_score_across_searches(tmp_path):
 
 
 def _bench_supernet_search():
-    return _script("bench_supernet_search")
+    return _script("supernet_search")
 
 
 def test_bench_supernet_search_gives_the_train_path_the_trials_that_fit_its_budget():
@@ -182,7 +100,7 @@ def test_bench_supernet_search_gives_the_train_path_the_trials_that_fit_its_budg
 def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_reference(tmp_path, capsys):
     """A cache written with other settings is refused, each difference named; the reference's agreement
     with itself is the Kendall tau between its runs."""
-    bs = _script("bench_supernet")
+    bs = _script("supernet")
     a = bs._args(["--quick", "--out", str(tmp_path)])
     assert a.scores == ["supernet", "train", "naswot", "synflow", "supernet_again", "standalone0", "standalone1"]
     # the estimators run with --seed, the stand-alone runs with the seeds after it (no shared initial weights)
@@ -213,7 +131,7 @@ def test_bench_supernet_reference_ceiling():
     Gaussian arcsine law in between, and more runs for a higher target."""
     from scipy.stats import kendalltau
 
-    bs = _script("bench_supernet")
+    bs = _script("supernet")
     truth = np.linspace(0.80, 0.90, 24)
     exact = bs.reference_ceiling([list(truth)] * 3)
     assert exact["perfect_score_tau"] == pytest.approx(1.0) and exact["runs_for_target"] == 1
@@ -245,7 +163,7 @@ def test_bench_supernet_runs_elsewhere_and_keeps_older_caches(tmp_path, capsys):
     target or batch is a one-line error."""
     import json
 
-    bs = _script("bench_supernet")
+    bs = _script("supernet")
     work = tmp_path / "w"
     work.mkdir()
     old = {k: v for k, v in vars(bs._args(["--out", str(tmp_path)])).items() if k in bs._SETTINGS and k not in bs._ADDED}
@@ -255,8 +173,8 @@ def test_bench_supernet_runs_elsewhere_and_keeps_older_caches(tmp_path, capsys):
     g = bs._args(["--out", str(tmp_path), "--space", "mbv3", "--device", "cuda", "--batch-size", "128"])
     assert bs.settings_differences(work, g) == ["space 'tiny' there, 'mbv3' asked", "device 'cpu' there, 'cuda' asked",
                                                 "batch_size None there, 128 asked"]
-    assert bs.command(a) == "taskset -c 0 python scripts/bench_supernet.py"
-    assert bs.command(g) == "python scripts/bench_supernet.py --space mbv3 --device cuda --batch-size 128"
+    assert bs.command(a) == "taskset -c 0 python -m benchmarks supernet"
+    assert bs.command(g) == "python -m benchmarks supernet --space mbv3 --device cuda --batch-size 128"
     assert [bs._evaluator(n, g, tmp_path / "c")[0].device for n in ("supernet", "train", "naswot", "standalone0")] \
         == ["cuda"] * 4
     assert bs._evaluator("standalone0", g, tmp_path / "c")[0].batch_size == 128
@@ -271,7 +189,7 @@ def test_bench_supernet_runs_elsewhere_and_keeps_older_caches(tmp_path, capsys):
 
 def test_bench_supernet_cost_projects_the_benchmark(capsys):
     """The projection is the measured rates' arithmetic: epochs x images / rate, per part."""
-    bc = _script("bench_supernet_cost")
+    bc = _script("supernet_cost")
     a = bc._args(["--supernet-epochs", "2", "--standalone-epochs", "3", "--archs", "4", "--standalone-seeds", "2"])
     assert a.images == [1_281_167, 9_469]
     p = bc.projected(a, 3600, sn_ips=2.0, sa_ips=4.0, score_s=90.0)
@@ -289,7 +207,7 @@ def test_bench_supernet_cost_projects_the_benchmark(capsys):
 
 def test_bench_supernet_ablation_reads_its_variants():
     """A variant is ``base`` or supernet-setting overrides; anything else is a one-line error."""
-    ab = _script("bench_supernet_ablation")
+    ab = _script("supernet_ablation")
     assert ab.parse_variant("base") == {}
     assert ab.parse_variant("epochs=40,sort_channels=false") == {"epochs": 40, "sort_channels": False}
     assert ab.parse_variant("seed=1") == {"seed": 1}
@@ -304,8 +222,8 @@ def test_bench_supernet_ablation_follows_the_benchmark_run(tmp_path):
     records read as the defaults); no run there is a one-line error."""
     import json
 
-    ab = _script("bench_supernet_ablation")
-    with pytest.raises(SystemExit, match="no bench_supernet.py run there"):
+    ab = _script("supernet_ablation")
+    with pytest.raises(SystemExit, match="no benchmarks/supernet.py run there"):
         ab.benchmark_run(tmp_path, str(tmp_path), 3)
     (tmp_path / "settings.json").write_text(json.dumps({"data": "digits", "space": "mbv3", "device": "cuda",
                                                          "archs": 6, "resolution": 32}))
@@ -316,7 +234,7 @@ def test_bench_supernet_ablation_follows_the_benchmark_run(tmp_path):
 
 def test_bench_supernet_ablation_averages_seed_supernets():
     """Averaged supernets: every set of k seed supernets (settings variants left out), then all variants."""
-    ab = _script("bench_supernet_ablation")
+    ab = _script("supernet_ablation")
     ref = [1.0, 2.0, 3.0, 4.0]
     rows = [{"overrides": {}, "scores": [1, 2, 3, 4]}, {"overrides": {"seed": 1}, "scores": [4, 3, 1, 2]},
             {"overrides": {"seed": 2}, "scores": [2, 1, 4, 3]}, {"overrides": {"epochs": 40}, "scores": [1, 2, 4, 3]}]
@@ -336,7 +254,7 @@ def test_bench_supernet_ablation_averages_seed_supernets():
 def test_bench_supernet_ablation_pairs_settings_by_seed():
     """A setting trained with several seeds is compared with the default settings of the same seeds
     only; a setting with one seed, or with no default run of its seeds, is left out."""
-    ab = _script("bench_supernet_ablation")
+    ab = _script("supernet_ablation")
     rows = [{"overrides": o, "kendall_tau_vs_reference": t} for o, t in [
         ({}, 0.3), ({"seed": 1}, 0.5), ({"seed": 2}, 0.2), ({"distill": 0}, 0.4), ({"distill": 0, "seed": 1}, 0.45),
         ({"distill": 0, "seed": 5}, 0.9), ({"epochs": 40}, 0.35), ({"lr": 0.01, "seed": 7}, 0.1),
@@ -353,7 +271,7 @@ def test_bench_supernet_ablation_ranks_features():
     """Each architecture feature ranked against the reference and the averaged supernets."""
     from nas.space import load_space
 
-    ab = _script("bench_supernet_ablation")
+    ab = _script("supernet_ablation")
     archs = [load_space("tiny").random(s) for s in range(6)]
     f = ab.arch_features(archs[0])
     assert f["blocks"] == len(archs[0].blocks) and f["last_width"] == archs[0].blocks[-1].out_ch
@@ -369,7 +287,7 @@ def test_bench_supernet_ablation_ranks_features():
 def test_bench_startup_times_help_and_a_typo(tmp_path):
     """One round for one command: --help exits 0, the typo and the refused value 2, and a subset writes
     no result file."""
-    bs = _script("bench_startup")
+    bs = _script("startup")
     rows = bs.main(["--commands", "space", "--rounds", "1", "--out", str(tmp_path)])
     assert [(r["command"], r["help_exit"], r["typo_exit"], r["refused_exit"]) for r in rows] == [("space", 0, 2, 2)]
     assert set(bs.REFUSED) == set(bs.COMMANDS)
@@ -384,9 +302,9 @@ def test_gpu_check_without_a_gpu_says_to_rehearse(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("has CUDA")
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_gpu.py"), "--out", str(tmp_path / "g.json")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and r.stderr.strip() == ("bench_gpu: torch sees no CUDA GPU here; run with --rehearse "
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "gpu", "--out", str(tmp_path / "g.json")],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 1 and r.stderr.strip() == ("python -m benchmarks gpu: torch sees no CUDA GPU here; run with --rehearse "
                                                       "to try the steps on the CPU")
     assert not (tmp_path / "g.json").exists()
 
@@ -399,7 +317,7 @@ def test_gpu_check_rehearses_every_step_on_the_cpu(tmp_path):
     import os
 
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run(["bash", str(root / "scripts" / "gpu_check.sh"), "--rehearse", "--skip-tests", "--legs",
+    r = subprocess.run(["bash", str(root / "benchmarks" / "gpu_check.sh"), "--rehearse", "--skip-tests", "--legs",
                         "graph", "--budget-min", "0.05", "--n", "3"], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "OUT": str(tmp_path)})
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What a layer costs inside a network against what it costs alone, from onnxruntime's profiler.
 
 The latency table times every block as a standalone graph; the predictor's calibration maps
@@ -12,12 +11,12 @@ calibration has to absorb: a standalone block converts its input between layouts
 NCHWc) that a block inside a network does not, and keeps its weights in cache, which a network
 streaming all its weights cannot.
 
-    taskset -c 1 python scripts/bench_in_network.py --target epyc_zen5 --models timm:mobilenetv2_100 calib:mbv3:0
-    python scripts/bench_in_network.py --models timm:mobilenetv3_small_100 --runs 100      # a quick look
+    taskset -c 1 python -m benchmarks in_network --target epyc_zen5 --models timm:mobilenetv2_100 calib:mbv3:0
+    python -m benchmarks in_network --models timm:mobilenetv3_small_100 --runs 100      # a quick look
 
 A model is ``timm:<name>`` (converted with ``nas.from_timm``) or ``calib:<space>:<i>`` (the table's
 i-th calibration network of that space).  Profiling adds a little per node, the same to both
-sides.  Writes scripts/results/in_network_<target>.json.
+sides.  Writes benchmarks/results/in_network_<target>.json.
 """
 
 from __future__ import annotations
@@ -33,9 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.harness import RESULTS, target_dict
 
 
 def node_times(data: bytes, shape: tuple[int, int, int], runs: int, threads: int) -> tuple[dict[str, float], float]:
@@ -104,8 +101,6 @@ def study(arch, runtime, table, runs: int) -> dict:
 
 
 def main() -> None:
-    from bench_predictor import load_target
-
     from nas.from_timm import from_timm
     from nas.latency.predictor import table_networks
     from nas.latency.runtimes import get_runtime
@@ -116,9 +111,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["timm:mobilenetv2_100", "calib:mbv3:0"],
                     help="timm:<name> or calib:<space>:<i> (the table's i-th calibration network of that space)")
     ap.add_argument("--runs", type=int, default=300, help="profiled runs per graph (after 20 warm-up runs)")
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
-    target = load_target(args.target)
+    target = target_dict(args.target)
     if target.get("runtime") != "onnxruntime" or target.get("provider") != "CPUExecutionProvider":
         sys.exit(f"{args.target}: this benchmark profiles onnxruntime's CPU execution provider only")
     table = LatencyTable.load(resolve_table_path(target["table"]))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Which int8 quantization settings are fastest on this CPU, against fp32, per network.
 
 The pipeline quantizes with one set of settings (``nas.compress.ptq.QDQ_SETTINGS``: QDQ, u8
@@ -18,14 +17,14 @@ there, for the networks a Fashion-MNIST search finds (the ``tiny`` space at 32x3
 
 Weights are random (latency does not depend on their values); calibration uses random inputs,
 so no accuracy is measured here: a variant that is faster is only useful if QAT or PTQ keep its
-accuracy (``scripts/bench_train.py`` measures that for the default).  Every network and variant is
+accuracy (``python -m benchmarks train`` measures that for the default).  Every network and variant is
 measured in interleaved rounds (fresh session each), median over rounds; ratios are int8 / fp32
 of the same network in the same round order.
 
-    taskset -c 1 python scripts/bench_quant.py                      # 12 tiny networks + 3 timm models
-    taskset -c 1 python scripts/bench_quant.py --run <search run dir>   # that search's Pareto front
+    taskset -c 1 python -m benchmarks quant                      # 12 tiny networks + 3 timm models
+    taskset -c 1 python -m benchmarks quant --run <search run dir>   # that search's Pareto front
 
-Writes scripts/results/quant_<target>.json and prints a table.
+Writes benchmarks/results/quant_<target>.json and prints a table.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.harness import RESULTS
 
 VARIANTS: dict[str, dict] = {
     "default": {},
@@ -107,7 +105,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=12, help="seeded tiny-space networks (without --run)")
     ap.add_argument("--timm", nargs="*", default=["mobilenetv2_100", "efficientnet_lite0", "mobilenetv3_large_100"])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
 
     import torch

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """How good is nas.profile's ETA early on: the whole job's expected time against the time it took.
 
 Profiles one space into a temporary table the way ``nas.profile`` does (``plan_jobs``: every round
@@ -7,9 +6,9 @@ of every block and calibration network, each with its expected seconds from the 
 kind rescaled by what its measurements took), records that total after every measurement, and
 reports it at 5%, 10%, 25% and 50% of the real run time, as the error against the real total.
 
-    taskset -c 1 python scripts/bench_profile_eta.py [--target cpu] [--space tiny] [--rounds 3]
+    taskset -c 1 python -m benchmarks profile_eta [--target cpu] [--space tiny] [--rounds 3]
            [--calibration-networks 20] [--limit 100] [--repeats 50] [--min-time-s 0.1]
-           [--out scripts/results/profile_eta.json]
+           [--out benchmarks/results/profile_eta.json]
 
 A benchmark, not a test: the figures depend on the machine and its load.
 """
@@ -18,21 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from nas.latency.measure import ProfileSettings, measure_overhead  # noqa: E402
-from nas.latency.profile_jobs import plan_jobs, run_jobs  # noqa: E402
-from nas.latency.profile_workflow import _call_ms  # noqa: E402
-from nas.latency.profiler import block_frequency, calibration_archs, new_metadata  # noqa: E402
-from nas.latency.runtimes import get_runtime  # noqa: E402
-from nas.latency.table import LatencyTable  # noqa: E402
-from nas.space import load_space  # noqa: E402
-from nas.target import Target  # noqa: E402
+from benchmarks.harness import RESULTS, target_dict
+from nas.latency.measure import ProfileSettings, measure_overhead
+from nas.latency.profile_jobs import plan_jobs, run_jobs
+from nas.latency.profile_workflow import _call_ms
+from nas.latency.profiler import block_frequency, calibration_archs, new_metadata
+from nas.latency.runtimes import get_runtime
+from nas.latency.table import LatencyTable
+from nas.space import load_space
+from nas.target import Target
 
 SHARES = (0.05, 0.10, 0.25, 0.50)
 
@@ -46,12 +42,10 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="at most this many blocks per round")
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--min-time-s", type=float, default=0.1)
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "profile_eta.json"))
+    ap.add_argument("--out", default=str(RESULTS / "profile_eta.json"))
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from bench_predictor import load_target
 
-    target = Target.coerce(load_target(args.target))
+    target = Target.coerce(target_dict(args.target))
     runtime = get_runtime(target)
     settings = ProfileSettings(repeats=args.repeats, min_time_s=args.min_time_s, rounds=args.rounds)
     space = load_space(args.space)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Has the machine drifted since its table was built, and does the profiler's long process bias it?
 
 Measures, on this machine, ``--networks`` of the table's own calibration networks three times
@@ -10,9 +9,9 @@ Reports each pass against the table's figures and against pass 1:
   * pass 2 / pass 1: whether a process that has just measured many blocks times networks differently;
   * pass 3 / pass 1: the noise between passes a few minutes apart.
 
-    taskset -c 1 python scripts/bench_drift.py --target epyc_zen5
+    taskset -c 1 python -m benchmarks drift --target epyc_zen5
 
-Writes ``scripts/results/drift_<target>.json`` and prints a table.  Only on the machine the table
+Writes ``benchmarks/results/drift_<target>.json`` and prints a table.  Only on the machine the table
 names (it refuses another).
 """
 
@@ -26,13 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from nas.latency.profiler import ProfileSettings, measure_arch, measure_key  # noqa: E402
-from nas.latency.runtimes import get_runtime  # noqa: E402
-from nas.latency.table import LatencyTable, resolve_table_path  # noqa: E402
-from nas.target import load_target  # noqa: E402
+from benchmarks.harness import RESULTS
+from nas.latency.profiler import ProfileSettings, measure_arch, measure_key
+from nas.latency.runtimes import get_runtime
+from nas.latency.table import LatencyTable, resolve_table_path
+from nas.target import load_target
 
 
 def main() -> None:
@@ -41,7 +38,7 @@ def main() -> None:
     ap.add_argument("--networks", type=int, default=30)
     ap.add_argument("--blocks", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args()
     target = load_target(a.target).to_dict()
     table = LatencyTable.load(resolve_table_path(target["table"]))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark the supernet's schedules: the sandwich rule against progressive shrinking.
 
 For each of ``--seeds``, trains the ``tiny`` supernet with the same settings and seed twice, once
@@ -10,20 +9,19 @@ once, from ``--arch-seed``), and the smallest and the largest, with the supernet
 (``evaluator=supernet``: inherited weights, BatchNorm recalibrated on 16 training batches, top-1
 accuracy on the validation split).
 
-    taskset -c 0 python scripts/bench_schedule.py                            # digits, 3 seeds
-    taskset -c 0 python scripts/bench_schedule.py --data fashion_mnist --seeds 0   # 2000 images at 16 px
-    taskset -c 0 python scripts/bench_schedule.py --quick                    # checks the pipeline only
+    taskset -c 0 python -m benchmarks schedule                            # digits, 3 seeds
+    taskset -c 0 python -m benchmarks schedule --data fashion_mnist --seeds 0   # 2000 images at 16 px
+    taskset -c 0 python -m benchmarks schedule --quick                    # checks the pipeline only
 
 Times are CPU seconds of the process (``time.process_time``: the training, each epoch's validation
 and checkpoint), which a busy machine inflates less than wall time; wall seconds are recorded beside.
-Writes ``<out>/schedule_<data>.json`` and ``schedule_<data>.md`` (default out: scripts/results/) and
+Writes ``<out>/schedule_<data>.json`` and ``schedule_<data>.md`` (default out: benchmarks/results/) and
 prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,9 +29,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nas._io import atomic_write_json, atomic_write_text, shell_join  # noqa: E402
+from benchmarks.harness import command, machine, pinned_cores, write_result
 
 SCHEDULES = ("sandwich", "progressive")
 
@@ -59,7 +55,7 @@ def _data(a: argparse.Namespace) -> Any:
     from nas.data import load_data
 
     cfg: dict[str, Any] = {"name": a.data, "root": a.root}
-    if a.data == "fashion_mnist":  # bench_supernet.py's subset: minutes, not hours, on one core
+    if a.data == "fashion_mnist":  # benchmarks/supernet.py's subset: minutes, not hours, on one core
         cfg.update(resolution=16, train_samples=2000, val_samples=1000, augment="none")
     if a.quick:
         cfg.update(train_samples=128, val_samples=64)
@@ -153,15 +149,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         d = np.array(pr["random_acc"]) - np.array(sw["random_acc"])
         paired.append({"seed": seed, "diff_mean": float(d.mean()), "better": int((d > 0).sum()),
                        "worse": int((d < 0).sum())})
-    words = ["taskset", "-c", "0", "python", "scripts/bench_schedule.py", *(sys.argv[1:] if argv is None else argv)]
-    result = {"command": shell_join(words), "data": data.describe(), "space": "tiny", "epochs": a.epochs, "archs": a.archs,
+    result = {"command": command("schedule", argv, cores=pinned_cores()), "machine": machine(), "data": data.describe(), "space": "tiny", "epochs": a.epochs, "archs": a.archs,
               "arch_labels": [x.label() for x in archs], "seeds": a.seeds, "quick": a.quick, "runs": runs,
               "paired": paired}
     name = f"schedule_{a.data}{'_quick' if a.quick else ''}"
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    atomic_write_json(Path(a.out) / f"{name}.json", result)
     table = _table(result)
-    atomic_write_text(Path(a.out) / f"{name}.md", f"`{result['command']}`\n\n{result['data']}\n\n{table}")
+    write_result(Path(a.out) / f"{name}.json", result, table=f"`{result['command']}`\n\n{result['data']}\n\n{table}")
     print("\n" + table + f"wrote {Path(a.out) / (name + '.json')} and {name}.md")
     return result
 

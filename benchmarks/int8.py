@@ -1,19 +1,18 @@
-#!/usr/bin/env python
 """Where int8 pays on this CPU: int8 / fp32 latency, from the two measured tables.
 
 The ``cpu`` (fp32) and ``cpu_int8`` tables hold the same blocks and the same calibration
 networks, measured by the profiler with the same runtime and settings; the held-out
-measurements of ``bench_predictor.py`` hold the same timm models in both precisions.  This
+measurements of ``benchmarks/predictor.py`` hold the same timm models in both precisions.  This
 script measures nothing: it divides.
 
   * per block: int8 / fp32 by kind of layer and by MACs;
   * per whole network: the calibration networks of each space, and the timm models;
   * the share of each that meets the issue's bar (int8 <= 0.6x fp32).
 
-    python scripts/bench_int8.py                              # conf=cpu / conf=cpu_int8 (the Xeon)
-    python scripts/bench_int8.py --targets epyc_zen5 epyc_zen5_int8    # the EPYC Zen 5's pair of tables
-    python scripts/bench_int8.py --targets executorch_cpu executorch_cpu_int8  # any runtime's pair
-    python scripts/bench_int8.py --runtimes --targets cpu openvino_cpu  # two runtimes, one precision
+    python -m benchmarks int8                              # conf=cpu / conf=cpu_int8 (the Xeon)
+    python -m benchmarks int8 --targets epyc_zen5 epyc_zen5_int8    # the EPYC Zen 5's pair of tables
+    python -m benchmarks int8 --targets executorch_cpu executorch_cpu_int8  # any runtime's pair
+    python -m benchmarks int8 --runtimes --targets cpu openvino_cpu  # two runtimes, one precision
 
 ``--reports A.json B.json`` adds the networks two ``nas.validate`` reports both measured (held-out
 networks and timm models, matched by Arch digest), divided the same way (``validated``).
@@ -21,7 +20,7 @@ networks and timm models, matched by Arch digest), divided the same way (``valid
 With ``--runtimes`` the two tables are of the same precision and the ratio is the second runtime's
 latency over the first's (``runtimes_<first>_<second>.json``); the bar is then only a reference line.
 
-Writes ``scripts/results/int8.json`` and ``int8.png`` (ratio against MACs) for the default pair,
+Writes ``benchmarks/results/int8.json`` and ``int8.png`` (ratio against MACs) for the default pair,
 ``int8_<fp32 target>.json`` / ``.png`` for another, and prints a table.
 """
 
@@ -34,12 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from nas.cost import arch_cost, block_cost  # noqa: E402
-from nas.latency.ops import MULTI_OP_ACTS  # noqa: E402
-from nas.latency.table import LatencyTable  # noqa: E402
+from benchmarks.harness import RESULTS
+from nas.cost import arch_cost, block_cost
+from nas.latency.ops import MULTI_OP_ACTS
+from nas.latency.table import LatencyTable
 
 BAR = 0.6
 MAC_BINS = [0, 1e6, 1e7, 1e8, np.inf]
@@ -71,7 +68,7 @@ def _parse_args() -> argparse.Namespace:
                     help="compare two runtimes' tables of one precision (second / first) instead of int8 / fp32")
     ap.add_argument("--reports", nargs=2, default=None, metavar=("A", "B"),
                     help="two nas.validate reports (JSON) of the two targets: their common networks divided too")
-    ap.add_argument("--out", default=str(ROOT / "scripts" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     return ap.parse_args()
 
 
@@ -139,13 +136,11 @@ def _timm_rows(t32: str, t8: str) -> list[dict]:
     """The timm models both of ``bench_predictor``'s held-out measurement caches hold (this machine's
     results for the two targets): MACs, fp32 and int8 medians and their ratio."""
     timm_rows = []
-    res = ROOT / "scripts" / "results"
+    res = RESULTS
     caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
     if all(c.is_file() for c in caches):
+        from benchmarks.predictor import TIMM_MODELS
         from nas.from_timm import from_timm
-
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from bench_predictor import TIMM_MODELS
 
         c32, c8 = (json.loads(c.read_text())["rounds_ms"] for c in caches)
         for name in TIMM_MODELS:
