@@ -3,6 +3,7 @@
 the docs quote."""
 
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,33 @@ def test_bench_modelopt_without_modelopt_compares_the_hwnas_exports(tmp_path):
     assert set(rep["summary"]) == {"hwnas_ptq", "hwnas_qat"}
     assert "hwnas_qat" in r.stdout
 
+
+RESULTS = ROOT / "benchmarks" / "results"
+QUOTING_DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+
+
+def _quoted_results() -> set[str]:
+    """Every ``benchmarks/results/...`` path the docs name (a folder ends in ``/``; ``<target>`` stands
+    for any one name)."""
+    text = "\n".join(p.read_text() for p in QUOTING_DOCS if p.is_file())
+    return {q.rstrip(".,") for q in re.findall(r"benchmarks/results/([\w./<>-]+)", text)}
+
+
+def _quotes(quoted: str, path: str) -> bool:
+    if quoted.endswith("/"):
+        return path.startswith(quoted)
+    pattern = re.sub(r"<[\w-]+>", r"[\\w-]+", re.escape(quoted).replace(r"\<", "<").replace(r"\>", ">"))
+    return re.fullmatch(pattern, path) is not None
+
+
+def test_every_result_file_is_quoted_by_a_doc():
+    """A result file stays only while a page quotes it (by its path, or its folder's)."""
+    quoted = _quoted_results()
+    files = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("*") if p.is_file())
+    assert files
+    assert [f for f in files if not any(_quotes(q, f) for q in quoted)] == []
+
+
+def test_every_quoted_result_file_exists():
+    missing = [q for q in _quoted_results() if "<" not in q and q and not (RESULTS / q).exists()]
+    assert missing == []
