@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, command, machine, write_result
 
 CPU = {"name": "cpu_here", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
        "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
@@ -175,8 +175,7 @@ def main() -> None:
     res.update({"device": device_identity("cpu")["name"], "target": target.name, "runtime": target.runtime,
                 "precision": target.precision, "spaces": args.spaces, "quick": args.quick,
                 "settings": {k: getattr(settings, k) for k in ("warmup", "repeats", "min_time_s", "rounds")}})
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1))
+    write_result(args.out, {"command": command("bundle"), "machine": machine(), **res})
     report(res, args.out)
 
 

@@ -18,14 +18,13 @@ names (it refuses another).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, command, machine, write_result
 from nas.latency.profiler import ProfileSettings, measure_arch, measure_key
 from nas.latency.runtimes import get_runtime
 from nas.latency.table import LatencyTable, resolve_table_path
@@ -77,7 +76,7 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"drift_{a.target}.json"
-    path.write_text(json.dumps(res, indent=1) + "\n")
+    write_result(path, {"command": command("drift"), "machine": machine(), **res})
     print(f"{a.target}: {len(pick)} calibration networks, {len(blocks)} blocks in between ({tb:.0f} s); "
           f"table last written {res['table_updated']}")
     print(f"{'ratio':34s} {'median':>7s} {'p10':>7s} {'p90':>7s}")

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS, ROOT, command
+from benchmarks.harness import RESULTS, ROOT, command, machine, write_result
 
 GPU_TEST_FILES = ("tests/test_cuda_graph.py", "tests/test_gpu_runtimes.py", "tests/test_profiler.py",
                   "tests/test_evaluate.py", "tests/test_data_stream.py", "tests/test_supernet.py")
@@ -194,9 +194,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"{leg.get('validate_exit', '-')} ({leg.get('validate_s', '-')} s)", flush=True)
     result["seconds"] = round(time.monotonic() - t0, 1)
     md = table_md(result)
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
-    a.out.with_suffix(".md").write_text(f"{result['gpu'] or 'CPU rehearsal'}, torch {result['torch']}, "
-                                        f"budget {budget:g} min, n={n}\n\n{md}\n")
+    write_result(a.out, {**result, "machine": machine()},
+                 table=f"{result['gpu'] or 'CPU rehearsal'}, torch {result['torch']}, budget {budget:g} min, n={n}\n\n{md}")
     print(md)
     print(f"{result['seconds']:.0f} s in all; results: {a.out}, log: {log_path}")
     failed = [k for k, v in result["legs"].items() if v.get("profile_exit") or v.get("validate_exit")]

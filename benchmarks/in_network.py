@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS, target_dict
+from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
 
 
 def node_times(data: bytes, shape: tuple[int, int, int], runs: int, threads: int) -> tuple[dict[str, float], float]:
@@ -144,7 +144,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"in_network_{args.target}.json"
-    path.write_text(json.dumps({"target": args.target, "runs": args.runs, "models": results}, indent=1) + "\n")
+    write_result(path, {"command": command("in_network"), "machine": machine(), "target": args.target,
+                        "runs": args.runs, "models": results})
     print(f"\n-> {path}")
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, command, write_result
 from nas.cost import arch_cost, block_cost
 from nas.latency.ops import MULTI_OP_ACTS
 from nas.latency.table import LatencyTable
@@ -126,7 +126,7 @@ def main() -> None:
         "timm": timm_rows,
         "validated": _validated(args.reports) if args.reports else None,
     }
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_result(out / f"{stem}.json", {"command": command("int8"), **report})
     _plot(out / f"{stem}.png", macs, r_blocks, net_macs, r_nets, spaces, timm_rows)
     _print_report(report, t32, t8)
     print(f"\n-> {out / (stem + '.json')}, {out / (stem + '.png')}")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, command, write_result
 from nas.latency.measure import ProfileSettings
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import expected_seconds, plan_jobs
@@ -201,7 +201,7 @@ def main() -> None:
     out["goal"] = goal(out)
     for line in out["goal"]["lines"]:
         print(line)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    write_result(args.out, {"command": command("onboard"), **out})
     plot(out, Path(args.out).with_suffix(".png"))
     print(f"-> {args.out}, {Path(args.out).with_suffix('.png')} ({time.time() - t0:.0f} s)")
 

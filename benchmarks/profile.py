@@ -14,12 +14,11 @@ Writes JSON and prints a table.  Clean figures want an idle core.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import RESULTS, target_dict
+from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
 from nas.latency.profiler import (
     ProfileSettings,
     calibration_archs,
@@ -70,8 +69,7 @@ def main() -> None:
               f"{100 * r['remeasured_fraction']:.1f}% re-measured for noise); "
               f"{r['calibration_networks']} networks in {r['networks_s']:.0f}s; total {total / 60:.1f} min", flush=True)
     result = {"target": args.target, "runtime": runtime.info(), "settings": settings.__dict__, "spaces": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, {"command": command("profile"), "machine": machine(), **result})
     print(f"{'space':8s} {'blocks':>7s} {'rounds':>7s} {'blocks s':>9s} {'meas/min':>9s} {'re-meas':>8s} "
           f"{'nets':>5s} {'nets s':>7s} {'total min':>10s}")
     for name, r in rows.items():

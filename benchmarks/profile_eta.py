@@ -16,11 +16,10 @@ A benchmark, not a test: the figures depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import RESULTS, target_dict
+from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
 from nas.latency.measure import ProfileSettings, measure_overhead
 from nas.latency.profile_jobs import plan_jobs, run_jobs
 from nas.latency.profile_workflow import _call_ms
@@ -79,8 +78,7 @@ def main() -> None:
     result = {"per_kind": ratios, "target": args.target, "space": args.space, "runtime": runtime.info(), "settings": settings.__dict__,
               "blocks": sum(j.kind == "block" for j in jobs), "networks": sum(j.kind == "network" for j in jobs),
               "total_s": total, "planned_s": rep.planned_s, "plan_error": rep.planned_s / total - 1, "at": at}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, {"command": command("profile_eta"), "machine": machine(), **result})
     print(f"{args.space} on {args.target}: {result['blocks']} block and {result['networks']} network measurements "
           f"({settings.rounds} round(s)) in {total:.0f}s; planned {rep.planned_s:.0f}s "
           f"({100 * result['plan_error']:+.0f}%)")

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, command, machine, write_result
 
 VARIANTS: dict[str, dict] = {
     "default": {},
@@ -162,7 +162,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"quant_{args.target}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    write_result(path, {"command": command("quant"), "machine": machine(), **report})
     print(f"\nint8 / fp32 measured latency, {rt.name} {rt.version()}, 1 thread, batch 1 ({args.rounds} rounds)")
     print(f"{'network':26s} {'fp32 ms':>8s} " + " ".join(f"{v:>14s}" for v in VARIANTS))
     for n in med:

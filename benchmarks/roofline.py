@@ -14,13 +14,12 @@ Writes JSON and prints a table.  Run it pinned to an idle core (taskset -c 1) fo
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from benchmarks.harness import command, machine, write_result
 from nas.export.onnx import ort_session
 from nas.latency.measure import measure, summarize_times
 from nas.latency.predictor import LatencyPredictor, table_networks
@@ -93,8 +92,7 @@ def main() -> None:
     }
     result = {"table": args.table, "precision": prec, "peak_gflops": peak, "mem_bandwidth_gbs": bw,
               "overhead_us": ovh, "n_blocks": len(keys), "n_networks": len(nets), "scores": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, {"command": command("roofline"), "machine": machine(), **result})
     print(f"{'method':24s} {'within ±5%':>11s} {'within ±10%':>12s} {'MAPE':>8s} {'Kendall τ':>10s} {'n':>5s}")
     for name, s in rows.items():
         print(f"{name:24s} {100 * s['within_5pct']:10.1f}% {100 * s['within_10pct']:11.1f}% {s['mape']:7.1f}% "

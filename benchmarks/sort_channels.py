@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nas._io import atomic_write_json
+from benchmarks.harness import command, machine, pinned_cores, write_result
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -62,11 +62,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = [_run(sort, seed, a, data, Path(tmp)) for seed in a.seeds for sort in (False, True)]
     pairs = list(zip(runs[::2], runs[1::2]))
     diffs = [np.array(s["random_acc"]) - np.array(i["random_acc"]) for i, s in pairs]
-    result = {"data": "digits", "space": "tiny", "epochs": a.epochs, "archs": a.archs, "seeds": a.seeds, "runs": runs,
+    result = {"command": command("sort_channels", argv, cores=pinned_cores()), "machine": machine(), "data": "digits", "space": "tiny", "epochs": a.epochs, "archs": a.archs, "seeds": a.seeds, "runs": runs,
               "paired_diff_mean": [float(d.mean()) for d in diffs],
               "sorted_better": [int((d > 0).sum()) for d in diffs], "sorted_worse": [int((d < 0).sum()) for d in diffs]}
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    atomic_write_json(Path(a.out) / "sort_channels.json", result)
+    write_result(Path(a.out) / "sort_channels.json", result)
     print(f"{'seed':>4} {'channels':<9} {'mean of ' + str(a.archs):>11} {'min':>7} {'smallest':>9} {'largest':>8} "
           f"{'train s':>8}")
     for r in runs:

@@ -32,9 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import command
+from benchmarks.harness import command, machine, write_result
 from benchmarks.supernet import add_subset_args, load_bench_space, load_subset
-from nas._io import atomic_write_json
 
 IMAGES = {"ImageNet": 1_281_167, "Imagenette": 9_469}  # training images of the datasets the cost is projected for
 
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "standalone_epochs": a.standalone_epochs, "archs": a.archs, "standalone_seeds": a.standalone_seeds,
               "projected": [projected(a, n, sn["images_per_s"], sa_ips, score_s) for n in a.images]}
     out = Path(a.out) / f"supernet_cost_{Path(a.space).stem}_{a.resolution}px_{a.device.replace(':', '')}.json"
-    atomic_write_json(out, result)
+    write_result(out, {**result, "machine": machine()})
     _print(result, out)
     return result
 

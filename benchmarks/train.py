@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.harness import command, pinned_cores, write_result
+
 
 def _search(out: Path, *, trials: int, epochs: int, train_samples: int, evaluator: str, target: str) -> Path:
     run = out / "search"
@@ -177,15 +179,13 @@ def main() -> None:
     models = [{"id": m["id"], "arch": m["arch"], "prune": m.get("prune"), "variants": m["variants"],
                "checks": _checks(m)} for m in report["models"]]
     res = {
-        "benchmark": "bench_train", "smoke": a.smoke, "run": str(run), "seconds": time.perf_counter() - t0,
+        "benchmark": "bench_train", "command": command("train", cores=pinned_cores()), "smoke": a.smoke,
+        "run": str(run), "seconds": time.perf_counter() - t0,
         "machine": {**device_identity("cpu"), "python": platform.python_version()},
         "settings": {**vars(a), **report["settings"]}, "quantization": report["quantization"],
         "latency_targets": report["latency_targets"], "data": report["data"], "models": models,
     }
-    from nas._io import atomic_write_json
-
-    atomic_write_json(out / "bench_train.json", res)
-    _plot(report["models"], out / "bench_train.png")
+    write_result(out / "bench_train.json", res, plot=lambda png: _plot(report["models"], png))
     _print_tables(models)
     print(f"\nbench: {out / 'bench_train.json'}\nplot:  {out / 'bench_train.png'}\nreport: {Path(a.train_dir or run / 'train') / 'report.md'}")
     print(json.dumps({"quantization": res["quantization"]}, indent=1))
