@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bundle import _bundle_differences, no_torch_python, round_trip
 from nas.latency.bundle import BundleError, bundle_networks, import_bundle, write_bundle
 from nas.latency.measure import ProfileSettings
 from nas.latency.profiler import calibration_archs
@@ -195,10 +196,8 @@ def test_import_command_keeps_the_users_overrides(tmp_path):
 def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
     """Bundle here -> measured by a Python without torch -> import -> a predictor calibrated on the
     bundle's networks, scored on held-out networks the same script measured.  How close it gets is a
-    benchmark figure (scripts/bench_bundle.py, docs/benchmarks.md), not asserted here: timings on a
+    benchmark figure (python -m benchmarks bundle, docs/benchmarks.md), not asserted here: timings on a
     shared machine move; the bound below only catches a broken round trip (wrong graphs, shapes, units)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from bench_bundle import round_trip
 
     settings = ProfileSettings(warmup=3, repeats=10, min_time_s=0.0, max_spread=0.5, remeasure=0, rounds=1)
     res = round_trip(tmp_path, target=Target.coerce(CPU), spaces="tiny", settings=settings,
@@ -209,11 +208,9 @@ def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
 def test_measuring_python_has_the_runtime_and_no_torch(tmp_path, runtime):
-    """bench_bundle measures onnxruntime and OpenVINO bundles with a Python that has numpy and the
+    """python -m benchmarks bundle measures onnxruntime and OpenVINO bundles with a Python that has numpy and the
     runtime only; ExecuTorch's (whose Python runtime imports torch) with this one."""
     pytest.importorskip(runtime)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from bench_bundle import no_torch_python
 
     py = no_torch_python(tmp_path / "venv", runtime)
     assert py != sys.executable
@@ -291,8 +288,6 @@ def test_validate_on_the_bundles_held_out_networks(measured, tmp_path):
 
 def test_bench_bundle_reuses_only_the_bundle_it_was_asked_for(tmp_path):
     """--work with a bundle already written: its target, settings and network counts must be the ones asked for."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from bench_bundle import _bundle_differences
 
     settings = ProfileSettings()
     nets = [{"role": r} for r in ["calibration"] * 2 + ["held_out"]]

@@ -22,12 +22,9 @@ def _cli(module, *args, env=None):
 def test_commands_start_without_the_heavy_libraries():
     """A command's help, a config typo or a refused start answer in about a second: the command
     modules import torch, scikit-learn, timm and the runtimes only when the work needs them
-    (``scripts/bench_startup.py`` times it and lists what each import loads)."""
-    import importlib.util
+    (``python -m benchmarks startup`` times it and lists what each import loads)."""
+    from benchmarks import startup as bench
 
-    spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "scripts" / "bench_startup.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     loaded = {m: bench.loaded_by_import(m) for m in ("profile", "predict", "search", "train", "supernet", "export")}
     assert loaded["profile"] == [] and loaded["predict"] == []
     # search, train, supernet and export compose their schemas from the settings of the data, the evaluators
@@ -38,7 +35,7 @@ def test_commands_start_without_the_heavy_libraries():
 
 def test_a_bad_value_is_refused_before_the_heavy_libraries_load(tmp_path):
     """A value the config accepts but the command refuses: one line, exit code 2, nothing written, and
-    no torch loaded to say so (scripts/bench_startup.py times these)."""
+    no torch loaded to say so (python -m benchmarks startup times these)."""
     probe = ("import runpy, sys\n"
              "sys.argv = sys.argv[1:]\n"
              "try:\n"

@@ -1,4 +1,4 @@
-"""Predictor logic on synthetic tables (the real tables are validated by scripts/bench_predictor.py)."""
+"""Predictor logic on synthetic tables (the real tables are validated by python -m benchmarks predictor)."""
 
 import numpy as np
 import pytest

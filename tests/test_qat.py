@@ -182,21 +182,16 @@ def test_export_needs_calibration_and_settings_are_checked():
 
 def test_quantize_overrides_and_bench_quant_variants():
     """quantize_qdq's overrides reach onnxruntime (QOperator nodes, excluded convs stay fp32), and
-    scripts/bench_quant.py's variants build the graphs they name."""
-    import importlib.util
-    from pathlib import Path
+    python -m benchmarks quant's variants build the graphs they name."""
 
     import onnx
 
+    from benchmarks import quant as bq
     from nas.builder import build
     from nas.compress.ptq import quantize_qdq
     from nas.export.onnx import export_onnx
     from nas.space import load_space
 
-    spec = importlib.util.spec_from_file_location(
-        "bench_quant", Path(__file__).resolve().parent.parent / "scripts" / "bench_quant.py")
-    bq = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bq)
     torch.manual_seed(0)
     arch = load_space("tiny").random(3).with_head(in_chans=1).with_resolution(16)
     x = torch.randn(1, 1, 16, 16)

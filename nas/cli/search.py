@@ -2,7 +2,7 @@
 
 Thin Hydra entry point: parse the config, call ``nas.search.study``, show progress and the final table.
 The ``nas.search`` modules are imported inside the functions that use them: they load optuna and torch,
-and ``--help`` or a refused value must answer before those load (``scripts/bench_startup.py``).
+and ``--help`` or a refused value must answer before those load (``python -m benchmarks startup``).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target
     ``calib``: a list of numpy input batches for calibration.  Settings: ``qdq_settings_for(target)``;
     ``overrides`` replace any of them (by the same names, values as strings: ``quant_format="QOperator"``,
     ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
-    ``op_types_to_quantize``, ``extra_options``); ``scripts/bench_quant.py`` compares them.
+    ``op_types_to_quantize``, ``extra_options``); ``python -m benchmarks quant`` compares them.
     """
     import tempfile
 

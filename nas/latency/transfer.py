@@ -25,7 +25,7 @@ devices' latencies of the same block:
 
 It is a ``LatencyPredictor`` (``predict``, ``explain``, ``compile``, ``describe``), so anything
 that takes a fitted predictor takes it; ``explain`` counts transferred layers as learned.
-``scripts/bench_onboard.py`` measures what it reaches, offline, from the shipped tables.
+``python -m benchmarks onboard`` measures what it reaches, offline, from the shipped tables.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class TransferPredictor(LatencyPredictor):
         sources: source tables (``LatencyTable`` objects, or names / paths that
             ``resolve_table_path`` finds) of other devices, same runtime and precision.
         method: the per-block transfer model, one of ``METHODS`` (see the module docs).  ``stack``
-            (default) was the most even in ``scripts/bench_onboard.py``: it keeps the new device's
+            (default) was the most even in ``python -m benchmarks onboard``: it keeps the new device's
             own block model and weighs the sources by how well they fit, so it is rarely worse than
             the partial table alone.
         calibrate, random_state, refresh, residual: as for ``LatencyPredictor``.

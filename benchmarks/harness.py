@@ -1,0 +1,146 @@
+"""What every benchmark shares: where results go, the machine a figure was measured on, pinning to a
+core, interleaved rounds with their medians, the command that reproduces a result, and writing it
+(JSON, a markdown table beside it, a plot).
+
+A benchmark records ``command(name)`` and ``machine()`` in its JSON so that a figure says how to get it
+again and where it came from; ``write_result`` writes the JSON atomically, with ``name.md`` and
+``name.png`` next to it when given a table and a plot.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from nas._io import atomic_write_json, atomic_write_text
+from nas.config import compose_app
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+LIBRARIES = ("torch", "onnxruntime", "onnx", "timm", "numpy", "scikit-learn", "optuna")
+
+
+def command(name: str, argv: Sequence[str] | None = None, *, cores: Sequence[int] | None = None) -> str:
+    """The shell command that reruns benchmark ``name`` with ``argv`` (this process's arguments when
+    ``None``), behind ``taskset -c`` when ``cores`` is given."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    pin = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
+    return shlex.join([*pin, "python", "-m", "benchmarks", name, *args])
+
+
+def pinned_cores() -> list[int] | None:
+    """The cores this process may run on when that is fewer than the machine has (``taskset``,
+    ``pin``), else ``None``."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    return cores if len(cores) < (os.cpu_count() or len(cores)) else None
+
+
+def pin(cores: Iterable[int]) -> list[int]:
+    """Pins this process (and the processes it starts) to ``cores``, as ``taskset -c`` does; returns them."""
+    want = sorted(set(cores))
+    os.sched_setaffinity(0, want)
+    return want
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), or what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags(wanted: Sequence[str] = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "neon")) -> list[str]:
+    """Which of ``wanted`` the processor reports (the ones that change a kernel's speed)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    line = next((x for x in text.splitlines() if x.startswith(("flags", "Features"))), "")
+    have = set(line.split(":", 1)[-1].split())
+    return [f for f in wanted if f in have]
+
+
+def gpu_name() -> str | None:
+    """The first CUDA device's name when torch is loaded and sees one, else ``None`` (loads nothing)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(0)
+
+
+def versions(libraries: Sequence[str] = LIBRARIES) -> dict[str, str]:
+    """The installed version of each of ``libraries`` that is installed."""
+    out = {"python": platform.python_version()}
+    for lib in libraries:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The machine a figure is measured on: processor, its flags, cores, pinning, GPU and library versions."""
+    return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "pinned": pinned_cores(),
+            "gpu": gpu_name(), "versions": versions()}
+
+
+def interleaved(cases: Mapping[str, Callable[[], float]], rounds: int, *,
+                progress: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+    """Calls every case once per round, ``rounds`` rounds, so that a slow spell of the machine falls
+    on all cases alike; returns each case's values in round order."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    for r in range(rounds):
+        for k, fn in cases.items():
+            out[k].append(fn())
+        if progress is not None:
+            progress(r)
+    return out
+
+
+def medians(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """The median of each case's values."""
+    return {k: statistics.median(v) for k, v in values.items()}
+
+
+def markdown_table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
+    """A GitHub markdown table of ``rows`` under ``header``."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def write_result(path: Path | str, result: Mapping[str, Any], *, table: str | None = None,
+                 plot: Callable[[Path], None] | None = None) -> Path:
+    """Writes ``result`` to ``path`` (JSON, atomically), ``table`` to the ``.md`` beside it and the plot
+    drawn by ``plot(png_path)`` to the ``.png`` beside it; returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, dict(result))
+    if table is not None:
+        atomic_write_text(path.with_suffix(".md"), table.rstrip("\n") + "\n")
+    if plot is not None:
+        plot(path.with_suffix(".png"))
+    return path
+
+
+def target_dict(name: str) -> dict:
+    """The target of config ``conf=name`` as the commands compose it, as a plain dict."""
+    cfg = compose_app("predict", [f"conf={name}"])
+    return OmegaConf.to_container(cfg.target, resolve=True)

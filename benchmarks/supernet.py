@@ -1,0 +1,462 @@
+"""Benchmark the weight-sharing supernet as a ranking signal, against stand-alone training.
+
+By default on Fashion-MNIST (the Debian package's files; a training subset, said so in the output)
+and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--data-root``,
+``--resolution``, ``--device`` and ``--target`` run the same benchmark elsewhere (below):
+
+1. train the supernet once (``nas.supernet.train.train_supernet``, the sandwich rule);
+2. pick ``--archs`` architectures spread over the latency range of the space: 2000 random ones,
+   their latency predicted by the ``--target``'s predictor (``cpu``), the ones at evenly spaced
+   latency quantiles;
+3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (b) short training
+   (``evaluator=train`` at its default budget), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
+   and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
+   the reference is the mean of those runs.  How well the runs agree with each other gives the
+   ceiling the reference's noise leaves (``reference_ceiling``: the tau a perfect score would reach,
+   and how many runs a reference needs for tau 0.8).  The estimators (and the supernet's training) use
+   ``--seed``, the stand-alone runs the seeds after it, so no estimator starts from the initial
+   weights of a reference run;
+4. report Kendall's tau between the reference and each score, and the cost of each (the supernet's
+   training wall time; seconds per evaluated architecture).
+
+    taskset -c 0 python -m benchmarks supernet              # the benchmark (about 2 hours on one core)
+    taskset -c 0 python -m benchmarks supernet --quick      # a minute or two: checks the pipeline only
+
+The scores are independent, so a run splits across cores (or machines sharing the folder):
+
+    taskset -c 0 python -m benchmarks supernet --scores supernet train naswot synflow standalone2 &
+    taskset -c 1 python -m benchmarks supernet --scores standalone0 standalone1
+
+Each part computes only its scores; whichever finds them all complete writes the report (a run
+without ``--scores`` computes what is missing, then reports).
+
+On a GPU, at 224 px on an ImageFolder, with a larger space (each of the 24 x 3 stand-alone runs
+is a training of its own: plan GPU hours, ``docs/benchmarks.md`` gives measured throughput):
+
+    python -m benchmarks supernet --device cuda --space mbv3 --target gpu --data imagefolder \
+        --data-root ~/data/imagenette --resolution 224 --train-samples 0 --batch-size 128 \
+        --supernet-epochs 60 --standalone-epochs 30 --out runs/bench_mbv3
+
+Writes ``<out>/supernet.json`` and ``<out>/supernet.png`` (scatter plots; default out:
+benchmarks/results/) and prints the table.  The supernet checkpoint and each score of each
+architecture are cached under ``<out>/bench_supernet/``, so an interrupted run resumes where it
+stopped; a cache written with other settings is refused, each difference named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.harness import command as harness_command
+from nas._io import atomic_write_json
+
+METHODS = ("supernet", "train", "naswot", "synflow")
+# what a cache was computed with: a re-run with other values of these must not reuse it
+_SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", "space", "target", "device",
+             "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed")
+# the value of a setting a cache recorded before the benchmark had it
+_ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None}
+
+
+def add_subset_args(p: argparse.ArgumentParser) -> None:
+    """The data options of the supernet benchmarks (this one and benchmarks/supernet_search.py): one
+    training subset, small enough for a run on one core."""
+    p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, digits, cifar10, imagefolder)")
+    p.add_argument("--data-root", help="where the dataset's files are (data.root; cifar10 and imagefolder need it)")
+    p.add_argument("--train-samples", type=int, default=2000, help="training subset (images; 0: all)")
+    p.add_argument("--val-samples", type=int, default=1000, help="validation images scored (0: the whole split)")
+    p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring (16 keeps a run short)")
+    p.add_argument("--num-workers", type=int, default=4, help="loader processes of a streamed dataset (cifar10, imagefolder)")
+
+
+def load_subset(a: argparse.Namespace) -> Any:
+    """The dataset ``add_subset_args``'s options name, no augmentation; says what it loaded."""
+    from nas.data import load_data
+
+    try:
+        data = load_data({"name": a.data, "root": a.data_root, "resolution": a.resolution,
+                          "train_samples": a.train_samples or None, "val_samples": a.val_samples or None,
+                          "augment": "none", "num_workers": a.num_workers})
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        raise SystemExit(f"--data {a.data}: {e}") from None
+    subset = f"a training subset of {a.train_samples} images" if a.train_samples else "every training image"
+    print(f"data: {data.describe()} ({subset})", flush=True)
+    return data
+
+
+def score_names(seeds: int) -> tuple[str, ...]:
+    """Every score the benchmark computes: the four estimators, the supernet's again with another draw of
+    BatchNorm-recalibration batches (how reproducible its score is), then one stand-alone run per seed."""
+    return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)))
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_subset_args(p)
+    p.set_defaults(train_samples=10000, val_samples=0)
+    p.add_argument("--space", default="tiny", help="the search space (a shipped name or a YAML file)")
+    p.add_argument("--target", default="cpu", help="whose predicted latency spreads the architectures")
+    p.add_argument("--device", default="cpu", help="where everything trains and scores (cpu, cuda, cuda:<i>)")
+    p.add_argument("--batch-size", type=int, help="training batch of the supernet and every training score "
+                   "(default: each one's own, 64)")
+    p.add_argument("--archs", type=int, default=24, help="architectures spread over the latency range")
+    p.add_argument("--supernet-epochs", type=int, default=20)
+    p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
+    p.add_argument("--standalone-seeds", type=int, default=3, help="stand-alone runs per architecture (>= 2)")
+    p.add_argument("--scores", nargs="+", metavar="NAME",
+                   help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    a = p.parse_args(argv)
+    if a.quick:
+        a.train_samples, a.val_samples, a.archs, a.supernet_epochs, a.standalone_epochs = 256, 128, 4, 1, 1
+        a.standalone_seeds = 2
+    if a.batch_size is not None and a.batch_size < 1:
+        p.error(f"--batch-size must be a positive integer, got {a.batch_size}")
+    if a.standalone_seeds < 2:
+        p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
+    names = score_names(a.standalone_seeds)
+    unknown = [s for s in a.scores or () if s not in names]
+    if unknown:
+        p.error(f"--scores: unknown {', '.join(unknown)}; choose from {', '.join(names)}")
+    a.scores = [s for s in names if s in (a.scores or names)]
+    return a
+
+
+def recorded_settings(work: Path) -> dict[str, Any] | None:
+    """The settings of the run cached in ``work`` (one recorded before a setting existed has its
+    default); None where ``work`` holds no run's settings."""
+    path = work / "settings.json"
+    if not path.is_file():
+        return None
+    have = json.loads(path.read_text())
+    return {k: have.get(k, _ADDED.get(k)) for k in _SETTINGS}
+
+
+def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
+    """How the run cached in ``work`` was set otherwise than ``a`` (each difference named; [] when alike);
+    None where ``work`` holds no run's settings."""
+    have = recorded_settings(work)
+    if have is None:
+        return None
+    return [f"{k} {have[k]!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS if have[k] != getattr(a, k)]
+
+
+def check_work(work: Path, a: argparse.Namespace) -> None:
+    """Refuse a cache in ``work`` computed with other settings (each difference named); record ours."""
+    diffs = settings_differences(work, a)
+    if diffs:
+        raise SystemExit(f"{work} holds a benchmark run with other settings ({'; '.join(diffs)}); "
+                         "give another --out or remove that folder")
+    if diffs is None and work.is_dir() and any(work.iterdir()):
+        raise SystemExit(f"{work} holds files but no settings.json: not a run of this benchmark's version; "
+                         "give another --out or remove that folder")
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(work / "settings.json", {k: getattr(a, k) for k in _SETTINGS})
+
+
+def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu") -> tuple[list[Any], list[float]]:
+    """``n`` architectures at evenly spaced quantiles of the predicted latency (on ``target_name``) of
+    2000 random ones."""
+    import nas
+    from nas.data import adapt_arch
+
+    try:
+        target = nas.load_target(target_name)
+    except ValueError as e:
+        raise SystemExit(f"--target: {e}") from None
+    model = nas.load_latency_model(target)
+    res = target.resolution or space.resolution
+    rng = np.random.default_rng(seed)
+    pool = {a.digest(): a for a in (space.random(rng) for _ in range(2000))}
+    archs = list(pool.values())
+    ms = model.predict([adapt_arch(a, data, resolution=res) for a in archs])
+    order = np.argsort(ms)
+    idx = list(dict.fromkeys(int(order[int(round(q * (len(order) - 1)))]) for q in np.linspace(0, 1, n)))
+    return [archs[i] for i in idx], [float(ms[i]) for i in idx]
+
+
+def _seed(name: str, a: argparse.Namespace) -> int:
+    """The seed of score ``name``: ``--seed`` for the estimators, the next ones for the stand-alone runs,
+    the one after those for the supernet's second draw."""
+    if name.startswith("standalone"):
+        return a.seed + 1 + int(name.removeprefix("standalone"))
+    return a.seed + 1 + a.standalone_seeds if name == "supernet_again" else a.seed
+
+
+def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
+    """The evaluator behind score ``name`` and the seed it runs with."""
+    from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
+
+    batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
+    if name in ("supernet", "supernet_again"):
+        return SupernetEvaluator(checkpoint=str(ckpt), device=a.device, **batch), _seed(name, a)
+    if name == "train":
+        return TrainEvaluator(device=a.device, **batch), a.seed
+    if name in ("naswot", "synflow"):
+        return ZeroCostEvaluator(proxy=name, device=a.device), a.seed
+    return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), _seed(name, a)
+
+
+def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
+    """Where score ``name``'s values are kept; a stand-alone run's and a second draw's file are named by
+    their seed."""
+    stem = name
+    if name.startswith("standalone"):
+        stem = f"standalone_seed{_seed(name, a)}"
+    elif name == "supernet_again":
+        stem = f"supernet_seed{_seed(name, a)}"
+    return work / "scores" / f"{stem}.json"
+
+
+def _cache(work: Path, name: str, a: argparse.Namespace) -> dict[str, Any]:
+    p = _cache_path(work, name, a)
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Any], data: Any) -> dict[str, Any]:
+    """Score with ``ev`` every architecture the cache at ``path`` lacks, saving after each (an interruption
+    loses one); the cache, by architecture digest."""
+    from nas.data import adapt_arch
+
+    cache = json.loads(path.read_text()) if path.is_file() else {}
+    for i, arch in enumerate(archs):
+        if arch.digest() in cache:
+            continue
+        r = ev.evaluate(adapt_arch(arch, data), data, seed=seed)
+        cache[arch.digest()] = {"score": r.score, "seconds": r.seconds}
+        atomic_write_json(path, cache)
+        print(f"{label} [{i + 1}/{len(archs)}] {r.score:.4g} ({r.seconds:.1f} s)", flush=True)
+    return cache
+
+
+def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
+    ev, seed = _evaluator(name, a, work / "supernet.ckpt")
+    score_archs(name, ev, seed, _cache_path(work, name, a), archs, data)
+
+
+def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list[list[float]]:
+    """The stand-alone accuracy of every architecture, one list per run; a run that lacks some is a
+    one-line error."""
+    runs = []
+    for name in (n for n in score_names(a.standalone_seeds) if n.startswith("standalone")):
+        cache = _cache(work, name, a)
+        lack = sum(x.digest() not in cache for x in archs)
+        if lack:
+            raise SystemExit(f"{work}: the stand-alone run {name} lacks {lack} of {len(archs)} architectures; "
+                             "finish python -m benchmarks supernet first")
+        runs.append([cache[x.digest()]["score"] for x in archs])
+    return runs
+
+
+def _tau(x: list[float], y: list[float]) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y).statistic)
+
+
+def reference_agreement(runs: list[list[float]]) -> dict[str, float]:
+    """How well the stand-alone runs agree: Kendall tau of each pair, and of each run against the mean
+    of the others (what a score as good as one more run would reach against a reference of the rest)."""
+    pairs = [_tau(x, y) for x, y in itertools.combinations(runs, 2)]
+    loo = [_tau(r, list(np.mean([o for j, o in enumerate(runs) if j != i], axis=0))) for i, r in enumerate(runs)]
+    return {"pairwise_mean": float(np.mean(pairs)), "pairwise_min": float(min(pairs)),
+            "pairwise_max": float(max(pairs)), "one_vs_mean_of_rest": float(np.mean(loo))}
+
+
+def _expected_tau(truth: np.ndarray, noise_std: float, draws: int, rng: np.random.Generator) -> float:
+    """Mean Kendall tau-b between ``truth`` and ``truth`` plus Gaussian noise, over ``draws`` draws
+    (vectorised, 1000 draws at a time: scipy's kendalltau one draw at a time would take minutes for
+    the search over reference sizes)."""
+    i, j = np.triu_indices(len(truth), 1)
+    s_true = np.sign(truth[i] - truth[j])
+    taus = []
+    for n in [1000] * (draws // 1000) + [draws % 1000] * bool(draws % 1000):
+        noisy = truth + rng.normal(0.0, noise_std, size=(n, len(truth)))
+        s_noisy = np.sign(noisy[:, i] - noisy[:, j])
+        denom = np.sqrt(np.count_nonzero(s_true) * np.count_nonzero(s_noisy, axis=1))
+        taus.append(np.where(denom > 0, (s_noisy @ s_true) / np.maximum(denom, 1), 0.0))
+    return float(np.mean(np.concatenate(taus)))
+
+
+def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int = 10000, most_runs: int = 64,
+                      seed: int = 0) -> dict[str, Any]:
+    """What the reference's noise leaves any score: the expected Kendall tau, against the mean of the
+    ``runs``, of a score that knew every architecture's expected stand-alone accuracy (a perfect
+    estimator), and how many runs a reference needs before that expectation reaches ``target``.
+
+    The model: run r of architecture i scores t_i + e_ri, with e independent, normal, of one variance
+    across architectures.  The noise variance is the runs' variance within an architecture (ddof 1,
+    averaged over the architectures); the t_i are the architectures' mean accuracies drawn toward their
+    grand mean until their variance is the variance of the means less the noise a mean of k runs
+    still holds (noise / k).  The expectation is simulated (``draws`` draws of the noise) for a reference
+    of 1, 2 ... runs (``by_runs``), up to this one's and on until it reaches ``target``."""
+    x = np.asarray(runs, dtype=float)
+    k = x.shape[0]
+    if k < 2:
+        raise ValueError(f"the noise of a reference needs at least 2 runs, got {k}")
+    noise_var = float(np.mean(np.var(x, axis=0, ddof=1)))
+    means = x.mean(axis=0)
+    between = float(np.var(means, ddof=1))
+    arch_var = max(between - noise_var / k, 0.0)
+    truth = means.mean() + np.sqrt(arch_var / between if between > 0 else 0.0) * (means - means.mean())
+    by_runs: dict[int, float] = {}  # runs in the reference -> the perfect score's expected tau
+    for m in range(1, most_runs + 1):  # each m its own draws: its figure does not depend on the others'
+        rng = np.random.default_rng([seed, m])
+        by_runs[m] = _expected_tau(truth, float(np.sqrt(noise_var / m)), draws, rng) if arch_var > 0 else 0.0
+        if m >= k and (by_runs[m] >= target or arch_var == 0):
+            break
+    needed = next((m for m, t in by_runs.items() if t >= target), None)
+    return {"runs": k, "noise_std": float(np.sqrt(noise_var)), "arch_std": float(np.sqrt(arch_var)),
+            "perfect_score_tau": by_runs[k], "target": target, "runs_for_target": needed, "by_runs": by_runs}
+
+
+def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], ceiling: float,
+          path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(METHODS) + 1, figsize=(4 * (len(METHODS) + 1), 3.6))
+    ref = [r["reference"] * 100 for r in rows]
+    for ax, m in zip(axes, METHODS):
+        v = [r["scores"][m]["score"] * (100 if m in ("supernet", "train") else 1) for r in rows]
+        ax.scatter(v, ref, s=14)
+        ax.set_xlabel(f"{m} {'accuracy %' if m in ('supernet', 'train') else 'score'}")
+        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}\n(a perfect score: {ceiling:.2f})")
+    axes[0].set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
+    ax = axes[-1]
+    ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")
+    ax.set_xlabel("stand-alone accuracy %, run 1")
+    ax.set_ylabel("stand-alone accuracy %, run 2")
+    ax.set_title(f"the reference against itself: tau {_tau(runs[0], runs[1]):.2f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], work: Path) -> dict[str, Any]:
+    """The JSON record and plot of a complete run, and its table printed."""
+    from nas.supernet.checkpoint import read_checkpoint
+
+    names = score_names(a.standalone_seeds)
+    caches = {n: _cache(work, n, a) for n in names}
+    stand = [n for n in names if n.startswith("standalone")]
+    runs = standalone_runs(work, a, archs)
+    ref = [float(v) for v in np.mean(runs, axis=0)]
+    rows = [{"arch": arch.label(), "digest": arch.digest(), "predicted_ms": lat, "reference": r,
+             "scores": {n: caches[n][arch.digest()] for n in names}} for arch, lat, r in zip(archs, ms, ref)]
+    taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
+    taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
+    agreement = reference_agreement(runs)
+    ceiling = reference_ceiling(runs)
+    sn_again = _tau([r["scores"]["supernet"]["score"] for r in rows], [r["scores"]["supernet_again"]["score"] for r in rows])
+    by_latency = _tau(ref, ms)  # the baseline any estimator must beat: slower networks are more accurate
+    secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
+    history = read_checkpoint(work / "supernet.ckpt")["history"]
+    sn_train_s = float(sum(h["seconds"] for h in history))
+    spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref)),
+              "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))}
+    result = {
+        "command": command(a),
+        "data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
+        "target": a.target, "device": a.device, "batch_size": a.batch_size,
+        "archs": len(rows), "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
+        "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
+        "supernet_train_seconds": sn_train_s, "supernet_history": history,
+        "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
+        "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
+        "kendall_tau_predicted_latency_vs_reference": by_latency,
+        "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
+    }
+    name = "supernet_quick" if a.quick else "supernet"
+    out = Path(a.out)
+    atomic_write_json(out / f"{name}.json", result)
+    _plot(rows, taus, runs, ceiling["perfect_score_tau"], out / f"{name}.png")
+    print(f"\n{'method':<10} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
+    for m in METHODS:
+        print(f"{m:<10} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {secs[m]:>9.2f}")
+    print(f"{'standalone':<10} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
+    print(f"{'latency':<10} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
+    print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {sn_again:.3f}")
+    print(f"the reference against itself: tau between seeds {agreement['pairwise_mean']:.3f} (pairs "
+          f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one seed against the mean of the others "
+          f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
+          f"{100 * spread['max']:.2f}% (std {100 * spread['std']:.2f} points; run 1 - run 2: std "
+          f"{100 * spread['run_difference_std']:.2f} points)")
+    need, target = ceiling["runs_for_target"], ceiling["target"]
+    if need:
+        reach = f"tau {target} needs a reference of {need} runs"
+    elif ceiling["arch_std"] == 0:
+        reach = f"the runs differ no more than their noise: no reference lets it reach tau {target}"
+    else:
+        reach = f"no reference of up to {max(ceiling['by_runs'])} runs lets it reach tau {target}"
+    print(f"what the reference's noise leaves: a score that knew each architecture's expected accuracy would reach "
+          f"tau {ceiling['perfect_score_tau']:.3f} against the mean of {len(runs)} runs (a run's noise: std "
+          f"{100 * ceiling['noise_std']:.2f} points; the expected accuracies: std {100 * ceiling['arch_std']:.2f}); "
+          f"{reach}")
+    print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
+          f"{len(rows)} archs)\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
+    return result
+
+
+def command(a: argparse.Namespace) -> str:
+    """The command line that reproduces run ``a`` (the options that differ from the defaults)."""
+    default = _args(["--quick"] if a.quick else [])
+    opts = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in (*_SETTINGS, "standalone_seeds")
+            if getattr(a, k) != getattr(default, k)]
+    return harness_command("supernet", [*(["--quick"] if a.quick else []), *" ".join(opts).split()],
+                           cores=[0] if a.device == "cpu" else None)
+
+
+def load_bench_space(name: str) -> Any:
+    """The ``--space``; an unknown name or a malformed file is a one-line error."""
+    from nas.space import load_space
+
+    try:
+        return load_space(name)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        raise SystemExit(f"--space {name}: {e}") from None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    import torch
+
+    from nas.supernet.settings import SupernetSettings
+    from nas.supernet.train import train_supernet
+
+    a = _args(argv)
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+    work = Path(a.out) / "bench_supernet" / ("quick" if a.quick else "full")
+    space = load_bench_space(a.space)
+    check_work(work, a)
+    data = load_subset(a)
+    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target)
+    if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in ("supernet", "supernet_again")):
+        t0 = time.perf_counter()
+        batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
+        settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device=a.device, **batch)
+        rec = train_supernet(space, data, settings, work)
+        print(f"supernet: {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
+              f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
+    for name in a.scores:
+        _compute(name, archs, data, a, work)
+    missing = [n for n in score_names(a.standalone_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]
+    if missing:
+        print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
+              "the report; or run again without --scores)")
+        return None
+    return report(a, data, archs, ms, work)
+
+
+if __name__ == "__main__":
+    main()

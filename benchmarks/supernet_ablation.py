@@ -1,0 +1,282 @@
+"""Which supernet training settings change its ranking (variants scored against one reference).
+
+Variants of the ranking benchmark's supernet, scored against the same stand-alone reference.
+
+Reads a complete ``benchmarks/supernet.py`` run (its cache under ``<out>/bench_supernet/full``: run that
+first; its recorded settings, the space, data, resolution and device included, are this run's),
+trains one supernet per variant on the same data (with the benchmark's seed unless the variant sets
+one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
+against the same reference (the mean of the stand-alone runs). A variant is ``base`` (the
+benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings`` (``epochs=40``,
+``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the same supernet
+trained with another seed, shows how far the ranking moves by chance alone. The report also scores
+averages of several supernets: the mean inherited-weight accuracy of every set of k seed supernets
+(``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; a setting trained with
+several seeds (``distill=0`` and ``distill=0,seed=1`` ...) beside the default settings with the same
+seeds (the seed moves a ranking as much as a setting does, so only a paired comparison can tell a
+setting's effect); and what each ranking follows: Kendall's tau of each architecture feature
+(blocks, expanded channels, kernel, squeeze-excite blocks, last width, predicted latency) against
+the reference and against the averaged seed supernets.
+
+    taskset -c 0 python -m benchmarks supernet_ablation --variants epochs=40 seed=2 distill=0,seed=1 \
+        distill=0,seed=3 sort_channels=false random_subnets=4 &
+    taskset -c 1 python -m benchmarks supernet_ablation --variants distill=0 seed=1 seed=3 distill=0,seed=2 \
+        sort_channels=false,seed=1 random_subnets=4,seed=1
+    python -m benchmarks supernet_ablation      # the default variants: what is missing, then the report
+
+Each variant's supernet and scores are kept under ``<out>/bench_supernet/full/ablation/<variant>/``,
+so an interrupted run resumes.  Writes ``<out>/supernet_ablation.json`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.harness import command as harness_command
+from benchmarks.supernet import _args as benchmark_args
+from benchmarks.supernet import (
+    _cache_path,
+    _pick_archs,
+    _tau,
+    command,
+    load_subset,
+    recorded_settings,
+    reference_agreement,
+    score_archs,
+    standalone_runs,
+)
+from nas._io import atomic_write_json
+
+VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0", "distill=0,seed=1", "distill=0,seed=2",
+            "distill=0,seed=3", "sort_channels=false", "sort_channels=false,seed=1", "random_subnets=4",
+            "random_subnets=4,seed=1")
+
+
+def parse_variant(text: str) -> dict[str, Any]:
+    """``key=value[,key=value]`` as ``SupernetSettings`` overrides (values read as YAML scalars);
+    ``base``: none.  A malformed variant or an unknown setting is a one-line error."""
+    import yaml
+
+    from nas.supernet.settings import SupernetSettings
+
+    if text == "base":
+        return {}
+    fields = set(SupernetSettings.__dataclass_fields__)
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"variant {text!r}: expected base or key=value[,key=value], got {part!r}")
+        if key not in fields or key == "device":
+            raise SystemExit(f"variant {text!r}: {key!r} is not a supernet training setting a variant may change "
+                             f"(choose from {', '.join(sorted(fields - {'device'}))})")
+        out[key] = yaml.safe_load(value)
+    try:
+        SupernetSettings(**out)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"variant {text!r}: {e}") from None
+    return out
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"),
+                   help="where the benchmarks/supernet.py run is (the same --out)")
+    p.add_argument("--standalone-seeds", type=int, default=3, help="the benchmark run's --standalone-seeds")
+    a = p.parse_args(argv)
+    a.overrides = {v: parse_variant(v) for v in a.variants}
+    return a
+
+
+def benchmark_run(work: Path, out: str, standalone_seeds: int) -> argparse.Namespace:
+    """The settings of the ``benchmarks/supernet.py`` run cached in ``work`` (as its options would give
+    them); none there is a one-line error."""
+    have = recorded_settings(work)
+    if have is None:
+        raise SystemExit(f"{work}: no benchmarks/supernet.py run there; run python -m benchmarks supernet first")
+    b = benchmark_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
+    for k, v in have.items():
+        setattr(b, k, v)
+    return b
+
+
+def _reference(work: Path, b: argparse.Namespace, archs: list[Any]) -> tuple[list[float], list[float]]:
+    """The benchmark's reference per architecture (the mean of its stand-alone runs) and its first run;
+    a run that is missing, of other settings or incomplete is a one-line error."""
+    runs = standalone_runs(work, b, archs)
+    return [float(v) for v in np.mean(runs, axis=0)], runs[0]
+
+
+def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Namespace, data: Any,
+             archs: list[Any]) -> dict[str, Any]:
+    """Train (or resume) the variant's supernet and score every architecture with it."""
+    from nas.search.evaluate import SupernetEvaluator
+    from nas.space import load_space
+    from nas.supernet.checkpoint import read_checkpoint
+    from nas.supernet.settings import SupernetSettings
+    from nas.supernet.train import train_supernet
+
+    if name == "base":
+        vdir, scores_path = work, _cache_path(work, "supernet", b)
+    else:
+        vdir = work / "ablation" / name.replace(",", "_")
+        scores_path = vdir / "scores.json"
+        kw = {"epochs": b.supernet_epochs, **overrides}
+        s = SupernetSettings(**{"seed": b.seed, **kw, "device": b.device})
+        t0 = time.perf_counter()
+        rec = train_supernet(load_space(b.space), data, s, vdir)
+        print(f"{name}: supernet {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
+              f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
+    ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device=b.device)
+    scores = score_archs(name, ev, b.seed, scores_path, archs, data)
+    history = read_checkpoint(vdir / "supernet.ckpt")["history"]
+    return {"variant": name, "overrides": overrides, "epochs": len(history),
+            "train_seconds": float(sum(h["seconds"] for h in history)),
+            "val_accuracy_largest": history[-1]["val_accuracy_largest"],
+            "val_accuracy_smallest": history[-1]["val_accuracy_smallest"],
+            "scores": [scores[x.digest()]["score"] for x in archs]}
+
+
+def is_seed_variant(overrides: dict[str, Any]) -> bool:
+    """``base`` or ``seed=N`` alone: the same training settings, another seed."""
+    return set(overrides) <= {"seed"}
+
+
+def averaged_supernets(rows: list[dict[str, Any]], ref: list[float]) -> list[dict[str, Any]]:
+    """Kendall's tau against ``ref`` of the mean score of several supernets: for each k, every set
+    of k seed supernets (the same settings, other seeds; mean, min and max over the sets), then
+    every variant together.  Too few seed supernets (< 2): only the latter."""
+    from itertools import combinations
+
+    seeds = [r for r in rows if is_seed_variant(r["overrides"])]
+    out = []
+    for k in range(1, len(seeds) + 1) if len(seeds) >= 2 else ():
+        taus = [_tau(ref, list(np.mean([r["scores"] for r in c], axis=0))) for c in combinations(seeds, k)]
+        out.append({"supernets": f"{k} of the {len(seeds)} seeds", "k": k, "sets": len(taus),
+                    "tau_mean": float(np.mean(taus)), "tau_min": min(taus), "tau_max": max(taus)})
+    if len(rows) >= 2:
+        tau = _tau(ref, list(np.mean([r["scores"] for r in rows], axis=0)))
+        out.append({"supernets": f"all {len(rows)} variants", "k": len(rows), "sets": 1,
+                    "tau_mean": tau, "tau_min": tau, "tau_max": tau})
+    return out
+
+
+def by_seed(rows: list[dict[str, Any]], base_seed: int) -> list[dict[str, Any]]:
+    """Each training setting (the overrides but the seed) trained with several seeds: its tau against
+    the reference per seed, beside the default setting's tau with the same seeds (a paired comparison,
+    since the seed alone moves a supernet's ranking as much as any setting)."""
+    groups: dict[str, dict[int, float]] = {}
+    for r in rows:
+        setting = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                           for k, v in sorted(r["overrides"].items()) if k != "seed") or "default"
+        groups.setdefault(setting, {})[int(r["overrides"].get("seed", base_seed))] = r["kendall_tau_vs_reference"]
+    default = groups.get("default", {})
+    out = []
+    for setting, taus in groups.items():
+        paired = sorted(set(taus) & set(default))
+        if setting == "default" or len(taus) < 2 or not paired:
+            continue
+        out.append({"setting": setting, "seeds": sorted(taus), "tau": [taus[k] for k in sorted(taus)],
+                    "paired_seeds": paired, "tau_mean_paired": float(np.mean([taus[k] for k in paired])),
+                    "default_tau_mean_paired": float(np.mean([default[k] for k in paired])),
+                    "better_on": sum(taus[k] > default[k] for k in paired)})
+    return out
+
+
+def arch_features(arch: Any) -> dict[str, float]:
+    """What distinguishes the space's architectures: body blocks, summed expanded (mid) channels,
+    mean kernel, squeeze-excite blocks, the last block's output channels."""
+    body = arch.blocks
+    return {"blocks": len(body), "expanded_channels": sum(getattr(b, "mid_ch", 0) for b in body),
+            "mean_kernel": float(np.mean([getattr(b, "kernel", 0) for b in body])),
+            "se_blocks": sum(getattr(b, "se", None) is not None for b in body),
+            "last_width": body[-1].out_ch if body else 0}
+
+
+def ranked_by(archs: list[Any], predicted_ms: list[float], ref: list[float],
+              averaged: list[float] | None) -> dict[str, dict[str, float | None]]:
+    """Kendall's tau of each architecture feature (and the predicted latency) against the reference
+    and against the averaged seed supernets: what each ranking follows."""
+    feats = [arch_features(x) for x in archs]
+    cols = {k: [float(f[k]) for f in feats] for k in feats[0]} | {"predicted_ms": list(predicted_ms)}
+    return {k: {"vs_reference": _tau(v, ref), "vs_averaged_supernets": _tau(v, averaged) if averaged else None}
+            for k, v in cols.items()}
+
+
+def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], paired: list[dict[str, Any]],
+           by: dict[str, dict[str, Any]]) -> None:
+    print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
+          f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
+    for r in rows:
+        print(f"{r['variant']:<22} {r['epochs']:>6} {r['train_seconds']:>8.0f} {100 * r['val_accuracy_largest']:>7.1f}% "
+              f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
+              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
+              f"{r['kendall_tau_vs_base'] if r['kendall_tau_vs_base'] is not None else float('nan'):>11.3f}")
+    if averaged:
+        print(f"\n{'scores averaged over':<22} {'sets':>5} {'tau vs reference: mean':>23} {'min':>6} {'max':>6}")
+        for e in averaged:
+            print(f"{e['supernets']:<22} {e['sets']:>5} {e['tau_mean']:>23.3f} {e['tau_min']:>6.3f} {e['tau_max']:>6.3f}")
+    for e in paired:
+        print(f"{e['setting']} with seeds {', '.join(map(str, e['paired_seeds']))}: tau {e['tau_mean_paired']:.3f} "
+              f"on average against {e['default_tau_mean_paired']:.3f} for the default settings with the same "
+              f"seeds (higher with {e['better_on']} of {len(e['paired_seeds'])})")
+    print(f"\n{'feature':<22} {'tau vs reference':>16} {'tau vs averaged seed supernets':>31}")
+    for k, t in by.items():
+        v = t["vs_averaged_supernets"]
+        print(f"{k:<22} {t['vs_reference']:>16.3f} {v if v is not None else float('nan'):>31.3f}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import torch
+
+    from nas.space import load_space
+
+    a = _args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the supernet's epochs as they finish
+    work = Path(a.out) / "bench_supernet" / "full"
+    b = benchmark_run(work, a.out, a.standalone_seeds)
+    if b.device == "cpu":
+        torch.set_num_threads(1)
+    data = load_subset(b)
+    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target)
+    ref, first = _reference(work, b, archs)
+    rows = []
+    for name, overrides in a.overrides.items():
+        r = _variant(name, overrides, work, b, data, archs)
+        r["kendall_tau_vs_reference"] = _tau(ref, r["scores"])
+        r["kendall_tau_vs_one_run"] = _tau(first, r["scores"])
+        rows.append(r)
+    base = next((r["scores"] for r in rows if r["variant"] == "base"), None)
+    for r in rows:  # how alike two supernets rank: the base against itself is 1
+        r["kendall_tau_vs_base"] = _tau(base, r["scores"]) if base is not None else None
+    averaged = averaged_supernets(rows, ref)
+    paired = by_seed(rows, b.seed)
+    seeds = [r["scores"] for r in rows if is_seed_variant(r["overrides"])]
+    seed_agreement = reference_agreement(seeds) if len(seeds) >= 2 else None  # how alike the seeds rank
+    by = ranked_by(archs, ms, ref, [float(v) for v in np.mean(seeds, axis=0)] if seeds else None)
+    result = {"command": harness_command("supernet_ablation", ["--variants", *a.variants]),
+              "benchmark": command(b), "data": data.describe(), "archs": len(archs), "reference": "mean of the benchmarks/supernet.py "
+              f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows,
+              "averaged_supernets": averaged, "settings_by_seed": paired, "seed_supernets_agreement": seed_agreement,
+              "ranked_by": by}
+    complete = a.variants == list(VARIANTS)  # a part of a split run prints its variants, writes nothing
+    if complete:
+        atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
+    _print(rows, averaged, paired, by)
+    if seed_agreement:
+        print(f"seed supernets against each other: tau {seed_agreement['pairwise_min']:.2f}-"
+              f"{seed_agreement['pairwise_max']:.2f} (mean {seed_agreement['pairwise_mean']:.2f}) pairwise")
+    if complete:
+        print(f"wrote {Path(a.out) / 'supernet_ablation.json'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
