@@ -142,7 +142,7 @@ def _timm_rows(t32: str, t8: str) -> list[dict]:
     res = ROOT / "scripts" / "results"
     caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
     if all(c.is_file() for c in caches):
-        from nas.from_timm import from_timm
+        from nas.timm_arch import from_timm
 
         sys.path.insert(0, str(ROOT / "scripts"))
         from bench_predictor import TIMM_MODELS

@@ -36,7 +36,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nas.from_timm import from_timm  # noqa: E402
 from nas.latency.predictor import LatencyPredictor, table_networks  # noqa: E402
 from nas.latency.profiler import ProfileSettings  # noqa: E402
 from nas.latency.roofline import Roofline  # noqa: E402
@@ -53,6 +52,7 @@ from nas.latency.validate import (  # noqa: E402
     validate,
 )
 from nas.space import list_spaces, load_space  # noqa: E402
+from nas.timm_arch import from_timm  # noqa: E402
 
 # The whole networks are never calibrated on.  The blocks of the first 8 are in the shipped tables
 # (profiled with models=[...]); the other 16 were not profiled: their layers are learned, except

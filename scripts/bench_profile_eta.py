@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nas.latency.measure import ProfileSettings, measure_overhead  # noqa: E402
+from nas.latency.measure import ProfileSettings  # noqa: E402
+from nas.latency.measure_model import measure_overhead  # noqa: E402
 from nas.latency.profile_jobs import plan_jobs, run_jobs  # noqa: E402
 from nas.latency.profile_workflow import _call_ms  # noqa: E402
 from nas.latency.profiler import block_frequency, calibration_archs, new_metadata  # noqa: E402

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from nas._io import atomic_write_bytes
+
 __all__ = ["export_onnx", "ort_session", "DEFAULT_OPSET"]
 
 
@@ -67,15 +69,13 @@ def export_onnx(
             )
             data = prog.model_proto.SerializeToString()
     if path is not None:
-        from nas._io import atomic_write_bytes
-
         atomic_write_bytes(path, data)
     return data
 
 
 def ort_session(model: bytes | str | Path, *, threads: int = 1, providers: list | None = None):
     """An onnxruntime session with a fixed intra-op thread count and sequential execution."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional heavy runtime: loads only where an ONNX file is run
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
