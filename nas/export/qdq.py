@@ -65,12 +65,20 @@ def qdq_settings_for(target: Any | None) -> dict[str, Any]:
 
 def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target: Any | None = None,
                  **overrides: Any) -> bytes:
-    """Static post-training quantization to QDQ ONNX (the form onnxruntime and TensorRT consume).
+    """Quantize an fp32 ONNX model to int8 QDQ ONNX by onnxruntime's static post-training quantization,
+    in the form the target's runtime consumes (onnxruntime's u8/s8, or TensorRT's symmetric int8).
 
-    ``calib``: a list of numpy input batches for calibration.  Settings: ``qdq_settings_for(target)``;
-    ``overrides`` replace any of them (by the same names, values as strings: ``quant_format="QOperator"``,
-    ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
-    ``op_types_to_quantize``, ``extra_options``); ``scripts/bench_quant.py`` compares them.
+    Args:
+        model: the fp32 ONNX model.
+        calib: numpy input batches to calibrate on.
+        input_name: the graph's input.
+        target: the target whose runtime's settings apply (``qdq_settings_for``; None: onnxruntime's).
+        **overrides: replace any of those settings by name (values as strings: ``quant_format="QOperator"``,
+            ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
+            ``op_types_to_quantize``, ``extra_options``).
+
+    Returns:
+        The QDQ ONNX model.
     """
     # optional heavy runtime: onnxruntime's quantizer loads only where a graph is quantized
     from onnxruntime.quantization import (

@@ -97,8 +97,14 @@ def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target, 
 
 def time_onnx(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
               repeats: int, min_time_s: float) -> float:
-    """The median latency (ms) over ``rounds`` rounds of exported ONNX bytes, a fresh session each
-    (``time_onnx_stats`` for p10/p90 too)."""
+    """The median latency of exported ONNX bytes on the target's runtime (``time_onnx_stats``'s ``median_ms``).
+
+    Args:
+        model_bytes, in_shape, target, rounds, warmup, repeats, min_time_s: as for ``time_onnx_stats``.
+
+    Returns:
+        Milliseconds: the median over ``rounds`` rounds, a fresh session each.
+    """
     return time_onnx_stats(model_bytes, in_shape, target, rounds=rounds, warmup=warmup, repeats=repeats,
                            min_time_s=min_time_s)["median_ms"]
 
