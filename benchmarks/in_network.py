@@ -14,7 +14,7 @@ streaming all its weights cannot.
     taskset -c 1 python -m benchmarks in_network --target epyc_zen5 --models timm:mobilenetv2_100 calib:mbv3:0
     python -m benchmarks in_network --models timm:mobilenetv3_small_100 --runs 100      # a quick look
 
-A model is ``timm:<name>`` (converted with ``nas.from_timm``) or ``calib:<space>:<i>`` (the table's
+A model is ``timm:<name>`` (converted with ``nas.timm_arch``) or ``calib:<space>:<i>`` (the table's
 i-th calibration network of that space).  Profiling adds a little per node, the same to both
 sides.  Writes benchmarks/results/in_network_<target>.json.
 """
@@ -101,10 +101,10 @@ def study(arch, runtime, table, runs: int) -> dict:
 
 
 def main() -> None:
-    from nas.from_timm import from_timm
     from nas.latency.predictor import table_networks
     from nas.latency.runtimes import get_runtime
     from nas.latency.table import LatencyTable, resolve_table_path
+    from nas.timm_arch import from_timm
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="epyc_zen5", help="an onnxruntime CPU target (conf/target/<name>.yaml)")

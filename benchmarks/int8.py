@@ -140,7 +140,7 @@ def _timm_rows(t32: str, t8: str) -> list[dict]:
     caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
     if all(c.is_file() for c in caches):
         from benchmarks.predictor import TIMM_MODELS
-        from nas.from_timm import from_timm
+        from nas.timm_arch import from_timm
 
         c32, c8 = (json.loads(c.read_text())["rounds_ms"] for c in caches)
         for name in TIMM_MODELS:

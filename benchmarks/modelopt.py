@@ -6,7 +6,7 @@ Add.  ModelOpt (``nvidia-modelopt``) is NVIDIA's own library for that form.  Thi
 few networks of the ``tiny`` space briefly on the embedded digits data and quantizes each one five
 ways, all calibrated on the same training images:
 
-    hwnas_ptq        nas.compress.ptq.quantize_qdq(target=jetson_int8): onnxruntime static QDQ
+    hwnas_ptq        nas.export.qdq.quantize_qdq(target=jetson_int8): onnxruntime static QDQ
     hwnas_qat        nas.compress.qat with quant_settings_for(jetson_int8), fine-tuned, export_qdq
     modelopt_ptq     modelopt.torch.quantization, mtq.INT8_DEFAULT_CFG, max calibration, exported
                      as ModelOpt's TensorRT example does (get_onnx_bytes_and_metadata, fp32 weights)
@@ -14,7 +14,7 @@ ways, all calibrated on the same training images:
     modelopt_onnx    modelopt.onnx.quantization.quantize on the fp32 ONNX (int8, its default entropy
                      calibration on the CPU, fp32 kept as the high-precision type), in a child process:
                      it patches onnxruntime's calibrators for the rest of the process, and the child
-                     records whether nas.compress.ptq still works after it
+                     records whether nas.export.qdq still works after it
 
 and reports, per network and variant: (i) the format — every QuantizeLinear's zero point int8 and
 0, per-channel int8 weights (stored as int8, or float behind a QuantizeLinear), which op types read
@@ -151,7 +151,7 @@ def _rename_io(m) -> bytes:
 def modelopt_onnx_quantize(fp32: bytes, calib: np.ndarray, target_name: str) -> tuple[bytes, str]:
     """``modelopt.onnx.quantization.quantize`` (int8) on the fp32 ONNX, calibrated on the CPU, in a child
     process: it patches onnxruntime's calibrators for the rest of the process (``patch_ort_modules``),
-    after which onnxruntime's own ``quantize_static`` (``nas.compress.ptq``) fails.  The child checks
+    after which onnxruntime's own ``quantize_static`` (``nas.export.qdq``) fails.  The child checks
     that: it runs ``quantize_qdq`` on the same model afterwards and says what happened."""
     import subprocess
 
@@ -168,7 +168,7 @@ def modelopt_onnx_quantize(fp32: bytes, calib: np.ndarray, target_name: str) -> 
 
 def onnx_worker(d: Path, target_name: str) -> int:
     """The child of ``modelopt_onnx_quantize``."""
-    from nas.compress.ptq import quantize_qdq
+    from nas.export.qdq import quantize_qdq
     from nas.target import load_target
 
     fp32, calib = Path(d, "fp32.onnx").read_bytes(), np.load(Path(d, "calib.npy"))
@@ -244,11 +244,11 @@ def train_fp32(arch, data, epochs: int, seed: int):
 def variant_makers(seed: int, a: argparse.Namespace, data, target, net, fp32: bytes, shape: tuple[int, ...],
                    rec: dict) -> dict:
     """Each variant's maker: a call that returns its QDQ ONNX and how it was made, every one calibrated
-    on the same training images (``modelopt_onnx`` also notes in ``rec`` what it did to ``nas.compress.ptq``)."""
+    on the same training images (``modelopt_onnx`` also notes in ``rec`` what it did to ``nas.export.qdq``)."""
     import torch
 
-    from nas.compress.ptq import quantize_qdq
     from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
+    from nas.export.qdq import quantize_qdq
     from nas.train.fit import Schedule, build_optimizer, train_epochs
     from nas.train.settings import FitSettings
 
@@ -269,7 +269,7 @@ def variant_makers(seed: int, a: argparse.Namespace, data, target, net, fp32: by
         model.eval()
 
     def hwnas_ptq():
-        return quantize_qdq(fp32, [calib_np[i:i + 1] for i in range(len(calib_np))], target=target), "nas.compress.ptq"
+        return quantize_qdq(fp32, [calib_np[i:i + 1] for i in range(len(calib_np))], target=target), "nas.export.qdq"
 
     def hwnas_qat():
         q = prepare_qat(net, quant_settings_for(target))
@@ -403,7 +403,7 @@ def print_table(rep: dict) -> None:
     after = {n["seed"]: n["hwnas_ptq_after_modelopt_onnx_in_process"] for n in rep["networks"]
              if "hwnas_ptq_after_modelopt_onnx_in_process" in n}
     if after:
-        print("\nnas.compress.ptq in the process that ran modelopt.onnx.quantization: "
+        print("\nnas.export.qdq in the process that ran modelopt.onnx.quantization: "
               + "; ".join(f"network {k}: {v}" for k, v in after.items()))
     if rep["modelopt_install"]:
         print(f"\nModelOpt install (MB): {rep['modelopt_install']}; import {rep['modelopt_import_s']} s")

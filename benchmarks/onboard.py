@@ -68,7 +68,7 @@ def held_out(name: str, table: LatencyTable, timm: bool) -> tuple[list, np.ndarr
                 found.setdefault(a.digest(), a)
     if timm:
         from benchmarks.predictor import TIMM_MODELS
-        from nas.from_timm import from_timm
+        from nas.timm_arch import from_timm
 
         for m in TIMM_MODELS:
             a = from_timm(m)

@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, target_dict
-from nas.from_timm import from_timm
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.profiler import ProfileSettings
 from nas.latency.roofline import Roofline
@@ -50,6 +49,7 @@ from nas.latency.validate import (
     validate,
 )
 from nas.space import list_spaces, load_space
+from nas.timm_arch import from_timm
 
 # The whole networks are never calibrated on.  The blocks of the first 8 are in the shipped tables
 # (profiled with models=[...]); the other 16 were not profiled: their layers are learned, except

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
-from nas.latency.measure import ProfileSettings, measure_overhead
+from nas.latency.measure import ProfileSettings
+from nas.latency.measure_model import measure_overhead
 from nas.latency.profile_jobs import plan_jobs, run_jobs
 from nas.latency.profile_workflow import _call_ms
 from nas.latency.profiler import block_frequency, calibration_archs, new_metadata

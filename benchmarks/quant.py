@@ -1,6 +1,6 @@
 """Which int8 quantization settings are fastest on this CPU, against fp32, per network.
 
-The pipeline quantizes with one set of settings (``nas.compress.ptq.QDQ_SETTINGS``: QDQ, u8
+The pipeline quantizes with one set of settings (``nas.export.qdq.QDQ_SETTINGS``: QDQ, u8
 activations, s8 per-channel weights, 7-bit reduce_range, MinMax).  Issue 6 asks for int8 at
 <= 0.6x fp32; this script measures whether any onnxruntime static-quantization setting gets
 there, for the networks a Fashion-MNIST search finds (the ``tiny`` space at 32x32, 1 channel,
@@ -68,7 +68,7 @@ def _excluded(model: bytes, which: str) -> list[str]:
 
 
 def quantize(model: bytes, calib: list, variant: dict) -> bytes:
-    from nas.compress.ptq import quantize_qdq
+    from nas.export.qdq import quantize_qdq
 
     kw = dict(variant)
     which = kw.pop("exclude", None)
@@ -79,8 +79,8 @@ def quantize(model: bytes, calib: list, variant: dict) -> bytes:
 
 def networks(args) -> list[tuple[str, object]]:
     from nas.arch import Arch
-    from nas.from_timm import from_timm
     from nas.space import load_space
+    from nas.timm_arch import from_timm
 
     out = []
     if args.run:

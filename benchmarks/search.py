@@ -7,7 +7,7 @@
     predicted latency of 2000 random architectures of the space), and normalised by the area of
     that box, so 1.0 would be a 100%-accurate network at zero latency.
 (b) Found networks against timm's hand-designed mobile networks (mobilenetv3_small_050/075/100,
-    lcnet_050/075, mobilenetv2_035/050, converted with ``nas.from_timm.from_timm`` to one input
+    lcnet_050/075, mobilenetv2_035/050, converted with ``nas.timm_arch.from_timm`` to one input
     channel and 10 classes at the same 32 px input): the Pareto front of (a)'s NSGA-II and TPE
     searches and every baseline are trained from scratch with the same final recipe, scored on the
     official test split, and their latency is *measured* on this CPU with onnxruntime (same
@@ -193,11 +193,11 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
 
     from nas.builder import build
     from nas.data import adapt_arch, load_data
-    from nas.from_timm import from_timm
     from nas.latency import load_latency_model
     from nas.latency.measure import measure, summarize_times
     from nas.latency.runtimes import get_runtime
     from nas.search.evaluate import TrainEvaluator
+    from nas.timm_arch import from_timm
 
     target = OmegaConf.to_container(cfg.target, resolve=True)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args),

@@ -24,17 +24,17 @@ _HOMES: dict[str, str] = {
     "SearchSpace": "nas.space",
     "load_space": "nas.space",
     "build": "nas.builder",
-    "from_timm": "nas.from_timm",
+    "from_timm": "nas.timm_arch",
     "arch_cost": "nas.cost",
     "Target": "nas.target",
     "load_target": "nas.target",
-    "load_latency_model": "nas.latency.predictor",
+    "load_latency_model": "nas.latency.load",
     "profile_target": "nas.latency.profile_workflow",
     "validate_target": "nas.latency.validate",
     "prepare_search": "nas.search.study",
     "run_search": "nas.search.study",
     "train_front": "nas.train.pipeline",
-    "export_checkpoint": "nas.train.checkpoint",
+    "export_checkpoint": "nas.train.deploy",
 }
 
 __all__ = ["__version__", *_HOMES]

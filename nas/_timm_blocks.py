@@ -1,4 +1,4 @@
-"""Reading timm's EfficientNet-family modules into ``Arch`` parts (used by ``nas.from_timm``).
+"""Reading timm's EfficientNet-family modules into ``Arch`` parts (used by ``nas.timm_arch``).
 
 ``_Reader`` checks each module (conv, BatchNorm, activation, gate, squeeze-excite, block, pooling,
 classifier) against what ``nas.builder`` reproduces exactly, and raises ``UnsupportedModelError``

@@ -201,7 +201,7 @@ class ArchNet(nn.Module):
     """The network an ``Arch`` describes: ``stem`` -> ``blocks`` -> ``head``.
 
     Module names and state-dict keys follow timm's EfficientNet (``blocks.<i>...``), so
-    ``nas.from_timm.load_timm_weights`` can copy a timm model's weights in.
+    ``nas.timm_arch.load_timm_weights`` can copy a timm model's weights in.
 
     Args:
         arch: The network.

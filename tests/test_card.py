@@ -103,7 +103,7 @@ def test_nas_export_takes_everything_from_the_checkpoint(tmp_path):
     """A grayscale ImageFolder network trained by nas.train's loop: nas.export needs only weights= (the
     folder, channels, resolution, classes and workers come from the checkpoint), a data= group with
     other defaults still gets the Arch's channels and the recorded folder, and the card is written."""
-    from nas.train.checkpoint import export_checkpoint
+    from nas.train.deploy import export_checkpoint
     from nas.train.fit import fit
     from nas.train.settings import FitSettings
 

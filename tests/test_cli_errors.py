@@ -63,7 +63,7 @@ def test_out_naming_a_file_is_refused(cli, tmp_path):
 
 
 def test_an_unknown_timm_model_names_close_ones():
-    from nas.from_timm import from_timm
+    from nas.timm_arch import from_timm
 
     with pytest.raises(ValueError, match=r"unknown timm model 'mobilenetv3_larg'; close names: .*mobilenetv3_large_100"
                                          r".*only EfficientNet / MobileNet-family"):

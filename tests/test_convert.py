@@ -1,4 +1,4 @@
-"""timm EfficientNet-family models -> Arch (nas.from_timm): exact structure, weights and refusals."""
+"""timm EfficientNet-family models -> Arch (nas.timm_arch): exact structure, weights and refusals."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from nas.arch import Arch, ConvBlock, DSConvBlock, FusedMBConvBlock, MBConvBlock
 from nas.builder import build
-from nas.from_timm import (
+from nas.timm_arch import (
     SUPPORTED_FAMILIES,
     UnsupportedModelError,
     family_model_names,

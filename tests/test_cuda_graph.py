@@ -251,7 +251,7 @@ def test_onnxruntime_cuda_graph_option_and_fallback(monkeypatch):
     are not all on the CUDA provider is refused when the session is made, with onnxruntime's own
     message (onnxruntime/core/session/inference_session.cc, "This session cannot use the CUDA Graph
     feature as requested by the user ..."), and the block is timed eager, named."""
-    import nas.export.onnx as export_onnx
+    import nas.latency.runtimes as runtimes
 
     monkeypatch.setattr(OnnxRuntime, "check", lambda self: None)
     rt = get_runtime({**gpu_target(cuda_graph=True), "runtime": "onnxruntime", "provider": "CUDAExecutionProvider"})
@@ -260,7 +260,7 @@ def test_onnxruntime_cuda_graph_option_and_fallback(monkeypatch):
         def get_providers(self):
             return ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
-    monkeypatch.setattr(export_onnx, "ort_session", lambda data, threads, providers: seen.append(providers) or Session())
+    monkeypatch.setattr(runtimes, "ort_session", lambda data, threads, providers: seen.append(providers) or Session())
     rt.session(b"", graph=True)
     assert seen == [[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]]
 

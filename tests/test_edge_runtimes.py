@@ -11,7 +11,8 @@ import torch
 
 from nas.arch import BlockKey, ConvBlock, MBConvBlock
 from nas.builder import build_layer
-from nas.latency.measure import ProfileSettings, measure_key
+from nas.latency.measure import ProfileSettings
+from nas.latency.measure_model import measure_key
 from nas.latency.runtimes import RUNTIMES, RuntimeUnavailable, get_runtime
 from nas.target import load_target
 
@@ -107,9 +108,9 @@ def test_executorch_int8_close_to_torch():
 def test_openvino_runs_a_qdq_graph_as_int8():
     """The reader a QAT checkpoint's export goes through: OpenVINO runs onnxruntime-style QDQ."""
     pytest.importorskip("openvino")
-    from nas.compress.ptq import quantize_qdq
     from nas.export.edge import openvino_model
     from nas.export.onnx import export_onnx
+    from nas.export.qdq import quantize_qdq
 
     rt = get_runtime(load_target("openvino_cpu"))
     module = build_layer(MBCONV).eval()
@@ -254,7 +255,7 @@ def test_shipped_table_on_another_cpu_warns_and_profiles_into_the_users_folder(n
     """These targets name no device: the shipped table is the Xeon's.  On another processor it warns
     (naming the same target's profile command) and nas.profile measures into the user's folder, read
     before the shipped table; on the table's own processor it is used as it is."""
-    from nas.latency.predictor import elsewhere_warning
+    from nas.latency.load import elsewhere_warning
     from nas.latency.profile_workflow import default_out
     from nas.latency.table import TABLES_DIR, LatencyTable, resolve_table_path
 

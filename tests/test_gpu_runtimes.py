@@ -15,8 +15,8 @@ import torch
 from onnx import numpy_helper
 
 from nas.builder import build_layer
-from nas.compress.ptq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
 from nas.export.onnx import export_onnx
+from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
 from nas.latency import bundle_trt
 from nas.latency.measure import ProfileSettings, measure
 from nas.latency.profiler import new_metadata, profile_blocks

@@ -107,7 +107,7 @@ def _table(**device):
 
 
 def test_warning_for_a_table_measured_on_another_processor():
-    from nas.latency.predictor import elsewhere_warning
+    from nas.latency.load import elsewhere_warning
 
     cpu = load_target("cpu")
     xeon = _table(name=XEON["cpu"], cpu_flags=XEON["cpu_flags"], cpu_family="6", cpu_model="143", machine="x86_64")
@@ -121,7 +121,7 @@ def test_warning_for_a_table_measured_on_another_processor():
 
 
 def test_no_warning_for_a_remote_device():
-    from nas.latency.predictor import elsewhere_warning
+    from nas.latency.load import elsewhere_warning
 
     jetson = LatencyTable(metadata={"device": {"kind": "jetson", "name": "Jetson AGX Orin 64GB", "machine": "aarch64"}})
     assert elsewhere_warning(load_target("jetson"), jetson, here=ZEN3) is None

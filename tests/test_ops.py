@@ -7,9 +7,9 @@ import pytest
 
 from nas.arch import SE, BlockKey, ConvBlock, DSConvBlock, MBConvBlock
 from nas.cost import block_cost
-from nas.from_timm import from_timm
 from nas.latency.ops import OP_FEATURES, op_features, padding_elems, trailing_act_elems
 from nas.space import list_spaces, load_space
+from nas.timm_arch import from_timm
 
 IDX = {n: i for i, n in enumerate(OP_FEATURES)}
 MACS = ("dense_macs", "pw_macs", "dw_macs", "fc_macs", "attn_macs")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
 
-from nas.from_timm import from_timm
 from nas.latency import LatencyPredictor, RooflineModel, load_latency_model
 from nas.latency.roofline import Roofline
 from nas.latency.table import Entry, LatencyTable, TableMismatchError
 from nas.space import list_spaces, load_space
+from nas.timm_arch import from_timm
 
 SYNTH = Roofline(peak_gflops=40.0, mem_bandwidth_gbs=8.0, overhead_us=4.0)
 META = {

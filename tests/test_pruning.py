@@ -10,7 +10,7 @@ import torch
 from optuna.trial import TrialState
 
 from nas.data import load_data
-from nas.latency.predictor import RooflineModel
+from nas.latency.load import RooflineModel
 from nas.search.pruners import INTERMEDIATE_ATTR, ScoreView, intermediate_values, make_pruner
 from nas.search.study import (
     Budgets,

@@ -188,8 +188,8 @@ def test_quantize_overrides_and_bench_quant_variants():
 
     from benchmarks import quant as bq
     from nas.builder import build
-    from nas.compress.ptq import quantize_qdq
     from nas.export.onnx import export_onnx
+    from nas.export.qdq import quantize_qdq
     from nas.space import load_space
 
     torch.manual_seed(0)

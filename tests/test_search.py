@@ -26,7 +26,7 @@ from nas.arch import Arch
 from nas.config import compose_app
 from nas.config.search import register_search_configs
 from nas.data import load_data
-from nas.latency.predictor import RooflineModel
+from nas.latency.load import RooflineModel
 from nas.search.evaluate import EvalResult, Evaluator
 from nas.search.rundir import RunDirTaken
 from nas.search.study import (

@@ -166,7 +166,7 @@ def test_the_targets_transfer_from_and_auto(tables, monkeypatch, tmp_path):
     src.save(folder / "src_fp32.json")
     table(source_ms, KEYS[:40], precision="int8", device={"name": "Other"}).save(folder / "src_int8.json")
     part.save(folder / "new.json")
-    monkeypatch.setattr("nas.resources.tables_dir", lambda: folder.parent / "none")  # the shipped ones left out
+    monkeypatch.setattr("nas.latency.transfer.tables_dir", lambda: folder.parent / "none")  # the shipped ones left out
     m = load_latency_model(_target(table="new.json", transfer_from=["src_fp32.json"]), method="scale")
     assert isinstance(m, TransferPredictor) and m.source_names_ == ["src_fp32.json"]
     auto = load_latency_model(_target(table="new.json", transfer_from=["auto"]), method="scale")

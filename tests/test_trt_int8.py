@@ -7,9 +7,9 @@ import torch
 from onnx import numpy_helper
 
 from nas.builder import build
-from nas.compress.ptq import QDQ_SETTINGS, qdq_settings_for, quantize_qdq
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for
 from nas.export.onnx import export_onnx, ort_session
+from nas.export.qdq import QDQ_SETTINGS, qdq_settings_for, quantize_qdq
 from nas.space import load_space
 from nas.target import load_target
 

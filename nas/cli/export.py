@@ -1,6 +1,6 @@
 """``python -m nas.export weights=<ckpt> [arch=<arch file>] precision=fp32|int8``: ONNX export + verification.
 
-Thin Hydra entry point over ``nas.train.checkpoint.export_checkpoint``: exports the checkpoint (a float
+Thin Hydra entry point over ``nas.train.deploy.export_checkpoint``: exports the checkpoint (a float
 one: fp32, or int8 by onnxruntime's static PTQ; a QAT one: its own QDQ int8), checks onnxruntime
 against torch (max abs difference for fp32, top-1 agreement for int8) and shows the exported
 model's latency measured on this machine next to its prediction, when the target is this CPU.
@@ -14,8 +14,11 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from nas import train
 from nas.cli._common import hydra_app, user_errors
 from nas.config.train import register_train_configs
+from nas.target import Target
+from nas.train.settings import ExportSettings
 
 register_train_configs()
 
@@ -24,26 +27,19 @@ _CHECKPOINTS = "a .ckpt that python -m nas.train wrote (fp32.ckpt, pruned.ckpt, 
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas.target import Target
-    from nas.train.settings import ExportSettings
-
     c = OmegaConf.to_container(cfg, resolve=True)
     if c["weights"] in (None, "", MISSING):
         raise ValueError(f"give weights=<checkpoint>: {_CHECKPOINTS}")
     if not Path(c["weights"]).expanduser().is_file():  # before torch loads to read it
         raise FileNotFoundError(f"weights={c['weights']}: no such file; give {_CHECKPOINTS}")
-    if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.export.edge
-        from nas.export.edge import edge_summary, export_edge
-
-        rec = export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
-                          target=c["target"], out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
-                          overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],
-                          export=ExportSettings(**c["export"]), data_root=c["data_root"])
-        print("\n".join(edge_summary(rec)))
+    if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.train.deploy_edge
+        rec = train.export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
+                                target=c["target"], out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
+                                overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],
+                                export=ExportSettings(**c["export"]), data_root=c["data_root"])
+        print("\n".join(train.edge_summary(rec)))
         return rec
-    from nas.train.checkpoint import export_checkpoint  # torch: once the command's own checks pass
-
-    rec = export_checkpoint(
+    rec = train.export_checkpoint(  # torch loads here, once the command's own checks passed
         arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=Target.coerce(c["target"]), out=c["out"],
         data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],
         allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]), data_root=c["data_root"],

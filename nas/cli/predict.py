@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+import nas
+from nas import latency
 from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.target import Target
 
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas.target import Target
-
     if bool(cfg.arch) == bool(cfg.model):
         raise ValueError("give exactly one of arch=<arch.json> or model=timm:<name>")
     spec = cfg.arch or cfg.model
@@ -22,14 +23,11 @@ def run(cfg: DictConfig) -> dict:
         arch = Arch.load(cfg.arch)
         check_widths(arch, cfg.arch)
     else:
-        from nas.from_timm import arch_from_spec  # torch and timm: only to read a timm model
-
-        arch = arch_from_spec(cfg.model)
-    from nas.latency import load_latency_model  # scikit-learn: after the Arch is read
+        arch = nas.from_timm(cfg.model[len("timm:"):])  # torch and timm load here: only to read a timm model
     res = cfg.resolution or target.resolution
     if res:
         arch = arch.with_resolution(res)
-    model = load_latency_model(target, allow_mismatch=cfg.allow_mismatch)
+    model = latency.load_latency_model(target, allow_mismatch=cfg.allow_mismatch)  # scikit-learn loads here
     if model.warning:
         print(f"WARNING: {model.warning}")
     if model.note:

@@ -9,21 +9,20 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
+from nas import latency
 from nas.cli._common import check_counts, hydra_app, typed_command, user_errors
+from nas.latency.measure import Interrupted, ProfileSettings
+from nas.space import load_space, space_names
 
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas.latency.measure import Interrupted, ProfileSettings
-    from nas.space import load_space, space_names
-
     check_counts(cfg, {**dict.fromkeys(("calibration_networks", "pruned_networks", "refresh"), "networks per space"),
                       "held_out": "held-out networks"})
     for name in space_names(cfg.search_space) if cfg.search_space else ():  # the shipped ones load fine
         load_space(name)  # an unknown or malformed space is refused before the runtimes (torch) load
-    from nas.latency.profile_workflow import profile_target
     try:
-        return profile_target(
+        return latency.profile_target(  # the runtimes (torch) load here
             OmegaConf.to_container(cfg.target, resolve=True), spaces=cfg.search_space, resolution=cfg.resolution,
             out=cfg.out, bundle=cfg.bundle, import_bundle=cfg.import_bundle,
             settings=ProfileSettings(**OmegaConf.to_container(cfg.profile)),

@@ -10,26 +10,28 @@ Re-running the same command resumes; Ctrl-C is safe.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from nas import train as train_lib
 from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
 from nas.config.train import register_train_configs
+from nas.target import Target
+from nas.train.search_run import load_search_run
+from nas.train.settings import (
+    ExportSettings,
+    FitSettings,
+    PipelineSettings,
+    PruneSettings,
+    QATSettings,
+    TargetNames,
+)
 
 register_train_configs()
 
 
-def settings_from_config(cfg: DictConfig):
-    from nas.target import Target
-    from nas.train.settings import (
-        ExportSettings,
-        FitSettings,
-        PipelineSettings,
-        PruneSettings,
-        QATSettings,
-        TargetNames,
-    )
-
+def settings_from_config(cfg: DictConfig) -> PipelineSettings:
     c = OmegaConf.to_container(cfg, resolve=True)
     train = dict(c["train"])
     if c["epochs"] is not None:
@@ -45,23 +47,18 @@ def settings_from_config(cfg: DictConfig):
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from pathlib import Path
-
-    from nas.train.search_run import load_search_run
-
     s = settings_from_config(cfg)
     problem = folder_error("out", s.out) if s.out else None
     if problem:
         raise ValueError(problem)
     load_search_run(s.run)  # a run dir that is not a search's is refused before the pipeline's libraries load
-    from nas.train.pipeline import train_front
-    from nas.train.report import REPORT_HEADER, report_rows
     try:
-        report = train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
+        # torch and timm load here, once the run dir is read
+        report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
     except KeyboardInterrupt:
         print("\ninterrupted: finished epochs are checkpointed; run the same command to resume", file=sys.stderr)
         sys.exit(130)
-    print(fmt_table(report_rows(report), REPORT_HEADER))
+    print(fmt_table(train_lib.report_rows(report), train_lib.REPORT_HEADER))
     out = Path(s.out or Path(s.run) / "train")
     print(f"report: {out / 'report.md'}\n        {out / 'report.json'}")
     return report

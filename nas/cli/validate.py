@@ -12,22 +12,20 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from nas import latency
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
-from nas.latency.reproducibility import summary_line
+from nas.latency.measure import Interrupted, ProfileSettings
 
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas.latency.measure import Interrupted, ProfileSettings
-
     check_counts(cfg, {"n": "held-out networks", "pruned": "held-out networks",
                        "drift_anchors": "calibration networks per space"})
     if not (cfg.n or cfg.pruned or cfg.models):  # (validate_target says so too, after loading scikit-learn)
         raise ValueError("nothing to validate: n=0, pruned=0 and no models")
-    from nas.latency.validate import RESCALED, WITHOUT_TRANSFER, reproducibility_lines, validate_target
     out = Path(cfg.out)
     try:
-        report = validate_target(
+        report = latency.validate_target(  # scikit-learn and the runtimes load here
             OmegaConf.to_container(cfg.target, resolve=True), n=cfg.n, pruned=cfg.pruned,
             models=list(cfg.models or ()), spaces=cfg.search_space, resolution=cfg.resolution, out=out,
             seed=cfg.seed, settings=ProfileSettings(**OmegaConf.to_container(cfg.profile)),
@@ -52,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
     if "drift_scale" in report:
         d = report["drift_scale"]
         print(f"  drift scale {d['now_over_table']:.3f} (median of {d['n']} calibration networks re-measured now): "
-              f"{RESCALED} = predictor x {d['now_over_table']:.3f}")
+              f"{latency.RESCALED} = predictor x {d['now_over_table']:.3f}")
     if "stored" in report:
         st = report["stored"]
         print(f"  predictor_stored: the predictor as nas.predict / search / train use it, with the table's "
@@ -61,13 +59,13 @@ def run(cfg: DictConfig) -> dict:
         c = report["calibration_spaces"]
         print(f"  recalibrated_search_spaces_only: recalibrated without the {c['networks']} of {c['of']} calibration "
               f"networks from calibration-only spaces ({', '.join(c['spaces'])})")
-    if WITHOUT_TRANSFER in report["methods"]:
-        print(f"  {WITHOUT_TRANSFER}: the same measured table without the blocks transferred from other devices "
+    if latency.WITHOUT_TRANSFER in report["methods"]:
+        print(f"  {latency.WITHOUT_TRANSFER}: the same measured table without the blocks transferred from other devices "
               f"(transfer_from)")
-    for line in reproducibility_lines(report):
+    for line in latency.reproducibility_lines(report):
         print(f"  {line}")
     if "table_reproducibility" in report:
-        print(f"  table reproducibility ({report['timing']}): {summary_line(report['table_reproducibility'])}")
+        print(f"  table reproducibility ({report['timing']}): {latency.summary_line(report['table_reproducibility'])}")
     if "budget" in report:
         print("\n".join(_budget_lines(report["budget"])))
     if "drift_warning" in report:

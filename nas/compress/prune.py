@@ -68,6 +68,7 @@ import torch
 from torch import nn
 
 from nas.arch import Arch
+from nas.builder import build
 from nas.compress import CRITERIA
 from nas.compress.prune_plan import LossProbe, PrunePlan, PruneStep, plan_pruning
 from nas.narrow import (  # the narrowing of an Arch lives below both pruning and the profiler
@@ -195,8 +196,6 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
 
     A dropped squeeze-excite's mean gate is folded into the 1x1 convolution after it; a dropped
     residual block's tensors are left out and the blocks after it move up one index."""
-    from nas.builder import build
-
     if getattr(model, "arch", plan.original) != plan.original:
         raise ValueError("the model's Arch is not the plan's original Arch")
     units = {u.name: u for u in channel_units(plan.original)}

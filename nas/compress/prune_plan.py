@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from nas.arch import Arch
 from nas.narrow import (
@@ -110,8 +111,6 @@ class LossProbe:
                  blocks: tuple[int, ...]) -> tuple[float, dict[int, np.ndarray]]:
         """One pass over the images: the loss, and the mean gate of every squeeze-excite not held
         constant (recorded on every pass: a hook summing a few numbers per image)."""
-        from torch.func import functional_call
-
         params = self._overrides(sizes, blocks)
         hooks, sums = [], {}
 

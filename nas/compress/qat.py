@@ -1,7 +1,7 @@
 """Quantization-aware training with our own fake-quant modules, exported as QDQ ONNX.
 
 Why own modules (and not ``torch.ao.quantization`` FX / pt2e): the deployment form is fixed —
-QDQ ONNX with the same quantization as ``nas.compress.ptq.QDQ_SETTINGS`` (the onnxruntime
+QDQ ONNX with the same quantization as ``nas.export.qdq.QDQ_SETTINGS`` (the onnxruntime
 post-training baseline and the ``cpu_int8`` latency table) — and a few explicit modules give
 exactly that, on timm's blocks, without depending on quantization APIs that torch is moving
 around (eager/FX are deprecated in favour of torchao's pt2e flow, whose ONNX export path does
@@ -24,7 +24,7 @@ The scheme (matching onnxruntime's static QDQ quantizer with ``QDQ_SETTINGS``):
   Dequantize/Quantize), residual sums, the squeeze-excite pool, gate and product, and the head's
   pool.  Self-attention cores stay float (their weights are still int8).
 
-For a TensorRT target (``quant_settings_for``, after ``nas.compress.ptq.qdq_settings_for``) the
+For a TensorRT target (``quant_settings_for``, after ``nas.export.qdq.qdq_settings_for``) the
 activations are **int8, symmetric** (zero point 0, ``scale = max(|min|, |max|) / 127``), weights use
 the full [-127, 127] range, conv outputs feeding a non-ReLU activation are not quantized (TensorRT
 fuses the activation and quantizes its output, the next layer's input) and biases stay float.
@@ -56,8 +56,9 @@ from timm.models._efficientnet_blocks import (
 from torch import nn
 
 from nas.builder import AttentionLayer, HeadLayer
-from nas.compress.ptq import finalize_qdq
 from nas.compress.quant_settings import QuantSettings
+from nas.export.onnx import export_onnx
+from nas.export.qdq import finalize_qdq, qdq_settings_for
 
 __all__ = [
     "ActQuant",
@@ -90,9 +91,7 @@ _RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.Identity)
 
 def quant_settings_for(target: Any | None, *, reduce_range: bool = True, ema: float = 0.01) -> QuantSettings:
     """How QAT quantizes for ``target`` (a ``nas.target.Target``; None: onnxruntime): the scheme of
-    ``nas.compress.ptq.qdq_settings_for(target)``; ``reduce_range`` applies to onnxruntime's u8/s8 form."""
-    from nas.compress.ptq import qdq_settings_for
-
+    ``nas.export.qdq.qdq_settings_for(target)``; ``reduce_range`` applies to onnxruntime's u8/s8 form."""
     q = qdq_settings_for(target)
     if q["activation_type"] == "QInt8":
         return QuantSettings(reduce_range=bool(q["reduce_range"]), ema=ema, symmetric=True)
@@ -450,8 +449,6 @@ def _materialize(model: QATNet) -> nn.Module:
 
 def export_qdq(model: QATNet, in_shape: tuple[int, int, int], *, batch: int = 1) -> bytes:
     """The QAT network as QDQ ONNX (see the module docs)."""
-    from nas.export.onnx import export_onnx
-
     m = _materialize(model)
     x = torch.zeros(batch, *in_shape)
     data = export_onnx(m, x, exporter="torchscript")

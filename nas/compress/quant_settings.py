@@ -10,7 +10,7 @@ __all__ = ["QuantSettings"]
 
 @dataclass(frozen=True)
 class QuantSettings:
-    """How QAT quantizes (defaults: ``nas.compress.ptq.QDQ_SETTINGS``)."""
+    """How QAT quantizes (defaults: ``nas.export.qdq.QDQ_SETTINGS``)."""
 
     reduce_range: bool = True  # 7-bit weights ([-64, 64]) as onnxruntime's reduce_range
     ema: float = 0.01  # activation range EMA momentum during fine-tuning

@@ -1,1 +1,7 @@
-"""Export: ONNX (fp32) and QDQ (int8) files, verified against torch and timed."""
+"""Converters: a torch model -> ONNX (fp32, QDQ int8 in each runtime's form), an ExecuTorch program
+(``.pte``) or an OpenVINO model, verified against torch.
+
+``onnx`` (``export_onnx``, ``ort_session``), ``qdq`` (onnxruntime's static PTQ and the QDQ settings per
+runtime), ``edge`` (ExecuTorch and OpenVINO), ``verify`` (outputs and accuracy against torch).  What
+reads checkpoints and times the files sits above: ``nas.train.deploy``.
+"""

@@ -1,4 +1,4 @@
-"""ONNX export and onnxruntime sessions, shared by the builder tests, the profiler and export."""
+"""ONNX export and onnxruntime sessions: the converter every runtime, the profiler and deployment share."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from nas._io import atomic_write_bytes
 
 __all__ = ["export_onnx", "ort_session", "DEFAULT_OPSET"]
 
@@ -25,11 +27,24 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     exporter: str = "auto",
 ) -> bytes:
-    """Export ``module`` (in eval mode) at ``example``'s shape; return the model bytes.
+    """Export a torch module to ONNX at one static input shape.
 
-    ``exporter``: ``"torchscript"`` (fast: ~0.1 s for a block), ``"dynamo"`` (torch.export
-    based, ~10x slower here) or ``"auto"`` (TorchScript, falling back to dynamo if it fails).
-    Input is named ``input``, output ``output``; shapes are static (latency is per shape).
+    The module is put in eval mode; the graph's input is named ``input``, its output ``output``, and
+    its shapes are static (latency is per shape).
+
+    Args:
+        module: the network or block.
+        example: an input of the shape to export at.
+        path: also write the model there (atomically).
+        opset: the ONNX opset.
+        exporter: ``"torchscript"``, ``"dynamo"`` (``torch.export`` based, slower) or ``"auto"``
+            (TorchScript, falling back to dynamo when it fails).
+
+    Returns:
+        The serialized ONNX model.
+
+    Raises:
+        ValueError: an unknown ``exporter``.
     """
     if exporter not in ("auto", "torchscript", "dynamo"):
         raise ValueError(f"exporter must be 'auto', 'torchscript' or 'dynamo', got {exporter!r}")
@@ -67,15 +82,23 @@ def export_onnx(
             )
             data = prog.model_proto.SerializeToString()
     if path is not None:
-        from nas._io import atomic_write_bytes
-
         atomic_write_bytes(path, data)
     return data
 
 
 def ort_session(model: bytes | str | Path, *, threads: int = 1, providers: list | None = None):
-    """An onnxruntime session with a fixed intra-op thread count and sequential execution."""
-    import onnxruntime as ort
+    """An onnxruntime session with a fixed intra-op thread count, sequential execution and every graph
+    optimisation.
+
+    Args:
+        model: the ONNX bytes or file.
+        threads: intra-op threads.
+        providers: execution providers (default: the CPU's).
+
+    Returns:
+        The ``onnxruntime.InferenceSession``.
+    """
+    import onnxruntime as ort  # optional heavy runtime: loads only where an ONNX file is run
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

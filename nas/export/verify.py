@@ -1,27 +1,19 @@
-"""Exported ONNX models checked and timed: accuracy with onnxruntime (batch 1, as deployed),
-calibration images for PTQ, latency measured on this machine."""
+"""Exported ONNX models checked against torch: outputs and accuracy with onnxruntime (batch 1, as
+deployed), and the images they are checked and calibrated on."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from nas.data import Dataset
-from nas.target import Target
+from nas.export.onnx import ort_session
 
-__all__ = ["MeasureSettings", "batch1", "calibration_inputs", "eval_split", "measure_onnx", "onnx_accuracy", "split_note"]
-
-
-class MeasureSettings(Protocol):
-    """How exported models are timed (``nas.train.settings.ExportSettings`` is one)."""
-
-    rounds: int
-    warmup: int
-    repeats: int
-    min_time_s: float
+__all__ = ["batch1", "calibration_inputs", "eval_split", "onnx_accuracy", "split_note", "verify_onnx"]
 
 
 def eval_split(data: Dataset) -> str:
@@ -51,8 +43,6 @@ def batch1(data: Dataset, split: str, limit: int | None) -> Iterator[tuple[np.nd
 
 def onnx_accuracy(model: bytes, data: Dataset, split: str, *, limit: int | None = None) -> float:
     """Top-1 accuracy of an ONNX model (batch 1, as deployed) with onnxruntime on the CPU."""
-    from nas.export.onnx import ort_session
-
     sess = ort_session(model, threads=1)
     name = sess.get_inputs()[0].name
     correct = n = 0
@@ -70,11 +60,39 @@ def calibration_inputs(data: Dataset, n: int, *, seed: int) -> list[np.ndarray]:
     return [x[i: i + 1].numpy() for i in range(len(x))]
 
 
-def measure_onnx(model: bytes, in_shape: tuple[int, int, int], target: Target,
-                 settings: MeasureSettings) -> dict[str, Any]:
-    """Median latency (ms; p10 / p90 too) over ``settings.rounds`` rounds, each in a fresh session:
-    the latency package's one measuring loop."""
-    from nas.latency.measure import time_onnx_stats
+def verify_onnx(onnx: bytes, model: nn.Module, in_shape: tuple[int, int, int], *, data: Dataset | None,
+                samples: int, is_qat: bool) -> dict[str, Any]:
+    """Compare an ONNX model run by onnxruntime with the torch model it was exported from.
 
-    return time_onnx_stats(model, in_shape, target, rounds=settings.rounds, warmup=settings.warmup,
-                           repeats=settings.repeats, min_time_s=settings.min_time_s)
+    Args:
+        onnx: the exported model.
+        model: the torch model (the fake-quant network for a QAT export).
+        in_shape: ``(channels, height, width)`` of one input.
+        data: images to compare on (its evaluation split, ``eval_split``); None: seeded random inputs.
+        samples: how many inputs, each run at batch 1.
+        is_qat: whether ``model`` is a QAT network (recorded under ``against``).
+
+    Returns:
+        ``samples``, ``inputs``, ``max_abs_diff``, ``top1_agreement``, ``against``, and
+        ``onnx_accuracy`` when ``data`` has labels.
+    """
+    if data is not None:
+        pairs = list(batch1(data, eval_split(data), samples))
+        xs, labels = [x for x, _ in pairs], [y for _, y in pairs]
+    else:
+        g = torch.Generator().manual_seed(0)
+        xs = [torch.randn(1, *in_shape, generator=g).numpy() for _ in range(samples)]
+        labels = None
+    sess = ort_session(onnx, threads=1)
+    name = sess.get_inputs()[0].name
+    with torch.no_grad():
+        ref = np.concatenate([model(torch.from_numpy(x)).numpy() for x in xs])
+    got = np.concatenate([sess.run(None, {name: x})[0] for x in xs])
+    verify: dict[str, Any] = {"samples": len(xs),
+                              "inputs": f"{eval_split(data)} images" if data is not None else "random inputs",
+                              "max_abs_diff": float(np.abs(ref - got).max()),
+                              "top1_agreement": float((ref.argmax(1) == got.argmax(1)).mean()),
+                              "against": "the float torch model" if not is_qat else "the fake-quant torch model"}
+    if labels is not None:
+        verify["onnx_accuracy"] = float((got.argmax(1) == np.asarray(labels)).mean())
+    return verify

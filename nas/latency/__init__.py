@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from nas._lazy import lazy_exports
 
-__all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model"]
+__all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model", "profile_target",
+           "validate_target"]
 
 _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
-          "RooflineModel": "predictor", "load_latency_model": "predictor"}
+          "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
+          "validate_target": "validate",
+          # what nas.validate prints a report with
+          **{n: "validate" for n in ("RESCALED", "WITHOUT_TRANSFER", "reproducibility_lines")},
+          "summary_line": "reproducibility"}
 
 
-# scikit-learn and torch load with the first use, not with every submodule
+# scikit-learn and torch load with the first use, not with every submodule: a command refuses a bad value
+# before they load
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -11,19 +11,35 @@ import numpy as np
 
 from nas.arch import Arch
 
-__all__ = ["LatencyModel", "Prediction", "SOURCES", "how_measured", "how_predicted"]
+__all__ = ["EAGER", "GRAPH", "LatencyModel", "Prediction", "SOURCES", "how_measured", "how_predicted", "timing_label"]
+
+GRAPH = "cuda_graph"
+EAGER = "eager"
 
 SOURCES = ("measured", "estimated")
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """A latency figure and where it came from.
+    """A latency figure and where it came from (``LatencyModel.explain``).
 
-    ``source`` is ``measured`` when the number derives from a table measured on the target
-    device (its entries, the learned model fitted on them, and the calibration fitted on
-    whole-network measurements), ``estimated`` when it is a roofline estimate from published
-    specs.  The counts say how many layers came from each.
+    Attributes:
+        ms: the predicted latency in milliseconds.
+        source: ``"measured"`` when it derives from a table measured on the target device (its
+            entries, the learned model fitted on them, the calibration fitted on whole networks),
+            ``"estimated"`` for a roofline estimate from published or measured peak figures.
+        device: the device the figure is for.
+        n_measured, n_learned, n_estimated: layers looked up in the table, filled in by the learned
+            per-block model, estimated by the roofline.
+        calibrated, mismatched, rescale, outside, recalibrated, timing: see the fields' comments.
+
+    Raises:
+        ValueError: ``source`` is not one of ``SOURCES``.
+
+    Example::
+
+        p = nas.load_latency_model(nas.load_target("cpu")).explain(arch)
+        p.ms, p.source, p.label()      # 0.081, "measured", "0.081 ms (measured: 12 measured, ...)"
     """
 
     ms: float
@@ -78,23 +94,56 @@ def how_predicted(source: str, device: str) -> str:
     return f"predicted from a measured table ({device})"
 
 
+def timing_label(timing: str | None, kind: str = "gpu") -> str:
+    """How a table was timed, in the words every label uses: ``CUDA graph`` or ``eager (host-bound)``
+    on a GPU; nothing on a CPU, where eager is the only way."""
+    if kind == "cpu":
+        return ""
+    return "CUDA graph" if timing == GRAPH else "eager (host-bound)"
+
+
 def how_measured(device: str) -> str:
     """The words for a latency measured on this machine (beside ``Prediction.how``)."""
     return f"measured here ({device})"
 
 
 class LatencyModel(ABC):
-    """Anything that gives a latency in ms for an Arch, and says where it came from."""
+    """The one interface of every latency source (a fitted predictor, the roofline estimate).
+
+    Subclasses implement ``explain`` (one ``Arch`` -> a ``Prediction``) and ``describe``; ``predict``
+    maps ``explain`` over many.  ``source`` (``"measured"`` / ``"estimated"``) and ``device`` say
+    where the figures come from; ``warning`` and ``note`` are what to show beside them.
+
+    Example::
+
+        model = nas.load_latency_model(nas.load_target("cpu"))
+        model.predict([a, b])   # array of milliseconds
+        model.explain(a)        # Prediction
+    """
 
     source: str = "estimated"
     device: str = ""
 
     @abstractmethod
     def explain(self, arch: Arch) -> Prediction:
-        """Predict one Arch, with its provenance."""
+        """Predict one Arch.
+
+        Args:
+            arch: the network.
+
+        Returns:
+            Its latency and where the figure came from.
+        """
 
     def predict(self, archs: Sequence[Arch] | Arch) -> np.ndarray:
-        """Milliseconds for each Arch (a single Arch gives a 1-element array)."""
+        """Predict many Archs.
+
+        Args:
+            archs: the networks (a single Arch gives a 1-element array).
+
+        Returns:
+            Milliseconds, one per Arch, as float64.
+        """
         if isinstance(archs, Arch):
             archs = [archs]
         return np.array([self.explain(a).ms for a in archs], dtype=np.float64)

@@ -20,16 +20,27 @@ naming the field and the command that fixes it.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from tqdm.auto import tqdm
+
 from nas import __version__
 from nas._io import atomic_write_json, shell_join
 from nas.arch import Arch, BlockKey
+from nas.builder import build, build_layer
+from nas.export.edge import openvino_model, pte_bytes, write_openvino
+from nas.export.onnx import export_onnx
+from nas.export.qdq import quantize_qdq
+from nas.latency.device import device_mismatch
 from nas.latency.measure import ProfileSettings
+from nas.latency.runtime_base import Tiny
+from nas.latency.runtimes_edge import require
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
 from nas.target import Target
 
@@ -56,8 +67,6 @@ SUFFIX = {"onnxruntime": ".onnx", "tensorrt": ".onnx", "executorch": ".pte", "op
 
 def _calib(in_shape: Sequence[int], target: Target, gen) -> list:
     """Seeded random input batches calibrating an int8 graph (four, as the in-process runtimes use)."""
-    import torch
-
     return [torch.randn(target.batch, *in_shape, generator=gen) for _ in range(4)]
 
 
@@ -65,25 +74,16 @@ def _graph(module, in_shape: Sequence[int], target: Target, gen, path: Path) -> 
     """Write the graph the device runs for ``module`` to ``path``: ONNX fp32 (fp16 is the runtime's
     flag) or QDQ int8 with the target runtime's scheme (symmetric for TensorRT); an ExecuTorch
     program (XNNPACK; int8 by PT2E); or an OpenVINO IR (``.xml`` + ``.bin``; int8 by NNCF)."""
-    import torch
-
     x = torch.randn(target.batch, *in_shape, generator=gen)
     int8 = target.precision == "int8"
     if target.runtime == "executorch":
-        from nas.export.edge import pte_bytes
-
         calib = _calib(in_shape, target, gen) if int8 else ()
         atomic_bytes(path, pte_bytes(module.eval(), x, precision=target.precision, calib=calib))
         return
     if target.runtime == "openvino":
-        from nas.export.edge import openvino_model, write_openvino
-
         calib = [c.numpy() for c in _calib(in_shape, target, gen)] if int8 else ()
         write_openvino(openvino_model(module.eval(), x, precision=target.precision, calib=calib), path)
         return
-    from nas.compress.ptq import quantize_qdq
-    from nas.export.onnx import export_onnx
-
     data = export_onnx(module.eval(), x)
     if int8:
         calib = [c.numpy() for c in _calib(in_shape, target, gen)]
@@ -105,11 +105,6 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
     """Write the blocks, the networks (by role: ``calibration``, ``pruned``, ``held_out``), the
     manifest and the measuring scripts into ``out_dir``; return the manifest path.  A folder holding
     results of a bundle is never overwritten."""
-    import torch
-
-    from nas.builder import build, build_layer
-    from nas.latency.runtimes import _Tiny
-
     settings = settings or ProfileSettings()
     target = Target.coerce(target)
     if target.runtime not in SUFFIX:
@@ -117,8 +112,6 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
                           f"{', '.join(dict.fromkeys(SUFFIX))}: profile on the device itself (python -m "
                           f"nas.profile conf={target.name} there)")
     if target.runtime in ("executorch", "openvino"):
-        from nas.export.edge import require
-
         require(target.runtime + ("-int8" if target.runtime == "openvino" and target.precision == "int8" else ""))
     out = Path(out_dir)
     _refuse_overwrite(out)
@@ -130,8 +123,6 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
     items = [("block", k) for k in dict.fromkeys(keys)] + [(r, a) for r, v in networks.items() for a in v]
     it: Iterable = items
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(items, desc="writing bundle", unit="graph")
     gen, ext = torch.Generator().manual_seed(0), SUFFIX[target.runtime]
     blocks, nets = [], []
@@ -148,7 +139,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
             module = build_layer(x) if role == "block" else build(x)
             _graph(module, shape, target, gen, out / fname)
     overhead = f"blocks/_overhead{ext}"
-    _graph(_Tiny(), (8, 8, 8), target.replace(precision="fp32"), gen, out / overhead)
+    _graph(Tiny(), (8, 8, 8), target.replace(precision="fp32"), gen, out / overhead)
     manifest = {
         "schema": BUNDLE_SCHEMA, "schema_version": BUNDLE_VERSION,
         "bundle_id": f"{target.name}-{now_iso()}-{uuid.uuid4().hex[:8]}",
@@ -205,8 +196,6 @@ def _read(results: str | Path) -> tuple[Path, dict, dict]:
 
 def _with(command: str | None, **overrides: Any) -> str:
     """``command`` (the user's import command) with ``key=value`` overrides set (added or replaced)."""
-    import shlex
-
     words = shlex.split(command or "python -m nas.profile conf=<target> import_bundle=<bundle>/results.json")
     for k, v in overrides.items():
         k = k.replace("_", ".") if k.startswith("conf_") else k
@@ -216,8 +205,6 @@ def _with(command: str | None, **overrides: Any) -> str:
 
 def _differences(res: dict, man: dict, target: Target, command: str | None) -> list[str]:
     """Each way the measured results do not fit ``target``: the field, both values and the fix."""
-    from nas.latency.device import device_mismatch
-
     rt = res.get("runtime") or {}
     out = []
     if rt.get("name") != target.runtime:

@@ -42,6 +42,12 @@ import statistics
 import sys
 import tempfile
 import time
+from importlib.metadata import version
+
+try:
+    import numpy as np
+except ImportError:  # the one package besides a runtime that this script needs
+    sys.exit("error: numpy is not installed: pip install numpy (and the runtime this bundle measures)")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the bundle's helpers, beside this script
 from hwnas_device import identity, machine_kind, measured_kind  # noqa: E402
@@ -72,8 +78,6 @@ def atomic_json(path, data):
 
 
 def stats(ms):
-    import numpy as np
-
     a = np.asarray(ms, dtype=float)
     return {"median_ms": float(np.median(a)), "p10_ms": float(np.percentile(a, 10)),
             "p90_ms": float(np.percentile(a, 90)), "n": int(a.size)}
@@ -93,8 +97,7 @@ def timed(call, s):
 
 def ort_factory(provider, threads, precision):
     try:
-        import numpy as np
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional runtime: the device has the one its bundle measures
     except ImportError as e:
         fail(f"{e.name} is not installed: pip install numpy onnxruntime (onnxruntime-gpu for the CUDA and "
              "TensorRT providers; on a Jetson, the onnxruntime-gpu wheel for your JetPack)")
@@ -159,7 +162,7 @@ def bundle_trt(bundle):
     """hwnas_trt.py, the bundle's TensorRT timer (Python API and trtexec)."""
     sys.path.insert(0, bundle)
     try:
-        import hwnas_trt
+        import hwnas_trt  # optional runtime: the bundle's TensorRT timer, beside this script
     except ImportError:
         fail("hwnas_trt.py is missing from the bundle: write the bundle again")
     return hwnas_trt
@@ -179,13 +182,10 @@ def tensorrt_factory(bundle, precision):
 
 def executorch_factory(threads):
     try:
-        import numpy as np
-        from executorch.runtime import Runtime
+        from executorch.runtime import Runtime  # optional runtime: the device has the one its bundle measures
     except ImportError as e:
         fail(f"{e.name} is not installed: pip install numpy executorch")
-    from importlib.metadata import version
-
-    from executorch.extension.pybindings import portable_lib
+    from executorch.extension.pybindings import portable_lib  # optional runtime, as above
 
     if portable_lib._threadpool_get_thread_count() != threads:  # the CPU thread pool XNNPACK runs on
         portable_lib._unsafe_reset_threadpool(threads)
@@ -210,8 +210,7 @@ def executorch_factory(threads):
 
 def openvino_factory(threads):
     try:
-        import numpy as np
-        import openvino as ov
+        import openvino as ov  # optional runtime: the device has the one its bundle measures
     except ImportError as e:
         fail(f"{e.name} is not installed: pip install numpy openvino")
     core = ov.Core()
@@ -252,7 +251,7 @@ def pick_runtime(args, man):
         return trtexec_factory(args.bundle, precision)
     if runtime == "tensorrt":  # the Python API where it imports, else trtexec
         try:
-            import tensorrt  # noqa: F401
+            import tensorrt  # noqa: F401  # optional runtime: its Python API where it imports
         except ImportError:
             if trtexec_path():
                 return trtexec_factory(args.bundle, precision)
@@ -269,7 +268,7 @@ def rehearsal_runtime(args, man):
     if man["runtime"] in ("executorch", "openvino"):
         return pick_runtime(args, man), man["precision"]
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional runtime: a rehearsal of an ONNX bundle measures with it
     except ImportError:
         fail("a rehearsal of an ONNX bundle measures with onnxruntime: pip install numpy onnxruntime")
     provider = args.provider or ("CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers()

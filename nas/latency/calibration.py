@@ -9,6 +9,8 @@ import logging
 import math
 
 import numpy as np
+from scipy.optimize import minimize
+from sklearn.linear_model import LinearRegression
 
 from nas.arch import ACTIVATIONS, Arch, BlockKey
 from nas.cost import block_cost
@@ -82,9 +84,6 @@ def fit_calibration(X: np.ndarray, y: np.ndarray, layers: np.ndarray) -> tuple[n
     contribution >= 0 it is returned as is; otherwise the constrained problem is solved with
     scipy's SLSQP (scikit-learn's linear models and ``scipy.optimize.lsq_linear`` take bounds on
     coefficients only, not inequalities on their combinations)."""
-    from scipy.optimize import minimize
-    from sklearn.linear_model import LinearRegression
-
     w = 1.0 / y**2
     plain = LinearRegression().fit(X, y, sample_weight=w)
     if len(layers) == 0 or (layers @ plain.coef_).min() >= -1e-12:

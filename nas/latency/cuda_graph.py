@@ -25,22 +25,15 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
+
+from nas.latency.base import EAGER, GRAPH, timing_label
 
 __all__ = ["GRAPH", "EAGER", "GraphRunner", "capture", "timing_label"]
 
-GRAPH = "cuda_graph"
-EAGER = "eager"
 _WARMUP = 3  # side-stream calls before capture (cuDNN / cuBLAS pick their algorithms and workspaces there)
 _SPIN_CAL_CYCLES = 2_000_000
 _MAX_SPIN_MS = 20.0  # a batch's spin, at most (a stalled host call must not make every batch wait long)
-
-
-def timing_label(timing: str | None, kind: str = "gpu") -> str:
-    """How a table was timed, in the words every label uses: ``CUDA graph`` or ``eager (host-bound)``
-    on a GPU; nothing on a CPU, where eager is the only way."""
-    if kind == "cpu":
-        return ""
-    return "CUDA graph" if timing == GRAPH else "eager (host-bound)"
 
 
 def _one_line(e: BaseException) -> str:
@@ -60,8 +53,6 @@ def capture(fn: Callable[[], Any], *, cuda: Any = None) -> tuple[GraphRunner | N
         the device is synchronised either way, so eager calls can follow.
     """
     if cuda is None:
-        import torch
-
         cuda = torch.cuda
     side = cuda.Stream()
     side.wait_stream(cuda.current_stream())

@@ -3,9 +3,9 @@
 ``measure(run)`` times a zero-argument callable (warm-up, then at least ``repeats`` timed calls
 and ``min_time_s``); ``summarize_times`` gives its median and p10/p90.  ``time_runner`` adds the
 re-measuring of a noisy round (spread above ``max_spread``) and returns a table ``Entry``;
-``measure_key`` / ``measure_arch`` build a block or a network and time it on a runtime;
-``time_onnx`` times exported ONNX bytes in fresh sessions.  ``measure_items`` is the loop over
-many blocks or networks, one round at a time, with a progress bar and Ctrl-C handling.
+``measure_items`` is the loop over many blocks or networks, one round at a time, with a progress bar
+and Ctrl-C handling.  What builds a block or a network (or loads exported bytes) and times it on a
+runtime: ``nas.latency.measure_model``.
 
 ``nas/latency/bundle_script.py`` keeps its own copy of the timing loop: it runs on devices
 without torch or this package.
@@ -18,17 +18,16 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from nas.arch import Arch, BlockKey
-from nas.latency.base import how_measured
 from nas.latency.table import Entry, now_iso
 
 __all__ = [
-    "Interrupted", "ProfileReport", "ProfileSettings", "measure", "measure_arch", "measure_items", "measure_key",
-    "measure_overhead", "summarize_times", "time_onnx", "time_onnx_stats", "time_runner",
+    "Interrupted", "MeasureSettings", "ProfileReport", "ProfileSettings", "measure", "measure_items", "summarize_times",
+    "time_runner",
 ]
 
 log = logging.getLogger(__name__)
@@ -140,60 +139,13 @@ def time_runner(run: Callable[[], Any], settings: ProfileSettings) -> Entry:
                  (best["median_ms"],))
 
 
-def measure_key(key: BlockKey, runtime, settings: ProfileSettings) -> Entry:
-    """Build, prepare and time one block; re-measure while its spread is too high."""
-    from nas.builder import build_layer
+class MeasureSettings(Protocol):
+    """How exported models are timed (``nas.train.settings.ExportSettings`` is one)."""
 
-    run = runtime.prepare(build_layer(key), key.in_shape, key=key)
-    return time_runner(run, settings)
-
-
-def measure_arch(arch: Arch, runtime, settings: ProfileSettings | None = None) -> Entry:
-    """Measure a whole network end to end (same runtime and settings as the blocks)."""
-    import torch
-
-    from nas.builder import build
-
-    settings = settings or ProfileSettings()
-    torch.manual_seed(0)
-    run = runtime.prepare(build(arch), (arch.in_chans, arch.resolution, arch.resolution), key=arch)
-    return time_runner(run, settings)
-
-
-def measure_overhead(runtime, settings: ProfileSettings) -> float:
-    """The fixed cost of one runtime call (an almost empty graph), in ms."""
-    return time_runner(runtime.overhead_runner(), settings).median_ms
-
-
-def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
-                    repeats: int, min_time_s: float) -> dict[str, Any]:
-    """Median, p10 and p90 (ms; each the median over ``rounds``) of exported ONNX bytes on the
-    target's runtime, each round in a fresh session, and ``how`` they were obtained
-    (``how_measured``).  The bytes decide the precision."""
-    from nas.latency.device import device_identity
-    from nas.latency.runtimes import get_runtime
-    from nas.target import Target
-
-    t = Target.coerce(target)
-    rt = get_runtime(t.replace(precision="fp32"))
-    meds, p10, p90 = [], [], []
-    for _ in range(rounds):
-        s = summarize_times(measure(rt.runner_for_onnx(model_bytes, in_shape), warmup=warmup, repeats=repeats,
-                                    min_time_s=min_time_s))
-        meds.append(s["median_ms"])
-        p10.append(s["p10_ms"])
-        p90.append(s["p90_ms"])
-    return {"median_ms": float(np.median(meds)), "p10_ms": float(np.median(p10)),
-            "p90_ms": float(np.median(p90)), "rounds": rounds,
-            "how": how_measured(t.device.name or device_identity(t.device.kind)["name"])}
-
-
-def time_onnx(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
-              repeats: int, min_time_s: float) -> float:
-    """The median latency (ms) over ``rounds`` rounds of exported ONNX bytes, a fresh session each
-    (``time_onnx_stats`` for p10/p90 too)."""
-    return time_onnx_stats(model_bytes, in_shape, target, rounds=rounds, warmup=warmup, repeats=repeats,
-                           min_time_s=min_time_s)["median_ms"]
+    rounds: int
+    warmup: int
+    repeats: int
+    min_time_s: float
 
 
 def measure_items(todo: Sequence[Any], measure_one: Callable[[Any], Entry], record: Callable[[Any, Entry], None],
@@ -204,8 +156,6 @@ def measure_items(todo: Sequence[Any], measure_one: Callable[[Any], Entry], reco
     report = ProfileReport(len(todo), 0, 0, 0, 0.0)
     bar = None
     if progress and (todo or always_bar):
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(todo), desc=desc, unit=unit, dynamic_ncols=True)
     t0 = time.monotonic()
     try:

@@ -41,15 +41,14 @@ table) when it does not.
 from __future__ import annotations
 
 import logging
-import warnings
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits
 
 from nas.arch import Arch, BlockKey
 from nas.latency.base import LatencyModel, Prediction
@@ -70,15 +69,10 @@ from nas.latency.calibration import (  # noqa: F401
     recorded,
     table_networks,
 )
-from nas.latency.device import OtherProcessorWarning
-from nas.latency.roofline import Roofline
 from nas.latency.space_predictor import SpacePredictor, _CompiledTrees  # noqa: F401
-from nas.latency.table import LatencyTable, TableError, resolve_table_path
-from nas.latency.versions import runtime_note
-from nas.target import Target
+from nas.latency.table import LatencyTable
 
-__all__ = ["BlockFeaturizer", "LatencyPredictor", "RooflineModel", "SpacePredictor", "elsewhere_warning",
-           "load_latency_model"]
+__all__ = ["BlockFeaturizer", "LatencyPredictor", "SpacePredictor"]
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +110,6 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         2925-entry ``epyc_zen5`` table): two processes fitting at once with a thread per core
         each (search workers starting together, a test run beside another) stalled for 8 minutes
         on a 2-core machine, spinning on each other's cores."""
-        from threadpoolctl import threadpool_limits
-
         with threadpool_limits(limits=1, user_api="openmp"):
             return self._fit(table, networks, mismatched=mismatched)
 
@@ -369,113 +361,3 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if self.recalibrated_:
             cal += f"; as re-measured {self.recalibrated_} (nas.profile recalibrate)"
         return f"latency predictor on table: {self.table_.describe()}; {cal}"
-
-
-class RooflineModel(LatencyModel):
-    """The roofline ESTIMATE for targets without a measured table."""
-
-    source = "estimated"
-
-    def __init__(self, target: Target | Mapping[str, Any], *, reason: str = "") -> None:
-        self.target = Target.coerce(target)
-        self.roofline = Roofline.from_target(self.target)
-        self.device = self.roofline.device
-        self.reason = reason
-
-    def explain(self, arch: Arch) -> Prediction:
-        return Prediction(self.roofline.predict_arch(arch), "estimated", self.device, 0, 0, len(arch.keys()))
-
-    @property
-    def warning(self) -> str:
-        from nas.latency.here import is_here_name, profile_command
-
-        name = self.target.name
-        why = f" ({self.reason})" if self.reason else ""
-        if is_here_name(name):
-            return (f"latency for this machine (conf=here, target {name!r}) is an ESTIMATE (roofline from the "
-                    f"peak figures measured here){why}. Measure its table: `{profile_command(name)}`.")
-        return (
-            f"latency for target {name!r} is an ESTIMATE (roofline from {self.device}'s published specs){why}. "
-            f"Build the measured table on the device: `{profile_command(name)}` "
-            f"(or, without torch there, `{profile_command(name)} bundle=<dir>`)."
-        )
-
-    def describe(self) -> str:
-        return self.roofline.describe()
-
-
-def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bool = False,
-                       table_path: str | Path | None = None, transfer_from: Sequence[str] = (),
-                       **predictor_kw: Any) -> LatencyModel:
-    """A fitted predictor on the target's measured table, else a labelled roofline estimate.
-    ``transfer_from`` (default the target's own ``transfer_from``): tables of other devices (same
-    runtime and precision) that fill the blocks a briefly measured table lacks
-    (``nas.latency.transfer.TransferPredictor``); ``auto`` among them stands for every compatible
-    table found (``nas.latency.transfer.find_sources``).  A CPU target whose table was measured on
-    another processor than this machine's warns (``OtherProcessorWarning``; also in ``.warning``)."""
-    target = Target.coerce(target)
-    name = table_path or target.table
-    if not name:
-        return RooflineModel(target, reason="the target names no table")
-    path = resolve_table_path(name)
-    if not path.is_file():
-        return RooflineModel(target, reason=f"no measured table at {path}")
-    table = LatencyTable.load(path)
-    try:
-        diffs = table.check_target(target, allow_mismatch=allow_mismatch)
-    except TableError:
-        raise
-    transfer_from = list(transfer_from or target.transfer_from)
-    if transfer_from:
-        from nas.latency.transfer import TransferPredictor, resolve_sources
-
-        sources = resolve_sources(table, transfer_from)
-        model = TransferPredictor(sources=sources, **predictor_kw).fit(table, mismatched=bool(diffs))
-    else:
-        model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
-    model.elsewhere_ = elsewhere_warning(target, table)
-    model.runtime_note_ = runtime_note(target, table.metadata)
-    if model.elsewhere_:
-        warnings.warn(model.elsewhere_, OtherProcessorWarning, stacklevel=2)
-    return model
-
-
-def _cpu_line(dev: Mapping[str, Any]) -> str:
-    fam = f"family {dev['cpu_family']} model {dev['cpu_model']}; " if dev.get("cpu_family") is not None else ""
-    return f"{dev.get('name') or dev.get('cpu') or '?'} ({fam}{', '.join(dev.get('cpu_flags') or ()) or 'no ISA flags'})"
-
-
-def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, Any] | None = None) -> str | None:
-    """The warning for a CPU target whose table was measured on another processor than this machine's
-    (``here``, default its ``device_identity``), else None.  Only a table recording this machine's CPU
-    architecture (``device.machine``, e.g. x86_64) counts: one of another kind of device (a Jetson, a
-    GPU) or of another architecture (an ARM board measured through a bundle) describes a remote device,
-    which a search from here is expected to use, and one recording no architecture cannot be judged."""
-    meta = table.metadata.get("device") or {}
-    if target.device.kind != "cpu" or meta.get("kind", "cpu") != "cpu":
-        return None
-    if here is None:
-        from nas.latency.device import device_identity
-
-        here = device_identity("cpu")
-    if not meta.get("machine") or meta["machine"] != here.get("machine"):
-        return None
-    why = table.measured_elsewhere(dict(here))
-    if why is None:
-        return None
-    where = table.path.name if table.path else "the latency table"
-    return (f"{where} (target {target.name!r}) was measured on ANOTHER PROCESSOR than the one this runs on:\n"
-            f"  table: {_cpu_line(meta)}\n"
-            f"  here:  {_cpu_line(here)}\n"
-            f"  Its latencies are that processor's ({why}); rankings and budgets may not hold on this one.\n"
-            f"  Measure this machine's own table: {_own_table(target)}.")
-
-
-def _own_table(target: Target) -> str:
-    """How to measure this machine's own table: for a target naming no device (any CPU), the same
-    target (its table goes to the user's tables folder, read before the shipped one); else conf=here."""
-    from nas.latency.here import profile_command
-
-    if target.device.name is None:
-        return f"`{profile_command(target.name)}` (written to your tables folder, used before the shipped table)"
-    return f"`{profile_command('here')}`, then use conf=here"

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from nas.arch import Arch, BlockKey
 from nas.latency.claims import STALE_S, Claims
-from nas.latency.measure import ProfileReport, ProfileSettings, measure_arch, measure_key, measure_overhead
+from nas.latency.measure import ProfileReport, ProfileSettings
+from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
 from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
 
@@ -246,8 +248,6 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
     With ``path``, each job is claimed first (``nas.latency.claims``; another host's claim is
     abandoned after ``claim_stale_s`` seconds): a job another run sharing the file is taking waits
     until the end of this run, and one that run has saved meanwhile is skipped (``by_others``)."""
-    if jobs:
-        import nas.builder  # noqa: F401  # timm loads now, not inside the first job's time and the budget
     if jobs and table.metadata.get("call_overhead_ms") is None:
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
     stores = {"block": table.entries, "network": table.networks}
@@ -323,8 +323,6 @@ def _show(bar: Any, elapsed: float, eta: _Eta, postfix: str) -> None:
 
 
 def _bar(eta: _Eta) -> Any:
-    from tqdm.auto import tqdm
-
     return tqdm(total=round(eta.remaining(), 1), unit="s", dynamic_ncols=True, smoothing=0,
                 desc="profile", bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
 

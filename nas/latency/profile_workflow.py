@@ -16,22 +16,40 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 import socket
 from collections.abc import Callable, Sequence
+from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
 from nas.latency import reproducibility
+from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
+from nas.latency.bundle import import_bundle as _import_bundle
 from nas.latency.device import device_identity, device_mismatch
-from nas.latency.measure import Interrupted, ProfileSettings, measure_overhead
+from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.measure_model import measure_overhead
+from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import plan_jobs, run_jobs
-from nas.latency.profiler import block_frequency, calibration_archs, new_metadata, pruned_archs, space_names
+from nas.latency.profiler import (
+    VALIDATION_SEED,
+    block_frequency,
+    calibration_archs,
+    new_metadata,
+    pruned_archs,
+    space_names,
+)
+from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import TABLES_DIR, LatencyTable, now_iso, resolve_table_path
+from nas.latency.validate import held_out_set, measure_held_out
+from nas.resources import user_tables_dir
+from nas.space import list_calibration_spaces, load_space
 from nas.target import Target
+from nas.timm_arch import arch_from_spec
 
 __all__ = ["Interrupted", "calibration_space_names", "check_budget", "default_out", "profile_target",
            "remeasure_calibration"]
@@ -43,8 +61,6 @@ def calibration_space_names(given, *, default: bool) -> list[str]:
     """The calibration-only spaces to profile: ``given`` (names as in search_spaces/calibration/, or
     YAML paths; a bare name means ``calibration/<name>``), or when it is None every one of them if
     ``default`` (all shipped spaces at their own resolutions), else none."""
-    from nas.space import list_calibration_spaces
-
     if given is None:
         return list_calibration_spaces() if default else []
     names = [str(given)] if isinstance(given, str) else [str(n) for n in given]
@@ -62,8 +78,6 @@ def _collect(names: list[str], resolution: int | None, calibration_spaces, *, mo
              pruned_networks: int) -> tuple[list[BlockKey], list, list[Arch], str]:
     """Every block to measure, the spaces (search and calibration-only), the pruned networks and a
     sentence saying where the blocks come from."""
-    from nas.space import load_space
-
     spaces = [load_space(n) for n in names]
     cal_spaces = [load_space(n) for n in calibration_spaces]
     keys = []
@@ -72,8 +86,6 @@ def _collect(names: list[str], resolution: int | None, calibration_spaces, *, mo
     for sp in cal_spaces:  # calibration only: their own stems and heads
         keys += sp.unique_blocks(resolution=resolution)
     for m in models or []:
-        from nas.from_timm import arch_from_spec
-
         keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
     # narrowed networks as structured pruning leaves them: their blocks and the networks themselves
     pruned = [a for sp in spaces + cal_spaces for a in pruned_archs(sp, pruned_networks, resolution=resolution)]
@@ -94,8 +106,6 @@ def default_out(target: Target, here: dict[str, Any] | None = None) -> Path:
     but for a target naming no device (any CPU) whose table found is a shipped one measured on another
     processor than this machine (``here``), the user's tables folder, which is read before the
     shipped one: this machine's own table, never mixed with another processor's."""
-    from nas.resources import user_tables_dir
-
     name = target.table or f"{target.name}.json"
     path = resolve_table_path(name, for_writing=True)
     if target.device.name is None and path.parent == TABLES_DIR and path.is_file():
@@ -143,19 +153,45 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
                    allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
                    budget_min: float | None = None, held_out: int = 0, command: str | None = None,
                    wait: bool = False, say: Callable[[str], None] = log.info) -> dict[str, Any]:
-    """Build (or extend, refresh, recalibrate) the target's latency table on this machine, or write /
-    import a bundle for a device without torch; the ``nas.profile`` command.  ``budget_min``: stop
-    measuring when these minutes are spent (a re-run continues).  ``held_out``: seeded networks (spread
-    over the spaces) a bundle adds for validation only.  ``command``: the command line as typed, for the
-    hints printed with a bundle and named to another run that finds the table taken.
+    """Build, extend, refresh or recalibrate a target's latency table on this machine, or write / import a
+    device bundle (the ``nas.profile`` command).
 
-    One run per machine writes a table at a time (``nas._io.exclusive``: a second raises ``Busy``, or
-    with ``wait`` waits for the first, saying so through ``say``); runs on other machines sharing the
-    table's folder measure into it together, never timing one item at once (``nas.latency.claims``).
-    Returns a summary.
+    One run per machine writes a table at a time; runs on other machines sharing the table's folder
+    measure into it together, never timing one item at once (``nas.latency.claims``).  Finished
+    measurements are saved as they come: a re-run (or one after Ctrl-C) continues.
+
+    Args:
+        target: the target (a ``Target`` or its dict).
+        spaces: search spaces whose blocks are measured (names, or one comma-separated string);
+            default: every shipped calibration space.
+        resolution: the input resolution of the spaces' blocks; default the target's.
+        out: the table file; default the target's table in the user's tables folder.
+        bundle: write a bundle for a device without torch into this folder instead of measuring.
+        import_bundle: a bundle's ``results.json`` to import into the table.
+        settings: the measuring loop's settings.
+        calibration_spaces: spaces whose networks calibrate the predictor (default: shipped ones).
+        calibration_networks: seeded networks per space measured whole for the calibration.
+        pruned_networks: seeded pruned-like networks measured beside them.
+        models: timm models (``timm:<name>``) whose blocks are measured too.
+        in_chans, num_classes: their input channels and classes.
+        refresh: re-measure this many calibration networks for one drift scale factor.
+        recalibrate: re-measure every calibration network and fit the calibration on them.
+        allow_mismatch: write into a table whose metadata differs from the target.
+        limit: measure at most this many blocks.
+        progress: show a progress bar.
+        budget_min: stop measuring when these minutes are spent (a re-run continues).
+        held_out: seeded networks a bundle adds for validation only.
+        command: the command line as typed, for the hints printed and for another run finding the table taken.
+        wait: wait for another run on this machine writing the table instead of stopping.
+        say: where progress lines go.
+
+    Returns:
+        A summary: the table, its entry and network counts, what was measured or imported.
 
     Raises:
         nas._io.Busy: another run on this machine writes the table and ``wait`` is false.
+        ValueError: a setting out of range, or ``refresh`` with ``recalibrate``.
+        TableError: the table does not fit the target (without ``allow_mismatch``).
     """
 
     target = Target.coerce(target)
@@ -174,12 +210,25 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
         keys = sorted(keys, key=lambda k: -freq.get(k, 0))
         return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, held_out=held_out,
                              budget_min=budget_min, command=command, progress=progress, say=say)
+    return _profile_here(target, out, settings, keys, names if spaces else None, where, all_spaces, pruned,
+                         import_bundle=import_bundle, resolution=resolution, calibration_networks=calibration_networks,
+                         refresh=refresh, recalibrate=recalibrate, allow_mismatch=allow_mismatch, limit=limit,
+                         progress=progress, budget_min=budget_min, command=command, wait=wait, say=say)
+
+
+def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: list[BlockKey],
+                  names: list[str] | None, where: str, all_spaces: list, pruned: list[Arch], *,
+                  import_bundle: str | Path | None, resolution: int | None, calibration_networks: int, refresh: int,
+                  recalibrate: bool, allow_mismatch: bool, limit: int | None, progress: bool,
+                  budget_min: float | None, command: str | None, wait: bool,
+                  say: Callable[[str], None]) -> dict[str, Any]:
+    """``profile_target`` on this machine, under its writer's lock: import, refresh, recalibrate or measure."""
     host = socket.gethostname()
     with exclusive(out.with_name(f"{out.name}@{host}"), what=f"profiling into {out} on {host}", wait=wait,
                    command=command, say=say):
         table = LatencyTable.load(out) if out.is_file() else None
         if import_bundle:
-            return _import(import_bundle, target, table, out, keys, names if spaces else None, where,
+            return _import(import_bundle, target, table, out, keys, names, where,
                            allow_mismatch=allow_mismatch, command=command, say=say)
         table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
         if recalibrate and refresh:
@@ -209,10 +258,6 @@ def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSet
                   command: str | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
     """Write a bundle of everything a local profile measures (+ ``held_out`` networks); ``budget_min``
     becomes the script's default budget, spent in the same order as here."""
-    from nas.latency.bundle import write_bundle
-    from nas.latency.profiler import VALIDATION_SEED
-    from nas.latency.validate import held_out_set
-
     if held_out:
         exclude = {a.digest() for v in nets.values() for a in v}
         nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
@@ -234,9 +279,6 @@ def _import(results, target: Target, table: LatencyTable | None, out: Path, keys
             say: Callable[[str], None]) -> dict[str, Any]:
     """Import a bundle's results into ``out``; ``spaces`` (when the command names them) must be the
     bundle's.  Says what was measured, what is left and how much of the spaces' blocks it covers."""
-    from nas.latency.bundle import BundleError, bundle_manifest
-    from nas.latency.bundle import import_bundle as _import_bundle
-
     man = bundle_manifest(results)
     if spaces is not None and sorted(man.get("spaces") or []) != sorted(spaces):
         raise BundleError(f"the bundle was written for spaces {man.get('spaces')}, this command names {spaces}: "
@@ -259,8 +301,6 @@ def _import(results, target: Target, table: LatencyTable | None, out: Path, keys
 def import_command(command: str | None, target: Target, bundle: Path) -> str:
     """The command that imports ``bundle``'s results: the user's own (``command``, with every override
     they gave: a custom target's too) with ``bundle=`` replaced by ``import_bundle=``."""
-    import shlex
-
     words = shlex.split(command or f"python -m nas.profile conf={target.name}")
     words = [w for w in words if not w.startswith(("bundle=", "held_out=", "progress=", "budget_min="))]
     return shell_join([*words, f"import_bundle={bundle}/results.json"])
@@ -270,8 +310,6 @@ def _round_robin(spaces, n: int, resolution: int | None) -> list[Arch]:
     """The calibration networks of every space, taken in turn from each: a budget that stops early has
     calibrated on every space, not on the first ones only (in an offline simulation from the shipped
     Xeon table, a 1-minute profile reached 89.5% of held-out networks within ±10% so, 52.5% space by space)."""
-    from itertools import chain, zip_longest
-
     per = [calibration_archs(sp, n, resolution=resolution) for sp in spaces]
     return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
 
@@ -292,8 +330,6 @@ def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
 
 def _call_ms(target: Target, table: LatencyTable) -> Callable[[Any, str], float]:
     """An item's expected time per call, for planning: the target's roofline plus the call overhead."""
-    from nas.latency.roofline import Roofline
-
     over = float(table.metadata.get("call_overhead_ms") or 0.05)
     try:
         roof = Roofline.from_target(target)
@@ -344,8 +380,6 @@ def remeasure_calibration(table: LatencyTable, runtime, settings: ProfileSetting
                           cache: Path | None = None, progress: bool = True) -> tuple[dict, list[tuple[Arch, float]]]:
     """Re-measure ``per_space`` of the table's calibration networks per space (None: all), in
     the validation's interleaved rounds; their (now, table) pairs per space and their figures now."""
-    from nas.latency.validate import measure_held_out
-
     vs = measure_held_out([], [], runtime, settings, cache=cache, progress=progress, table=table,
                           anchors_per_group=per_space, desc="calibration networks")
     return vs.anchors or {}, vs.remeasured or []
@@ -383,8 +417,6 @@ def _recalibrate(table: LatencyTable, out: Path, runtime, settings: ProfileSetti
     ``<table>.recalibrate.json``) and store their figures in its metadata (``recalibration``); the
     predictor fits its calibration (linear and network residual) on them instead of the table's
     figures.  Entries and networks are left as measured."""
-    from nas.latency.predictor import LatencyPredictor
-
     if not table.networks:
         raise ValueError(f"recalibrate=true: {out} holds no calibration networks to re-measure; build the table "
                          "first (nas.profile without recalibrate=)")

@@ -27,22 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from nas import __version__
 from nas.arch import Arch, BlockKey
 from nas.latency.device import device_identity
-from nas.latency.measure import (
-    ProfileReport,
-    ProfileSettings,
-    measure_arch,
-    measure_items,
-    measure_key,
-    measure_overhead,
-)
+from nas.latency.measure import ProfileReport, ProfileSettings, measure_items
+from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
 from nas.latency.profile_jobs import Job, JobReport, expected_seconds, plan_jobs, run_jobs
 from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
 from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
+from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 from nas.space import space_names as space_names  # importable from here too
 from nas.target import Target
 
@@ -61,8 +57,6 @@ log = logging.getLogger(__name__)
 
 
 def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
-    import torch
-
     target = Target.coerce(target)
     name, kind = target.name, target.device.kind
     info = runtime.info()
@@ -85,8 +79,6 @@ def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: Pr
 
 def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[Arch]:
     """The ``n`` seeded networks of ``space`` measured for the predictor's calibration."""
-    import numpy as np
-
     rng = np.random.default_rng([CALIBRATION_SEED, sum(map(ord, space.name))])
     archs = [space.random(rng) for _ in range(n)]
     return [a.with_resolution(resolution) for a in archs] if resolution else archs
@@ -109,10 +101,6 @@ def pruned_archs(space, n: int, *, resolution: int | None = None, min_keep: floa
     follow: each squeeze-excite is dropped with probability 1/3, each residual block with 1/4.
     ``nas.validate`` draws held-out ones with another ``seed``.
     """
-    import numpy as np
-
-    from nas.narrow import channel_units, drop_layers, droppable, resize_arch
-
     m = space.channel_multiple
     rng = np.random.default_rng([seed, sum(map(ord, space.name)), 1])
     out: list[Arch] = []

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from nas.latency.measure import ProfileSettings, measure_arch, measure_items, measure_key
+from nas.latency.measure import ProfileSettings, measure_items
+from nas.latency.measure_model import measure_arch, measure_key
 from nas.latency.scoring import score
 from nas.latency.table import LatencyTable, now_iso
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost, block_cost
@@ -87,9 +89,7 @@ def _best_ms(run: Callable[[], Any], *, repeats: int, min_time_s: float) -> floa
 
 def _ort_ms(nodes: list, inputs: dict[str, np.ndarray], output: tuple[str, list[int]], *, threads: int,
             inits: tuple = (), repeats: int = 5, min_time_s: float = 0.2) -> float:
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    import onnxruntime as ort  # optional heavy runtime: only where this machine's peaks are measured
 
     graph = helper.make_graph(
         nodes, "peaks", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in inputs.items()],
@@ -112,8 +112,6 @@ def measure_peaks(*, threads: int = 1, matmul_n: int = 1024, copy_mb: int = 256,
     rng = np.random.default_rng(0)
     n = matmul_n
     x, w = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    from onnx import helper
-
     ms = _ort_ms([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ("y", [n, n]), threads=threads,
                  inits=(("w", w),))
     peak = 2 * n**3 / (ms * 1e-3) / 1e9

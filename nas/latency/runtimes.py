@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,9 +25,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from nas.export.onnx import export_onnx, ort_session
+from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
+from nas.latency import bundle_trt, runtimes_edge  # noqa: F401  # runtimes_edge registers executorch and openvino
 from nas.latency.cuda_graph import EAGER, GRAPH, capture
 from nas.latency.device import RuntimeUnavailable, device_identity, device_mismatch
-from nas.registry import Registry
+from nas.latency.runtime_base import RUNTIMES, Runtime, register
 from nas.target import Target
 
 __all__ = [
@@ -47,90 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RUNTIMES: Registry[type[Runtime]] = Registry("runtime")
-
-
-def _register(name: str):
-    """Register a ``Runtime`` class under ``name`` (its ``name`` attribute too)."""
-
-    def deco(cls):
-        RUNTIMES.add(name, cls)
-        cls.name = name
-        return cls
-
-    return deco
-
-
-# --------------------------------------------------------------------------------------------
-
-
-class Runtime(ABC):
-    """One way to run a network on a device.  Construct via ``get_runtime(target)``."""
-
-    name: str = ""
-    precisions: tuple[str, ...] = ("fp32",)
-
-    def __init__(self, *, provider: str = "", precision: str = "fp32", threads: int = 1, batch: int = 1,
-                 device_kind: str = "cpu", cuda_graph: bool = False) -> None:
-        if precision not in self.precisions:
-            raise RuntimeUnavailable(
-                f"runtime {self.name!r} does not support precision {precision!r}; it supports "
-                f"{', '.join(self.precisions)}"
-            )
-        self.provider, self.precision, self.threads, self.batch = provider, precision, threads, batch
-        self.device_kind, self.cuda_graph = device_kind, cuda_graph
-        # blocks that could not be captured as a CUDA graph, timed eager instead: label -> reason
-        self.graph_fallbacks: dict[str, str] = {}
-        self.check()
-
-    @abstractmethod
-    def check(self) -> None:
-        """Raise ``RuntimeUnavailable`` (naming what to install) if this cannot run here."""
-
-    @abstractmethod
-    def version(self) -> str: ...
-
-    @abstractmethod
-    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
-        """A zero-argument callable running one synchronous inference at batch ``self.batch``.
-
-        ``key`` (hashable, e.g. a BlockKey or Arch) lets a runtime reuse work between calls
-        for the same graph (the profiler's rounds)."""
-
-    def info(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version(), "provider": self.provider, "timing": self.timing}
-
-    @property
-    def timer(self) -> str:
-        """What times a call (the table's ``measurement.timer``)."""
-        return "perf_counter_ns"
-
-    @property
-    def timing(self) -> str:
-        """``cuda_graph`` when this runtime replays captured graphs, else ``eager``."""
-        return GRAPH if self.cuda_graph else EAGER
-
-    def _fell_back(self, key: Any, reason: str) -> None:
-        label = str(key) if key is not None else "an unnamed graph"
-        self.graph_fallbacks[label] = reason
-        log.warning("CUDA graph capture failed for %s, timed eager instead: %s", label, reason)
-
-    def overhead_runner(self, in_shape: tuple[int, int, int] = (8, 8, 8)) -> Callable[[], Any]:
-        """A runner for an (almost) empty graph: the fixed cost of one call."""
-        return self.prepare(_Tiny(), in_shape)
-
-    def _input(self, in_shape: tuple[int, int, int]) -> torch.Tensor:
-        g = torch.Generator().manual_seed(0)
-        return torch.randn(self.batch, *in_shape, generator=g)
-
-
-class _Tiny(nn.Module):
-    """The smallest graph every runtime accepts: one elementwise op."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 1.5
-
-
 _GPU_EP_HINT = {
     "CUDAExecutionProvider": "pip install onnxruntime-gpu (with a CUDA GPU and its driver)",
     "TensorrtExecutionProvider": "pip install onnxruntime-gpu tensorrt (TensorRT's libraries on LD_LIBRARY_PATH)",
@@ -141,9 +59,6 @@ _CACHE_BYTES = 4 << 30  # exported graphs kept for later rounds (export + quanti
 def _exported(rt: Runtime, module: nn.Module, in_shape: tuple[int, int, int], key: Any) -> bytes:
     """``module`` exported to ONNX at ``rt``'s batch, QDQ-quantized with ``rt.qdq_settings()`` for
     int8 (calibrated on four seeded batches); cached on ``rt`` per ``key`` when given."""
-    from nas.compress.ptq import quantize_qdq
-    from nas.export.onnx import export_onnx
-
     cache: dict = rt.__dict__.setdefault("_onnx_cache", {})
     if key is not None and (key, in_shape) in cache:
         return cache[(key, in_shape)]
@@ -161,14 +76,14 @@ def trt_ep_options(precision: str) -> dict[str, Any]:
     return {"trt_fp16_enable": precision in ("fp16", "int8"), "trt_int8_enable": precision == "int8"}
 
 
-@_register("onnxruntime")
+@register("onnxruntime")
 class OnnxRuntime(Runtime):
     precisions = ("fp32", "fp16", "int8")
     _PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
 
     def check(self) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime as ort  # optional heavy runtime: checked where a target names it
         except ImportError:
             raise RuntimeUnavailable("onnxruntime is not installed: pip install onnxruntime "
                                      "(onnxruntime-gpu for the CUDA / TensorRT providers)") from None
@@ -187,15 +102,13 @@ class OnnxRuntime(Runtime):
             raise RuntimeUnavailable(f"cuda_graph=true with onnxruntime needs CUDAExecutionProvider, not {self.provider}")
 
     def version(self) -> str:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional heavy runtime: loaded by check() already
 
         return ort.__version__
 
     def qdq_settings(self) -> dict[str, Any]:
         """int8 QDQ settings: TensorRT's symmetric form for the TensorRT provider (it refuses a zero
         point other than 0), onnxruntime's u8/s8 form for the CPU and CUDA providers."""
-        from nas.compress.ptq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS
-
         return copy.deepcopy(TENSORRT_QDQ_SETTINGS if self.provider == "TensorrtExecutionProvider" else QDQ_SETTINGS)
 
     def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
@@ -205,8 +118,6 @@ class OnnxRuntime(Runtime):
     def session(self, data: bytes, *, graph: bool = False):
         """An onnxruntime session on this runtime's provider; ``graph``: with the CUDA provider's
         ``enable_cuda_graph`` (its first run captures, later runs replay)."""
-        from nas.export.onnx import ort_session
-
         providers: list[Any] = [self.provider]
         if graph:
             providers = [(self.provider, {"enable_cuda_graph": "1"})]
@@ -236,7 +147,7 @@ class OnnxRuntime(Runtime):
         return self._bound_runner(data, in_shape, graph=False)
 
     def _bound_runner(self, data: bytes, in_shape: tuple[int, int, int], *, graph: bool) -> Callable[[], Any]:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional heavy runtime: loaded by check() already
 
         sess = self.session(data, graph=graph)
         x = self._input(in_shape).numpy()
@@ -265,7 +176,7 @@ class OnnxRuntime(Runtime):
         return runner
 
 
-@_register("torch")
+@register("torch")
 class TorchRuntime(Runtime):
     precisions = ("fp32", "fp16")
     cuda_api: Any = None  # torch.cuda (None) or a stand-in with its names, for tests without a GPU
@@ -326,13 +237,13 @@ class TorchRuntime(Runtime):
         return run
 
 
-@_register("torch_compile")
+@register("torch_compile")
 class TorchCompileRuntime(TorchRuntime):
     def _module(self, module: nn.Module) -> nn.Module:
         return torch.compile(super()._module(module), dynamic=False)
 
 
-@_register("tensorrt")
+@register("tensorrt")
 class TensorRTRuntime(Runtime):
     """A TensorRT engine built from the block's ONNX export with the ONNX parser
     (``nas.latency.bundle_trt``, which also runs standalone on devices): fp32; fp16 through the FP16 builder
@@ -342,10 +253,8 @@ class TensorRTRuntime(Runtime):
     precisions = ("fp32", "fp16", "int8")
 
     def check(self) -> None:
-        from nas.latency import bundle_trt
-
         try:
-            import tensorrt
+            import tensorrt  # optional heavy runtime: checked where a target names it
         except ImportError:
             raise RuntimeUnavailable(
                 "TensorRT is not installed: pip install tensorrt (or use JetPack's python3-libnvinfer), "
@@ -360,7 +269,7 @@ class TensorRTRuntime(Runtime):
             raise RuntimeUnavailable("TensorRT needs a CUDA device, and torch sees none here")
 
     def version(self) -> str:
-        import tensorrt
+        import tensorrt  # optional heavy runtime: loaded by check() already
 
         return tensorrt.__version__
 
@@ -369,8 +278,6 @@ class TensorRTRuntime(Runtime):
 
     def qdq_settings(self) -> dict[str, Any]:
         """TensorRT's symmetric int8 QDQ settings (zero point 0, per-channel weights, float biases)."""
-        from nas.compress.ptq import TENSORRT_QDQ_SETTINGS
-
         return copy.deepcopy(TENSORRT_QDQ_SETTINGS)
 
     def onnx_bytes(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
@@ -380,12 +287,10 @@ class TensorRTRuntime(Runtime):
     def plan(self, data: bytes, *, key: Any = None) -> bytes:
         """The serialized engine for ONNX ``data`` (building takes seconds: cached per ``key``, so a
         later round deserializes a fresh engine instead of building again)."""
-        from nas.latency.bundle_trt import build_plan
-
         cache: dict = self.__dict__.setdefault("_plan_cache", {})
         if key is not None and key in cache:
             return cache[key]
-        plan = build_plan(data, self.precision)
+        plan = bundle_trt.build_plan(data, self.precision)
         if key is not None and sum(map(len, cache.values())) + len(plan) <= _CACHE_BYTES:
             cache[key] = plan
         return plan
@@ -402,13 +307,11 @@ class TensorRTRuntime(Runtime):
         """Bind the seeded input (``self._input``) and an output buffer per output tensor, as torch
         CUDA tensors, once; a call is ``execute_async_v3`` on a side stream, then its synchronize.
         ``runner.outputs`` holds the output tensors by name (for comparing with torch)."""
-        from nas.latency.bundle_trt import Engine, io_tensors
-
-        built = Engine(plan)
+        built = bundle_trt.Engine(plan)
         x = self._input(in_shape).cuda()
         tensors: dict[str, torch.Tensor] = {}
         inputs = set()
-        for name, is_input, shape, dtype in io_tensors(built, x.shape):
+        for name, is_input, shape, dtype in bundle_trt.io_tensors(built, x.shape):
             if is_input:
                 inputs.add(name)
             tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
@@ -430,8 +333,6 @@ class TensorRTRuntime(Runtime):
 
 def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
     """The runtime a target config names (``runtime``, ``provider``, ``precision``, ...)."""
-    from nas.latency import runtimes_edge  # noqa: F401  # registers executorch and openvino (imports neither)
-
     t = Target.coerce(target)
     return RUNTIMES[t.runtime](
         provider=t.provider or "",

@@ -15,30 +15,63 @@ slow part, seconds per block) and returns a zero-argument callable running one i
   layers in f32, never bf16 on CPUs with AMX) and ``PERFORMANCE_HINT=LATENCY``; one
   infer request with its input set once (its outputs are the request's own buffers).
 
-Converters live in ``nas.export.edge`` (shared with ``nas.export format=pte|openvino``).  Int8 blocks
+Converters live in ``nas.export.edge`` (shared with ``nas.export format=pte|openvino``); ``require``
+checks that a runtime's packages are installed.  Int8 blocks
 are calibrated on a few seeded random inputs, as the onnxruntime int8 tables are.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from nas.latency.runtimes import Runtime, RuntimeUnavailable, _register
+from nas.export import edge
+from nas.latency.device import RuntimeUnavailable
+from nas.latency.runtime_base import Runtime, register
 
-__all__ = ["ExecuTorchRuntime", "OpenVINORuntime"]
+__all__ = ["ExecuTorchRuntime", "OpenVINORuntime", "require"]
 
 _CALIB = 4  # random input batches calibrating an int8 block
 _CACHE_ITEMS = 512  # converted blocks kept for the profiler's later rounds
 
 
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
+# what each runtime needs, and the extra that installs it
+_NEEDS = {
+    "executorch": ("executorch.runtime", "executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner"),
+    "openvino": ("openvino",),
+    "openvino-int8": ("openvino", "nncf"),
+}
 
+
+def require(what: str) -> None:
+    """Check that the packages a runtime (and its converter) needs are installed.
+
+    Args:
+        what: ``"executorch"``, ``"openvino"`` or ``"openvino-int8"`` (OpenVINO with NNCF).
+
+    Raises:
+        RuntimeUnavailable: one line naming the missing module and the command that installs it.
+    """
+    extra = what.split("-")[0]
+    for mod in _NEEDS[what]:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(mod)
+        except ImportError as e:
+            raise RuntimeUnavailable(
+                f"{extra} runtime: {e.name or mod} is not installed: pip install \"hwnas[{extra}]\"") from None
+
+
+
+def _version(dist: str) -> str:
     try:
         return version(dist)
     except PackageNotFoundError:
@@ -54,8 +87,6 @@ class _EdgeRuntime(Runtime):
     io = ""
 
     def check(self) -> None:
-        from nas.export.edge import require
-
         if self.device_kind != "cpu":
             raise RuntimeUnavailable(f"runtime {self.name!r} runs on the CPU; the target's device.kind is "
                                      f"{self.device_kind!r}: set device.kind: cpu")
@@ -87,7 +118,7 @@ class _EdgeRuntime(Runtime):
         return value
 
 
-@_register("executorch")
+@register("executorch")
 class ExecuTorchRuntime(_EdgeRuntime):
     provider_name = "XNNPACK"
     package = "executorch"
@@ -95,9 +126,7 @@ class ExecuTorchRuntime(_EdgeRuntime):
 
     def pte(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
         """The ExecuTorch program this runtime runs for ``module`` (cached per ``key``)."""
-        from nas.export.edge import pte_bytes
-
-        return self._cached(key, in_shape, lambda: pte_bytes(
+        return self._cached(key, in_shape, lambda: edge.pte_bytes(
             module, self._input(in_shape), precision=self.precision,
             calib=self.calibration(in_shape) if self.precision == "int8" else ()))
 
@@ -107,9 +136,7 @@ class ExecuTorchRuntime(_EdgeRuntime):
     def runner_for_pte(self, data: bytes, in_shape: tuple[int, int, int],
                        x: torch.Tensor | None = None) -> Callable[[], Any]:
         """A runner for an ExecuTorch program; ``runner.output()`` is its last output (numpy)."""
-        from nas.export.edge import pte_method
-
-        method = pte_method(data, threads=self.threads)
+        method = edge.pte_method(data, threads=self.threads)
         inputs = (self._input(in_shape) if x is None else x,)
         last: list[Any] = list(method.execute(inputs))
 
@@ -120,7 +147,7 @@ class ExecuTorchRuntime(_EdgeRuntime):
         return runner
 
 
-@_register("openvino")
+@register("openvino")
 class OpenVINORuntime(_EdgeRuntime):
     provider_name = "CPU"
     package = "openvino"
@@ -128,18 +155,14 @@ class OpenVINORuntime(_EdgeRuntime):
     io = "input tensor set once; outputs in the infer request's own buffers"
 
     def info(self) -> dict[str, Any]:
-        from nas.export.edge import OPENVINO_CONFIG
-
-        out = {**super().info(), "config": dict(OPENVINO_CONFIG)}
+        out = {**super().info(), "config": dict(edge.OPENVINO_CONFIG)}
         if self.precision == "int8":
             out["nncf"] = _version("nncf")
         return out
 
     def model(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Any:
         """The ``openvino.Model`` this runtime runs for ``module`` (cached per ``key``)."""
-        from nas.export.edge import openvino_model
-
-        return self._cached(key, in_shape, lambda: openvino_model(
+        return self._cached(key, in_shape, lambda: edge.openvino_model(
             module, self._input(in_shape), precision=self.precision,
             calib=[c.numpy() for c in self.calibration(in_shape)] if self.precision == "int8" else ()))
 
@@ -150,13 +173,11 @@ class OpenVINORuntime(_EdgeRuntime):
                          x: np.ndarray | None = None) -> Callable[[], Any]:
         """A runner for an OpenVINO model (an ``openvino.Model`` or an IR ``.xml`` path): compiled here,
         one infer request, its input tensor set once; ``runner.output()`` is its last output (numpy)."""
-        import openvino as ov
-
-        from nas.export.edge import openvino_compile
+        import openvino as ov  # optional heavy runtime: only where an OpenVINO model runs
 
         if not isinstance(model, ov.Model):
             model = ov.Core().read_model(str(model))
-        request = openvino_compile(model, threads=self.threads).create_infer_request()
+        request = edge.openvino_compile(model, threads=self.threads).create_infer_request()
         xin = np.ascontiguousarray(self._input(in_shape).numpy() if x is None else x)
         request.set_input_tensor(ov.Tensor(xin))
         infer = request.infer

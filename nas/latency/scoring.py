@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.stats import kendalltau
 
 __all__ = ["drift_ratios", "score"]
 
 
 def score(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
     """within_5pct, within_10pct (fractions), mape (%), kendall_tau, n."""
-    from scipy.stats import kendalltau
-
     p, m = np.asarray(pred, float), np.asarray(meas, float)
     err = np.abs(p - m) / m
     tau = float(kendalltau(p, m).statistic) if len(m) > 1 else float("nan")

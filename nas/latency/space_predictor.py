@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-from nas.arch import BlockKey
+from nas.arch import BlockKey, ConvBlock, Head
+from nas.space import STAGE_KINDS
 
 if TYPE_CHECKING:  # the predictor compiles itself into a SpacePredictor (predictor -> space_predictor)
     from nas.latency.predictor import LatencyPredictor
@@ -100,9 +101,6 @@ class SpacePredictor:
     """
 
     def __init__(self, predictor: LatencyPredictor, space) -> None:
-        from nas.arch import ConvBlock, Head
-        from nas.space import STAGE_KINDS
-
         self.space = space
         names = list(space.param_choices())
         self.col = {n: i for i, n in enumerate(names)}

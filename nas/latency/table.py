@@ -55,7 +55,9 @@ from typing import Any
 
 from nas._io import atomic_write_json, file_lock
 from nas.arch import Arch, BlockKey
-from nas.latency.cuda_graph import timing_label
+from nas.latency import device
+from nas.latency.base import timing_label
+from nas.latency.device import device_mismatch
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
 from nas.target import Target
 
@@ -361,11 +363,9 @@ class LatencyTable:
     def measured_elsewhere(self, here: dict[str, Any] | None = None) -> str | None:
         """Why this machine (``here``, default ``device_identity()`` of the table's device kind) is not the
         processor the table was measured on, or None: name, ISA flags and CPU family/model must all be the same."""
-        from nas.latency.device import device_identity, device_mismatch
-
         dev = self.metadata.get("device") or {}
         dev = {**dev, "name": str(dev.get("name", "?"))}
-        return device_mismatch(dev, here or device_identity(dev.get("kind", "cpu")), exact=True)
+        return device_mismatch(dev, here or device.device_identity(dev.get("kind", "cpu")), exact=True)
 
     def check_target(self, target: Target | Mapping[str, Any], *, allow_mismatch: bool = False) -> list[str]:
         """Compare metadata with a target config; raise ``TableMismatchError`` on a difference.
@@ -386,8 +386,7 @@ class LatencyTable:
         for f in MATCH_FIELDS:
             got = _field(self.metadata, f)
             if f == "device.name" and target.device.kind != "cpu" and want[f] is not None:
-                from nas.latency.device import device_mismatch  # a board or GPU by the words of its name
-
+                # a board or GPU by the words of its name
                 if not device_mismatch({"name": want[f]}, {"kind": target.device.kind, "name": got}):
                     continue
             if want[f] is not None and got != want[f]:

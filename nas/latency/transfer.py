@@ -47,6 +47,7 @@ from nas.latency.base import Prediction
 from nas.latency.block_model import KINDS, BlockFeaturizer, make_block_model
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.table import Entry, LatencyTable, _field, resolve_table_path
+from nas.resources import tables_dir, user_tables_dir
 
 __all__ = ["AUTO", "COMPATIBLE_FIELDS", "METHODS", "TransferPredictor", "check_compatible", "find_sources",
            "resolve_sources"]
@@ -88,8 +89,6 @@ def find_sources(table: LatencyTable) -> list[Path]:
     measured (not an estimate), of the same runtime, provider, precision, batch and threads
     (``COMPATIBLE_FIELDS``), on another device (not ``table``'s own file, not a table of the same
     device name and CPU flags).  A file that does not load as a table is passed over."""
-    from nas.resources import tables_dir, user_tables_dir
-
     mine = table.metadata.get("device") or {}
     found: dict[str, Path] = {}
     for folder in (user_tables_dir(), tables_dir()):

@@ -54,16 +54,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 from sklearn.base import clone
+from sklearn.linear_model import LinearRegression
 
 from nas._io import atomic_write_json
 from nas.arch import Arch
 from nas.cost import arch_cost
+from nas.latency.budget_curve import budget_plot, budget_report
+from nas.latency.bundle import bundle_networks, bundle_results
+from nas.latency.device import device_identity
+from nas.latency.load import load_latency_model
+from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks, pruned_archs, round_order
 from nas.latency.reproducibility import table_ceiling
 from nas.latency.roofline import Roofline
+from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
+from nas.space import list_calibration_spaces, load_space, space_names
+from nas.target import Target
+from nas.timm_arch import arch_from_spec
 
 __all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "WITHOUT_TRANSFER", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
            "round_order", "score",
@@ -191,8 +202,6 @@ def reproducibility_lines(report: dict[str, Any]) -> list[str]:
 
 def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet) -> dict[str, np.ndarray]:
     """Each method's predictions for the held-out set; the FLOPs fit uses the calibration networks."""
-    from sklearn.linear_model import LinearRegression
-
     nets = table_networks(predictor.table_)
     if len(nets) < 2:
         raise ValueError("the table has fewer than 2 calibration networks: run `python -m nas.profile` for the "
@@ -211,8 +220,6 @@ def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationS
 def _calibration_only_names() -> set[str]:
     """The space names (``Arch.name`` of their networks) of the calibration-only spaces in
     search_spaces/calibration/."""
-    from nas.space import list_calibration_spaces, load_space
-
     return {load_space(n).name for n in list_calibration_spaces()}
 
 
@@ -294,18 +301,14 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
 
 
 def scatter_plot(report: dict[str, Any], path: str | Path, *, title: str = "") -> Path:
-    """Predicted vs measured for every method, with the ±10% band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Predicted vs measured for every method, with the ±10% band (a ``Figure`` of its own, no pyplot)."""
     pts = report["points"]
     methods = list(report["methods"])
     meas = np.array([p["measured_ms"] for p in pts])
     cols = min(len(methods), 4)  # up to 4 per row: 7 methods side by side are too thin to read
     rows = -(-len(methods) // cols)
-    fig, grid = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.4 * rows), sharex=True, sharey=True, squeeze=False)
+    fig = Figure(figsize=(4.2 * cols, 4.4 * rows))
+    grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     axes = grid.ravel()
     for ax in axes[len(methods):]:
         ax.set_visible(False)
@@ -338,7 +341,6 @@ def scatter_plot(report: dict[str, Any], path: str | Path, *, title: str = "") -
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, dpi=110)
-    plt.close(fig)
     return p
 
 
@@ -347,9 +349,6 @@ def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], 
     """``n`` held-out samples and ``pruned`` held-out pruned networks spread over ``spaces``, plus
     the ``models`` (``timm:<name>``, or an Arch JSON file), with their groups (space name,
     ``<space> pruned``, ``timm`` or ``arch files``)."""
-    from nas.from_timm import arch_from_spec
-    from nas.space import load_space
-
     archs, groups = [], []
     for i, name in enumerate(spaces):
         k = n // len(spaces) + (i < n % len(spaces))
@@ -378,18 +377,40 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
                     out: str | Path = "validation/report.json", seed: int = VALIDATION_SEED, settings=None,
                     drift_anchors: int = 10, recalibrate: bool = False, allow_mismatch: bool = False,
                     bundle: str | Path | None = None, progress: bool = True, say=log.info) -> dict[str, Any]:
-    """Measure held-out networks on this machine (or take those a device ``bundle`` measured, written
-    with ``held_out=N``) and score every method (``validate``); write the
-    report (JSON) to ``out`` and its scatter plot beside it (``out`` with ``.png``); for a table
-    built under a budget, or missing blocks of the spaces, also what it reached and what more
-    measuring would buy (``report["budget"]``, plotted to ``.budget.png``).  The
-    ``nas.validate`` command.  Ctrl-C raises ``Interrupted``; the measurements so far are cached."""
-    from nas.latency.measure import Interrupted, ProfileSettings
-    from nas.latency.predictor import load_latency_model
-    from nas.latency.profiler import space_names
-    from nas.latency.runtimes import device_identity, get_runtime
-    from nas.target import Target
+    """Score a target's latency predictor against held-out networks measured on the device (the
+    ``nas.validate`` command).
 
+    The networks are measured on this machine, or taken from a device ``bundle`` written with
+    ``held_out=N``; every method (the predictor, its variants, the roofline) is scored on them.  The
+    report goes to ``out`` (JSON) with its scatter plot beside it (``.png``); for a table built under
+    a budget, or missing blocks of the spaces, also what it reached and what more measuring would buy
+    (``report["budget"]``, plotted to ``.budget.png``).
+
+    Args:
+        target: the target (a ``Target`` or its dict) whose measured table is validated.
+        n: seeded held-out networks drawn from the spaces.
+        pruned: seeded pruned-like held-out networks.
+        models: timm models (``timm:<name>``) measured too.
+        spaces: the search spaces to draw from (default: the table's).
+        resolution: their input resolution (default: the target's).
+        out: the report file.
+        seed: the seed of the held-out draw (other than the calibration's).
+        settings: the measuring loop's settings (``ProfileSettings``).
+        drift_anchors: calibration networks per space re-measured to check the table for drift.
+        recalibrate: also score the predictor recalibrated on those.
+        allow_mismatch: accept a table whose metadata differs from the target.
+        bundle: a bundle folder whose ``results.json`` holds the held-out networks measured on the device.
+        progress: show a progress bar.
+        say: where progress lines go.
+
+    Returns:
+        The report: ``methods`` (within ±5% / ±10%, MAPE, Kendall τ, n per method), ``groups``,
+        ``points``, and ``drift``, ``budget``, ``table_reproducibility`` where they apply.
+
+    Raises:
+        ValueError: the target has no measured table, or nothing to validate.
+        Interrupted: Ctrl-C (the measurements so far are cached: a re-run continues).
+    """
     target = Target.coerce(target)
     # the table as built: a refresh record is not applied (predictor_rescaled is the drift check's)
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
@@ -431,8 +452,6 @@ def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[s
 
 def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool) -> dict[str, Any]:
     """Score ``vs``, add the budget section, write the report and its plots."""
-    from nas.latency.profiler import space_names
-
     report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate)
     report["target"] = target.name
     report["table"] = model.describe()
@@ -450,8 +469,6 @@ def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, 
 def bundle_validation_set(model: LatencyPredictor, results: str | Path, *, allow_mismatch: bool = False) -> ValidationSet:
     """The held-out networks a device bundle measured (``nas.profile ... bundle=<dir> held_out=N``),
     refused unless measured on the device, runtime and precision of the predictor's table."""
-    from nas.latency.bundle import bundle_networks, bundle_results
-
     res = bundle_results(results)
     meta = model.table_.metadata
     diffs = [f"{f} {res.get(f)!r} vs the table's {meta.get(f)!r}" for f in ("precision", "batch", "threads")
@@ -474,13 +491,8 @@ def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str
                     report: dict[str, Any], out: Path, *, title: str) -> dict[str, Any] | None:
     """``nas.latency.budget_curve.budget_report`` for a budgeted or partial table, with its plot
     (``out`` with ``.budget.png``) when matplotlib is installed; None for a complete table."""
-    from nas.latency.budget_curve import budget_plot, budget_report
-    from nas.space import load_space
-
     keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
     budget = budget_report(model, vs, space_keys=keys, reached=report["methods"]["predictor"])
     if budget is not None:
         budget["plot"] = budget_plot(budget, out.with_suffix(".budget.png"), title=title)
-        if budget["plot"] is None:
-            budget["plot_note"] = "matplotlib is not installed: no plot (pip install matplotlib)"
     return budget

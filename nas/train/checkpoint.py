@@ -3,7 +3,8 @@
 A checkpoint is a dict (``torch.save``) with ``format`` = ``CKPT_FORMAT``, the stage, the ``Arch``,
 the QAT settings (None for a float network), the finished epoch count, ``meta`` (what defines the
 run: checked on resume, differences named by ``diff_messages``), the model and optimizer states
-and the per-epoch history.  ``export_checkpoint`` (``python -m nas.export``) reads one and exports it.
+and the per-epoch history.  ``nas.train.deploy.export_checkpoint`` (``python -m nas.export``) reads one and
+exports it.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from torch import nn
 
-from nas._checks import check_number
 from nas._io import atomic_write_bytes
 from nas.arch import Arch
-from nas.target import PRECISIONS, Target
-from nas.train.card import card_path, dataset_record, deployment_card, write_card
-from nas.train.settings import ExportSettings
+from nas.builder import build, state_dict_diff
+from nas.compress.qat import prepare_qat
+from nas.compress.quant_settings import QuantSettings
 
 __all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "checkpoint_data_settings", "diff_messages",
-           "export_checkpoint",
            "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
@@ -111,8 +111,6 @@ def arch_differences(ckpt_arch: Mapping[str, Any], arch: Mapping[str, Any], *, n
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:
     """``load_state_dict`` with an error that names what does not match."""
-    from nas.builder import state_dict_diff
-
     missing, extra, shapes = state_dict_diff(model.state_dict(), state)
     if missing or extra or shapes:
         parts = []
@@ -128,9 +126,6 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) 
 
 def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "checkpoint") -> nn.Module:
     """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``."""
-    from nas.builder import build
-    from nas.compress.qat import QuantSettings, prepare_qat
-
     if ckpt.get("arch") is not None and Arch.from_dict(ckpt["arch"]) != arch:
         diff = arch_differences(ckpt["arch"], arch.to_dict(), now="in the Arch given")
         raise ValueError(f"{where} was trained for another Arch ({diff}); give the Arch it was trained with")
@@ -156,8 +151,6 @@ def load_arch_file(path: str | Path) -> Arch:
     text = p.read_text()
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
             doc = yaml.safe_load(text)
         else:
             doc = json.loads(text)
@@ -197,77 +190,3 @@ def checkpoint_data_settings(ckpt: Mapping[str, Any], arch: Arch, *, data: Mappi
         raise ValueError("the checkpoint records no image folder (it was written before checkpoints kept it): "
                          "give data_root=<the folder it was trained on>")
     return d
-
-
-def export_checkpoint(
-    *,
-    arch_path: str | Path | None = None,
-    weights: str | Path,
-    precision: str,
-    target: Target | Mapping[str, Any],
-    out: str | Path | None = None,
-    data: Mapping[str, Any] | None = None,
-    verify_samples: int = 500,
-    overwrite: bool = False,
-    allow_mismatch: bool = False,
-    export: ExportSettings | None = None,
-    data_root: str | None = None,
-) -> dict[str, Any]:
-    """Export a checkpoint to ONNX, verify it with onnxruntime, predict (and measure) its latency
-    (``nas.export.checkpoint.export_model``), and write its deployment card beside it
-    (``nas.train.card``).  The data comes from the checkpoint unless ``data`` / ``data_root`` say
-    otherwise (``checkpoint_data_settings``).
-
-    ``arch_path``: an Arch file (``load_arch_file``: an Arch, or a ``nas.train`` record holding
-    one); None: the Arch the checkpoint records (every ``nas.train`` checkpoint does).
-
-    Every input is checked before anything is written: an unsupported precision, a checkpoint
-    that does not match the Arch, an existing output without ``overwrite``.
-    """
-    export = export or ExportSettings()
-    target = Target.coerce(target)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    check_number("verify_samples", verify_samples, integer=True)
-    ckpt = load_checkpoint(weights)
-    if arch_path is not None:
-        arch = load_arch_file(arch_path)
-    elif isinstance(ckpt.get("arch"), Mapping):
-        arch = Arch.from_dict(dict(ckpt["arch"]))
-    else:
-        raise ValueError(f"weights={weights} is a bare state dict that records no Arch: give arch=<file> "
-                         f"(one of {ARCH_FILES})")
-    model = model_from_checkpoint(ckpt, arch, where=str(weights))
-    from nas.compress.qat import QATNet  # timm and onnx: once the inputs are read
-    from nas.data import DataSettings, load_data
-    from nas.export.checkpoint import export_model
-    from nas.export.verify import eval_split, split_note
-
-    is_qat = isinstance(model, QATNet)
-    if is_qat and precision == "fp32":
-        raise ValueError(f"{weights} is a QAT (int8) checkpoint: export it with precision=int8, or give the float "
-                         f"checkpoint (fp32.ckpt or pruned.ckpt) for precision=fp32")
-    out_path = Path(out) if out else Path(weights).with_suffix(f".{precision}.onnx")
-    for p in (out_path, out_path.with_suffix(".json")):
-        if p.exists() and not overwrite:
-            raise ValueError(f"{p} exists; pass overwrite=true or another out=")
-    dsettings = checkpoint_data_settings(ckpt, arch, data=data, data_root=data_root)
-    ds = load_data(DataSettings.from_dict(dsettings)) if dsettings else None
-    if ds is not None and (ds.in_chans, ds.resolution) != (arch.in_chans, arch.resolution):
-        raise ValueError(f"data {ds.name!r} gives {ds.in_chans}x{ds.resolution}px images but the Arch takes "
-                         f"{arch.in_chans}x{arch.resolution}px")
-    if precision == "int8" and not is_qat and ds is None:
-        raise ValueError("int8 export of a float checkpoint calibrates onnxruntime's PTQ on training images: "
-                         "give data=<dataset> (the checkpoint records none)")
-    rec = export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
-                       verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
-                       source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
-                               "weights": str(weights)})
-    if ds is not None:
-        v = rec["verify"]
-        write_card(deployment_card(
-            file=rec["onnx"], variant=Path(weights).stem, precision=precision, arch=arch, data=dataset_record(ds),
-            accuracy=v.get("onnx_accuracy"), split=eval_split(ds), split_note=split_note(ds),
-            predicted=rec["predicted"], measured=rec["measured"], target=target), rec["onnx"])
-        rec["card"] = str(card_path(rec["onnx"]))
-    return rec

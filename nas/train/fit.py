@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from nas.compress.qat import QATNet
 from nas.data import Dataset
 from nas.train.card import dataset_record
 from nas.train.checkpoint import (
@@ -307,8 +308,6 @@ def fit(
         return history
     if start:
         log.info("%s: resuming at epoch %d/%d from %s", stage, start + 1, epochs, path)
-    from nas.compress.qat import QATNet  # timm: imported when first needed, not with the config schemas
-
     t0 = [time.perf_counter()]
 
     def epoch_start(m: nn.Module, epoch: int) -> None:

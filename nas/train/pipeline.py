@@ -35,7 +35,7 @@ the running epoch).  Resuming with settings that change a stage's result is an e
 differences.  The report (``report.json``, ``report.md``) goes to ``<out>/``.
 
 The modules beside this one: ``settings`` (what can be set), ``search_run`` (reading the search),
-``fit`` (the training loop), ``checkpoint`` (checkpoints; ``export_checkpoint``), ``report``.
+``fit`` (the training loop), ``checkpoint`` (checkpoints), ``deploy`` (``export_checkpoint``), ``report``.
 """
 
 from __future__ import annotations
@@ -57,10 +57,17 @@ from nas.builder import build
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
+from nas.export.edge import EDGE_FORMATS
 from nas.export.onnx import export_onnx
-from nas.export.verify import calibration_inputs, eval_split, measure_onnx, onnx_accuracy, split_note
+from nas.export.qdq import quantize_qdq
+from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, split_note
+from nas.latency.load import load_latency_model
+from nas.latency.measure_model import measure_onnx
+from nas.space import SpaceError, load_space
+from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
 from nas.train.card import card_path, dataset_record, deployment_card, write_card
+from nas.train.deploy_edge import export_model, report_path
 from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, deployment_choice, quantization_record, write_report
@@ -109,8 +116,6 @@ def _data_settings(run: SearchRun, s: PipelineSettings) -> DataSettings:
 
 
 def _space_params(run: SearchRun, multiple: int | None) -> tuple[int, float | None]:
-    from nas.space import SpaceError, load_space
-
     if run.search_space:
         try:
             sp = load_space(run.search_space)
@@ -232,8 +237,6 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
                   ) -> list[dict[str, Any]]:
     """4. The ONNX variants (``export/``): fp32, pruned, the PTQ int8 baseline of the final float
     network and qat_int8, each scored, predicted and (here) measured."""
-    from nas.compress.ptq import quantize_qdq
-
     acc = res["torch_accuracy"]
     model, arch0 = models["fp32"]
     final, final_arch = models["final"]
@@ -259,8 +262,6 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
     or ``.xml``): fp32, pruned and int8 of the final float network (PT2E for ExecuTorch, NNCF for
     OpenVINO; calibrated on the PTQ baseline's images), and for OpenVINO the QAT network's QDQ graph,
     each run against torch on the test split, predicted and (on this CPU) measured."""
-    from nas.export.edge import EDGE_FORMATS, export_model, report_path
-
     fmt = {rt: f for f, rt in EDGE_FORMATS.items()}.get(ctx.s.target.runtime)
     if fmt is None:
         return []
@@ -337,9 +338,6 @@ def _load_supernet(s: PipelineSettings, run: SearchRun, data: Dataset) -> tuple[
     resolution: its weights do not depend on the input size, and every epoch recalibrates BatchNorm)."""
     if s.supernet is None:
         return None
-    from nas.space import load_space
-    from nas.supernet.checkpoint import check_matches, load_supernet
-
     if not run.search_space:
         raise ValueError(f"{run.path}: the search run names no search space, so supernet={s.supernet} cannot be "
                          f"checked against it; train from scratch (drop supernet=)")
@@ -350,9 +348,9 @@ def _load_supernet(s: PipelineSettings, run: SearchRun, data: Dataset) -> tuple[
 
 def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None = None,
                 say: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the pipeline on the selected Pareto architectures; write and return the report.
+    """Train the selected Pareto architectures of a search: full training, pruning, QAT, export.
 
-    One process at a time trains into an output folder (``<run>/train`` or ``s.out``): its lock is
+    Each model's stages are checkpointed as they finish; the same call again resumes them.  One process at a time trains into an output folder (``<run>/train`` or ``s.out``): its lock is
     ``nas._io.exclusive``'s, in the run's hidden ``.locks/`` folder.
 
     Args:
@@ -362,8 +360,18 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
         command: this process's command line, named to a second process that finds the lock held.
         say: where the waiting message goes (default: standard error).
 
+    Returns:
+        The report written to ``report.json`` / ``report.md`` in the output folder: per model, its
+        variants' accuracy, predicted and measured latency, and the deployment choice.
+
     Raises:
         nas._io.Busy: another process trains into the same folder and ``wait`` is false.
+        ValueError: a run dir that is not a search's, or settings that do not fit it.
+
+    Example::
+
+        from nas.train.settings import PipelineSettings
+        report = nas.train_front(PipelineSettings(run="runs/search", target=nas.load_target("cpu")))
     """
     out = Path(s.out or Path(s.run) / "train")
     with exclusive(out, what=f"training into {out}", wait=wait, command=command, say=say):
@@ -371,8 +379,6 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
 
 
 def _train_front(s: PipelineSettings) -> dict[str, Any]:
-    from nas.latency import load_latency_model
-
     run = load_search_run(s.run)
     idx = select_entries(run, s.select, s.max_ms)
     multiple, se_ratio = _space_params(run, s.prune.multiple)

@@ -35,7 +35,8 @@ from nas.compress.prune import LossProbe, PrunePlan, apply_plan, channel_importa
 from nas.cost import arch_cost
 from nas.data import Dataset
 from nas.export.onnx import export_onnx
-from nas.export.verify import eval_split, measure_onnx
+from nas.export.verify import eval_split
+from nas.latency.measure_model import measure_onnx
 from nas.train.fit import accuracy, fit
 
 __all__ = ["prune_guide", "stage_prune", "train_batches"]

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from nas._io import atomic_write_json, atomic_write_text
+from nas.compress.qat import quant_settings_for
+from nas.export.qdq import qdq_settings_for
 
 __all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "deployment_choice", "input_line",
            "quantization_record", "report_rows", "write_report"]
@@ -18,9 +20,6 @@ REPORT_SCHEMA = "hwnas.train_report"
 def quantization_record(reduce_range: bool, calib_samples: int, target: Any | None = None) -> dict[str, Any]:
     """How the int8 variants were quantized for ``target`` (the int8 target; None: onnxruntime's
     settings), the report's ``quantization``."""
-    from nas.compress.ptq import qdq_settings_for
-    from nas.compress.qat import quant_settings_for
-
     qs = quant_settings_for(target, reduce_range=reduce_range)
     acts = ("int8 symmetric per-tensor, zero point 0 (EMA min/max, then frozen)" if qs.symmetric else
             "uint8 asymmetric per-tensor (EMA min/max, then frozen)")

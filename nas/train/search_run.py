@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from nas.arch import Arch
 
 __all__ = ["SearchRun", "load_search_run", "model_id", "select_entries"]
@@ -56,8 +58,6 @@ def load_search_run(run: str | Path) -> SearchRun:
     space = (record.get("search_space") or {}).get("name")
     hydra_cfg = p / ".hydra" / "config.yaml"
     if hydra_cfg.is_file():  # the full data settings (root included) and the space as the user named it
-        from omegaconf import OmegaConf
-
         cfg = OmegaConf.to_container(OmegaConf.load(hydra_cfg), resolve=False)
         if isinstance(cfg, dict):
             if isinstance(cfg.get("data"), dict):

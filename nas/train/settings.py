@@ -166,7 +166,7 @@ class QATSettings:
     epochs: int = 4
     lr: float = 0.0005
     freeze_epochs: int = 1  # the last epochs train with frozen activation ranges
-    reduce_range: bool = True  # 7-bit weights: the same settings as the PTQ baseline (nas.compress.ptq.QDQ_SETTINGS)
+    reduce_range: bool = True  # 7-bit weights: the same settings as the PTQ baseline (nas.export.qdq.QDQ_SETTINGS)
     ema: float = 0.01  # activation range EMA momentum
     calib_batches: int = 16  # training batches for the initial min/max ranges
     distill: float = 0.0  # > 0: knowledge distillation from the fp32 (unpruned) network (KD weight)

@@ -211,8 +211,8 @@ def from_timm(
         TypeError: ``model_or_name`` is neither a string nor a module.
 
     Example:
-        >>> from nas.from_timm import from_timm
-        >>> arch = from_timm("mobilenetv2_100", num_classes=10)
+        >>> import nas
+        >>> arch = nas.from_timm("mobilenetv2_100", num_classes=10)
         >>> arch.name, arch.resolution, arch.head.num_classes
         ('mobilenetv2_100', 224, 10)
     """

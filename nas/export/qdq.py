@@ -1,4 +1,4 @@
-"""Quantization of ONNX graphs.
+"""Int8 QDQ ONNX graphs in each runtime's form.
 
 ``quantize_qdq``: onnxruntime's static post-training QDQ quantization of an fp32 ONNX model,
 calibrated on a few input batches (the baseline QAT is compared with, and how int8 latency tables
@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["QDQ_SETTINGS", "TENSORRT_QDQ_SETTINGS", "finalize_qdq", "qdq_settings_for", "quantize_qdq"]
 
@@ -62,15 +65,22 @@ def qdq_settings_for(target: Any | None) -> dict[str, Any]:
 
 def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target: Any | None = None,
                  **overrides: Any) -> bytes:
-    """Static post-training quantization to QDQ ONNX (the form onnxruntime and TensorRT consume).
+    """Quantize an fp32 ONNX model to int8 QDQ ONNX by onnxruntime's static post-training quantization,
+    in the form the target's runtime consumes (onnxruntime's u8/s8, or TensorRT's symmetric int8).
 
-    ``calib``: a list of numpy input batches for calibration.  Settings: ``qdq_settings_for(target)``;
-    ``overrides`` replace any of them (by the same names, values as strings: ``quant_format="QOperator"``,
-    ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
-    ``op_types_to_quantize``, ``extra_options``); ``python -m benchmarks quant`` compares them.
+    Args:
+        model: the fp32 ONNX model.
+        calib: numpy input batches to calibrate on.
+        input_name: the graph's input.
+        target: the target whose runtime's settings apply (``qdq_settings_for``; None: onnxruntime's).
+        **overrides: replace any of those settings by name (values as strings: ``quant_format="QOperator"``,
+            ``activation_type="QInt8"``) or add other ``quantize_static`` arguments (``nodes_to_exclude``,
+            ``op_types_to_quantize``, ``extra_options``).
+
+    Returns:
+        The QDQ ONNX model.
     """
-    import tempfile
-
+    # optional heavy runtime: onnxruntime's quantizer loads only where a graph is quantized
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -78,7 +88,7 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target
         QuantType,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.quantization.shape_inference import quant_pre_process  # optional runtime, as above
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -116,8 +126,6 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target
 
 def _dq(name: str, axis: int):
     """A DequantizeLinear node reading ``name`` (+ ``_scale``, ``_zero_point``) into ``name_dq``."""
-    from onnx import helper
-
     return helper.make_node("DequantizeLinear", [name, f"{name}_scale", f"{name}_zero_point"], [f"{name}_dq"],
                             name=f"{name}_DequantizeLinear", axis=axis)
 
@@ -125,8 +133,6 @@ def _dq(name: str, axis: int):
 def _without_identities(g) -> tuple[list, Callable[[str], np.ndarray | None]]:
     """The graph's nodes with Identity nodes resolved (kept where they give a graph output), and a
     lookup of constant values (initializers and Constant nodes) by tensor name."""
-    from onnx import numpy_helper
-
     inits = {i.name: i for i in g.initializer}
     alias = {n.output[0]: n.input[0] for n in g.node if n.op_type == "Identity"}
     outputs = {o.name for o in g.output}
@@ -158,8 +164,6 @@ def _without_identities(g) -> tuple[list, Callable[[str], np.ndarray | None]]:
 
 def _quantize_weight(n, w: np.ndarray, weight_qmax: int) -> tuple[np.ndarray, list, Any]:
     """Node ``n``'s float weight as int8 per output channel: (scale, initializers, DequantizeLinear)."""
-    from onnx import numpy_helper
-
     axis = 0
     if n.op_type == "Gemm":
         trans_b = next((a.i for a in n.attribute if a.name == "transB"), 0)
@@ -178,8 +182,6 @@ def _quantize_weight(n, w: np.ndarray, weight_qmax: int) -> tuple[np.ndarray, li
 
 def _quantize_bias(bname: str, b: np.ndarray, sx: np.ndarray, scale: np.ndarray) -> tuple[list, Any]:
     """A bias as int32 at scale input scale x weight scale: (initializers, DequantizeLinear)."""
-    from onnx import numpy_helper
-
     bscale = (np.float32(np.asarray(sx).reshape(())) * scale).astype(np.float32)
     qb = np.round(b.astype(np.float64) / bscale.astype(np.float64)).clip(-(2**31), 2**31 - 1).astype(np.int32)
     bb = f"{bname}_q"
@@ -192,9 +194,6 @@ def finalize_qdq(data: bytes, *, weight_qmax: int, quantize_bias: bool = True) -
     """Float conv / linear weights -> int8 per-channel behind DequantizeLinear; with ``quantize_bias``,
     biases of convs whose input is dequantized -> int32 (scale = input scale x weight scale), else
     they stay float (TensorRT's form).  Identity nodes are resolved.  Weights must already be on the quantization grid (``_materialize``)."""
-    import onnx
-    from onnx import TensorProto, numpy_helper
-
     m = onnx.load_from_string(data)
     g = m.graph
     inits = {i.name: i for i in g.initializer}
