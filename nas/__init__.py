@@ -27,7 +27,7 @@ _HOMES: dict[str, str] = {
     "from_timm": "nas.from_timm",
     "arch_cost": "nas.cost",
     "Target": "nas.target",
-    "load_target": "nas.target",
+    "load_target": "nas.latency.here",
     "load_latency_model": "nas.latency.predictor",
     "profile_target": "nas.latency.profile_workflow",
     "validate_target": "nas.latency.validate",

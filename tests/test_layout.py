@@ -28,6 +28,8 @@ LAYERS = {
     "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
     "nas.from_timm": 2, "nas._timm_blocks": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.target": 1,
+    "nas.machine": 0,
+    "nas.latency.bundle_device": 0,  # standalone, standard library only: copied into device bundles as it is
     "nas.registry": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._lazy": 0, "nas": 0,
 }
 ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
@@ -39,17 +41,17 @@ OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt"
 LAZY_DEBT: set[str] = {
     "nas._timm_blocks", "nas.arch", "nas.cli._common", "nas.cli.export", "nas.cli.predict", "nas.cli.profile",
     "nas.cli.search", "nas.cli.supernet", "nas.cli.train", "nas.cli.validate", "nas.compress.prune",
-    "nas.compress.prune_plan", "nas.compress.ptq", "nas.compress.qat", "nas.config", "nas.config.supernet",
-    "nas.config.train", "nas.data.datasets", "nas.data.stream", "nas.export.checkpoint", "nas.export.edge",
+    "nas.compress.prune_plan", "nas.compress.ptq", "nas.compress.qat",
+    "nas.data.datasets", "nas.data.stream", "nas.export.checkpoint", "nas.export.edge",
     "nas.export.onnx", "nas.export.verify", "nas.from_timm", "nas.latency.budget_curve", "nas.latency.bundle",
     "nas.latency.bundle_script", "nas.latency.bundle_trt", "nas.latency.calibration", "nas.latency.cuda_graph",
-    "nas.latency.device", "nas.latency.here", "nas.latency.measure", "nas.latency.predictor",
+    "nas.latency.measure", "nas.latency.predictor",
     "nas.latency.profile_jobs", "nas.latency.profile_workflow", "nas.latency.profiler", "nas.latency.roofline",
     "nas.latency.runtimes", "nas.latency.runtimes_edge", "nas.latency.scoring", "nas.latency.space_predictor",
     "nas.latency.table", "nas.latency.transfer", "nas.latency.validate", "nas.search.evaluate",
     "nas.search.journal", "nas.search.objective", "nas.search.results", "nas.search.samplers", "nas.search.storage",
     "nas.search.study", "nas.space", "nas.supernet.checkpoint", "nas.supernet.dist", "nas.supernet.model",
-    "nas.supernet.train", "nas.target", "nas.train.checkpoint", "nas.train.fit", "nas.train.pipeline",
+    "nas.supernet.train", "nas.train.checkpoint", "nas.train.fit", "nas.train.pipeline",
     "nas.train.report", "nas.train.search_run",
 }
 MAX_MODULE_LINES = 500

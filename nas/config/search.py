@@ -17,7 +17,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.config import TargetConfig, register_configs, schema_from
+from nas.config.common import register_configs
+from nas.config.schema import TargetConfig, schema_from
 from nas.data.settings import DataSettings
 from nas.search.evaluator_settings import (
     SupernetEvaluatorSettings,

@@ -17,7 +17,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.config import TargetConfig, register_configs, schema_from
+from nas.config.common import register_configs
+from nas.config.schema import TargetConfig, schema_from
+from nas.config.search import register_search_configs
 from nas.train.settings import ExportSettings, FitSettings, PruneSettings, QATSettings, TargetNames
 
 __all__ = [
@@ -85,8 +87,6 @@ class ExportAppConfig:
 
 
 def register_train_configs() -> None:
-    from nas.config.search import register_search_configs
-
     register_configs()
     register_search_configs()  # the `data` group's schema: nas.export data=<dataset>
     cs = ConfigStore.instance()

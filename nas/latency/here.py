@@ -28,7 +28,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
+import yaml
+
+from nas._io import atomic_write_text, file_lock
+from nas.latency.device import device_identity
+from nas.latency.roofline import measure_peaks
 from nas.resources import user_home
+from nas.target import HERE_NAMES, Target
+from nas.target import load_target as load_target_file
 
 __all__ = ["HERE", "HERE_GPU", "HERE_PREFIX", "ensure_here_target", "gpu_identity", "gpu_runtime", "here_gpu_slug",
            "here_slug",
@@ -72,8 +80,6 @@ def _physical_cores(text: str) -> int:
 def machine_identity() -> dict[str, Any]:
     """This machine's CPU as ``nas.latency.device.device_identity`` records it in a table's metadata,
     plus ``vendor`` and ``physical_cores``."""
-    from nas.latency.device import device_identity
-
     ident = device_identity("cpu")
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -106,10 +112,8 @@ def _fingerprint(ident: dict[str, Any]) -> str:
 def _device_of(path: Path) -> dict[str, Any] | None:
     """The ``device`` a target file at ``path`` records, or None when it cannot be read (an unreadable
     file is not this machine's: a new name is made beside it)."""
-    from omegaconf import OmegaConf
-
     try:
-        return OmegaConf.to_container(OmegaConf.load(path)).get("device") or {}
+        return yaml.safe_load(path.read_text()).get("device") or {}
     except Exception:
         return None
 
@@ -123,8 +127,6 @@ def _same_machine(path: Path, ident: dict[str, Any]) -> bool:
 
 def _target_file(header: str, body: dict[str, Any]) -> str:
     """A target YAML: the comment ``header``, the target schema as its default, then ``body``."""
-    import yaml
-
     return header + "defaults:\n  - /_target_schema@_here_\n  - _self_\n\n" + yaml.safe_dump(
         body, sort_keys=False, width=1000, default_flow_style=None)
 
@@ -166,8 +168,6 @@ def _yaml(name: str, ident: dict[str, Any], peaks: dict[str, Any]) -> str:
 def gpu_identity() -> dict[str, Any]:
     """This machine's first NVIDIA GPU as ``device_identity("gpu")`` records it (name, driver, CUDA);
     a one-line error when there is none."""
-    from nas.latency.device import device_identity
-
     ident = device_identity("gpu")
     if not ident.get("gpu"):
         raise ValueError(f"conf={HERE_GPU}: no NVIDIA GPU is visible on this machine (neither torch.cuda nor "
@@ -191,7 +191,7 @@ def gpu_runtime() -> tuple[str, str, str]:
     """The runtime ``conf=here_gpu`` measures with: ``(runtime, provider, why)``; onnxruntime's CUDA
     provider when onnxruntime-gpu offers it, else torch's CUDA runtime."""
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional runtime: torch's CUDA runtime measures without it
     except ImportError:
         return "torch", "cuda", "onnxruntime is not installed"
     if hasattr(ort, "preload_dlls"):
@@ -236,8 +236,6 @@ def measure_gpu_peaks(*, matmul_n: int = 4096, copy_mb: int = 1024,  # pragma: n
     """The first CUDA GPU's fp32 roofline figures, measured with torch and CUDA events (TF32 off):
     ``peak_gflops`` (an n x n MatMul), ``mem_bandwidth_gbs`` (a copy of ``copy_mb`` MB, read + write),
     ``overhead_us`` (per kernel of a chain of tiny ReLUs); ``spec_source`` says how."""
-    import torch
-
     dev = torch.device("cuda")
 
     def best_ms(fn, repeats: int = 10) -> float:
@@ -282,8 +280,6 @@ def ensure_here_target(*, kind: str = "cpu", ident: dict[str, Any] | None = None
     writing ``$HWNAS_HOME/target/<name>.yaml`` first when it does not exist (its roofline measured by
     ``measure``, default ``measure_peaks`` / ``measure_gpu_peaks``).  A file of that name describing
     another CPU (same slug, other flags) keeps its name; this one gets a suffix."""
-    from nas._io import atomic_write_text, file_lock
-
     gpu = kind == "gpu"
     ident = ident or (gpu_identity() if gpu else machine_identity())
     same, conf = (_same_gpu, HERE_GPU) if gpu else (_same_machine, HERE)
@@ -301,8 +297,6 @@ def ensure_here_target(*, kind: str = "cpu", ident: dict[str, Any] | None = None
                 return name
             say(f"conf={conf}: writing this machine's target {path} (measuring its roofline, a few seconds)")
             if measure is None:
-                from nas.latency.roofline import measure_peaks
-
                 measure = measure_gpu_peaks if gpu else measure_peaks
             if gpu:
                 rt = gpu_runtime()
@@ -314,3 +308,30 @@ def ensure_here_target(*, kind: str = "cpu", ident: dict[str, Any] | None = None
         raise ValueError(f"conf={conf}: cannot write this machine's target {path} ({e.strerror or e}); "
                          "set HWNAS_HOME to a writable folder") from None
     return name
+
+
+def load_target(name: str) -> Target:
+    """A target by name, this machine's own included (``nas.load_target``).
+
+    ``here`` / ``here_gpu`` name this machine's CPU / first NVIDIA GPU: the first use writes
+    ``$HWNAS_HOME/target/here_<slug>.yaml`` (its roofline measured here, a few seconds), later uses read
+    it.  Any other name is a target file, read by ``nas.target.load_target``.
+
+    Args:
+        name: a name from ``nas.target.target_names()``.
+
+    Returns:
+        The ``Target``.
+
+    Raises:
+        ValueError: an unknown name (listing the targets), a file whose fields are unknown or out of range,
+            ``here_gpu`` without a GPU, or ``$HWNAS_HOME`` not writable.
+
+    Example:
+        >>> import nas
+        >>> nas.load_target("here").device.kind
+        'cpu'
+    """
+    if name in HERE_NAMES:
+        name = ensure_here_target(kind="gpu" if name == HERE_GPU else "cpu")
+    return load_target_file(name)
