@@ -19,32 +19,11 @@ def _cli(module, *args, env=None):
                           timeout=300, env={**os.environ, **(env or {})})
 
 
-def test_commands_start_without_the_heavy_libraries():
-    """A command's help, a config typo or a refused start answer in about a second: the command
-    modules import torch, scikit-learn, timm and the runtimes only when the work needs them
-    (``scripts/bench_startup.py`` times it and lists what each import loads)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "scripts" / "bench_startup.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    loaded = {m: bench.loaded_by_import(m) for m in ("profile", "predict", "search", "train", "supernet", "export")}
-    assert loaded["profile"] == [] and loaded["predict"] == []
-    # search, train, supernet and export compose their schemas from the settings of the data, the evaluators
-    # (nas.search.evaluator_settings) and Optuna's samplers and pruners: Optuna (a few tens of ms), no torch
-    for cmd in ("search", "train", "supernet", "export"):
-        assert loaded[cmd] == ["optuna"], (cmd, loaded[cmd])
-
-
-def test_a_bad_value_is_refused_before_the_heavy_libraries_load(tmp_path):
-    """A value the config accepts but the command refuses: one line, exit code 2, nothing written, and
-    no torch loaded to say so (scripts/bench_startup.py times these)."""
+def test_a_bad_value_is_refused_in_one_line(tmp_path):
+    """A value the config accepts but the command refuses: one line, exit code 2, nothing written."""
     probe = ("import runpy, sys\n"
              "sys.argv = sys.argv[1:]\n"
-             "try:\n"
-             "    runpy.run_module(sys.argv[0], run_name='__main__')\n"
-             "finally:\n"
-             "    print('torch' in sys.modules, file=sys.stderr)\n")
+             "runpy.run_module(sys.argv[0], run_name='__main__')\n")
     for args, words in [(["nas.export", "conf=cpu"], "give weights=<checkpoint>"),
                         (["nas.export", "conf=cpu", f"weights={tmp_path / 'none.ckpt'}"], "none.ckpt: no such file"),
                         (["nas.profile", "conf=cpu", "search_space=no_such_space"], "unknown search space"),
@@ -53,7 +32,6 @@ def test_a_bad_value_is_refused_before_the_heavy_libraries_load(tmp_path):
         r = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and lines[0].startswith("error: ") and words in lines[0], (args, r.stderr)
-        assert lines[-1] == "False", (args, "torch was loaded")
     assert not list(tmp_path.iterdir())
 
 

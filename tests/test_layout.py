@@ -39,20 +39,15 @@ OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt"
 # modules whose imports are not yet at their top (shrinks to empty; their function-level imports are
 # left out of the circle and layer checks until then)
 LAZY_DEBT: set[str] = {
-    "nas._timm_blocks", "nas.arch", "nas.cli._common", "nas.cli.export", "nas.cli.predict", "nas.cli.profile",
-    "nas.cli.search", "nas.cli.supernet", "nas.cli.train", "nas.cli.validate", "nas.compress.prune",
-    "nas.compress.prune_plan", "nas.compress.ptq", "nas.compress.qat",
-    "nas.data.datasets", "nas.data.stream", "nas.export.checkpoint", "nas.export.edge",
-    "nas.export.onnx", "nas.export.verify", "nas.from_timm", "nas.latency.budget_curve", "nas.latency.bundle",
-    "nas.latency.bundle_script", "nas.latency.bundle_trt", "nas.latency.calibration", "nas.latency.cuda_graph",
-    "nas.latency.measure", "nas.latency.predictor",
+    "nas._timm_blocks", "nas.arch", "nas.cli.export", "nas.cli.predict", "nas.cli.profile", "nas.cli.train",
+    "nas.cli.validate", "nas.compress.prune", "nas.compress.prune_plan", "nas.compress.ptq", "nas.compress.qat",
+    "nas.export.checkpoint", "nas.export.edge", "nas.export.onnx", "nas.export.verify", "nas.from_timm",
+    "nas.latency.budget_curve", "nas.latency.bundle", "nas.latency.bundle_script", "nas.latency.bundle_trt",
+    "nas.latency.calibration", "nas.latency.cuda_graph", "nas.latency.measure", "nas.latency.predictor",
     "nas.latency.profile_jobs", "nas.latency.profile_workflow", "nas.latency.profiler", "nas.latency.roofline",
     "nas.latency.runtimes", "nas.latency.runtimes_edge", "nas.latency.scoring", "nas.latency.space_predictor",
-    "nas.latency.table", "nas.latency.transfer", "nas.latency.validate", "nas.search.evaluate",
-    "nas.search.journal", "nas.search.objective", "nas.search.results", "nas.search.samplers", "nas.search.storage",
-    "nas.search.study", "nas.space", "nas.supernet.checkpoint", "nas.supernet.dist", "nas.supernet.model",
-    "nas.supernet.train", "nas.train.checkpoint", "nas.train.fit", "nas.train.pipeline",
-    "nas.train.report", "nas.train.search_run",
+    "nas.latency.table", "nas.latency.transfer", "nas.latency.validate", "nas.space", "nas.train.checkpoint",
+    "nas.train.fit", "nas.train.pipeline", "nas.train.report", "nas.train.search_run",
 }
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80  # from the def (or its first decorator) to its last line, docstring included

@@ -19,7 +19,6 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from nas.arch import Arch
@@ -40,6 +39,7 @@ from nas.search.study import (
     run_search,
     write_outputs,
 )
+from nas.target import Target
 
 REPO = Path(__file__).resolve().parent.parent
 register_search_configs()
@@ -79,9 +79,8 @@ class FakeEvaluator(Evaluator):
         return EvalResult(1.0 - 1.0 / (1.0 + p / 2e4) + (seed % 97) * 1e-5, self.metric, 0.0, {"seed": float(seed)})
 
 
-def _target(name: str = "cpu") -> dict:
-    cfg = compose_app("search", [f"conf={name}"])
-    return OmegaConf.to_container(cfg.target, resolve=True)
+def _target(name: str = "cpu") -> Target:
+    return Target.coerce(compose_app("search", [f"conf={name}"]).target)  # as the command does, once
 
 
 @pytest.fixture(scope="module")

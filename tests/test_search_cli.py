@@ -15,9 +15,9 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-from nas.cli.search import _budget_given
 from nas.cli.search import run as search_run
 from nas.config import compose_app
+from nas.config.search import search_inputs
 from nas.search.study import make_sampler
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,9 +49,12 @@ def test_config_defaults_and_overrides():
 
 def test_a_budget_is_given_only_by_latency_budget_ms():
     """Without ``latency_budget_ms=`` the search places the target's budget among the space's networks."""
-    assert not _budget_given(_compose([])) and not _budget_given(_compose(["conf.latency_budget_ms=5"]))
-    for given in ("latency_budget_ms=15", "latency_budget_ms=null", "latency_budget_ms=0.1"):
-        assert _budget_given(_compose([given])), given
+    def given(overrides):
+        return search_inputs(_compose(overrides)).latency_budget_given
+
+    assert not given([]) and not given(["conf.latency_budget_ms=5"])
+    for budget in ("latency_budget_ms=15", "latency_budget_ms=null", "latency_budget_ms=0.1"):
+        assert given([budget]), budget
 
 
 @pytest.mark.parametrize(

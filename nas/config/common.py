@@ -14,8 +14,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from nas.config.schema import MeasureConfig, TargetConfig
+from nas.config.schema import MeasureConfig, TargetConfig, defaults_of
 from nas.latency.here import HERE, HERE_GPU, ensure_here_target
+from nas.latency.profile_workflow import profile_target
+from nas.latency.validate import validate_target
 from nas.resources import conf_dir, user_home
 from nas.target import target_names
 
@@ -23,6 +25,8 @@ __all__ = ["CONF_DIR", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
            "alias_override", "normalize_overrides", "register_configs"]
 
 CONF_DIR = conf_dir()
+_PROFILE = defaults_of(profile_target)  # the commands' defaults are the library's
+_VALIDATE = defaults_of(validate_target)
 
 
 @dataclass
@@ -44,22 +48,22 @@ class ProfileAppConfig:
     out: str | None = None  # table path; None = latency_tables/<conf.table>
     bundle: str | None = None  # write a device bundle to this folder instead of measuring
     import_bundle: str | None = None  # a bundle's results.json (or folder) to import into the table
-    held_out: int = 0  # with bundle=: seeded networks spread over the spaces, measured for validation only
+    held_out: int = _PROFILE["held_out"]  # with bundle=: seeded networks spread over the spaces, measured for validation only
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
     # stop measuring when these minutes are spent, most used blocks and calibration networks first;
     # the learned model predicts what is left, a re-run continues; None = no budget
     budget_min: float | None = None
-    calibration_networks: int = 40  # whole networks per space measured for the predictor's calibration
+    calibration_networks: int = _PROFILE["calibration_networks"]  # whole networks per space measured for the predictor's calibration
     # + this many per space narrowed as nas.train's pruning narrows them (blocks and networks)
-    pruned_networks: int = 20
+    pruned_networks: int = _PROFILE["pruned_networks"]
     # calibration-only spaces (search_spaces/calibration/) whose blocks and calibration_networks +
     # pruned_networks seeded networks are measured too; None = all of them when profiling all shipped
     # spaces at their own resolutions (no search_space=, no resolution=), else none
     calibration_spaces: list[str] | None = None
     # >0: measure nothing new; re-measure this many of the table's calibration networks per space and
     # store their median now/table ratio (metadata.refresh), by which the predictor scales
-    refresh: int = 0
+    refresh: int = _PROFILE["refresh"]
     # true: measure nothing new; re-measure every calibration network of the table and store those
     # figures (metadata.recalibration), on which the predictor then fits its calibration
     recalibrate: bool = False
@@ -91,13 +95,13 @@ class ValidateAppConfig:
 
     target: TargetConfig = MISSING
     search_space: Any = None  # a name / path or a list; None = every shipped space
-    n: int = 200  # held-out architectures in all, split evenly over the spaces
-    pruned: int = 0  # + this many held-out networks narrowed as nas.train's pruning narrows them
+    n: int = _VALIDATE["n"]  # held-out architectures in all, split evenly over the spaces
+    pruned: int = _VALIDATE["pruned"]  # + this many held-out networks narrowed as nas.train's pruning narrows them
     models: list[str] | None = None  # timm:<name> models or Arch JSON files to validate on as well (or instead: n=0)
     resolution: int | None = None  # input resolution of the held-out networks (null: the target's / the space's)
-    out: str = "validation/report.json"  # + .png scatter plot and a measurement cache beside it
-    seed: int = 7_000_001  # seed of the held-out networks (apart from the calibration networks' seeds)
-    drift_anchors: int = 10  # calibration networks per space re-measured beside the held-out set; 0 = none
+    out: str = _VALIDATE["out"]  # + .png scatter plot and a measurement cache beside it
+    seed: int = _VALIDATE["seed"]  # seed of the held-out networks (apart from the calibration networks' seeds)
+    drift_anchors: int = _VALIDATE["drift_anchors"]  # calibration networks per space re-measured beside the held-out set; 0 = none
     recalibrate: bool = False  # re-measure every calibration network and score the predictor calibrated on them
     # a device bundle's results.json (written with held_out=N): score on the networks it measured, measure nothing
     bundle: str | None = None

@@ -7,6 +7,7 @@ schemas, a field without a default required, ``???``), so each setting is writte
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from dataclasses import field
@@ -17,7 +18,7 @@ from omegaconf import MISSING
 from nas.latency.measure import ProfileSettings
 from nas.target import Device, Target
 
-__all__ = ["DeviceConfig", "MeasureConfig", "TargetConfig", "schema_from"]
+__all__ = ["DeviceConfig", "MeasureConfig", "TargetConfig", "defaults_of", "schema_from"]
 
 
 def _hydra_type(tp: Any) -> Any:
@@ -99,3 +100,23 @@ TargetConfig = schema_from(Target, schema_name="TargetConfig")
 
 
 MeasureConfig = schema_from(ProfileSettings, schema_name="MeasureConfig")
+
+
+def defaults_of(fn: Any) -> dict[str, Any]:
+    """The defaults of what a command calls, for its schema's fields: a command's setting keeps the
+    library's default instead of a copy of it.
+
+    Args:
+        fn: a function (its keyword defaults) or a dataclass (its fields' defaults).
+
+    Returns:
+        ``{name: default}`` for every parameter or field that has one.
+
+    Example:
+        >>> from nas.search.study import run_search
+        >>> defaults_of(run_search)["max_consecutive_failures"]
+        10
+    """
+    if dataclasses.is_dataclass(fn):
+        return {f.name: f.default for f in dataclasses.fields(fn) if f.default is not dataclasses.MISSING}
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.default is not inspect.Parameter.empty}

@@ -18,9 +18,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from nas.config.common import register_configs
-from nas.config.schema import TargetConfig, schema_from
+from nas.config.schema import TargetConfig, defaults_of, schema_from
 from nas.config.search import register_search_configs
-from nas.train.settings import ExportSettings, FitSettings, PruneSettings, QATSettings, TargetNames
+from nas.train.checkpoint import export_checkpoint
+from nas.train.settings import ExportSettings, FitSettings, PipelineSettings, PruneSettings, QATSettings, TargetNames
 
 __all__ = [
     "ExportAppConfig",
@@ -49,14 +50,14 @@ class TrainAppConfig:
 
     target: TargetConfig = MISSING
     run: str = MISSING  # a search run dir (pareto.json)
-    select: Any = "all"  # all | an index | a list of indices into pareto.json's front
+    select: Any = defaults_of(PipelineSettings)["select"]  # all | an index | a list of indices into pareto.json's front
     max_ms: float | None = None  # only architectures predicted at or under this latency (ms)
     epochs: int | None = None  # overrides train.epochs
     out: str | None = None  # null: <run>/train
     data_root: str | None = None  # where the dataset is, if not where the search found it
     train_samples: int | None = None  # training images (null: all; the search may have subsampled)
     resolution: int | None = None  # px trained and exported at (null: the search's deployment resolution)
-    seed: int = 0  # training seed
+    seed: int = defaults_of(PipelineSettings)["seed"]  # training seed
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     supernet: str | None = None  # a supernet.ckpt: start every network from its inherited weights, then fine-tune
     wait: bool = False  # another nas.train writing the same folder: wait for it to end (false: refuse at once)
@@ -80,7 +81,7 @@ class ExportAppConfig:
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)
-    verify_samples: int = 500  # images the export is checked on against torch
+    verify_samples: int = defaults_of(export_checkpoint)["verify_samples"]  # images the export is checked on against torch
     overwrite: bool = False  # replace an existing out= file
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     export: ExportConfig = field(default_factory=ExportConfig)  # the export's settings: export.<key>=<value>

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+import torch
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from nas.arch import Arch
@@ -128,8 +130,6 @@ class TrialOutcome:
 
 def _space_digest(space: SearchSpace) -> str:
     try:
-        from omegaconf import OmegaConf
-
         data: Any = OmegaConf.to_container(OmegaConf.load(space.source), resolve=True)
     except Exception:  # not a file (built in code): the parameter encoding is what we have
         data = {k: list(v) for k, v in space.param_choices().items()}
@@ -162,7 +162,9 @@ class SearchProblem:
                              f"evaluator={evaluator.name} has no epochs to stop early: use pruner=none")
         self.pruner = pruner
         self.space, self.data, self.evaluator, self.latency = space, data, evaluator, latency
-        self.target, self.budgets, self.train_seed = Target.coerce(target), budgets, int(train_seed)
+        if not isinstance(target, Target):
+            raise TypeError(f"target must be a Target (nas.load_target(name)), got {type(target).__name__}")
+        self.target, self.budgets, self.train_seed = target, budgets, int(train_seed)
         self.deploy_resolution = int(deploy_resolution or self.target.resolution or space.resolution)
         self.bytes_per_act = {"int8": 1, "fp16": 2}.get(self.target.precision, 4)
         self.last: TrialOutcome | None = None
@@ -341,8 +343,6 @@ def _round_up(v: float) -> str:
 
 def _free_accelerator_memory() -> None:
     try:
-        import torch
-
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     except Exception:  # never let cleanup hide the trial's own error

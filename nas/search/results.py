@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import optuna
+from matplotlib.lines import Line2D
 from optuna.trial import TrialState
 
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
@@ -243,11 +246,7 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
     ``source``: the latency model's (``measured`` or ``estimated``); ``how``: how the figures were
     obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
     """
-    import matplotlib
-
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     acc = metric == "val_accuracy"
     scale = 100.0 if acc else 1.0
