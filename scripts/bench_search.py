@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nas._io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.arch import Arch  # noqa: E402
+from nas.target import Target  # noqa: E402
 
 BASELINES = ("mobilenetv3_small_050", "mobilenetv3_small_075", "mobilenetv3_small_100", "lcnet_050", "lcnet_075",
              "mobilenetv2_035", "mobilenetv2_050")
@@ -114,7 +115,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
             if smp == "tpe":
                 sampler["n_startup_trials"] = max(2, min(10, args.trials // 4))
             t0 = time.perf_counter()
-            s = prepare_search(target=target, search_space=space, data=data, evaluator=ev, sampler=sampler,
+            s = prepare_search(target=Target.coerce(target), search_space=space, data=data, evaluator=ev, sampler=sampler,
                                budgets=Budgets(), seed=seed, run_dir=out / "studies" / f"{smp}-s{seed}",
                                storage=str(out / "studies" / f"{smp}-s{seed}.journal"), study_name=f"{smp}-s{seed}",
                                latency=latency)

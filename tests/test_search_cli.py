@@ -135,7 +135,7 @@ def test_cli_jetson_says_it_is_an_estimate(tmp_path):
     assert pj["latency_model"]["source"] == "estimated" and pj["latency_budget"]["rule"] == "median"
     assert all(e["latency_source"] == "estimated" and e["latency_how"].startswith("estimated (roofline, ")
                for e in pj["pareto"])
-    assert pj["search"]["budgets"]["latency_ms"] == pj["latency_budget"]["ms"] < 2.0  # jetson's own: 2 ms
+    assert pj["search"]["budgets"]["latency_budget_ms"] == pj["latency_budget"]["ms"] < 2.0  # jetson's own: 2 ms
 
 
 def test_cli_says_when_a_budget_binds_nothing_and_a_resume_keeps_it(tmp_path, capsys):
@@ -150,7 +150,7 @@ def test_cli_says_when_a_budget_binds_nothing_and_a_resume_keeps_it(tmp_path, ca
     search_run(_compose([*args[:2], "n_trials=2", "progress=false"]), run_dir=tmp_path)  # no budget given
     out = capsys.readouterr().out
     assert "latency budget 15 ms: the study's own, kept from its start (latency_budget_ms=15; " in out
-    assert json.loads((tmp_path / "pareto.json").read_text())["search"]["budgets"]["latency_ms"] == 15.0
+    assert json.loads((tmp_path / "pareto.json").read_text())["search"]["budgets"]["latency_budget_ms"] == 15.0
 
 
 @pytest.mark.slow

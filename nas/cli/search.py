@@ -104,8 +104,8 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
         print(f"WARNING: {p.latency.warning}", flush=True)
     if p.latency.note:
         print(p.latency.note, flush=True)
-    b = [f"latency <= {budgets.latency_ms:g} ms" if budgets.latency_ms else "no latency budget",
-         f"peak activations <= {budgets.memory_kb:g} KiB" if budgets.memory_kb else "no memory budget"]
+    b = [f"latency <= {budgets.latency_budget_ms:g} ms" if budgets.latency_budget_ms else "no latency budget",
+         f"peak activations <= {budgets.memory_budget_kb:g} KiB" if budgets.memory_budget_kb else "no memory budget"]
     print(f"target   {target.name}: {p.latency.describe()}\n"
           f"latency  {_model_how(p.latency)}, at {p.deploy_resolution}x{p.deploy_resolution} ({', '.join(b)})\n"
           + (f"budget   {search.latency_budget.note}\n" if search.latency_budget is not None else "") +

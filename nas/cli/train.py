@@ -14,7 +14,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
-from nas.config.train import register_train_configs
+from nas.config.train import register_train_configs, train_latency_budget
 
 register_train_configs()
 
@@ -35,7 +35,7 @@ def settings_from_config(cfg: DictConfig):
     if c["epochs"] is not None:
         train["epochs"] = c["epochs"]
     return PipelineSettings(
-        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=c["max_ms"],
+        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=train_latency_budget(c),
         data_root=c["data_root"], train_samples=c["train_samples"], resolution=c["resolution"],
         seed=c["seed"], supernet=c["supernet"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),

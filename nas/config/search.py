@@ -139,7 +139,7 @@ def search_inputs(cfg: DictConfig) -> SearchInputs:
         evaluator=make_evaluator(plain(cfg.evaluator)),
         sampler=sampler_settings(plain(cfg.sampler)),
         pruner=pruner_settings(plain(cfg.pruner)),
-        budgets=Budgets(latency_ms=cfg.latency_budget_ms, memory_kb=cfg.memory_budget_kb),
+        budgets=Budgets(latency_budget_ms=cfg.latency_budget_ms, memory_budget_kb=cfg.memory_budget_kb),
         # conf/search.yaml sets it to ${target.latency_budget_ms}: still that reference = the target's own
         latency_budget_given=not OmegaConf.is_interpolation(cfg, "latency_budget_ms"),
     )

@@ -11,6 +11,8 @@ and what is allowed).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "TrainAppConfig",
     "TrainConfig",
     "register_train_configs",
+    "train_latency_budget",
 ]
 
 
@@ -51,7 +54,8 @@ class TrainAppConfig:
     target: TargetConfig = MISSING
     run: str = MISSING  # a search run dir (pareto.json)
     select: Any = defaults_of(PipelineSettings)["select"]  # all | an index | a list of indices into pareto.json's front
-    max_ms: float | None = None  # only architectures predicted at or under this latency (ms)
+    latency_budget_ms: float | None = None  # only architectures predicted at or under this latency (ms)
+    max_ms: float | None = None  # the former name of latency_budget_ms (accepted, with a warning)
     epochs: int | None = None  # overrides train.epochs
     out: str | None = None  # null: <run>/train
     data_root: str | None = None  # where the dataset is, if not where the search found it
@@ -93,3 +97,19 @@ def register_train_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="_train_schema", node=TrainAppConfig)
     cs.store(name="_export_schema", node=ExportAppConfig)
+
+
+def train_latency_budget(c: Mapping[str, Any]) -> float | None:
+    """``nas.train``'s latency budget from its config: ``latency_budget_ms``, or the former ``max_ms``
+    with a ``FutureWarning``.
+
+    Raises:
+        ValueError: both names given.
+    """
+    if c.get("max_ms") is None:
+        return c.get("latency_budget_ms")
+    if c.get("latency_budget_ms") is not None:
+        raise ValueError("max_ms is the former name of latency_budget_ms: give latency_budget_ms only")
+    warnings.warn("nas.train max_ms= is now latency_budget_ms= (the search's name); max_ms= still works for now",
+                  FutureWarning, stacklevel=2)
+    return c["max_ms"]

@@ -184,6 +184,10 @@ def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
         raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
 
 
+# a record's keys from before the budgets took their config's names: the same settings
+_RENAMED = {"budgets.latency_ms": "budgets.latency_budget_ms", "budgets.memory_kb": "budgets.memory_budget_kb"}
+
+
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(d, dict):
         out: dict[str, Any] = {}
@@ -231,7 +235,7 @@ def open_study(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(record["objectives"]))
         return study
-    a = {k: v for k, v in _flatten(have).items() if not k.startswith("train_seed")}
+    a = {_RENAMED.get(k, k): v for k, v in _flatten(have).items() if not k.startswith("train_seed")}
     b = {k: v for k, v in _flatten(json.loads(json.dumps(record))).items() if not k.startswith("train_seed")}
     diffs = [f"{k}: {a.get(k, '<absent>')!r} in the study, {b.get(k, '<absent>')!r} now"
              for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]

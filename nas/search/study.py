@@ -192,29 +192,52 @@ def run_search(
     callback: Callable[[TrialOutcome], None] | None = None,
     progress: bool = True,
 ) -> SearchReport:
-    """Run trials until the study holds ``n_trials`` counted trials (see the module docs).
+    """Run trials until the study holds ``n_trials`` counted trials (a re-run resumes up to it).
 
-    A failing trial is recorded FAIL and the search goes on, unless ``max_consecutive_failures``
-    fail in a row (``SearchAborted``); a run in which every trial sent to the evaluator failed (fewer
-    than that; the others over a budget) ends with ``SearchAborted`` too, once its trials are recorded.  Either message holds the first failure's reason.  A repeat is skipped; ``max_consecutive_duplicates`` repeats
-    in a row end the run (``SearchReport.exhausted``).  A trial asked after other workers took the last
-    slots is recorded surplus and not run.  ``KeyboardInterrupt`` propagates after the running trial
-    is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome, repeats and surplus
-    trials included.  ``progress``: a bar on standard error over this call's trials, with the best
-    feasible score so far (``nas.search.progress.TrialProgress``); ``False``: quiet.
+    A failing trial is recorded FAIL and the search goes on; a repeat is skipped; a trial asked after
+    other workers took the last slots is recorded surplus and not run (see the module docs).
+
+    Args:
+        study: ``prepare_search(...).study``.
+        problem: ``prepare_search(...).problem``.
+        n_trials: the study's total, over every worker.
+        storage: the study's storage: the RUNNING trials of dead processes on this host are failed first.
+        max_consecutive_failures: this many failed trials in a row stop the search; 0: never.
+        max_consecutive_duplicates: this many repeats in a row end the run (``SearchReport.exhausted``).
+        callback: sees every outcome, repeats and surplus trials included.
+        progress: a bar on standard error over this call's trials, with the best feasible score so far.
+
+    Returns:
+        The ``SearchReport`` of this call's trials.
+
+    Raises:
+        ValueError: ``n_trials`` or ``max_consecutive_failures`` is not a non-negative integer.
+        SearchAborted: failures in a row reached ``max_consecutive_failures``, or every trial of the run
+            sent to the evaluator failed; the message holds the first failure's reason.
+        KeyboardInterrupt: after the running trial is recorded FAIL (``status=interrupted``).
+
+    Example:
+        >>> search = nas.prepare_search(...)  # doctest: +SKIP
+        >>> nas.run_search(search.study, search.problem, n_trials=36, storage=search.storage)  # doctest: +SKIP
     """
     for name, v in (("n_trials", n_trials), ("max_consecutive_failures", max_consecutive_failures)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    if progress:
-        bar = TrialProgress(max(0, n_trials - count_trials(study)), problem.evaluator.metric)
-        try:
-            return run_search(study, problem, n_trials=n_trials, storage=storage,
-                              max_consecutive_failures=max_consecutive_failures,
-                              max_consecutive_duplicates=max_consecutive_duplicates,
-                              callback=_both(bar, callback), progress=False)
-        finally:
-            bar.close()
+    if not progress:
+        return _run_trials(study, problem, n_trials=n_trials, storage=storage, callback=callback,
+                           max_failures=max_consecutive_failures, max_duplicates=max_consecutive_duplicates)
+    bar = TrialProgress(max(0, n_trials - count_trials(study)), problem.evaluator.metric)
+    try:
+        return _run_trials(study, problem, n_trials=n_trials, storage=storage, callback=_both(bar, callback),
+                           max_failures=max_consecutive_failures, max_duplicates=max_consecutive_duplicates)
+    finally:
+        bar.close()
+
+
+def _run_trials(study: optuna.Study, problem: SearchProblem, *, n_trials: int,
+                storage: optuna.storages.BaseStorage | None, callback: Callable[[TrialOutcome], None] | None,
+                max_failures: int, max_duplicates: int) -> SearchReport:
+    """``run_search``'s loop."""
     if storage is not None:
         fail_stale_trials(study, storage)
     rep = SearchReport()
@@ -232,7 +255,7 @@ def run_search(
         if out.status == "duplicate":
             rep.duplicates += 1
             repeats += 1
-            if max_consecutive_duplicates and repeats >= max_consecutive_duplicates:
+            if max_duplicates and repeats >= max_duplicates:
                 rep.exhausted = True
                 break
             continue
@@ -242,7 +265,7 @@ def run_search(
         failed = failed + 1 if out.status == "error" else 0
         first = (first or out) if failed else None
         first_error = first_error or first
-        if max_consecutive_failures and failed >= max_consecutive_failures:
+        if max_failures and failed >= max_failures:
             raise SearchAborted(f"{failed} trials in a row failed; the first error (trial {first.number}): "
                                 f"{first.error}", rep)
     rep.seconds = time.perf_counter() - t0
@@ -342,7 +365,7 @@ def prepare_search(
         command: the user's arguments, recorded in the run dir (and in a refusal's suggested command).
         pruner: a pruner's settings (``nas.search.pruners.pruner_settings``; a dict is read by it); None:
             no pruning.  It does not define the study, so a study may be resumed with another one.
-        latency_budget_given: ``budgets.latency_ms`` is the user's, not the target's.
+        latency_budget_given: ``budgets.latency_budget_ms`` is the user's, not the target's.
 
     Returns:
         A ``Search``: the study, the problem, the storage and the placed latency budget.
@@ -406,9 +429,9 @@ def _place_latency_budget(problem: SearchProblem, *, given: bool) -> LatencyBudg
     """Place the problem's latency budget among the space's sampled networks (``nas.search.budget``):
     the target's own is replaced by their median when it binds none of them."""
     ms = sampled_latencies(problem.space, problem.latency, problem.deployed)
-    budget = choose_latency_budget(problem.budgets.latency_ms, given=given, latencies=ms,
+    budget = choose_latency_budget(problem.budgets.latency_budget_ms, given=given, latencies=ms,
                                    where=f"{problem.space.name} on {problem.target.name}", source=problem.latency.source)
-    problem.budgets = replace(problem.budgets, latency_ms=budget.ms)
+    problem.budgets = replace(problem.budgets, latency_budget_ms=budget.ms)
     return budget
 
 
@@ -417,8 +440,8 @@ def _keep_latency_budget(problem: SearchProblem, storage: optuna.storages.BaseSt
     """A resumed study's own latency budget, set on ``problem`` (None when its record holds none)."""
     attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
     budgets = (attrs.get(STUDY_ATTR) or {}).get("budgets")
-    if not isinstance(budgets, dict) or "latency_ms" not in budgets:
+    if not isinstance(budgets, dict) or not {"latency_budget_ms", "latency_ms"} & set(budgets):
         return None
-    budget = kept(budgets["latency_ms"], attrs.get(BUDGET_ATTR))
-    problem.budgets = replace(problem.budgets, latency_ms=budget.ms)
+    budget = kept(Budgets.from_record(budgets).latency_budget_ms, attrs.get(BUDGET_ATTR))
+    problem.budgets = replace(problem.budgets, latency_budget_ms=budget.ms)
     return budget
