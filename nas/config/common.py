@@ -136,10 +136,22 @@ def _here_override(args: list[str]) -> list[str]:
 
 
 def normalize_overrides(args: Sequence[str]) -> list[str]:
-    """Command-line overrides as Hydra reads them: ``conf=cpu`` / ``conf.threads=2`` (the form the
-    docs use) become ``target=cpu`` / ``target.threads=2``, ``conf=here`` names this machine's own
-    target (``target=here_<slug>``, written to ``$HWNAS_HOME/target/`` on first use), and the user's
-    own config dir (``$HWNAS_HOME``, holding ``target/<name>.yaml``) joins Hydra's search path when it exists."""
+    """Command-line overrides as Hydra reads them.
+
+    ``conf=cpu`` / ``conf.threads=2`` (the form the docs use) become ``target=cpu`` /
+    ``target.threads=2``; ``conf=here`` names this machine's own target (``target=here_<slug>``,
+    written to ``$HWNAS_HOME/target/`` on first use); the user's own config dir (``$HWNAS_HOME``,
+    holding ``target/<name>.yaml``) joins Hydra's search path when it exists.
+
+    Args:
+        args: the overrides as the user typed them.
+
+    Returns:
+        The overrides for Hydra.
+
+    Raises:
+        ValueError: ``conf=here_gpu`` without a GPU, or ``$HWNAS_HOME`` not writable for a new here target.
+    """
     out = _here_override([alias_override(a) for a in args])
     home = user_home()
     if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
