@@ -40,6 +40,7 @@ import numpy as np
 
 from nas._io import atomic_write_json, atomic_write_text
 from nas.arch import Arch
+from nas.target import Target
 
 BASELINES = ("mobilenetv3_small_050", "mobilenetv3_small_075", "mobilenetv3_small_100", "lcnet_050", "lcnet_075",
              "mobilenetv2_035", "mobilenetv2_050")
@@ -111,7 +112,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
             if smp == "tpe":
                 sampler["n_startup_trials"] = max(2, min(10, args.trials // 4))
             t0 = time.perf_counter()
-            s = prepare_search(target=target, search_space=space, data=data, evaluator=ev, sampler=sampler,
+            s = prepare_search(target=Target.coerce(target), search_space=space, data=data, evaluator=ev, sampler=sampler,
                                budgets=Budgets(), seed=seed, run_dir=out / "studies" / f"{smp}-s{seed}",
                                storage=str(out / "studies" / f"{smp}-s{seed}.journal"), study_name=f"{smp}-s{seed}",
                                latency=latency)

@@ -27,7 +27,7 @@ _HOMES: dict[str, str] = {
     "from_timm": "nas.timm_arch",
     "arch_cost": "nas.cost",
     "Target": "nas.target",
-    "load_target": "nas.target",
+    "load_target": "nas.latency.here",
     "load_latency_model": "nas.latency.load",
     "profile_target": "nas.latency.profile_workflow",
     "validate_target": "nas.latency.validate",

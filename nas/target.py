@@ -1,10 +1,11 @@
 """Targets: the device, runtime and precision a network is deployed on, and the table measured there.
 
 ``Target`` is what every library function takes; the Hydra schema of the ``target`` group
-(``conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it.
-``load_target(name)`` reads one by name (the user's ``$HWNAS_HOME/target/`` first, then the
-shipped ones; ``here`` is this machine's own, made on first use by ``nas.latency.here``);
-``Target.coerce`` accepts a Target, a dict or a Hydra node.
+(``conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it, and a
+command turns its composed ``target`` node into a ``Target`` once (``Target.coerce``).
+``load_target(name)`` reads a target file by name (the user's ``$HWNAS_HOME/target/`` first, then the
+shipped ones) with PyYAML; ``here`` (this machine's own target, measured on first use) is made by
+``nas.latency.here``, whose ``load_target`` is the public ``nas.load_target``.
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from nas.machine import OtherProcessorWarning, cpu_identity, device_mismatch
 from nas.resources import conf_dir, user_home
 
-__all__ = ["PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "precision_targets", "runs_here",
-           "target_names"]
+__all__ = ["HERE_NAMES", "PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "precision_targets",
+           "runs_here", "target_names"]
 
 PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
 RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino")
 TORCH_RUNTIMES = ("torch", "torch_compile")
+HERE_NAMES = ("here", "here_gpu")  # this machine's own targets, made by nas.latency.here
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,31 @@ class Device:
 
 @dataclass(frozen=True)
 class Target:
-    """One deployment target (``conf=<name>``)."""
+    """One deployment target (``conf=<name>``): the device, how a network runs there, and its latency table.
+
+    Args:
+        name: the target's name (its file's stem).
+        device: the device and its roofline figures (a ``Device``, or a dict of its fields).
+        latency_budget_ms: the latency a searched network may spend on this target (a search's default budget).
+        runtime: ``onnxruntime``, ``torch``, ``torch_compile``, ``tensorrt``, ``executorch`` or ``openvino``.
+        provider: onnxruntime's execution provider (torch's device for the torch runtimes).
+        precision: ``fp32``, ``fp16`` or ``int8``.
+        batch: the deployment batch size.
+        threads: the runtime's intra-op threads.
+        resolution: the deployment input resolution; None: the space's own.
+        table: the measured latency table (a file in the tables dirs, or a path); None: roofline estimate.
+        transfer_from: tables of other devices that fill the blocks this table lacks (``[auto]``: all found).
+        cuda_graph: blocks and networks are timed as CUDA-graph replays (a GPU target only).
+
+    Raises:
+        ValueError: a field out of range, named with the value received and what is allowed.
+
+    Example:
+        >>> import nas
+        >>> t = nas.load_target("cpu")
+        >>> t.replace(threads=2).threads
+        2
+    """
 
     name: str
     device: Device
@@ -107,6 +137,11 @@ class Target:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
+        """A Target from its fields (``to_dict``'s form; ``device`` a dict).
+
+        Raises:
+            ValueError: an unknown field (listing the valid ones) or a value out of range.
+        """
         d = dict(d)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
@@ -122,23 +157,28 @@ class Target:
         return cls(**d)
 
     @classmethod
-    def coerce(cls, t: Target | Mapping[str, Any] | Any) -> Target:
-        """A Target from a Target, a dict or a Hydra/OmegaConf node."""
+    def coerce(cls, t: Target | Mapping[str, Any] | DictConfig) -> Target:
+        """A Target from a Target (returned as it is), a dict or a composed Hydra/OmegaConf node: what a
+        command does once with its config's ``target`` before calling the library.
+
+        Raises:
+            ValueError: as ``from_dict``.
+        """
         if isinstance(t, Target):
             return t
-        if not isinstance(t, Mapping):
-            from omegaconf import OmegaConf
-
+        if isinstance(t, DictConfig):
             t = OmegaConf.to_container(t, resolve=True)
         return cls.from_dict(t)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (lists for tuples), as ``from_dict`` reads them back."""
         d = dataclasses.asdict(self)
         d["device"]["cpu_flags"] = list(self.device.cpu_flags)
         d["transfer_from"] = list(self.transfer_from)
         return d
 
     def replace(self, **changes: Any) -> Target:
+        """A copy with ``changes`` applied (checked as a new Target is)."""
         return dataclasses.replace(self, **changes)
 
 
@@ -147,46 +187,73 @@ def _target_dirs() -> list[Path]:
 
 
 def target_names() -> list[str]:
-    """Every target name: the shipped ones, the user's own ($HWNAS_HOME/target/), ``here`` (this machine)
-    and ``here_gpu`` (its GPU)."""
-    return sorted({"here", "here_gpu"} | {p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    """Every target name: the shipped ones, the user's own (``$HWNAS_HOME/target/``), ``here`` (this
+    machine's CPU) and ``here_gpu`` (its GPU)."""
+    return sorted(set(HERE_NAMES) | {p.stem for d in _target_dirs() if d.is_dir() for p in d.glob("*.yaml")})
 
 
 def load_target(name: str) -> Target:
-    """A target by name (the user's ``$HWNAS_HOME/target/<name>.yaml`` first, then the shipped
-    ``conf/target/<name>.yaml``), checked against the ``target`` schema.  ``here`` is this
-    machine's own target (``nas.latency.here.ensure_here_target`` writes it on first use)."""
-    from omegaconf import OmegaConf
+    """A target file by name, read with PyYAML and checked field by field.
 
-    from nas.config import TargetConfig
+    The user's ``$HWNAS_HOME/target/<name>.yaml`` comes first, then the shipped
+    ``conf/target/<name>.yaml``; a file's Hydra ``defaults`` list is skipped.  A CPU target naming
+    another processor than this machine's warns (``OtherProcessorWarning``).
 
-    if name in ("here", "here_gpu"):
-        from nas.latency.here import ensure_here_target
+    Args:
+        name: a target's name (``target_names()``).  ``here`` / ``here_gpu`` (this machine's own, measured
+            on first use) are made by ``nas.load_target``; a ``here_<slug>`` already made is read here.
 
-        name = ensure_here_target(kind="gpu" if name == "here_gpu" else "cpu")
+    Returns:
+        The ``Target``.
+
+    Raises:
+        ValueError: an unknown name (listing the targets), ``here`` / ``here_gpu``, or a file whose fields
+            are unknown or out of range.
+
+    Example:
+        >>> from nas.target import load_target
+        >>> load_target("cpu_int8").precision
+        'int8'
+    """
+    if name in HERE_NAMES:
+        raise ValueError(f"target {name!r} is this machine's own, made on first use: call nas.load_target({name!r}) "
+                         "(nas.latency.here.load_target)")
     path = next((d / f"{name}.yaml" for d in _target_dirs() if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         raise ValueError(f"unknown target {name!r}; targets: {', '.join(target_names())}")
-    raw = OmegaConf.load(path)
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"target file {path} is not a mapping of fields")
     raw.pop("defaults", None)
-    cfg = OmegaConf.merge(OmegaConf.structured(TargetConfig), raw)
-    target = Target.coerce(cfg)
+    target = Target.from_dict(_typed(raw))
     _warn_other_processor(target)
     return target
+
+
+def _typed(raw: dict[str, Any]) -> dict[str, Any]:
+    """A target file's fields with YAML's ints where the schema has floats (``peak_gflops: 150``)."""
+    out = dict(raw)
+    if isinstance(out.get("latency_budget_ms"), int) and not isinstance(out["latency_budget_ms"], bool):
+        out["latency_budget_ms"] = float(out["latency_budget_ms"])
+    dev = out.get("device")
+    if isinstance(dev, dict):
+        out["device"] = {k: float(v) if k in _DEVICE_FLOATS and isinstance(v, int) and not isinstance(v, bool) else v
+                         for k, v in dev.items()}
+    return out
+
+
+_DEVICE_FLOATS = ("peak_gflops", "mem_bandwidth_gbs", "overhead_us")
 
 
 def _warn_other_processor(target: Target) -> None:
     """Warn (``OtherProcessorWarning``) when a CPU target names a processor this machine is not: its
     latencies are that processor's.  The commands print the same as a ``WARNING:`` line instead."""
-    # nas.latency sits above this module: read when a target is loaded, as runs_here reads it
-    from nas.latency.device import OtherProcessorWarning, device_identity, device_mismatch
-
     if target.device.kind != "cpu" or not target.device.name:
         return
-    why = device_mismatch(target.to_dict()["device"], device_identity("cpu"))
+    why = device_mismatch(target.to_dict()["device"], cpu_identity())
     if why:
         warnings.warn(f"target {target.name!r} is {target.device.name!r} and {why}: its latencies are that "
-                      "processor's; load_target('here') is this machine's own target", OtherProcessorWarning,
+                      "processor's; nas.load_target('here') is this machine's own target", OtherProcessorWarning,
                       stacklevel=3)
 
 
@@ -225,8 +292,6 @@ def _serves(t: Target, prec: str) -> bool:
 
 def runs_here(target: Target) -> bool:
     """Whether ``target`` is this machine's CPU with onnxruntime (so its latency can be measured here)."""
-    from nas.latency.device import device_identity, device_mismatch
-
     return (target.runtime == "onnxruntime" and target.provider == "CPUExecutionProvider"
             and target.device.kind == "cpu"
-            and device_mismatch(target.to_dict()["device"], device_identity("cpu")) is None)
+            and device_mismatch(target.to_dict()["device"], cpu_identity()) is None)

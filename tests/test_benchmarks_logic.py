@@ -291,7 +291,7 @@ def test_bench_startup_times_help_and_a_typo(tmp_path):
     rows = bs.main(["--commands", "space", "--rounds", "1", "--out", str(tmp_path)])
     assert [(r["command"], r["help_exit"], r["typo_exit"], r["refused_exit"]) for r in rows] == [("space", 0, 2, 2)]
     assert set(bs.REFUSED) == set(bs.COMMANDS)
-    assert rows[0]["help_s"] > 0 and rows[0]["import_loads"] == [] and not list(tmp_path.iterdir())
+    assert rows[0]["help_s"] > 0 and not list(tmp_path.iterdir())
     with pytest.raises(SystemExit):
         bs.main(["--rounds", "0"])
 

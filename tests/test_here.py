@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from nas.config import compose_app
+from nas.latency.here import load_target
 from nas.latency.table import LatencyTable
 from nas.resources import tables_dir
-from nas.target import Target, load_target, runs_here, target_names
+from nas.target import Target, runs_here, target_names
 
 REPO = Path(__file__).resolve().parent.parent
 ZEN3 = {"kind": "cpu", "cpu": "AMD EPYC", "name": "AMD EPYC", "cpu_flags": ["avx", "avx2", "fma"], "cpu_family": "25",
@@ -31,6 +32,7 @@ def machine(tmp_path, monkeypatch):
     import nas.latency.device as device
     import nas.latency.here as here
     import nas.latency.roofline as roofline
+    import nas.target as nas_target
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
     state = {"ident": ZEN3, "measured": 0}
@@ -40,8 +42,11 @@ def machine(tmp_path, monkeypatch):
         return PEAKS
 
     monkeypatch.setattr(roofline, "measure_peaks", measure)
+    monkeypatch.setattr(here, "measure_peaks", measure)
     monkeypatch.setattr(here, "machine_identity", lambda: dict(state["ident"]))
     monkeypatch.setattr(device, "device_identity", lambda kind="cpu": {**state["ident"], "kind": kind})
+    monkeypatch.setattr(here, "device_identity", lambda kind="cpu": {**state["ident"], "kind": kind})
+    monkeypatch.setattr(nas_target, "cpu_identity", lambda: {**state["ident"], "kind": "cpu"})
     return state
 
 
@@ -255,10 +260,10 @@ def test_conf_here_gpu_without_a_gpu_is_one_line(gpu_machine):
 
 
 def test_gpu_identity_without_a_gpu(monkeypatch):
-    import nas.latency.device as device
+    import nas.latency.here as here
     from nas.latency.here import gpu_identity
 
-    monkeypatch.setattr(device, "device_identity", lambda kind="cpu": {**XEON, "kind": kind, "gpu": None})
+    monkeypatch.setattr(here, "device_identity", lambda kind="cpu": {**XEON, "kind": kind, "gpu": None})
     with pytest.raises(ValueError, match=r"conf=here_gpu: no NVIDIA GPU .* conf=here is this machine's CPU"):
         gpu_identity()
 

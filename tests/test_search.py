@@ -19,7 +19,6 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from nas.arch import Arch
@@ -40,6 +39,7 @@ from nas.search.study import (
     run_search,
     write_outputs,
 )
+from nas.target import Target
 
 REPO = Path(__file__).resolve().parent.parent
 register_search_configs()
@@ -79,9 +79,8 @@ class FakeEvaluator(Evaluator):
         return EvalResult(1.0 - 1.0 / (1.0 + p / 2e4) + (seed % 97) * 1e-5, self.metric, 0.0, {"seed": float(seed)})
 
 
-def _target(name: str = "cpu") -> dict:
-    cfg = compose_app("search", [f"conf={name}"])
-    return OmegaConf.to_container(cfg.target, resolve=True)
+def _target(name: str = "cpu") -> Target:
+    return Target.coerce(compose_app("search", [f"conf={name}"]).target)  # as the command does, once
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +184,9 @@ def _median_budget(tmp_path, target, digits, which) -> Budgets:
     sample = [probe.problem.deployed(space.random(i)) for i in range(40)]
     if which == "latency":
         v = sorted(RooflineModel(target).explain(a).ms for a in sample)
-        return Budgets(latency_ms=v[len(v) // 2])
+        return Budgets(latency_budget_ms=v[len(v) // 2])
     v = sorted(arch_cost(a).peak_activation_bytes / 1024 for a in sample)
-    return Budgets(memory_kb=v[len(v) // 2])
+    return Budgets(memory_budget_kb=v[len(v) // 2])
 
 
 def _two_arch_space(tmp_path) -> Path:
@@ -275,8 +274,8 @@ def test_resume_with_other_settings_is_refused(tmp_path, target, digits):
     other = load_data({"name": "digits", "resolution": 12, "train_samples": 120, "val_samples": 60})
     with pytest.raises(ValueError, match=r"different settings \(data.resolution: 8 in the study, 12 now.*study_name="):
         _prepare(tmp_path, target, other, FakeEvaluator())
-    with pytest.raises(ValueError, match="budgets.latency_ms"):
-        _prepare(tmp_path, target, digits, FakeEvaluator(), budgets=Budgets(latency_ms=1.0))
+    with pytest.raises(ValueError, match="budgets.latency_budget_ms"):
+        _prepare(tmp_path, target, digits, FakeEvaluator(), budgets=Budgets(latency_budget_ms=1.0))
     _prepare(tmp_path, target, digits, FakeEvaluator(), seed=9, sampler="tpe")  # seed and sampler may change
 
 
@@ -310,7 +309,7 @@ def test_a_run_dir_from_before_run_json_is_recognised(tmp_path, target, digits):
 
 @pytest.mark.parametrize("which", ["latency", "memory"])
 def test_a_budget_no_architecture_meets_is_refused_at_the_start(tmp_path, target, digits, which):
-    budgets = Budgets(latency_ms=1e-6) if which == "latency" else Budgets(memory_kb=1e-3)
+    budgets = Budgets(latency_budget_ms=1e-6) if which == "latency" else Budgets(memory_budget_kb=1e-3)
     with pytest.raises(ValueError, match=rf"{which}_budget_.*no architecture of space 'tiny'.*smallest"):
         _prepare(tmp_path, target, digits, FakeEvaluator(), budgets=budgets)
     assert not (tmp_path / "study.journal").exists()
@@ -353,13 +352,13 @@ def test_outputs(tmp_path, target, digits):
     out = write_outputs(s.study, tmp_path, info=s.info())
     pj = json.loads(out["pareto_json"].read_text())
     assert pj["schema"] == "hwnas.pareto" and pj["metric"] == "val_accuracy" and pj["study"] == "t"
-    assert pj["search"]["budgets"]["latency_ms"] == budgets.latency_ms and pj["trials"]["total"] == 10
+    assert pj["search"]["budgets"]["latency_budget_ms"] == budgets.latency_budget_ms and pj["trials"]["total"] == 10
     assert pj["latency_model"]["source"] == "estimated" and "ESTIMATE" in pj["latency_model"]["warning"]
     assert pj["pareto"]
     for e in pj["pareto"]:
         arch = Arch.from_dict(e["arch"])
         assert arch.digest() == e["digest"] and arch.resolution == 32 and arch.in_chans == 1
-        assert e["latency_ms"] <= budgets.latency_ms and e["latency_source"] == "estimated" and e["latency"]["ms"] == e["latency_ms"]
+        assert e["latency_ms"] <= budgets.latency_budget_ms and e["latency_source"] == "estimated" and e["latency"]["ms"] == e["latency_ms"]
         assert e["params"] > 0 and e["macs"] > 0 and e["peak_activation_bytes"] > 0
     front = [(e["val_accuracy"], e["latency_ms"]) for e in pj["pareto"]]
     assert all(not (a2 >= a1 and l2 <= l1 and (a2, l2) != (a1, l1)) for a1, l1 in front for a2, l2 in front)
@@ -391,7 +390,7 @@ def test_storage_and_sampler_errors(tmp_path):
     with pytest.raises(ValueError, match="population_size must be >= 2"):
         make_sampler({"name": "nsga2", "population_size": 1}, seed=0)
     with pytest.raises(ValueError, match="latency_budget_ms must be a positive number"):
-        Budgets(latency_ms=-1)
+        Budgets(latency_budget_ms=-1)
 
 
 # ------------------------------------------------------------------------------------------- two workers
@@ -497,3 +496,4 @@ def test_run_search_shows_progress_by_default_and_is_quiet_with_progress_false(t
     run_search(s.study, s.problem, n_trials=3, storage=s.storage, progress=False, callback=seen.append)
     out = capsys.readouterr()
     assert out.err == "" and out.out == "" and len(seen) >= 3  # quiet; the caller's callback still sees every trial
+

@@ -7,6 +7,7 @@ import csv
 import json
 
 import numpy as np
+import optuna
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -15,7 +16,7 @@ from nas.latency.load import RooflineModel
 from nas.search import study as study_mod
 from nas.search.budget import BUDGET_ATTR, LatencySpread, choose_latency_budget, kept, sampled_latencies
 from nas.search.results import SHORT_HOW, latency_how
-from nas.search.storage import STUDY_ATTR
+from nas.search.storage import STUDY_ATTR, open_study
 from nas.search.study import Budgets, prepare_search, run_search, write_outputs
 from nas.space import load_space
 from tests import test_search
@@ -26,7 +27,7 @@ target, digits = test_search.target, test_search.digits  # the search tests' fix
 
 def _prepare(run_dir, target, data, *, budget_ms, given, study_name="t"):
     return prepare_search(target=target, search_space="tiny", data=data, evaluator=FakeEvaluator(),
-                          sampler={"name": "random"}, budgets=Budgets(latency_ms=budget_ms), seed=0, run_dir=run_dir,
+                          sampler={"name": "random"}, budgets=Budgets(latency_budget_ms=budget_ms), seed=0, run_dir=run_dir,
                           study_name=study_name, latency=RooflineModel(target), latency_budget_given=given)
 
 
@@ -99,34 +100,34 @@ def test_sampled_latencies_are_deterministic_and_batched(target):
 
 def test_the_default_budget_binds_the_space_and_is_recorded(tmp_path, target, digits):
     s = _prepare(tmp_path, target, digits, budget_ms=15.0, given=False)
-    median = s.problem.budgets.latency_ms
+    median = s.problem.budgets.latency_budget_ms
     assert s.latency_budget.rule == "median" and np.median(_sampled(s)) <= median < 1.01 * np.median(_sampled(s))
     assert float(f"{median:.3g}") == median
     assert max(_sampled(s)) < 15.0  # the target's own would have bound nothing
     rec = _record(tmp_path)
-    assert rec[STUDY_ATTR]["budgets"]["latency_ms"] == median and rec[BUDGET_ATTR]["rule"] == "median"
+    assert rec[STUDY_ATTR]["budgets"]["latency_budget_ms"] == median and rec[BUDGET_ATTR]["rule"] == "median"
     run_search(s.study, s.problem, n_trials=8)
     statuses = {t.user_attrs["status"] for t in s.study.trials}
     assert {"over_budget", "evaluated"} <= statuses  # the constraint acts
     pj = json.loads(write_outputs(s.study, tmp_path, info=s.info(), plot=False)["pareto_json"].read_text())
     assert pj["latency_budget"]["ms"] == median and pj["latency_budget"]["note"].startswith(f"latency budget {median:g}")
     # the same settings elsewhere give the same budget
-    assert _prepare(tmp_path / "again", target, digits, budget_ms=15.0, given=False).problem.budgets.latency_ms == median
+    assert _prepare(tmp_path / "again", target, digits, budget_ms=15.0, given=False).problem.budgets.latency_budget_ms == median
 
 
 def test_a_resumed_study_keeps_its_budget(tmp_path, target, digits, monkeypatch):
     s = _prepare(tmp_path, target, digits, budget_ms=15.0, given=False)
-    started = s.problem.budgets.latency_ms
+    started = s.problem.budgets.latency_budget_ms
     run_search(s.study, s.problem, n_trials=2)
     # the space's networks now predict otherwise (a refreshed table): the study keeps its own budget
     monkeypatch.setattr(study_mod, "sampled_latencies", lambda *a, **k: np.linspace(1.0, 2.0, 200))
     s2 = _prepare(tmp_path, target, digits, budget_ms=15.0, given=False)
-    assert not s2.created and s2.problem.budgets.latency_ms == started and s2.latency_budget.rule == "kept"
+    assert not s2.created and s2.problem.budgets.latency_budget_ms == started and s2.latency_budget.rule == "kept"
     assert s2.latency_budget.note.startswith(f"latency budget {started:g} ms: the study's own, kept from its start "
                                              "(the median roofline-estimated latency of 200 sampled")
     pj = json.loads(write_outputs(s2.study, tmp_path, info=s2.info(), plot=False)["pareto_json"].read_text())
     assert pj["latency_budget"]["rule"] == "median" and pj["latency_budget"]["ms"] == started  # as chosen at start
-    with pytest.raises(ValueError, match="budgets.latency_ms"):  # a budget given on resume must be the study's
+    with pytest.raises(ValueError, match="budgets.latency_budget_ms"):  # a budget given on resume must be the study's
         _prepare(tmp_path, target, digits, budget_ms=1.5, given=True)
 
 
@@ -137,7 +138,7 @@ def test_a_study_started_with_the_target_budget_resumes_with_it(tmp_path, target
     run_search(s.study, s.problem, n_trials=1)
     s.study.set_user_attr(BUDGET_ATTR, None)  # as a study from before the attribute existed
     s2 = _prepare(tmp_path, target, digits, budget_ms=15.0, given=False)
-    assert s2.problem.budgets.latency_ms == 15.0 and s2.latency_budget.note == (
+    assert s2.problem.budgets.latency_budget_ms == 15.0 and s2.latency_budget.note == (
         "latency budget 15 ms: the study's own, kept from its start")
 
 
@@ -162,3 +163,18 @@ def test_outputs_say_how_each_latency_was_obtained(tmp_path, target, digits):
     rows = list(csv.DictReader(out["trials_csv"].open()))
     assert rows and all(r["latency_how"] == how and r["latency_source"] == "estimated" for r in rows)
     assert pj["latency_budget"]["rule"] == "none"
+
+
+def test_budgets_take_their_config_names_and_read_the_old_ones():
+    """``Budgets`` is named as the config and the results are (``latency_budget_ms``, ``memory_budget_kb``);
+    the old keywords warn, and a study recorded under the old names resumes."""
+    with pytest.warns(DeprecationWarning, match=r"Budgets\(latency_ms=\) is now Budgets\(latency_budget_ms=\)"):
+        assert Budgets(latency_ms=3.0) == Budgets(latency_budget_ms=3.0)
+    assert Budgets.from_record({"latency_ms": 2.0, "memory_kb": None}) == Budgets(latency_budget_ms=2.0)
+    with pytest.raises(TypeError, match="latency_msec"):
+        Budgets(latency_msec=1.0)
+    storage = optuna.storages.InMemoryStorage()
+    old = {"objectives": ["val_accuracy", "latency_ms"], "budgets": {"latency_ms": 5.0, "memory_kb": None}}
+    open_study(storage=storage, study_name="s", sampler=optuna.samplers.RandomSampler(), record=old)
+    new = {"objectives": ["val_accuracy", "latency_ms"], "budgets": Budgets(latency_budget_ms=5.0).to_dict()}
+    assert open_study(storage=storage, study_name="s", sampler=optuna.samplers.RandomSampler(), record=new)

@@ -15,9 +15,9 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-from nas.cli.search import _budget_given
 from nas.cli.search import run as search_run
 from nas.config import compose_app
+from nas.config.search import search_inputs
 from nas.search.study import make_sampler
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,9 +49,12 @@ def test_config_defaults_and_overrides():
 
 def test_a_budget_is_given_only_by_latency_budget_ms():
     """Without ``latency_budget_ms=`` the search places the target's budget among the space's networks."""
-    assert not _budget_given(_compose([])) and not _budget_given(_compose(["conf.latency_budget_ms=5"]))
-    for given in ("latency_budget_ms=15", "latency_budget_ms=null", "latency_budget_ms=0.1"):
-        assert _budget_given(_compose([given])), given
+    def given(overrides):
+        return search_inputs(_compose(overrides)).latency_budget_given
+
+    assert not given([]) and not given(["conf.latency_budget_ms=5"])
+    for budget in ("latency_budget_ms=15", "latency_budget_ms=null", "latency_budget_ms=0.1"):
+        assert given([budget]), budget
 
 
 @pytest.mark.parametrize(
@@ -132,7 +135,7 @@ def test_cli_jetson_says_it_is_an_estimate(tmp_path):
     assert pj["latency_model"]["source"] == "estimated" and pj["latency_budget"]["rule"] == "median"
     assert all(e["latency_source"] == "estimated" and e["latency_how"].startswith("estimated (roofline, ")
                for e in pj["pareto"])
-    assert pj["search"]["budgets"]["latency_ms"] == pj["latency_budget"]["ms"] < 2.0  # jetson's own: 2 ms
+    assert pj["search"]["budgets"]["latency_budget_ms"] == pj["latency_budget"]["ms"] < 2.0  # jetson's own: 2 ms
 
 
 def test_cli_says_when_a_budget_binds_nothing_and_a_resume_keeps_it(tmp_path, capsys):
@@ -147,7 +150,7 @@ def test_cli_says_when_a_budget_binds_nothing_and_a_resume_keeps_it(tmp_path, ca
     search_run(_compose([*args[:2], "n_trials=2", "progress=false"]), run_dir=tmp_path)  # no budget given
     out = capsys.readouterr().out
     assert "latency budget 15 ms: the study's own, kept from its start (latency_budget_ms=15; " in out
-    assert json.loads((tmp_path / "pareto.json").read_text())["search"]["budgets"]["latency_ms"] == 15.0
+    assert json.loads((tmp_path / "pareto.json").read_text())["search"]["budgets"]["latency_budget_ms"] == 15.0
 
 
 @pytest.mark.slow

@@ -155,7 +155,10 @@ def test_run_dir_without_search_result(tmp_path, capsys):
 def test_select_errors(search_run, capsys):
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "select=[99]", *FAST], capsys)
     assert code == 2 and "index 99 is out of range" in err
-    code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "max_ms=1e-9", *FAST], capsys)
+    code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "latency_budget_ms=1e-9", *FAST], capsys)
+    assert code == 2 and "latency_budget_ms=1e-09: no selected architecture is predicted that fast" in err
+    with pytest.warns(FutureWarning, match=r"max_ms= is now latency_budget_ms="):
+        code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "max_ms=1e-9", *FAST], capsys)
     assert code == 2 and "no selected architecture is predicted that fast" in err
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "prune.criterion=random", *FAST], capsys)
     assert code == 2 and "prune.criterion must be one of l1, bn, taylor, loss" in err

@@ -17,12 +17,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from nas._io import Busy
+from nas._io import Busy, shell_join
 from nas.cli._help import annotate_help
-from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
+from nas.config import CONF_DIR, alias_override, compose_app, normalize_overrides, register_configs
 from nas.latency.device import OtherProcessorWarning, RuntimeUnavailable
 
 __all__ = [
@@ -82,8 +85,6 @@ def _option_names(schema: Any) -> list[str] | None:
 def _quote_hint(e: BaseException) -> str | None:
     """An override Hydra's grammar cannot read (unquoted non-ASCII letters, spaces, brackets) as one
     line that shows it quoted, else None."""
-    from hydra.errors import OverrideParseException
-
     if not isinstance(e, OverrideParseException):
         return None
     key, eq, value = e.override.partition("=")
@@ -157,8 +158,6 @@ def user_override(arg: str) -> str:
 def typed_command(module: str) -> str:
     """This run's command line as the user typed it (``python -m <module>`` and its overrides, with the
     documented ``conf`` alias), quoted to copy into a shell: for hints that repeat it."""
-    from nas._io import shell_join
-
     return shell_join(["python", "-m", module, *(user_override(a) for a in sys.argv[1:] if a not in ("-v", "--verbose"))])
 
 
@@ -186,7 +185,6 @@ def _added_key_check(config_name: str, args: Sequence[str]) -> str | None:
     """With ``+key=`` overrides: compose the config (before Hydra makes a run dir) and check them."""
     if not any(a.startswith("+") for a in args):
         return None
-    from nas.config import compose_app
 
     overrides = [a for a in args if "=" in a and not a.startswith("-")]
     return _added_key_error(compose_app(config_name, overrides), [a for a in overrides if a.startswith("+")])
@@ -239,9 +237,6 @@ def _unexpected_errors(show: bool):
     """An unexpected exception as one line (exit 1); an ``OSError`` from the user's environment (no
     permission, a read-only or full disk) as ``error: <file>: <reason>`` (exit 2); a Ctrl-C the command
     left unhandled as ``interrupted`` (exit 130); ``show``: let them through with their traceback."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         yield
     except (HydraException, OmegaConfBaseException):
@@ -268,10 +263,6 @@ def hydra_app(config_name: str) -> Callable:
     type; exit 2), an unexpected error (``error: <Type>: <message>``; exit 1).  ``-v`` / ``--verbose``
     anywhere on the command line, or ``HYDRA_FULL_ERROR=1``, shows the full traceback instead; ``-v``
     also turns on debug logging.  A Ctrl-C the command does not handle itself exits 130."""
-    import hydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     def deco(fn: Callable) -> Callable:
         state = {"verbose": False, "show": False}
 

@@ -1,8 +1,7 @@
 """``python -m nas.search conf=<target>``: hardware-aware search, accuracy vs latency on the target.
 
-Thin Hydra entry point: parse the config, call ``nas.search.study``, show progress and the final table.
-The ``nas.search`` modules are imported inside the functions that use them: they load optuna and torch,
-and ``--help`` or a refused value must answer before those load (``python -m benchmarks startup``).
+Thin Hydra entry point: parse the config, turn it into the library's objects once (``Target``,
+``Budgets``, the group settings), call ``nas.search.study``, show progress and the final table.
 """
 
 from __future__ import annotations
@@ -14,10 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import optuna
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from nas._io import atomic_write_text
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
-from nas.config.search import register_search_configs
+from nas.config.search import register_search_configs, search_inputs
+from nas.search.progress import TrialProgress, fmt_score
+from nas.search.results import NOT_RUN, SHORT_HOW, latency_how
+from nas.search.storage import redact_url
+from nas.search.study import SearchAborted, count_trials, prepare_search, run_search, write_outputs
 from nas.target import Target
 
 register_search_configs()
@@ -27,11 +33,8 @@ log = logging.getLogger("nas.search")
 def _user_args() -> list[str] | None:
     """The command-line arguments as the user writes them (``conf=`` rather than ``target=``), a
     storage URL's password masked."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return None
-    from nas.search.storage import redact_url
 
     args = [user_override(a) for a in HydraConfig.get().overrides.task]
     return [f"storage={redact_url(a[8:])}" if a.startswith("storage=") and "://" in a else a for a in args]
@@ -40,9 +43,6 @@ def _user_args() -> list[str] | None:
 def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None:
     """The composed config into ``<run dir>/.hydra/`` (as Hydra would, password masked), once the search
     has started."""
-    from nas._io import atomic_write_text
-    from nas.search.storage import redact_url
-
     if cfg.storage and "://" in cfg.storage:  # never a password on disk
         cfg = cfg.copy()
         cfg.storage = redact_url(cfg.storage)
@@ -51,14 +51,10 @@ def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None
         atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(args)))
 
 
-def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any:
+def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
     """The study and search problem the config names (``nas.search.study.prepare_search``); a failed
     start leaves no trace in a run dir it found empty."""
-    import optuna
-
     if run_dir is None:
-        from hydra.core.hydra_config import HydraConfig
-
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
     fresh = not run_dir.exists() or not any(run_dir.iterdir())
@@ -68,7 +64,7 @@ def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any
         if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
             raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
                              f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
-        search = _prepare_search(cfg, target, run_dir)
+        search = _prepare_search(cfg, run_dir)
     except BaseException:
         if fresh and run_dir.is_dir():
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -77,18 +73,17 @@ def _prepare(cfg: DictConfig, target: Target, run_dir: str | Path | None) -> Any
     return search
 
 
-def _prepare_search(cfg: DictConfig, target: Target, run_dir: Path) -> Any:
-    from nas.search.study import Budgets, prepare_search
-
+def _prepare_search(cfg: DictConfig, run_dir: Path) -> Any:
+    s = search_inputs(cfg)  # the config as the library's objects, once
     return prepare_search(
-        target=target,
+        target=s.target,
         search_space=cfg.search_space,
-        data=OmegaConf.to_container(cfg.data, resolve=True),
-        evaluator=OmegaConf.to_container(cfg.evaluator, resolve=True),
-        sampler=OmegaConf.to_container(cfg.sampler, resolve=True),
-        pruner=OmegaConf.to_container(cfg.pruner, resolve=True),
-        budgets=Budgets(latency_ms=cfg.latency_budget_ms, memory_kb=cfg.memory_budget_kb),
-        latency_budget_given=_budget_given(cfg),
+        data=s.data,
+        evaluator=s.evaluator,
+        sampler=s.sampler,
+        pruner=s.pruner,
+        budgets=s.budgets,
+        latency_budget_given=s.latency_budget_given,
         seed=cfg.seed,
         run_dir=run_dir,
         storage=cfg.storage,
@@ -98,16 +93,8 @@ def _prepare_search(cfg: DictConfig, target: Target, run_dir: Path) -> Any:
     )
 
 
-def _budget_given(cfg: DictConfig) -> bool:
-    """Whether the user set ``latency_budget_ms`` (else it is still conf/search.yaml's reference to the
-    target's own budget)."""
-    return not OmegaConf.is_interpolation(cfg, "latency_budget_ms")
-
-
 def _model_how(latency: Any) -> str:
     """How the latency model's figures are obtained, in the shared words (``nas.search.results.latency_how``)."""
-    from nas.search.results import latency_how
-
     return latency_how({"source": latency.source, "device": latency.device}) or latency.source
 
 
@@ -117,8 +104,8 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
         print(f"WARNING: {p.latency.warning}", flush=True)
     if p.latency.note:
         print(p.latency.note, flush=True)
-    b = [f"latency <= {budgets.latency_ms:g} ms" if budgets.latency_ms else "no latency budget",
-         f"peak activations <= {budgets.memory_kb:g} KiB" if budgets.memory_kb else "no memory budget"]
+    b = [f"latency <= {budgets.latency_budget_ms:g} ms" if budgets.latency_budget_ms else "no latency budget",
+         f"peak activations <= {budgets.memory_budget_kb:g} KiB" if budgets.memory_budget_kb else "no memory budget"]
     print(f"target   {target.name}: {p.latency.describe()}\n"
           f"latency  {_model_how(p.latency)}, at {p.deploy_resolution}x{p.deploy_resolution} ({', '.join(b)})\n"
           + (f"budget   {search.latency_budget.note}\n" if search.latency_budget is not None else "") +
@@ -135,9 +122,6 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
     """Run the study up to ``cfg.n_trials`` with a progress bar (``progress=false``: a line per failed
     trial instead): (exit code, ``SearchReport`` or None); a ``SearchAborted`` search's error line into
     ``aborted[0]``."""
-    from nas.search.progress import TrialProgress
-    from nas.search.study import SearchAborted, run_search
-
     quiet = None if cfg.progress else TrialProgress(todo, search.problem.evaluator.metric, bar=False)
     code, rep = 0, None
     try:
@@ -158,9 +142,6 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
 
 
 def _print_results(target: Target, search: Any, outs: dict) -> None:
-    from nas.search.progress import fmt_score
-    from nas.search.results import NOT_RUN, SHORT_HOW
-
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
     rows = [[f"#{r['number']}", fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
@@ -191,9 +172,8 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
     t_start = time.perf_counter()
-    target = Target.coerce(cfg.target)
-    search = _prepare(cfg, target, run_dir)
-    from nas.search.study import count_trials, write_outputs
+    search = _prepare(cfg, run_dir)
+    target = search.problem.target
     done = count_trials(search.study)
     _print_setup(cfg, target, search, done)
     aborted = [""]

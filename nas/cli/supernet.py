@@ -14,17 +14,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as td
 from omegaconf import DictConfig, OmegaConf
 
+from nas._io import atomic_write_json
 from nas.cli._common import fmt_table, folder_error, hydra_app, user_errors
 from nas.config.supernet import register_supernet_configs
+from nas.data import load_data
+from nas.space import load_space
+from nas.supernet.schedule import phases
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import Dist, train_supernet
 
 register_supernet_configs()
 
 
 def settings_from_config(cfg: DictConfig):
-    from nas.supernet.settings import SupernetSettings
-
     c = OmegaConf.to_container(cfg, resolve=True)
     train = dict(c["train"])
     if c["epochs"] is not None:
@@ -38,8 +44,6 @@ def process_group(device: str):
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         yield
         return
-    import torch
-    import torch.distributed as td
 
     gpu = device != "cpu" and torch.cuda.is_available()
     if gpu:
@@ -62,7 +66,6 @@ def _training(s) -> str:
     per_step = f"largest + smallest + {s.random_subnets} random subnets per step"
     if s.schedule == "sandwich":
         return f"sandwich rule: {per_step}"
-    from nas.supernet.schedule import phases
 
     table = ", ".join(f"{p.name} from epoch {p.start + 1}" for p in phases(s))
     return f"progressive shrinking ({table}): {per_step}, the smaller ones along the unlocked dimensions"
@@ -70,17 +73,12 @@ def _training(s) -> str:
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    from nas._io import atomic_write_json
-    from nas.space import load_space
-
     s = settings_from_config(cfg)
     problem = folder_error("out", cfg.out)
     if problem:
         raise ValueError(problem)
     space = load_space(cfg.search_space)
-    from nas.data import load_data  # torch: after the settings, the out folder and the space are accepted
     data = load_data(OmegaConf.to_container(cfg.data, resolve=True))
-    from nas.supernet.train import Dist, train_supernet  # timm: after the space and the data are accepted
     with process_group(s.device):
         rank0 = Dist.current().rank == 0
         if rank0:

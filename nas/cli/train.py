@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nas import train as train_lib
 from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
-from nas.config.train import register_train_configs
+from nas.config.train import register_train_configs, train_latency_budget
 from nas.target import Target
 from nas.train.search_run import load_search_run
 from nas.train.settings import (
@@ -37,7 +37,7 @@ def settings_from_config(cfg: DictConfig) -> PipelineSettings:
     if c["epochs"] is not None:
         train["epochs"] = c["epochs"]
     return PipelineSettings(
-        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=c["max_ms"],
+        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=train_latency_budget(c),
         data_root=c["data_root"], train_samples=c["train_samples"], resolution=c["resolution"],
         seed=c["seed"], supernet=c["supernet"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),

@@ -15,17 +15,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
-from nas.config import TargetConfig, register_configs, schema_from
+from nas.config.common import register_configs
+from nas.config.schema import TargetConfig, defaults_of, schema_from
 from nas.data.settings import DataSettings
+from nas.search.evaluate import Evaluator, make_evaluator
 from nas.search.evaluator_settings import (
     SupernetEvaluatorSettings,
     TrainEvaluatorSettings,
     ZeroCostEvaluatorSettings,
 )
-from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings
-from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings
+from nas.search.objective import Budgets
+from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings, pruner_settings
+from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings, sampler_settings
+from nas.search.study import run_search
+from nas.target import Target
 
 __all__ = [
     "DataConfig",
@@ -40,7 +45,9 @@ __all__ = [
     "TPESamplerConfig",
     "TrainEvaluatorConfig",
     "ZeroCostEvaluatorConfig",
+    "SearchInputs",
     "register_search_configs",
+    "search_inputs",
 ]
 
 
@@ -78,7 +85,7 @@ class SearchAppConfig:
     out: str = MISSING  # the run dir (conf/search.yaml: runs/search/<date>_<time>)
     allow_mismatch: bool = False  # use a latency table whose metadata does not match the target
     progress: bool = True  # a progress bar over the trials (false: a line per failed trial only)
-    max_consecutive_failures: int = 10  # stop when this many trials in a row fail (0: never)
+    max_consecutive_failures: int = defaults_of(run_search)["max_consecutive_failures"]  # stop when this many trials in a row fail (0: never)
     supernet: str | None = None  # evaluator=supernet: the supernet checkpoint (python -m nas.supernet)
 
 
@@ -95,3 +102,44 @@ def register_search_configs() -> None:
     cs.store(name="_sampler_random_schema", node=RandomSamplerConfig)
     for name, node in _PRUNER_SCHEMAS.items():
         cs.store(name=f"_pruner_{name}_schema", node=node)
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    """A composed search config as the library takes it (``nas.search.study.prepare_search``)."""
+
+    target: Target
+    data: DataSettings
+    evaluator: Evaluator
+    sampler: Any  # the sampler's settings (NSGA2Settings, TPESettings, RandomSettings)
+    pruner: Any  # the pruner's settings (NoPrunerSettings, ...)
+    budgets: Budgets
+    latency_budget_given: bool  # the user set latency_budget_ms (else it is the target's own)
+
+
+def search_inputs(cfg: DictConfig) -> SearchInputs:
+    """The library's objects from a composed ``search`` config: the one place a search's config becomes
+    the dataclasses its schema was generated from.
+
+    Args:
+        cfg: the composed config (``compose_app("search", ...)`` or the command's).
+
+    Returns:
+        The ``SearchInputs``.
+
+    Raises:
+        ValueError: a value the library's checks refuse (named with the value and what is allowed).
+    """
+    def plain(node: Any) -> dict[str, Any]:
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+
+    return SearchInputs(
+        target=Target.coerce(cfg.target),
+        data=DataSettings.from_dict(plain(cfg.data)),
+        evaluator=make_evaluator(plain(cfg.evaluator)),
+        sampler=sampler_settings(plain(cfg.sampler)),
+        pruner=pruner_settings(plain(cfg.pruner)),
+        budgets=Budgets(latency_budget_ms=cfg.latency_budget_ms, memory_budget_kb=cfg.memory_budget_kb),
+        # conf/search.yaml sets it to ${target.latency_budget_ms}: still that reference = the target's own
+        latency_budget_given=not OmegaConf.is_interpolation(cfg, "latency_budget_ms"),
+    )

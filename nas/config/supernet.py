@@ -12,7 +12,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.config import TargetConfig, schema_from
+from nas.config.schema import TargetConfig, schema_from
+from nas.config.search import register_search_configs
 from nas.supernet.settings import SupernetSettings
 
 __all__ = ["SupernetAppConfig", "SupernetTrainConfig", "register_supernet_configs"]
@@ -34,7 +35,5 @@ class SupernetAppConfig:
 
 
 def register_supernet_configs() -> None:
-    from nas.config.search import register_search_configs
-
     register_search_configs()  # the `data` group's schema
     ConfigStore.instance().store(name="_supernet_schema", node=SupernetAppConfig)

@@ -11,14 +11,19 @@ and what is allowed).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from nas.config import TargetConfig, register_configs, schema_from
-from nas.train.settings import ExportSettings, FitSettings, PruneSettings, QATSettings, TargetNames
+from nas.config.common import register_configs
+from nas.config.schema import TargetConfig, defaults_of, schema_from
+from nas.config.search import register_search_configs
+from nas.train.deploy import export_checkpoint
+from nas.train.settings import ExportSettings, FitSettings, PipelineSettings, PruneSettings, QATSettings, TargetNames
 
 __all__ = [
     "ExportAppConfig",
@@ -29,6 +34,7 @@ __all__ = [
     "TrainAppConfig",
     "TrainConfig",
     "register_train_configs",
+    "train_latency_budget",
 ]
 
 
@@ -47,14 +53,15 @@ class TrainAppConfig:
 
     target: TargetConfig = MISSING
     run: str = MISSING  # a search run dir (pareto.json)
-    select: Any = "all"  # all | an index | a list of indices into pareto.json's front
-    max_ms: float | None = None  # only architectures predicted at or under this latency (ms)
+    select: Any = defaults_of(PipelineSettings)["select"]  # all | an index | a list of indices into pareto.json's front
+    latency_budget_ms: float | None = None  # only architectures predicted at or under this latency (ms)
+    max_ms: float | None = None  # the former name of latency_budget_ms (accepted, with a warning)
     epochs: int | None = None  # overrides train.epochs
     out: str | None = None  # null: <run>/train
     data_root: str | None = None  # where the dataset is, if not where the search found it
     train_samples: int | None = None  # training images (null: all; the search may have subsampled)
     resolution: int | None = None  # px trained and exported at (null: the search's deployment resolution)
-    seed: int = 0  # training seed
+    seed: int = defaults_of(PipelineSettings)["seed"]  # training seed
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     supernet: str | None = None  # a supernet.ckpt: start every network from its inherited weights, then fine-tune
     wait: bool = False  # another nas.train writing the same folder: wait for it to end (false: refuse at once)
@@ -78,17 +85,31 @@ class ExportAppConfig:
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)
-    verify_samples: int = 500  # images the export is checked on against torch
+    verify_samples: int = defaults_of(export_checkpoint)["verify_samples"]  # images the export is checked on against torch
     overwrite: bool = False  # replace an existing out= file
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     export: ExportConfig = field(default_factory=ExportConfig)  # the export's settings: export.<key>=<value>
 
 
 def register_train_configs() -> None:
-    from nas.config.search import register_search_configs
-
     register_configs()
     register_search_configs()  # the `data` group's schema: nas.export data=<dataset>
     cs = ConfigStore.instance()
     cs.store(name="_train_schema", node=TrainAppConfig)
     cs.store(name="_export_schema", node=ExportAppConfig)
+
+
+def train_latency_budget(c: Mapping[str, Any]) -> float | None:
+    """``nas.train``'s latency budget from its config: ``latency_budget_ms``, or the former ``max_ms``
+    with a ``FutureWarning``.
+
+    Raises:
+        ValueError: both names given.
+    """
+    if c.get("max_ms") is None:
+        return c.get("latency_budget_ms")
+    if c.get("latency_budget_ms") is not None:
+        raise ValueError("max_ms is the former name of latency_budget_ms: give latency_budget_ms only")
+    warnings.warn("nas.train max_ms= is now latency_budget_ms= (the search's name); max_ms= still works for now",
+                  FutureWarning, stacklevel=2)
+    return c["max_ms"]

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from sklearn.datasets import load_digits
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from torchvision.datasets import CIFAR10, FashionMNIST, ImageFolder
 
 from nas.registry import Registry
 
@@ -86,8 +89,6 @@ def dataset_names() -> list[str]:
 
 @register_dataset("digits")
 def _digits(s: DataSettings) -> _Raw:
-    from sklearn.datasets import load_digits
-
     d = load_digits()
     x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, N x 1 x 8 x 8
     return _Raw(x, d.target.astype(np.int64), None, None, tuple(str(c) for c in range(10)),
@@ -157,7 +158,6 @@ def _fashion_mnist(s: DataSettings) -> _Raw:
                 return _fashion_from(files, folder)
     if s.download:
         target = Path(s.root).expanduser() if s.root else CACHE_DIR
-        from torchvision.datasets import FashionMNIST
 
         log.info("downloading Fashion-MNIST into %s", target)
         FashionMNIST(str(target), train=True, download=True)
@@ -205,8 +205,6 @@ class _Files:
 
 @register_dataset("cifar10")
 def _cifar10(s: DataSettings) -> _Files:
-    from torchvision.datasets import CIFAR10
-
     if not s.root:
         raise DatasetNotFoundError(
             "cifar10 needs data.root: the folder holding cifar-10-batches-py/ (the CIFAR-10 python version from "
@@ -236,8 +234,6 @@ def _cifar10(s: DataSettings) -> _Files:
 
 @register_dataset("imagefolder")
 def _imagefolder(s: DataSettings) -> _Files:
-    from torchvision.datasets import ImageFolder
-
     if not s.root:
         raise DatasetNotFoundError("imagefolder needs data.root: a folder of class folders (root/<class>/*.png), "
                                    "or root/train/<class>/... and root/val/<class>/...")
@@ -267,7 +263,6 @@ def _imagefolder(s: DataSettings) -> _Files:
         test = ImageFolder(str(root / "test"), allow_empty=True)
         if test.classes != train.classes:
             raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {root / 'test'} has {test.classes}")
-    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
     mean, std = ((0.5,), (0.5,)) if channels == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
     return _Files(train, val, test, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from timm.data import create_transform
 from torch.utils.data import DataLoader, Sampler
 
 __all__ = ["StreamSplit", "make_transforms"]
@@ -86,8 +87,6 @@ class _Order(Sampler):
 def make_transforms(resolution: int, *, augment: str, auto_augment: str | None, crop_scale: float,
                     crop_pct: float, mean: Sequence[float], std: Sequence[float]) -> tuple[Callable, Callable]:
     """timm's (train, eval) transforms at ``resolution``; ``augment=none`` trains on the eval transform."""
-    from timm.data import create_transform
-
     ev = create_transform(resolution, is_training=False, crop_pct=crop_pct, interpolation="bilinear",
                           mean=tuple(mean), std=tuple(std))
     if augment == "none" and not auto_augment:

@@ -135,13 +135,13 @@ def _ceil3(v: float) -> float:
     return float(f"{math.ceil(v / 10.0**e) * 10.0**e:.{max(0, -e)}f}")
 
 
-def choose_latency_budget(budget_ms: float | None, *, given: bool, latencies: np.ndarray, where: str,
+def choose_latency_budget(latency_budget_ms: float | None, *, given: bool, latencies: np.ndarray, where: str,
                           source: str) -> LatencyBudget:
     """The budget a new study runs under (see the module docs).
 
     Args:
-        budget_ms: the user's budget (``given``) or the target's; None: no latency constraint.
-        given: whether the user set ``budget_ms`` (``latency_budget_ms=``) rather than the target.
+        latency_budget_ms: the user's budget (``given``) or the target's; None: no latency constraint.
+        given: whether the user set ``latency_budget_ms`` rather than the target.
         latencies: the sampled networks' latencies (``sampled_latencies``).
         where: the space and target, for the note (``"tiny on cpu"``).
         source: the latency model's source (``measured`` or ``estimated``), for the note's words.
@@ -154,16 +154,16 @@ def choose_latency_budget(budget_ms: float | None, *, given: bool, latencies: np
     """
     ms = np.asarray(latencies, dtype=np.float64)
     spread = LatencySpread.of(ms)
-    if budget_ms is None:
+    if latency_budget_ms is None:
         return LatencyBudget(None, "none", "latency_budget_ms=null", spread)
     if given:
-        return LatencyBudget(budget_ms, "given", f"latency_budget_ms={budget_ms:g}; "
-                             f"{_against(budget_ms, ms, spread, where, source)}", spread)
-    if budget_ms >= spread.max_ms:
+        return LatencyBudget(latency_budget_ms, "given", f"latency_budget_ms={latency_budget_ms:g}; "
+                             f"{_against(latency_budget_ms, ms, spread, where, source)}", spread)
+    if latency_budget_ms >= spread.max_ms:
         median = _ceil3(spread.median_ms)
         return LatencyBudget(median, "median", f"the median {_words(source)} latency of {spread.n} sampled networks "
-                             f"of {where} (the target's own {budget_ms:g} ms would bind no network)", spread)
-    return LatencyBudget(budget_ms, "target", f"the target's; {_against(budget_ms, ms, spread, where, source)}",
+                             f"of {where} (the target's own {latency_budget_ms:g} ms would bind no network)", spread)
+    return LatencyBudget(latency_budget_ms, "target", f"the target's; {_against(latency_budget_ms, ms, spread, where, source)}",
                          spread)
 
 

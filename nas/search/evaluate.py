@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+from timm.layers import activations as ta
 from torch import nn
 
 from nas.arch import Arch
+from nas.builder import build
 from nas.data import Dataset
 from nas.registry import Registry
 from nas.search.evaluator_settings import (
@@ -47,6 +49,7 @@ from nas.search.evaluator_settings import (
     TrainEvaluatorSettings,
     ZeroCostEvaluatorSettings,
 )
+from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.train.fit import (
     Schedule,
     TrainingDiverged,
@@ -120,8 +123,6 @@ def make_evaluator(cfg: dict[str, Any]) -> Evaluator:
 def _seeded_build(arch: Arch, data: Dataset, device_spec: str, seed: int) -> Iterator[tuple[nn.Module, torch.device]]:
     """Check that ``arch`` fits ``data``, then build it on the device inside a forked RNG seeded
     with ``seed`` (so an evaluation is reproducible and leaves the caller's RNG alone)."""
-    from nas.builder import build  # timm: imported when first needed, not with the config schemas
-
     _check_fit(arch, data)
     device = resolve_device(device_spec)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -259,14 +260,10 @@ class SupernetEvaluator(SupernetEvaluatorSettings, Evaluator):
         return "val_accuracy"
 
     def check(self, space: Any, data: Dataset) -> None:
-        from nas.supernet.checkpoint import check_matches, load_supernet
-
         _, meta = load_supernet(self.checkpoint)
         check_matches(meta, self.checkpoint, space=space, data=data)
 
     def evaluate(self, arch: Arch, data: Dataset, *, seed: int) -> EvalResult:
-        from nas.supernet.checkpoint import load_supernet
-
         t0 = time.perf_counter()
         _check_fit(arch, data)
         sn, _ = load_supernet(self.checkpoint)
@@ -288,8 +285,6 @@ _ACT_TYPES: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.S
 
 
 def _act_types() -> tuple[type[nn.Module], ...]:
-    from timm.layers import activations as ta
-
     return _ACT_TYPES + (ta.GELU, ta.Swish, ta.HardSwish, ta.Mish, ta.GELUTanh, ta.QuickGELU, ta.HardMish)
 
 

@@ -11,9 +11,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from nas._checks import check_number
-from nas.train.settings import check_fit
+from nas.train.settings import FitSettings, check_fit
 
-__all__ = ["SupernetEvaluatorSettings", "TrainEvaluatorSettings", "ZeroCostEvaluatorSettings"]
+__all__ = ["SHORT_RUN", "SupernetEvaluatorSettings", "TrainEvaluatorSettings", "ZeroCostEvaluatorSettings"]
+
+_FIT = FitSettings()  # nas.train's training defaults: the one place the optimiser's defaults are written
+#: ``evaluator=train`` trains each trial briefly: nas.train's schedule with these values changed (three
+#: epochs, smaller batches for more steps, half an epoch of warm-up); everything else is nas.train's
+SHORT_RUN = {"epochs": 3, "batch_size": 64, "warmup_epochs": 0.5}
 
 
 def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_zero: bool = False) -> None:
@@ -22,23 +27,29 @@ def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_z
 
 @dataclass(frozen=True)
 class TrainEvaluatorSettings:
-    """The settings of ``evaluator=train`` (``TrainEvaluator``): names, types, defaults and checks."""
+    """The settings of ``evaluator=train`` (``TrainEvaluator``): nas.train's ``FitSettings`` with the
+    ``SHORT_RUN`` budget, plus the device.
+
+    Raises:
+        ValueError: a value out of range (the same checks as nas.train's, ``check_fit``).
+    """
 
     name: ClassVar[str] = "train"
 
-    epochs: int = 3
-    batch_size: int = 64
-    optimizer: str = "adamw"  # adamw | sgd (nesterov)
-    lr: float = 0.005
-    weight_decay: float = 0.05  # not applied to norms and biases
-    momentum: float = 0.9  # sgd only
-    label_smoothing: float = 0.1
-    warmup_epochs: float = 0.5  # linear warm-up, then cosine decay to zero
-    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
+    epochs: int = SHORT_RUN["epochs"]
+    batch_size: int = SHORT_RUN["batch_size"]
+    optimizer: str = _FIT.optimizer  # adamw | sgd (nesterov)
+    lr: float = _FIT.lr
+    weight_decay: float = _FIT.weight_decay  # not applied to norms and biases
+    momentum: float = _FIT.momentum  # sgd only
+    label_smoothing: float = _FIT.label_smoothing
+    warmup_epochs: float = SHORT_RUN["warmup_epochs"]  # linear warm-up, then cosine decay to zero
+    grad_clip: float | None = _FIT.grad_clip  # max gradient norm (None: no clipping)
     device: str = "auto"  # auto | cpu | cuda | cuda:<i>
     amp: bool = True  # mixed precision on CUDA (bf16 where supported, else fp16 + grad scaling)
-    eval_batch_size: int = 512
-    bn_recalibration_batches: int = 8  # re-estimate BatchNorm statistics on this many batches before scoring
+    eval_batch_size: int = _FIT.eval_batch_size
+    # re-estimate BatchNorm statistics on this many batches before scoring
+    bn_recalibration_batches: int = _FIT.bn_recalibration_batches
 
     def __post_init__(self) -> None:
         check_fit(self, "evaluator train: ", epochs_zero=False)
@@ -55,7 +66,7 @@ class SupernetEvaluatorSettings:
     checkpoint: str | None = None  # the supernet.ckpt (the command line's supernet=<checkpoint>)
     bn_recalibration_batches: int = 16  # training batches re-estimating BatchNorm statistics before scoring
     batch_size: int = 64  # recalibration batch size
-    eval_batch_size: int = 512
+    eval_batch_size: int = _FIT.eval_batch_size
     device: str = "auto"  # auto | cpu | cuda | cuda:<i>
     amp: bool = True  # mixed precision on CUDA
 

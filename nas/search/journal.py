@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optuna.storages.journal import BaseJournalBackend
+import optuna
+from filelock import FileLock
+from optuna.storages import JournalStorage
+from optuna.storages.journal import BaseJournalBackend, JournalFileBackend
 from optuna.storages.journal._file import BaseJournalFileLock  # the documented base, not re-exported
 
 from nas._io import atomic_write_bytes, lock_path
@@ -56,8 +59,6 @@ class JournalFileLock(BaseJournalFileLock):
 
     def _filelock(self) -> Any:
         if self._lock is None:
-            from filelock import FileLock
-
             self._lock = FileLock(self._lock_file)
         return self._lock
 
@@ -170,9 +171,6 @@ class _RecordsBackend(BaseJournalBackend):
 
 def study_counts(backend: BaseJournalBackend) -> dict[str, Counter]:
     """Each study in the journal and its trials counted by state, as Optuna replays them."""
-    import optuna
-    from optuna.storages import JournalStorage
-
     storage = JournalStorage(backend)
     out = {}
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
@@ -287,8 +285,6 @@ def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
             failed (what was written is removed; the journal is as it was), or the repaired journal
             does not replay (the original is put back).
     """
-    from optuna.storages.journal import JournalFileBackend
-
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no journal file at {p}")

@@ -44,10 +44,13 @@ import math
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+import torch
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from nas.arch import Arch
@@ -81,15 +84,39 @@ class DuplicateArch(Exception):
 # budgets
 
 
-@dataclass(frozen=True)
+_OLD_BUDGET_NAMES = {"latency_ms": "latency_budget_ms", "memory_kb": "memory_budget_kb"}
+
+
+@dataclass(frozen=True, init=False)
 class Budgets:
-    """Latency (ms, predicted on the target) and peak activation memory (KiB) budgets; None: no limit."""
+    """A search's budgets, named as in its config and its results.
 
-    latency_ms: float | None = None
-    memory_kb: float | None = None
+    Args:
+        latency_budget_ms: the latency (ms, predicted on the target) a network may take; None: no limit.
+        memory_budget_kb: the peak activation memory (KiB) a network may hold; None: no limit.
 
-    def __post_init__(self) -> None:
-        for name, v in (("latency_budget_ms", self.latency_ms), ("memory_budget_kb", self.memory_kb)):
+    Raises:
+        ValueError: a budget that is not a positive number or None.
+
+    Example:
+        >>> Budgets(latency_budget_ms=15.0).constraints(latency_ms=12.0, peak_bytes=0)
+        {'latency': -0.2}
+    """
+
+    latency_budget_ms: float | None = None
+    memory_budget_kb: float | None = None
+
+    def __init__(self, latency_budget_ms: float | None = None, memory_budget_kb: float | None = None,
+                 **old: float | None) -> None:
+        for k, v in old.items():  # the names before the budgets took their config's names
+            if k not in _OLD_BUDGET_NAMES:
+                raise TypeError(f"Budgets() got an unexpected keyword argument {k!r}")
+            warnings.warn(f"Budgets({k}=) is now Budgets({_OLD_BUDGET_NAMES[k]}=)", DeprecationWarning, stacklevel=2)
+            latency_budget_ms = v if k == "latency_ms" else latency_budget_ms
+            memory_budget_kb = v if k == "memory_kb" else memory_budget_kb
+        object.__setattr__(self, "latency_budget_ms", latency_budget_ms)
+        object.__setattr__(self, "memory_budget_kb", memory_budget_kb)
+        for name, v in (("latency_budget_ms", self.latency_budget_ms), ("memory_budget_kb", self.memory_budget_kb)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
                                   or not math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number or null (no budget), got {v!r}")
@@ -97,14 +124,21 @@ class Budgets:
     def constraints(self, *, latency_ms: float, peak_bytes: int) -> dict[str, float]:
         """Relative excess over each budget (``<= 0`` feasible), as Optuna constraints."""
         out = {}
-        if self.latency_ms is not None:
-            out["latency"] = latency_ms / self.latency_ms - 1.0
-        if self.memory_kb is not None:
-            out["memory"] = peak_bytes / 1024.0 / self.memory_kb - 1.0
+        if self.latency_budget_ms is not None:
+            out["latency"] = latency_ms / self.latency_budget_ms - 1.0
+        if self.memory_budget_kb is not None:
+            out["memory"] = peak_bytes / 1024.0 / self.memory_budget_kb - 1.0
         return out
 
     def to_dict(self) -> dict[str, float | None]:
-        return {"latency_ms": self.latency_ms, "memory_kb": self.memory_kb}
+        """The budgets as the study's record and pareto.json hold them."""
+        return {"latency_budget_ms": self.latency_budget_ms, "memory_budget_kb": self.memory_budget_kb}
+
+    @staticmethod
+    def from_record(d: dict[str, Any]) -> Budgets:
+        """The budgets of a study's record, one written before the budgets took their config's names included."""
+        d = {_OLD_BUDGET_NAMES.get(k, k): v for k, v in d.items()}
+        return Budgets(latency_budget_ms=d.get("latency_budget_ms"), memory_budget_kb=d.get("memory_budget_kb"))
 
 
 
@@ -128,8 +162,6 @@ class TrialOutcome:
 
 def _space_digest(space: SearchSpace) -> str:
     try:
-        from omegaconf import OmegaConf
-
         data: Any = OmegaConf.to_container(OmegaConf.load(space.source), resolve=True)
     except Exception:  # not a file (built in code): the parameter encoding is what we have
         data = {k: list(v) for k, v in space.param_choices().items()}
@@ -162,7 +194,9 @@ class SearchProblem:
                              f"evaluator={evaluator.name} has no epochs to stop early: use pruner=none")
         self.pruner = pruner
         self.space, self.data, self.evaluator, self.latency = space, data, evaluator, latency
-        self.target, self.budgets, self.train_seed = Target.coerce(target), budgets, int(train_seed)
+        if not isinstance(target, Target):
+            raise TypeError(f"target must be a Target (nas.load_target(name)), got {type(target).__name__}")
+        self.target, self.budgets, self.train_seed = target, budgets, int(train_seed)
         self.deploy_resolution = int(deploy_resolution or self.target.resolution or space.resolution)
         self.bytes_per_act = {"int8": 1, "fp16": 2}.get(self.target.precision, 4)
         self.last: TrialOutcome | None = None
@@ -205,18 +239,18 @@ class SearchProblem:
         any of the space's smallest architecture and ``samples`` random ones needs."""
         archs = [self.deployed(self.space.smallest())] + [self.deployed(self.space.random(i)) for i in range(samples)]
         b = self.budgets
-        if b.latency_ms is not None:
+        if b.latency_budget_ms is not None:
             ms = min(float(self.latency.explain(a).ms) for a in archs)
-            if ms > b.latency_ms:
+            if ms > b.latency_budget_ms:
                 est = "" if self.latency.source == "measured" else ", an ESTIMATE"
-                raise ValueError(f"latency_budget_ms={b.latency_ms:g}: no architecture of space {self.space.name!r} "
+                raise ValueError(f"latency_budget_ms={b.latency_budget_ms:g}: no architecture of space {self.space.name!r} "
                                  f"can meet it on {self.target.name}: its smallest is predicted at {ms:.4g} ms"
                                  f"{est} (at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "
                                  f"(latency_budget_ms={_round_up(ms)}) or search a smaller space")
-        if b.memory_kb is not None:
+        if b.memory_budget_kb is not None:
             kb = min(arch_cost(a, bytes_per_act=self.bytes_per_act).peak_activation_bytes for a in archs) / 1024
-            if kb > b.memory_kb:
-                raise ValueError(f"memory_budget_kb={b.memory_kb:g}: no architecture of space {self.space.name!r} "
+            if kb > b.memory_budget_kb:
+                raise ValueError(f"memory_budget_kb={b.memory_budget_kb:g}: no architecture of space {self.space.name!r} "
                                  f"fits it: the smallest peaks at {kb:.4g} KiB of activations "
                                  f"(at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "
                                  f"(memory_budget_kb={_round_up(kb)}) or search a smaller space")
@@ -341,8 +375,6 @@ def _round_up(v: float) -> str:
 
 def _free_accelerator_memory() -> None:
     try:
-        import torch
-
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     except Exception:  # never let cleanup hide the trial's own error

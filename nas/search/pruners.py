@@ -30,7 +30,7 @@ storage, so every worker sharing the study sees it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ __all__ = [
     "TrialPruner",
     "intermediate_values",
     "make_pruner",
+    "pruner_settings",
     "pruner_names",
     "pruner_settings_class",
     "record_epoch",
@@ -263,9 +264,18 @@ class TrialPruner:
         return bool(self.pruner.prune(view, frozen))
 
 
-def make_pruner(cfg: dict[str, Any] | None, *, max_resource: int) -> TrialPruner | None:
-    """``{"name": "sha", "reduction_factor": 3}`` -> a ``TrialPruner`` (None for ``none``);
-    ``max_resource``: the evaluator's epochs."""
+def pruner_settings(cfg: Mapping[str, Any] | None) -> Any:
+    """A pruner's settings object from its config group.
+
+    Args:
+        cfg: ``{"name": "sha", "reduction_factor": 3}``; None: ``{"name": "none"}``.
+
+    Returns:
+        The name's settings dataclass (``SHASettings(reduction_factor=3)``).
+
+    Raises:
+        ValueError: an unknown name (listing the pruners) or setting (listing the valid ones).
+    """
     d = dict(cfg or {"name": "none"})
     name = d.pop("name", None)
     cls = pruner_settings_class(name)
@@ -273,7 +283,26 @@ def make_pruner(cfg: dict[str, Any] | None, *, max_resource: int) -> TrialPruner
     unknown = sorted(set(d) - names)
     if unknown:
         raise ValueError(f"pruner {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(names)}")
-    settings = cls(**d)
+    return cls(**d)
+
+
+def make_pruner(settings: Any, *, max_resource: int) -> TrialPruner | None:
+    """The search's pruner.
+
+    Args:
+        settings: a pruner's settings object (``pruner_settings``), its config group as a dict, or None
+            (no pruning).
+        max_resource: the evaluator's epochs.
+
+    Returns:
+        A ``TrialPruner``, or None for ``none``.
+
+    Raises:
+        ValueError: as ``pruner_settings``.
+    """
+    if not dataclasses.is_dataclass(settings):
+        settings = pruner_settings(settings)
+    name = next(n for n in _PRUNERS.names() if _PRUNERS[n][0] is type(settings))
     pruner = _PRUNERS[name][1](settings, max_resource)
     return None if pruner is None else TrialPruner(name, settings, pruner)
 

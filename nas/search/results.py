@@ -12,13 +12,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import optuna
+from matplotlib.lines import Line2D
 from optuna.trial import TrialState
 
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 from nas.arch import Arch
 from nas.latency.base import Prediction
 from nas.search.budget import BUDGET_ATTR
+from nas.search.objective import Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 
@@ -213,12 +217,12 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
     atomic_write_json(paths["pareto_json"], _jsonable(out))
     atomic_write_text(paths["trials_csv"], _csv_text(records, metric))
     if plot:
-        budget = (rec.get("budgets") or {}).get("latency_ms")
+        budget = Budgets.from_record(rec.get("budgets") or {}).latency_budget_ms
         target = rec.get("target") or {}
         title = (f"{rec.get('search_space', {}).get('name', '?')} on {(rec.get('data') or {}).get('name', '?')} "
                  f"for {target.get('name', '?')} ({(target.get('device') or {}).get('name', '?')})")
         how = next((r["latency_how"] for r in records if r["latency_how"]), None)
-        paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, budget_ms=budget,
+        paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, latency_budget_ms=budget,
                                           title=title, source=rec.get("latency_source", "measured"), how=how)
     paths["front"] = front
     paths["records"] = records
@@ -237,17 +241,13 @@ def _jsonable(x: Any) -> Any:
 
 
 def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], path: str | Path, *,
-                metric: str, budget_ms: float | None, title: str, source: str, how: str | None = None) -> Path:
+                metric: str, latency_budget_ms: float | None, title: str, source: str, how: str | None = None) -> Path:
     """Score vs latency: every evaluated trial faded, the front highlighted, the budget line.
 
     ``source``: the latency model's (``measured`` or ``estimated``); ``how``: how the figures were
     obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
     """
-    import matplotlib
-
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     acc = metric == "val_accuracy"
     scale = 100.0 if acc else 1.0
@@ -292,13 +292,13 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
         x0, x1 = min(xs_all), max(xs_all)
         span = max(x1 - x0, 1e-6)
         xl = (max(0.0, x0 - 0.06 * span), x1 + 0.06 * span)
-        if budget_ms is not None and budget_ms <= xl[1] + 0.5 * span:
-            xl = (xl[0], max(xl[1], budget_ms + 0.06 * span))
-            ax.axvline(budget_ms, color="tab:red", ls="--", lw=1.2, zorder=1)
-            handles.append(Line2D([], [], color="tab:red", ls="--", label=f"latency budget {budget_ms:g} ms"))
-        elif budget_ms is not None:
+        if latency_budget_ms is not None and latency_budget_ms <= xl[1] + 0.5 * span:
+            xl = (xl[0], max(xl[1], latency_budget_ms + 0.06 * span))
+            ax.axvline(latency_budget_ms, color="tab:red", ls="--", lw=1.2, zorder=1)
+            handles.append(Line2D([], [], color="tab:red", ls="--", label=f"latency budget {latency_budget_ms:g} ms"))
+        elif latency_budget_ms is not None:
             handles.append(Line2D([], [], color="tab:red", ls="--",
-                                  label=f"latency budget {budget_ms:g} ms (off the chart, right)"))
+                                  label=f"latency budget {latency_budget_ms:g} ms (off the chart, right)"))
         ax.set_xlim(*xl)
     how = how or ("estimated (roofline)" if source == "estimated" else "predicted from a measured table")
     ax.set_xlabel(f"latency (ms), {how}" + (": an ESTIMATE, no measured table" if source == "estimated" else ""))

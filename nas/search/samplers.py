@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import optuna
+from optuna.samplers._lazy_random_state import LazyRandomState
 
 from nas.registry import Registry
 
@@ -31,6 +32,7 @@ __all__ = [
     "TPESettings",
     "TrialSeededSampler",
     "make_sampler",
+    "sampler_settings",
     "register_sampler",
     "sampler_names",
     "sampler_settings_class",
@@ -119,8 +121,18 @@ def sampler_settings_class(name: str) -> type:
         raise ValueError(f"sampler.name: {e}") from None
 
 
-def make_sampler(cfg: dict[str, Any], *, seed: int) -> optuna.samplers.BaseSampler:
-    """``{"name": "nsga2", "population_size": 16}`` -> a seeded Optuna sampler."""
+def sampler_settings(cfg: Mapping[str, Any]) -> Any:
+    """A sampler's settings object from its config group.
+
+    Args:
+        cfg: ``{"name": "nsga2", "population_size": 16}``: the name and any of its settings.
+
+    Returns:
+        The name's settings dataclass (``NSGA2Settings(population_size=16)``).
+
+    Raises:
+        ValueError: an unknown name (listing the samplers) or setting (listing the valid ones).
+    """
     d = dict(cfg)
     name = d.pop("name", None)
     cls = sampler_settings_class(name)
@@ -128,13 +140,30 @@ def make_sampler(cfg: dict[str, Any], *, seed: int) -> optuna.samplers.BaseSampl
     unknown = sorted(set(d) - names)
     if unknown:
         raise ValueError(f"sampler {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(names)}")
-    return TrialSeededSampler(_SAMPLERS[name][1](cls(**d), seed), seed=seed)
+    return cls(**d)
+
+
+def make_sampler(settings: Any, *, seed: int) -> optuna.samplers.BaseSampler:
+    """A seeded Optuna sampler.
+
+    Args:
+        settings: a sampler's settings object (``sampler_settings``), or its config group as a dict.
+        seed: the sampler's seed (each trial's draws are seeded from it and the trial's number).
+
+    Returns:
+        The sampler, wrapped so that a trial's draws depend on the seed and its number only.
+
+    Raises:
+        ValueError: as ``sampler_settings``.
+    """
+    if not dataclasses.is_dataclass(settings):
+        settings = sampler_settings(settings)
+    name = next(n for n in _SAMPLERS.names() if _SAMPLERS[n][0] is type(settings))
+    return TrialSeededSampler(_SAMPLERS[name][1](settings, seed), seed=seed)
 
 
 def _random_states(obj: Any, seen: set[int] | None = None) -> list[Any]:
     """The ``LazyRandomState`` objects an Optuna sampler draws from (its own and its inner samplers')."""
-    from optuna.samplers._lazy_random_state import LazyRandomState
-
     seen = set() if seen is None else seen
     out = []
     for v in vars(obj).values():

@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from filelock import FileLock
+from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 from optuna.trial import TrialState
 
 from nas._io import lock_path, pid_alive
+from nas.search.journal import JournalFileLock, check_journal
 
 __all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
            "rdb_storage", "redact_url", "storage_description"]
@@ -36,9 +40,6 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
     worker's trial is failed and redone).  Anything else is a journal file path (on a shared disk
     for many machines).
     """
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalRedisBackend
-
     if not spec:
         return journal_storage(Path(run_dir) / "study.journal")
     if "://" in spec:
@@ -71,11 +72,6 @@ def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
     Writers hold an OS lock (released when a holder dies, so a killed worker never stalls the next
     start).  A damaged journal is refused before anything is written to it: a ``ValueError`` names
     the line and the repair command (``python -m nas.repair``)."""
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    from nas.search.journal import JournalFileLock, check_journal
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with JournalFileLock(path):  # no append is under way while the file is checked and replayed
         check_journal(path)
@@ -91,7 +87,7 @@ PG_CONNECT_TIMEOUT_S = 5  # libpq's connect_timeout unless the URL sets one: a s
 
 def redact_url(url: str) -> str:
     """``url`` with its password (if any) shown as ``***``: the form for messages, logs and reports."""
-    from sqlalchemy.engine import make_url
+    from sqlalchemy.engine import make_url  # an RDB storage URL only: SQLAlchemy loads in a second
 
     try:
         return make_url(url).render_as_string(hide_password=True)
@@ -104,7 +100,7 @@ def _with_driver(url: str) -> str:
     (psycopg 3) named, whatever SQLAlchemy's default; a URL naming its driver is kept.  A PostgreSQL
     URL without ``connect_timeout`` gets ``PG_CONNECT_TIMEOUT_S`` (libpq's own default is to wait as
     long as the network does)."""
-    from sqlalchemy.engine import make_url
+    from sqlalchemy.engine import make_url  # an RDB storage URL only: SQLAlchemy loads in a second
 
     u = make_url(url)
     if u.drivername in ("postgresql", "postgres"):
@@ -126,8 +122,7 @@ def _open_rdb(url: str) -> optuna.storages.RDBStorage:
     at once failed with "table studies already exists") or retried: concurrent ``CREATE TYPE`` /
     ``CREATE TABLE`` fail with IntegrityError (a unique violation in the catalog) or ProgrammingError
     ("already exists") in all but one of them."""
-    import sqlalchemy
-    from optuna.storages import RDBStorage
+    import sqlalchemy  # an RDB storage URL only: SQLAlchemy loads in a second
 
     def create() -> RDBStorage:
         with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 5.0
@@ -136,8 +131,6 @@ def _open_rdb(url: str) -> optuna.storages.RDBStorage:
 
     db = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
     if db not in ("", ":memory:"):
-        from filelock import FileLock
-
         with FileLock(str(lock_path(db))):  # workers opening a new file at once
             return create()
     attempt = 0
@@ -163,7 +156,7 @@ def _open_rdb(url: str) -> optuna.storages.RDBStorage:
 def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
     """An Optuna RDB storage for a database URL (with a heartbeat), and its description (the URL with its
     password masked: the description is printed and written to pareto.json)."""
-    import sqlalchemy
+    import sqlalchemy  # an RDB storage URL only: SQLAlchemy loads in a second
 
     shown = redact_url(spec)
     if spec.startswith("sqlite"):
@@ -189,6 +182,10 @@ def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
         if u.password:  # masked where it stands alone, not inside other words (a password "p")
             line = re.sub(rf"(?<![\w]){re.escape(str(u.password))}(?![\w])", "***", line)
         raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
+
+
+# a record's keys from before the budgets took their config's names: the same settings
+_RENAMED = {"budgets.latency_ms": "budgets.latency_budget_ms", "budgets.memory_kb": "budgets.memory_budget_kb"}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -238,7 +235,7 @@ def open_study(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(record["objectives"]))
         return study
-    a = {k: v for k, v in _flatten(have).items() if not k.startswith("train_seed")}
+    a = {_RENAMED.get(k, k): v for k, v in _flatten(have).items() if not k.startswith("train_seed")}
     b = {k: v for k, v in _flatten(json.loads(json.dumps(record))).items() if not k.startswith("train_seed")}
     diffs = [f"{k}: {a.get(k, '<absent>')!r} in the study, {b.get(k, '<absent>')!r} now"
              for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]

@@ -39,10 +39,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.data import Dataset
+from nas.data import Dataset, DataSettings, load_data
+from nas.latency import load_latency_model
 from nas.latency.base import LatencyModel
 from nas.search.budget import BUDGET_ATTR, LatencyBudget, choose_latency_budget, kept, sampled_latencies
-from nas.search.evaluate import Evaluator
+from nas.search.evaluate import Evaluator, make_evaluator
 from nas.search.objective import WORKER, Budgets, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.progress import TrialProgress
 from nas.search.pruners import make_pruner, pruner_names
@@ -63,7 +64,7 @@ from nas.search.storage import (
     open_study,
     storage_description,
 )
-from nas.space import SearchSpace
+from nas.space import SearchSpace, load_space
 from nas.target import Target
 
 __all__ = [
@@ -191,29 +192,52 @@ def run_search(
     callback: Callable[[TrialOutcome], None] | None = None,
     progress: bool = True,
 ) -> SearchReport:
-    """Run trials until the study holds ``n_trials`` counted trials (see the module docs).
+    """Run trials until the study holds ``n_trials`` counted trials (a re-run resumes up to it).
 
-    A failing trial is recorded FAIL and the search goes on, unless ``max_consecutive_failures``
-    fail in a row (``SearchAborted``); a run in which every trial sent to the evaluator failed (fewer
-    than that; the others over a budget) ends with ``SearchAborted`` too, once its trials are recorded.  Either message holds the first failure's reason.  A repeat is skipped; ``max_consecutive_duplicates`` repeats
-    in a row end the run (``SearchReport.exhausted``).  A trial asked after other workers took the last
-    slots is recorded surplus and not run.  ``KeyboardInterrupt`` propagates after the running trial
-    is recorded FAIL (``status=interrupted``).  ``callback`` sees every outcome, repeats and surplus
-    trials included.  ``progress``: a bar on standard error over this call's trials, with the best
-    feasible score so far (``nas.search.progress.TrialProgress``); ``False``: quiet.
+    A failing trial is recorded FAIL and the search goes on; a repeat is skipped; a trial asked after
+    other workers took the last slots is recorded surplus and not run (see the module docs).
+
+    Args:
+        study: ``prepare_search(...).study``.
+        problem: ``prepare_search(...).problem``.
+        n_trials: the study's total, over every worker.
+        storage: the study's storage: the RUNNING trials of dead processes on this host are failed first.
+        max_consecutive_failures: this many failed trials in a row stop the search; 0: never.
+        max_consecutive_duplicates: this many repeats in a row end the run (``SearchReport.exhausted``).
+        callback: sees every outcome, repeats and surplus trials included.
+        progress: a bar on standard error over this call's trials, with the best feasible score so far.
+
+    Returns:
+        The ``SearchReport`` of this call's trials.
+
+    Raises:
+        ValueError: ``n_trials`` or ``max_consecutive_failures`` is not a non-negative integer.
+        SearchAborted: failures in a row reached ``max_consecutive_failures``, or every trial of the run
+            sent to the evaluator failed; the message holds the first failure's reason.
+        KeyboardInterrupt: after the running trial is recorded FAIL (``status=interrupted``).
+
+    Example:
+        >>> search = nas.prepare_search(...)  # doctest: +SKIP
+        >>> nas.run_search(search.study, search.problem, n_trials=36, storage=search.storage)  # doctest: +SKIP
     """
     for name, v in (("n_trials", n_trials), ("max_consecutive_failures", max_consecutive_failures)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    if progress:
-        bar = TrialProgress(max(0, n_trials - count_trials(study)), problem.evaluator.metric)
-        try:
-            return run_search(study, problem, n_trials=n_trials, storage=storage,
-                              max_consecutive_failures=max_consecutive_failures,
-                              max_consecutive_duplicates=max_consecutive_duplicates,
-                              callback=_both(bar, callback), progress=False)
-        finally:
-            bar.close()
+    if not progress:
+        return _run_trials(study, problem, n_trials=n_trials, storage=storage, callback=callback,
+                           max_failures=max_consecutive_failures, max_duplicates=max_consecutive_duplicates)
+    bar = TrialProgress(max(0, n_trials - count_trials(study)), problem.evaluator.metric)
+    try:
+        return _run_trials(study, problem, n_trials=n_trials, storage=storage, callback=_both(bar, callback),
+                           max_failures=max_consecutive_failures, max_duplicates=max_consecutive_duplicates)
+    finally:
+        bar.close()
+
+
+def _run_trials(study: optuna.Study, problem: SearchProblem, *, n_trials: int,
+                storage: optuna.storages.BaseStorage | None, callback: Callable[[TrialOutcome], None] | None,
+                max_failures: int, max_duplicates: int) -> SearchReport:
+    """``run_search``'s loop."""
     if storage is not None:
         fail_stale_trials(study, storage)
     rep = SearchReport()
@@ -231,7 +255,7 @@ def run_search(
         if out.status == "duplicate":
             rep.duplicates += 1
             repeats += 1
-            if max_consecutive_duplicates and repeats >= max_consecutive_duplicates:
+            if max_duplicates and repeats >= max_duplicates:
                 rep.exhausted = True
                 break
             continue
@@ -241,7 +265,7 @@ def run_search(
         failed = failed + 1 if out.status == "error" else 0
         first = (first or out) if failed else None
         first_error = first_error or first
-        if max_consecutive_failures and failed >= max_consecutive_failures:
+        if max_failures and failed >= max_failures:
             raise SearchAborted(f"{failed} trials in a row failed; the first error (trial {first.number}): "
                                 f"{first.error}", rep)
     rep.seconds = time.perf_counter() - t0
@@ -302,11 +326,11 @@ def default_study_name(*, space: str, data: str, target: str) -> str:
 
 def prepare_search(
     *,
-    target: Target | dict[str, Any],
+    target: Target,
     search_space: str | SearchSpace,
-    data: Dataset | dict[str, Any],
+    data: Dataset | DataSettings | dict[str, Any],
     evaluator: Evaluator | dict[str, Any],
-    sampler: dict[str, Any],
+    sampler: Any,
     budgets: Budgets,
     seed: int,
     run_dir: str | Path,
@@ -320,21 +344,46 @@ def prepare_search(
 ) -> Search:
     """Load the space, data, evaluator and latency model; open (or create) the study in its storage.
 
-    ``budgets.latency_ms`` is the user's (``latency_budget_given``) or, when False, the target's own:
-    replaced by the median latency of the space's sampled networks when it binds none of them, and by
-    the study's own when the study exists (``nas.search.budget``; ``Search.latency_budget`` says which).
+    The settings are checked first, then the run dir (one study's: ``nas.search.rundir``), then what
+    takes seconds (the data, the latency model).
 
-    The run dir belongs to one study (``nas.search.rundir``): a run dir that holds another one is
-    refused before anything is written.  ``pruner``: ``{"name": "sha", ...}`` (``nas.search.pruners``;
-    None: no pruning); it does not define the study, so a study may be resumed with another one.
-    ``command``: the user's command-line arguments, recorded
-    in the run dir and used to spell out the command that starts a refused search elsewhere."""
-    from nas.data import DataSettings, load_data
-    from nas.search.evaluate import make_evaluator
-    from nas.space import load_space
+    Args:
+        target: the deployment target (``nas.load_target``).
+        search_space: a space name, a YAML path, or a ``SearchSpace``.
+        data: a loaded ``Dataset``, or its ``DataSettings`` (a dict of them is read by ``DataSettings.from_dict``).
+        evaluator: an ``Evaluator`` (a dict ``{"name": "train", ...}`` is read by ``make_evaluator``).
+        sampler: a sampler's settings (``nas.search.samplers.sampler_settings``; a dict is read by it).
+        budgets: the latency and memory budgets; a target's own latency budget is replaced by the median of
+            the space's sampled networks when it binds none, by the study's own when the study exists
+            (``nas.search.budget``; ``Search.latency_budget`` says which).
+        seed: the sampler's seed, and a new study's training seed (kept in the study).
+        run_dir: the run dir (outputs, and the journal unless ``storage`` names another).
+        storage: None (``<run_dir>/study.journal``), a journal path or an Optuna storage URL.
+        study_name: None: ``<space>-<data>-<target>``.
+        latency: a latency model; None: ``nas.load_latency_model(target)``.
+        allow_mismatch: use a latency table whose metadata does not match the target.
+        command: the user's arguments, recorded in the run dir (and in a refusal's suggested command).
+        pruner: a pruner's settings (``nas.search.pruners.pruner_settings``; a dict is read by it); None:
+            no pruning.  It does not define the study, so a study may be resumed with another one.
+        latency_budget_given: ``budgets.latency_budget_ms`` is the user's, not the target's.
 
+    Returns:
+        A ``Search``: the study, the problem, the storage and the placed latency budget.
+
+    Raises:
+        TypeError: ``target`` is not a ``Target``.
+        ValueError: a setting out of range, a run dir of another study, a study resumed with other settings.
+
+    Example:
+        >>> import nas
+        >>> from nas.search.study import Budgets
+        >>> search = nas.prepare_search(target=nas.load_target("cpu"), search_space="tiny",
+        ...     data={"name": "digits"}, evaluator={"name": "zero_cost"}, sampler={"name": "random"},
+        ...     budgets=Budgets(), seed=0, run_dir="runs/example")  # doctest: +SKIP
+    """
     # the settings first, then the run dir, then what takes seconds (the data, the latency model)
-    target = Target.coerce(target)
+    if not isinstance(target, Target):
+        raise TypeError(f"target must be a Target (nas.load_target(name)), got {type(target).__name__}")
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)
@@ -342,7 +391,7 @@ def prepare_search(
     if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
         log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
                     prn.name, getattr(ev, "epochs", 1))
-    if not isinstance(data, Dataset):
+    if not isinstance(data, (Dataset, DataSettings)):
         data = DataSettings.from_dict(dict(data))
     run_dir = Path(run_dir)
     name = study_name or default_study_name(space=space.name, data=data.name, target=target.name)
@@ -350,20 +399,25 @@ def prepare_search(
     ds = data if isinstance(data, Dataset) else load_data(data)
     ev.check(space, ds)
     if latency is None:
-        from nas.latency import load_latency_model  # scikit-learn: after every cheaper refusal
-
         latency = load_latency_model(target, allow_mismatch=allow_mismatch)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=latency, target=target, budgets=budgets,
                             train_seed=seed, pruner=prn)
-    budget = _place_latency_budget(problem, given=latency_budget_given)
+    return _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed,
+                        given=latency_budget_given)
+
+
+def _open_search(problem: SearchProblem, sampler: optuna.samplers.BaseSampler, *, name: str, storage: str | None,
+                 run_dir: Path, command: Sequence[str] | None, seed: int, given: bool) -> Search:
+    """Place the latency budget, open (or create) the study in its storage and claim the run dir."""
+    budget = _place_latency_budget(problem, given=given)
     problem.check_budgets()
     st, desc = make_storage(storage, run_dir=run_dir)
     existed = name in {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
-    if existed and not latency_budget_given:
+    if existed and not given:
         budget = _keep_latency_budget(problem, st, name) or budget
     new = new_run_command(command, run_dir)
     hint = f"Resume it with the same settings, or start this search in a new folder: {new}" if new else None
-    study = open_study(storage=st, study_name=name, sampler=smp, record=problem.record(), hint=hint)
+    study = open_study(storage=st, study_name=name, sampler=sampler, record=problem.record(), hint=hint)
     if not existed:
         study.set_user_attr(BUDGET_ATTR, budget.to_dict())
     claim_run_dir(run_dir, study=name, storage_desc=desc, command=command)
@@ -375,9 +429,9 @@ def _place_latency_budget(problem: SearchProblem, *, given: bool) -> LatencyBudg
     """Place the problem's latency budget among the space's sampled networks (``nas.search.budget``):
     the target's own is replaced by their median when it binds none of them."""
     ms = sampled_latencies(problem.space, problem.latency, problem.deployed)
-    budget = choose_latency_budget(problem.budgets.latency_ms, given=given, latencies=ms,
+    budget = choose_latency_budget(problem.budgets.latency_budget_ms, given=given, latencies=ms,
                                    where=f"{problem.space.name} on {problem.target.name}", source=problem.latency.source)
-    problem.budgets = replace(problem.budgets, latency_ms=budget.ms)
+    problem.budgets = replace(problem.budgets, latency_budget_ms=budget.ms)
     return budget
 
 
@@ -386,8 +440,8 @@ def _keep_latency_budget(problem: SearchProblem, storage: optuna.storages.BaseSt
     """A resumed study's own latency budget, set on ``problem`` (None when its record holds none)."""
     attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
     budgets = (attrs.get(STUDY_ATTR) or {}).get("budgets")
-    if not isinstance(budgets, dict) or "latency_ms" not in budgets:
+    if not isinstance(budgets, dict) or not {"latency_budget_ms", "latency_ms"} & set(budgets):
         return None
-    budget = kept(budgets["latency_ms"], attrs.get(BUDGET_ATTR))
-    problem.budgets = replace(problem.budgets, latency_ms=budget.ms)
+    budget = kept(Budgets.from_record(budgets).latency_budget_ms, attrs.get(BUDGET_ATTR))
+    problem.budgets = replace(problem.budgets, latency_budget_ms=budget.ms)
     return budget

@@ -15,7 +15,8 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nas.space import SearchSpace
+from nas.space import SPACES_DIR, SearchSpace
+from nas.supernet.model import Supernet
 from nas.train.checkpoint import diff_messages, read_torch_file, save_checkpoint
 
 if TYPE_CHECKING:
@@ -67,8 +68,6 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str, mtime_ns: int, size: int) -> tuple[Supernet, dict[str, Any]]:
-    from nas.supernet.model import Supernet  # timm: a missing or foreign file is refused without it
-
     c = read_checkpoint(path)
     space = SearchSpace(c["space"]["config"], source=c["space"]["source"])
     sn = Supernet(space, in_chans=c["data"]["in_chans"], num_classes=c["data"]["num_classes"])
@@ -96,7 +95,6 @@ def check_matches(meta: dict[str, Any], path: str | Path, *, space: SearchSpace,
     """Refuse a supernet trained for another space, dataset (its split included: scoring on images it
     trained on would flatter it) or, with ``resolution``, another input resolution."""
     got = meta["space"]
-    from nas.space import SPACES_DIR
 
     shipped = Path(space.source).parent == SPACES_DIR and (SPACES_DIR / f"{space.name}.yaml").is_file()
     if got["digest"] != space.digest():

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as td
 from torch import nn
 
 __all__ = ["Dist", "allreduce_grads", "check_same_settings", "digest_of"]
@@ -42,8 +43,6 @@ class Dist:
 
     @classmethod
     def current(cls) -> Dist:
-        import torch.distributed as td
-
         if td.is_available() and td.is_initialized():
             return cls(td.get_rank(), td.get_world_size(), int(os.environ.get("LOCAL_RANK", td.get_rank())))
         return cls()
@@ -51,8 +50,6 @@ class Dist:
 
 def allreduce_grads(params: list[nn.Parameter], world: int) -> None:
     """Average the gradients over the processes (one flat all-reduce)."""
-    import torch.distributed as td
-
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
     td.all_reduce(flat)
@@ -68,7 +65,6 @@ def check_same_settings(record: dict[str, Any], dist: Dist) -> None:
     """Refuse to train when the processes were started with different settings (all ranks raise)."""
     if not dist.active:
         return
-    import torch.distributed as td
 
     mine = digest_of(record)
     got: list[Any] = [None] * dist.world

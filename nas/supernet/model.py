@@ -20,11 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from nas.arch import Arch
-from nas.builder import ArchNet, build
-from nas.space import SearchSpace
+from nas.arch import Arch, BlockKey
+from nas.builder import ArchNet, build, build_layer
+from nas.space import STAGE_KINDS, SearchSpace
 from nas.supernet.elastic import locate, share
 from nas.supernet.ordering import ChannelDim, internal_dims, sort_dims
+from nas.train.fit import recalibrate_batchnorm
 
 __all__ = ["Supernet"]
 
@@ -55,10 +56,6 @@ class Supernet(nn.Module):
         stage whose input projection the largest architecture skips, because its widest input already
         has the embed width): every first block of a stage, from every input width, with the largest
         options, against the supernet's."""
-        from nas.arch import BlockKey
-        from nas.builder import build_layer
-        from nas.space import STAGE_KINDS
-
         full = dict(self.net.named_parameters())
         in_widths: tuple[int, ...] = self.space.stem_widths
         for i, (st, h) in enumerate(zip(self.space.stages, self.space.stage_resolutions())):
@@ -164,8 +161,6 @@ class Supernet(nn.Module):
         model.load_state_dict({k: v.detach().clone() for k, v in tensors.items()}, strict=True, assign=True)
         model = model.to(device)
         if data is not None:
-            from nas.train.fit import recalibrate_batchnorm
-
             recalibrate_batchnorm(model, data, batches=batches, batch_size=min(batch_size, len(data.train)),
                                   generator=torch.Generator().manual_seed(seed), device=device)
         return model.eval()

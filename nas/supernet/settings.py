@@ -10,6 +10,8 @@ from typing import Any
 from nas._checks import check_number
 from nas.train.settings import FitSettings
 
+_FIT = FitSettings()  # nas.train's training defaults, shared: the supernet changes only its epochs and batch
+
 __all__ = ["SCHEDULES", "SupernetSettings"]
 
 SCHEDULES = ("sandwich", "progressive")  # nas.supernet.schedule: which subnets train when
@@ -31,21 +33,21 @@ class SupernetSettings:
 
     epochs: int = 20
     batch_size: int = 64  # per process (torchrun: the global batch is this x the process count)
-    optimizer: str = "adamw"  # adamw | sgd (nesterov)
-    lr: float = 0.005
-    weight_decay: float = 0.05  # not applied to norms and biases
-    momentum: float = 0.9  # sgd only
-    label_smoothing: float = 0.1  # the largest subnet's loss on the labels
-    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
-    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
+    optimizer: str = _FIT.optimizer  # adamw | sgd (nesterov)
+    lr: float = _FIT.lr
+    weight_decay: float = _FIT.weight_decay  # not applied to norms and biases
+    momentum: float = _FIT.momentum  # sgd only
+    label_smoothing: float = _FIT.label_smoothing  # the largest subnet's loss on the labels
+    warmup_epochs: float = _FIT.warmup_epochs  # linear warm-up, then cosine decay to zero
+    grad_clip: float | None = _FIT.grad_clip  # max gradient norm (None: no clipping)
     random_subnets: int = 2  # uniformly sampled subnets per step, beside the largest and the smallest
     distill: float = 1.0  # the smaller subnets' weight on the largest's soft outputs (0: labels only)
     temperature: float = 1.0  # distillation temperature
     seed: int = 0  # weight init, shuffling and the subnets sampled at each step
     device: str = "auto"  # auto | cpu | cuda | cuda:<i> (torchrun on GPUs: each process its LOCAL_RANK's GPU)
     amp: bool = True  # mixed precision on CUDA (bf16 where supported, else fp16 + grad scaling)
-    eval_batch_size: int = 512
-    bn_recalibration_batches: int = 8  # before the per-epoch validation of the largest and the smallest subnet
+    eval_batch_size: int = _FIT.eval_batch_size
+    bn_recalibration_batches: int = _FIT.bn_recalibration_batches  # before the per-epoch validation of the largest and the smallest subnet
     sort_channels: bool = True  # after every epoch, re-sort the channels internal to a block by importance
     schedule: str = "sandwich"  # sandwich (every dimension elastic throughout) | progressive (progressive shrinking)
     # progressive: the fractions of the epochs at which kernel, depth and width become elastic (Once-for-All's

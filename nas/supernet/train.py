@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as td
 from torch import nn
 
 from nas.data import Dataset
@@ -214,8 +215,6 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
             if on_epoch is not None:
                 on_epoch(rec)
         if dist.active:
-            import torch.distributed as td
-
             td.barrier()
 
     if start < s.epochs:

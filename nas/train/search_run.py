@@ -99,7 +99,7 @@ def select_entries(run: SearchRun, select: Any = "all", max_ms: float | None = N
         idx = [i for i in idx if float(run.entries[i].get("latency_ms") or math.inf) <= max_ms]
         if not idx:
             fastest = min(float(e.get("latency_ms") or math.inf) for e in run.entries)
-            raise ValueError(f"max_ms={max_ms}: no selected architecture is predicted that fast (the fastest "
+            raise ValueError(f"latency_budget_ms={max_ms}: no selected architecture is predicted that fast (the fastest "
                              f"is {fastest:.4g} ms)")
     return idx
 
