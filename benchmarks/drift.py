@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, write_result
+from nas.latency.device import device_identity
 from nas.latency.profiler import ProfileSettings, measure_arch, measure_key
 from nas.latency.runtimes import get_runtime
 from nas.latency.table import LatencyTable, resolve_table_path
@@ -42,7 +43,7 @@ def main() -> None:
     target = load_target(a.target).to_dict()
     table = LatencyTable.load(resolve_table_path(target["table"]))
     table.check_target(target)
-    why = table.measured_elsewhere()
+    why = table.measured_elsewhere(device_identity(table.metadata.get("device", {}).get("kind", "cpu")))
     if why:
         sys.exit(f"{a.target}: its table was measured on another machine ({why}); run this there")
     runtime, settings = get_runtime(target), ProfileSettings()

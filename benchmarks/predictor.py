@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, target_dict
+from nas.latency.device import device_identity
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.profiler import ProfileSettings
 from nas.latency.roofline import Roofline
@@ -203,7 +204,7 @@ def main() -> None:
         target = target_dict(tname)
         table = LatencyTable.load(resolve_table_path(target["table"]))
         table.check_target(target)
-        why = table.measured_elsewhere()
+        why = table.measured_elsewhere(device_identity(table.metadata.get("device", {}).get("kind", "cpu")))
         if why:
             sys.exit(f"{tname}: its table was measured on another machine ({why}); this benchmark measures "
                      "here, so run it on that machine, or pick this machine's targets with --targets")

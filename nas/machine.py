@@ -17,7 +17,11 @@ from typing import Any
 
 from nas.latency.bundle_device import jetson_release
 
-__all__ = ["OtherProcessorWarning", "cpu_identity", "device_mismatch"]
+__all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "cpu_identity", "device_mismatch"]
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime, provider or device a target asks for is not available on this machine."""
 
 
 class OtherProcessorWarning(UserWarning):

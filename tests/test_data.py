@@ -254,3 +254,15 @@ def test_imagefolder_errors(tmp_path):
     (tmp_path / "only").mkdir()
     with pytest.raises(DatasetNotFoundError, match="at least two class folders"):
         load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8})
+
+
+def test_the_built_in_dataset_names_are_the_loaders_registered():
+    """``dataset_names`` answers without loading the loaders (a config checks ``data=`` before torch loads):
+    its built-in list must be what ``nas.data.loaders`` registers, no more, no less."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from nas.data.datasets import BUILT_IN_DATASETS, _DATASETS; assert not _DATASETS.names(); "
+            "heavy = [m for m in ('torch', 'sklearn', 'timm', 'torchvision') if m in sys.modules]; assert not heavy, heavy; "
+            "import nas.data.loaders; assert sorted(_DATASETS.names()) == sorted(BUILT_IN_DATASETS), _DATASETS.names()")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -23,10 +23,11 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import nas.config  # its compose_app (every command's schemas) loads on a config error only
 from nas._io import Busy, shell_join
 from nas.cli._help import annotate_help
-from nas.config import CONF_DIR, alias_override, compose_app, normalize_overrides, register_configs
-from nas.latency.device import OtherProcessorWarning, RuntimeUnavailable
+from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
+from nas.machine import OtherProcessorWarning, RuntimeUnavailable
 
 __all__ = [
     "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
@@ -187,7 +188,7 @@ def _added_key_check(config_name: str, args: Sequence[str]) -> str | None:
         return None
 
     overrides = [a for a in args if "=" in a and not a.startswith("-")]
-    return _added_key_error(compose_app(config_name, overrides), [a for a in overrides if a.startswith("+")])
+    return _added_key_error(nas.config.compose_app(config_name, overrides), [a for a in overrides if a.startswith("+")])
 
 
 def _run_dir_from_out(config_name: str) -> bool:

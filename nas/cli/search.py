@@ -17,13 +17,11 @@ import optuna
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
 from nas._io import atomic_write_text
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
-from nas.search.progress import TrialProgress, fmt_score
-from nas.search.results import NOT_RUN, SHORT_HOW, latency_how
 from nas.search.storage import redact_url
-from nas.search.study import SearchAborted, count_trials, prepare_search, run_search, write_outputs
 from nas.target import Target
 
 register_search_configs()
@@ -75,7 +73,7 @@ def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
 
 def _prepare_search(cfg: DictConfig, run_dir: Path) -> Any:
     s = search_inputs(cfg)  # the config as the library's objects, once
-    return prepare_search(
+    return nas.search.prepare_search(
         target=s.target,
         search_space=cfg.search_space,
         data=s.data,
@@ -95,7 +93,7 @@ def _prepare_search(cfg: DictConfig, run_dir: Path) -> Any:
 
 def _model_how(latency: Any) -> str:
     """How the latency model's figures are obtained, in the shared words (``nas.search.results.latency_how``)."""
-    return latency_how({"source": latency.source, "device": latency.device}) or latency.source
+    return nas.search.latency_how({"source": latency.source, "device": latency.device}) or latency.source
 
 
 def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> None:
@@ -122,17 +120,17 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
     """Run the study up to ``cfg.n_trials`` with a progress bar (``progress=false``: a line per failed
     trial instead): (exit code, ``SearchReport`` or None); a ``SearchAborted`` search's error line into
     ``aborted[0]``."""
-    quiet = None if cfg.progress else TrialProgress(todo, search.problem.evaluator.metric, bar=False)
+    quiet = None if cfg.progress else nas.search.TrialProgress(todo, search.problem.evaluator.metric, bar=False)
     code, rep = 0, None
     try:
-        rep = run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
+        rep = nas.search.run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
                          max_consecutive_failures=cfg.max_consecutive_failures, callback=quiet,
                          progress=cfg.progress)
     except KeyboardInterrupt:
         code = 130
         print(f"\ninterrupted: finished trials are saved in {search.storage_desc}; run the same command "
               f"(out={search.run_dir}) to continue", file=sys.stderr)
-    except SearchAborted as e:  # printed last, after the results (``run``)
+    except nas.search.SearchAborted as e:  # printed last, after the results (``run``)
         code, rep, aborted[0] = 1, e.report, f"error: {e}"
     if rep is not None and rep.exhausted:
         print(f"\nstopped early: the sampler proposed only architectures already in the study ({rep.duplicates} "
@@ -144,22 +142,22 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
 def _print_results(target: Target, search: Any, outs: dict) -> None:
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
-    rows = [[f"#{r['number']}", fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
-             SHORT_HOW.get(r["latency_source"], str(r["latency_source"])),
+    rows = [[f"#{r['number']}", nas.search.fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
+             nas.search.SHORT_HOW.get(r["latency_source"], str(r["latency_source"])),
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k not in NOT_RUN)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k not in nas.search.NOT_RUN)
     skipped = f"; {statuses['duplicate']} repeats skipped" if statuses.get("duplicate") else ""
     if statuses.get("surplus"):
         skipped += f"; {statuses['surplus']} surplus not run (n_trials reached by other workers)"
     running = sum(r["state"] == "RUNNING" for r in outs["records"])
-    print(f"\n{len(outs['records']) - sum(statuses.get(k, 0) for k in NOT_RUN)} trials ({counts}{skipped}); "
+    print(f"\n{len(outs['records']) - sum(statuses.get(k, 0) for k in nas.search.NOT_RUN)} trials ({counts}{skipped}); "
           f"Pareto front of {len(front)} ({metric} vs latency on {target.name}, {_model_how(p.latency)}):")
     if running:
         print(f"({running} trials still running in other workers: the last worker to finish rewrites these files)")
     if rows:
         print(fmt_table(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB", "architecture"]))
-        hows = sorted({(SHORT_HOW.get(r["latency_source"], ""), r["latency_how"]) for r in front if r["latency_how"]})
+        hows = sorted({(nas.search.SHORT_HOW.get(r["latency_source"], ""), r["latency_how"]) for r in front if r["latency_how"]})
         print("\n".join(f"latency: {short} = {how}" for short, how in hows))
     else:
         print("  (no feasible evaluated trial yet)")
@@ -174,13 +172,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     t_start = time.perf_counter()
     search = _prepare(cfg, run_dir)
     target = search.problem.target
-    done = count_trials(search.study)
+    done = nas.search.count_trials(search.study)
     _print_setup(cfg, target, search, done)
     aborted = [""]
     code, rep = _run_trials(cfg, search, todo=max(0, cfg.n_trials - done), aborted=aborted)
     ran = rep.ran if rep is not None else 0
     repeats = f" ({rep.duplicates} repeats skipped, not counted)" if rep is not None and rep.duplicates else ""
-    outs = write_outputs(search.study, search.run_dir, info=search.info())
+    outs = nas.search.write_outputs(search.study, search.run_dir, info=search.info())
     _print_results(target, search, outs)
     wall = time.perf_counter() - t_start
     print(f"pareto:  {outs['pareto_json']}\ntrials:  {outs['trials_csv']}\nplot:    {outs['pareto_png']}\n"

@@ -8,24 +8,20 @@ is written after every epoch; re-running the same command resumes; Ctrl-C is saf
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as td
 from omegaconf import DictConfig, OmegaConf
 
+import nas.data  # nas.data.load_data and nas.supernet.*: lazy exports, loaded when training starts
+import nas.supernet
 from nas._io import atomic_write_json
 from nas.cli._common import fmt_table, folder_error, hydra_app, user_errors
 from nas.config.supernet import register_supernet_configs
-from nas.data import load_data
 from nas.space import load_space
 from nas.supernet.schedule import phases
 from nas.supernet.settings import SupernetSettings
-from nas.supernet.train import Dist, train_supernet
 
 register_supernet_configs()
 
@@ -36,23 +32,6 @@ def settings_from_config(cfg: DictConfig):
     if c["epochs"] is not None:
         train["epochs"] = c["epochs"]
     return SupernetSettings.from_dict(train)
-
-
-@contextlib.contextmanager
-def process_group(device: str):
-    """Under ``torchrun`` (``WORLD_SIZE`` > 1): the default process group for this run, destroyed after."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        yield
-        return
-
-    gpu = device != "cpu" and torch.cuda.is_available()
-    if gpu:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    td.init_process_group(backend="nccl" if gpu else "gloo")
-    try:
-        yield
-    finally:
-        td.destroy_process_group()
 
 
 def _rows(history: list[dict[str, Any]]) -> list[list[str]]:
@@ -78,15 +57,15 @@ def run(cfg: DictConfig) -> dict:
     if problem:
         raise ValueError(problem)
     space = load_space(cfg.search_space)
-    data = load_data(OmegaConf.to_container(cfg.data, resolve=True))
-    with process_group(s.device):
-        rank0 = Dist.current().rank == 0
+    data = nas.data.load_data(OmegaConf.to_container(cfg.data, resolve=True))
+    with nas.supernet.process_group(s.device):
+        rank0 = nas.supernet.Dist.current().rank == 0
         if rank0:
             print(f"space    {space.name} ({space.source}, 10^{space.log10_size():.1f} architectures)\n"
                   f"data     {data.describe()}\n"
                   f"training {_training(s)}, {s.epochs} epochs -> {Path(cfg.out) / 'supernet.ckpt'}", flush=True)
         try:
-            rec = train_supernet(space, data, s, cfg.out, extra={"target": cfg.target.name})
+            rec = nas.supernet.train_supernet(space, data, s, cfg.out, extra={"target": cfg.target.name})
         except KeyboardInterrupt:
             print("\ninterrupted: finished epochs are checkpointed; run the same command to resume", file=sys.stderr)
             sys.exit(130)

@@ -11,11 +11,7 @@ config back into those dataclasses once, at its start.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from hydra import compose, initialize_config_dir
-
+from nas._lazy import lazy_exports
 from nas.config.common import (
     CONF_DIR,
     PredictAppConfig,
@@ -27,9 +23,6 @@ from nas.config.common import (
     register_configs,
 )
 from nas.config.schema import DeviceConfig, MeasureConfig, TargetConfig, schema_from
-from nas.config.search import register_search_configs
-from nas.config.supernet import register_supernet_configs
-from nas.config.train import register_train_configs
 
 __all__ = [
     "CONF_DIR", "DeviceConfig", "MeasureConfig", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
@@ -37,25 +30,6 @@ __all__ = [
     "alias_override", "compose_app", "normalize_overrides", "register_configs", "schema_from",
 ]
 
-
-def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
-    """The composed config of one command (``"search"``, ``"train"``, ...) for the overrides a user
-    would type: Hydra's compose API behind the same aliases as the command line.
-
-    Args:
-        app: a primary config's name in ``conf/`` (``"search"``, ``"train"``, ``"profile"``, ...).
-        overrides: the overrides as typed (``conf=cpu``, ``evaluator=train``, ``n_trials=8``).
-
-    Returns:
-        The composed ``DictConfig``.
-
-    Raises:
-        hydra.errors.ConfigCompositionException: an unknown group option; omegaconf's
-            ``ValidationError`` / ``ConfigKeyError``: a wrong type or an unknown key.
-    """
-    register_configs()
-    register_search_configs()
-    register_train_configs()
-    register_supernet_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name=app, overrides=normalize_overrides(list(overrides)))
+# every command's schemas, for tests and notebooks; a command registers only its own, so that
+# nas.profile's config loads no Optuna
+__getattr__, __dir__ = lazy_exports(__name__, {"compose_app": "compose"})

@@ -14,19 +14,16 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from nas.config.schema import MeasureConfig, TargetConfig, defaults_of
-from nas.latency.here import HERE, HERE_GPU, ensure_here_target
-from nas.latency.profile_workflow import profile_target
-from nas.latency.validate import validate_target
+import nas.latency  # its ensure_here_target loads with conf=here only (the package's lazy exports)
+from nas.config.schema import MeasureConfig, TargetConfig
+from nas.latency.options import PROFILE, VALIDATE
 from nas.resources import conf_dir, user_home
-from nas.target import target_names
+from nas.target import HERE_NAMES, target_names
 
 __all__ = ["CONF_DIR", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig", "ValidateAppConfig",
            "alias_override", "normalize_overrides", "register_configs"]
 
 CONF_DIR = conf_dir()
-_PROFILE = defaults_of(profile_target)  # the commands' defaults are the library's
-_VALIDATE = defaults_of(validate_target)
 
 
 @dataclass
@@ -48,22 +45,22 @@ class ProfileAppConfig:
     out: str | None = None  # table path; None = latency_tables/<conf.table>
     bundle: str | None = None  # write a device bundle to this folder instead of measuring
     import_bundle: str | None = None  # a bundle's results.json (or folder) to import into the table
-    held_out: int = _PROFILE["held_out"]  # with bundle=: seeded networks spread over the spaces, measured for validation only
+    held_out: int = PROFILE.held_out  # with bundle=: seeded networks spread over the spaces, measured for validation only
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
     # stop measuring when these minutes are spent, most used blocks and calibration networks first;
     # the learned model predicts what is left, a re-run continues; None = no budget
     budget_min: float | None = None
-    calibration_networks: int = _PROFILE["calibration_networks"]  # whole networks per space measured for the predictor's calibration
+    calibration_networks: int = PROFILE.calibration_networks  # whole networks per space measured for the predictor's calibration
     # + this many per space narrowed as nas.train's pruning narrows them (blocks and networks)
-    pruned_networks: int = _PROFILE["pruned_networks"]
+    pruned_networks: int = PROFILE.pruned_networks
     # calibration-only spaces (search_spaces/calibration/) whose blocks and calibration_networks +
     # pruned_networks seeded networks are measured too; None = all of them when profiling all shipped
     # spaces at their own resolutions (no search_space=, no resolution=), else none
     calibration_spaces: list[str] | None = None
     # >0: measure nothing new; re-measure this many of the table's calibration networks per space and
     # store their median now/table ratio (metadata.refresh), by which the predictor scales
-    refresh: int = _PROFILE["refresh"]
+    refresh: int = PROFILE.refresh
     # true: measure nothing new; re-measure every calibration network of the table and store those
     # figures (metadata.recalibration), on which the predictor then fits its calibration
     recalibrate: bool = False
@@ -95,13 +92,13 @@ class ValidateAppConfig:
 
     target: TargetConfig = MISSING
     search_space: Any = None  # a name / path or a list; None = every shipped space
-    n: int = _VALIDATE["n"]  # held-out architectures in all, split evenly over the spaces
-    pruned: int = _VALIDATE["pruned"]  # + this many held-out networks narrowed as nas.train's pruning narrows them
+    n: int = VALIDATE.n  # held-out architectures in all, split evenly over the spaces
+    pruned: int = VALIDATE.pruned  # + this many held-out networks narrowed as nas.train's pruning narrows them
     models: list[str] | None = None  # timm:<name> models or Arch JSON files to validate on as well (or instead: n=0)
     resolution: int | None = None  # input resolution of the held-out networks (null: the target's / the space's)
-    out: str = _VALIDATE["out"]  # + .png scatter plot and a measurement cache beside it
-    seed: int = _VALIDATE["seed"]  # seed of the held-out networks (apart from the calibration networks' seeds)
-    drift_anchors: int = _VALIDATE["drift_anchors"]  # calibration networks per space re-measured beside the held-out set; 0 = none
+    out: str = VALIDATE.out  # + .png scatter plot and a measurement cache beside it
+    seed: int = VALIDATE.seed  # seed of the held-out networks (apart from the calibration networks' seeds)
+    drift_anchors: int = VALIDATE.drift_anchors  # calibration networks per space re-measured beside the held-out set; 0 = none
     recalibrate: bool = False  # re-measure every calibration network and score the predictor calibrated on them
     # a device bundle's results.json (written with held_out=N): score on the networks it measured, measure nothing
     bundle: str | None = None
@@ -127,10 +124,10 @@ def _here_override(args: list[str]) -> list[str]:
     """``target=here`` -> ``target=here_<slug>``, this machine's own target (written on first use);
     ``target=here_gpu`` -> ``target=here_gpu_<gpu>``, its GPU's."""
     out = list(args)
-    for word, kind in ((HERE, "cpu"), (HERE_GPU, "gpu")):
+    for word, kind in zip(HERE_NAMES, ("cpu", "gpu"), strict=True):
         at = [i for i, a in enumerate(out) if a.lstrip("+") == f"target={word}"]
         if at:
-            name = ensure_here_target(kind=kind, say=lambda m: print(m, file=sys.stderr, flush=True))
+            name = nas.latency.ensure_here_target(kind=kind, say=lambda m: print(m, file=sys.stderr, flush=True))
             out = [a.replace(f"target={word}", f"target={name}") if i in at else a for i, a in enumerate(out)]
     return out
 

@@ -12,25 +12,28 @@ loads torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+import nas.search  # make_evaluator through the package's lazy exports: composing a config loads no torch
 from nas.config.common import register_configs
-from nas.config.schema import TargetConfig, defaults_of, schema_from
+from nas.config.schema import TargetConfig, schema_from
 from nas.data.settings import DataSettings
-from nas.search.evaluate import Evaluator, make_evaluator
+from nas.search.budget import Budgets
 from nas.search.evaluator_settings import (
+    MAX_CONSECUTIVE_FAILURES,
     SupernetEvaluatorSettings,
     TrainEvaluatorSettings,
     ZeroCostEvaluatorSettings,
 )
-from nas.search.objective import Budgets
 from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings, pruner_settings
 from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings, sampler_settings
-from nas.search.study import run_search
 from nas.target import Target
+
+if TYPE_CHECKING:
+    from nas.search.evaluate import Evaluator
 
 __all__ = [
     "DataConfig",
@@ -85,7 +88,7 @@ class SearchAppConfig:
     out: str = MISSING  # the run dir (conf/search.yaml: runs/search/<date>_<time>)
     allow_mismatch: bool = False  # use a latency table whose metadata does not match the target
     progress: bool = True  # a progress bar over the trials (false: a line per failed trial only)
-    max_consecutive_failures: int = defaults_of(run_search)["max_consecutive_failures"]  # stop when this many trials in a row fail (0: never)
+    max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES  # stop when this many trials in a row fail (0: never)
     supernet: str | None = None  # evaluator=supernet: the supernet checkpoint (python -m nas.supernet)
 
 
@@ -110,7 +113,7 @@ class SearchInputs:
 
     target: Target
     data: DataSettings
-    evaluator: Evaluator
+    evaluator: Evaluator  # made by nas.search.make_evaluator (loaded with the first search_inputs)
     sampler: Any  # the sampler's settings (NSGA2Settings, TPESettings, RandomSettings)
     pruner: Any  # the pruner's settings (NoPrunerSettings, ...)
     budgets: Budgets
@@ -136,7 +139,7 @@ def search_inputs(cfg: DictConfig) -> SearchInputs:
     return SearchInputs(
         target=Target.coerce(cfg.target),
         data=DataSettings.from_dict(plain(cfg.data)),
-        evaluator=make_evaluator(plain(cfg.evaluator)),
+        evaluator=nas.search.make_evaluator(plain(cfg.evaluator)),
         sampler=sampler_settings(plain(cfg.sampler)),
         pruner=pruner_settings(plain(cfg.pruner)),
         budgets=Budgets(latency_budget_ms=cfg.latency_budget_ms, memory_budget_kb=cfg.memory_budget_kb),

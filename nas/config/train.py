@@ -22,8 +22,15 @@ from omegaconf import MISSING
 from nas.config.common import register_configs
 from nas.config.schema import TargetConfig, defaults_of, schema_from
 from nas.config.search import register_search_configs
-from nas.train.deploy import export_checkpoint
-from nas.train.settings import ExportSettings, FitSettings, PipelineSettings, PruneSettings, QATSettings, TargetNames
+from nas.train.settings import (
+    VERIFY_SAMPLES,
+    ExportSettings,
+    FitSettings,
+    PipelineSettings,
+    PruneSettings,
+    QATSettings,
+    TargetNames,
+)
 
 __all__ = [
     "ExportAppConfig",
@@ -85,7 +92,7 @@ class ExportAppConfig:
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)
-    verify_samples: int = defaults_of(export_checkpoint)["verify_samples"]  # images the export is checked on against torch
+    verify_samples: int = VERIFY_SAMPLES  # images the export is checked on against torch
     overwrite: bool = False  # replace an existing out= file
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     export: ExportConfig = field(default_factory=ExportConfig)  # the export's settings: export.<key>=<value>

@@ -31,7 +31,7 @@ official test split, when there is one, is kept apart as ``test`` and never used
 and may be subsampled (``train_samples`` / ``val_samples``).  ``Dataset.batches`` yields
 normalised float batches of either kind.
 
-The loaders are in ``nas.data.datasets``, the loading in ``nas.data.load``, the settings in
+The registry is ``nas.data.datasets``, the built-in loaders ``nas.data.loaders``, the loading in ``nas.data.load``, the settings in
 ``nas.data.settings``.  A dataset that cannot be found raises ``DatasetNotFoundError`` naming every
 place it looked and how to get it.  Nothing is downloaded unless ``download`` is true.
 """

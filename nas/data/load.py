@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from nas.arch import Arch
+from nas.data import loaders  # noqa: F401  (importing it registers the built-in loaders)
 from nas.data.datasets import _DATASETS, _Files
 from nas.data.settings import DataSettings
 from nas.data.stream import StreamSplit, make_transforms

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nas.data.datasets import _DATASETS, dataset_names
+from nas.data.datasets import dataset_names
 
 __all__ = ["AUGMENTS", "DataSettings"]
 
@@ -55,7 +55,7 @@ class DataSettings:
     skip_bad: bool = True
 
     def __post_init__(self) -> None:
-        if self.name not in _DATASETS:
+        if self.name not in dataset_names():
             raise ValueError(f"data.name: unknown dataset {self.name!r}; valid datasets: {', '.join(dataset_names())}")
         _pos_int("data.resolution", self.resolution)
         if self.channels is not None and self.channels not in (1, 3):

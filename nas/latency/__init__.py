@@ -11,11 +11,11 @@ from __future__ import annotations
 from nas._lazy import lazy_exports
 
 __all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model", "profile_target",
-           "validate_target"]
+           "validate_target", "ensure_here_target"]
 
 _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
           "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
-          "validate_target": "validate",
+          "validate_target": "validate", "ensure_here_target": "here",
           # what nas.validate prints a report with
           **{n: "validate" for n in ("RESCALED", "WITHOUT_TRANSFER", "reproducibility_lines")},
           "summary_line": "reproducibility"}

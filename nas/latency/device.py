@@ -1,6 +1,6 @@
 """What machine this is, GPU included: ``device_identity(kind)`` adds a GPU's name, driver and CUDA
 version (and a Jetson's board) to the processor ``nas.machine.cpu_identity`` reads, for the metadata of
-every table; ``RuntimeUnavailable`` when the machine lacks what a target asks for.  ``device_mismatch``
+every table.  ``RuntimeUnavailable`` (the machine lacks what a target asks for), ``device_mismatch``
 and ``OtherProcessorWarning`` live in ``nas.machine`` (below ``nas.target``) and are named here too for
 the latency modules."""
 
@@ -12,13 +12,9 @@ from typing import Any
 
 import torch
 
-from nas.machine import OtherProcessorWarning, cpu_identity, device_mismatch
+from nas.machine import OtherProcessorWarning, RuntimeUnavailable, cpu_identity, device_mismatch
 
 __all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "device_identity", "device_mismatch"]
-
-
-class RuntimeUnavailable(RuntimeError):
-    """The runtime, provider or device a target asks for is not available here."""
 
 
 def _nvidia_smi(query: str) -> str | None:

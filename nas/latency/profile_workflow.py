@@ -31,6 +31,7 @@ from nas.latency.bundle import import_bundle as _import_bundle
 from nas.latency.device import device_identity, device_mismatch
 from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.measure_model import measure_overhead
+from nas.latency.options import PROFILE
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import plan_jobs, run_jobs
 from nas.latency.profiler import (
@@ -147,11 +148,11 @@ def _open_table(target: Target, out: Path, table: LatencyTable | None, settings:
 def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[str] | None = None,
                    resolution: int | None = None, out: str | Path | None = None, bundle: str | Path | None = None,
                    import_bundle: str | Path | None = None, settings: ProfileSettings | None = None,
-                   calibration_spaces: str | Sequence[str] | None = None, calibration_networks: int = 40,
-                   pruned_networks: int = 20, models: Sequence[str] = (), in_chans: Sequence[int] = (),
-                   num_classes: Sequence[int] = (), refresh: int = 0, recalibrate: bool = False,
+                   calibration_spaces: str | Sequence[str] | None = None, calibration_networks: int = PROFILE.calibration_networks,
+                   pruned_networks: int = PROFILE.pruned_networks, models: Sequence[str] = (), in_chans: Sequence[int] = (),
+                   num_classes: Sequence[int] = (), refresh: int = PROFILE.refresh, recalibrate: bool = False,
                    allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
-                   budget_min: float | None = None, held_out: int = 0, command: str | None = None,
+                   budget_min: float | None = None, held_out: int = PROFILE.held_out, command: str | None = None,
                    wait: bool = False, say: Callable[[str], None] = log.info) -> dict[str, Any]:
     """Build, extend, refresh or recalibrate a target's latency table on this machine, or write / import a
     device bundle (the ``nas.profile`` command).

@@ -34,6 +34,7 @@ from nas.arch import Arch, BlockKey
 from nas.latency.device import device_identity
 from nas.latency.measure import ProfileReport, ProfileSettings, measure_items
 from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
+from nas.latency.options import VALIDATION_SEED
 from nas.latency.profile_jobs import Job, JobReport, expected_seconds, plan_jobs, run_jobs
 from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
 from nas.latency.runtimes import Runtime
@@ -51,7 +52,6 @@ __all__ = [
 
 # seeds of the calibration networks; validation draws from other seeds and skips these digests
 CALIBRATION_SEED = 20_261_122
-VALIDATION_SEED = 7_000_001
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from nas.latency.cuda_graph import EAGER, GRAPH
-from nas.latency.device import RuntimeUnavailable
+from nas.machine import RuntimeUnavailable
 from nas.registry import Registry
 
 __all__ = ["RUNTIMES", "Runtime", "Tiny", "register"]

@@ -33,8 +33,8 @@ import torch
 from torch import nn
 
 from nas.export import edge
-from nas.latency.device import RuntimeUnavailable
 from nas.latency.runtime_base import Runtime, register
+from nas.machine import RuntimeUnavailable
 
 __all__ = ["ExecuTorchRuntime", "OpenVINORuntime", "require"]
 

@@ -55,9 +55,8 @@ from typing import Any
 
 from nas._io import atomic_write_json, file_lock
 from nas.arch import Arch, BlockKey
-from nas.latency import device
 from nas.latency.base import timing_label
-from nas.latency.device import device_mismatch
+from nas.machine import device_mismatch
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
 from nas.target import Target
 
@@ -360,12 +359,19 @@ class LatencyTable:
         return table
 
     # ------------------------------------------------------------------------------------
-    def measured_elsewhere(self, here: dict[str, Any] | None = None) -> str | None:
-        """Why this machine (``here``, default ``device_identity()`` of the table's device kind) is not the
-        processor the table was measured on, or None: name, ISA flags and CPU family/model must all be the same."""
+    def measured_elsewhere(self, here: Mapping[str, Any]) -> str | None:
+        """Why the machine ``here`` describes is not the processor the table was measured on, or None.
+
+        Args:
+            here: the machine's identity (``nas.latency.device.device_identity(kind)`` of the table's
+                device kind).
+
+        Returns:
+            None when name, ISA flags and CPU family/model are all the same; else the difference, in words.
+        """
         dev = self.metadata.get("device") or {}
         dev = {**dev, "name": str(dev.get("name", "?"))}
-        return device_mismatch(dev, here or device.device_identity(dev.get("kind", "cpu")), exact=True)
+        return device_mismatch(dev, dict(here), exact=True)
 
     def check_target(self, target: Target | Mapping[str, Any], *, allow_mismatch: bool = False) -> list[str]:
         """Compare metadata with a target config; raise ``TableMismatchError`` on a difference.

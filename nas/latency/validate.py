@@ -66,6 +66,7 @@ from nas.latency.bundle import bundle_networks, bundle_results
 from nas.latency.device import device_identity
 from nas.latency.load import load_latency_model
 from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.options import VALIDATE
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks, pruned_archs, round_order
 from nas.latency.reproducibility import table_ceiling
@@ -372,10 +373,10 @@ def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], 
     return archs, groups
 
 
-def validate_target(target, *, n: int = 200, pruned: int = 0, models: Sequence[str] = (),
+def validate_target(target, *, n: int = VALIDATE.n, pruned: int = VALIDATE.pruned, models: Sequence[str] = (),
                     spaces: str | Sequence[str] | None = None, resolution: int | None = None,
-                    out: str | Path = "validation/report.json", seed: int = VALIDATION_SEED, settings=None,
-                    drift_anchors: int = 10, recalibrate: bool = False, allow_mismatch: bool = False,
+                    out: str | Path = VALIDATE.out, seed: int = VALIDATE.seed, settings=None,
+                    drift_anchors: int = VALIDATE.drift_anchors, recalibrate: bool = False, allow_mismatch: bool = False,
                     bundle: str | Path | None = None, progress: bool = True, say=log.info) -> dict[str, Any]:
     """Score a target's latency predictor against held-out networks measured on the device (the
     ``nas.validate`` command).

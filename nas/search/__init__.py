@@ -17,7 +17,7 @@ from __future__ import annotations
 from nas._lazy import lazy_exports
 
 _HOMES = {
-    "Budgets": "objective",
+    "Budgets": "budget",
     "DuplicateArch": "objective",
     "Search": "study",
     "SearchAborted": "study",
@@ -25,8 +25,15 @@ _HOMES = {
     "SearchReport": "study",
     "TrialOutcome": "objective",
     "count_trials": "study",
+    "TrialProgress": "progress",
+    "fmt_score": "progress",
+    "NOT_RUN": "results",
+    "SHORT_HOW": "results",
+    "latency_how": "results",
     "prepare_search": "study",
     "run_search": "study",
+    "Evaluator": "evaluate",
+    "make_evaluator": "evaluate",
     "NSGA2Settings": "samplers",
     "RandomSettings": "samplers",
     "TPESettings": "samplers",

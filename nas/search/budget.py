@@ -19,6 +19,7 @@ batch, and the budget is set or described from their spread:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,8 +28,65 @@ import numpy as np
 from nas.latency.base import LatencyModel
 from nas.space import SearchSpace
 
-__all__ = ["BUDGET_ATTR", "N_SAMPLED", "LatencyBudget", "LatencySpread", "choose_latency_budget", "kept",
+__all__ = ["BUDGET_ATTR", "Budgets", "N_SAMPLED", "LatencyBudget", "LatencySpread", "choose_latency_budget", "kept",
            "sampled_latencies"]
+
+
+_OLD_BUDGET_NAMES = {"latency_ms": "latency_budget_ms", "memory_kb": "memory_budget_kb"}
+
+
+@dataclass(frozen=True, init=False)
+class Budgets:
+    """A search's budgets, named as in its config and its results.
+
+    Args:
+        latency_budget_ms: the latency (ms, predicted on the target) a network may take; None: no limit.
+        memory_budget_kb: the peak activation memory (KiB) a network may hold; None: no limit.
+
+    Raises:
+        ValueError: a budget that is not a positive number or None.
+
+    Example:
+        >>> Budgets(latency_budget_ms=15.0).constraints(latency_ms=12.0, peak_bytes=0)
+        {'latency': -0.2}
+    """
+
+    latency_budget_ms: float | None = None
+    memory_budget_kb: float | None = None
+
+    def __init__(self, latency_budget_ms: float | None = None, memory_budget_kb: float | None = None,
+                 **old: float | None) -> None:
+        for k, v in old.items():  # the names before the budgets took their config's names
+            if k not in _OLD_BUDGET_NAMES:
+                raise TypeError(f"Budgets() got an unexpected keyword argument {k!r}")
+            warnings.warn(f"Budgets({k}=) is now Budgets({_OLD_BUDGET_NAMES[k]}=)", DeprecationWarning, stacklevel=2)
+            latency_budget_ms = v if k == "latency_ms" else latency_budget_ms
+            memory_budget_kb = v if k == "memory_kb" else memory_budget_kb
+        object.__setattr__(self, "latency_budget_ms", latency_budget_ms)
+        object.__setattr__(self, "memory_budget_kb", memory_budget_kb)
+        for name, v in (("latency_budget_ms", self.latency_budget_ms), ("memory_budget_kb", self.memory_budget_kb)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
+                                  or not math.isfinite(v)):
+                raise ValueError(f"{name} must be a positive number or null (no budget), got {v!r}")
+
+    def constraints(self, *, latency_ms: float, peak_bytes: int) -> dict[str, float]:
+        """Relative excess over each budget (``<= 0`` feasible), as Optuna constraints."""
+        out = {}
+        if self.latency_budget_ms is not None:
+            out["latency"] = latency_ms / self.latency_budget_ms - 1.0
+        if self.memory_budget_kb is not None:
+            out["memory"] = peak_bytes / 1024.0 / self.memory_budget_kb - 1.0
+        return out
+
+    def to_dict(self) -> dict[str, float | None]:
+        """The budgets as the study's record and pareto.json hold them."""
+        return {"latency_budget_ms": self.latency_budget_ms, "memory_budget_kb": self.memory_budget_kb}
+
+    @staticmethod
+    def from_record(d: dict[str, Any]) -> Budgets:
+        """The budgets of a study's record, one written before the budgets took their config's names included."""
+        d = {_OLD_BUDGET_NAMES.get(k, k): v for k, v in d.items()}
+        return Budgets(latency_budget_ms=d.get("latency_budget_ms"), memory_budget_kb=d.get("memory_budget_kb"))
 
 N_SAMPLED = 200  # networks of the space sampled to place a latency budget
 BUDGET_ATTR = "hwnas_latency_budget"  # study user attribute: how the study's latency budget was chosen

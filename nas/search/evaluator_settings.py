@@ -13,12 +13,14 @@ from typing import Any, ClassVar
 from nas._checks import check_number
 from nas.train.settings import FitSettings, check_fit
 
-__all__ = ["SHORT_RUN", "SupernetEvaluatorSettings", "TrainEvaluatorSettings", "ZeroCostEvaluatorSettings"]
+__all__ = ["MAX_CONSECUTIVE_FAILURES", "SHORT_RUN", "SupernetEvaluatorSettings", "TrainEvaluatorSettings", "ZeroCostEvaluatorSettings"]
 
 _FIT = FitSettings()  # nas.train's training defaults: the one place the optimiser's defaults are written
 #: ``evaluator=train`` trains each trial briefly: nas.train's schedule with these values changed (three
 #: epochs, smaller batches for more steps, half an epoch of warm-up); everything else is nas.train's
 SHORT_RUN = {"epochs": 3, "batch_size": 64, "warmup_epochs": 0.5}
+# failed evaluations in a row that stop a search (run_search, the search config; 0: never)
+MAX_CONSECUTIVE_FAILURES = 10
 
 
 def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_zero: bool = False) -> None:

@@ -21,8 +21,7 @@ from optuna.trial import TrialState
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 from nas.arch import Arch
 from nas.latency.base import Prediction
-from nas.search.budget import BUDGET_ATTR
-from nas.search.objective import Budgets
+from nas.search.budget import BUDGET_ATTR, Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 

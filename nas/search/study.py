@@ -42,9 +42,10 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.data import Dataset, DataSettings, load_data
 from nas.latency import load_latency_model
 from nas.latency.base import LatencyModel
-from nas.search.budget import BUDGET_ATTR, LatencyBudget, choose_latency_budget, kept, sampled_latencies
+from nas.search.budget import BUDGET_ATTR, Budgets, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator, make_evaluator
-from nas.search.objective import WORKER, Budgets, DuplicateArch, SearchProblem, TrialOutcome
+from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
+from nas.search.objective import WORKER, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.progress import TrialProgress
 from nas.search.pruners import make_pruner, pruner_names
 from nas.search.results import latency_how, pareto_front, plot_pareto, trial_records, write_outputs
@@ -187,7 +188,7 @@ def run_search(
     *,
     n_trials: int,
     storage: optuna.storages.BaseStorage | None = None,
-    max_consecutive_failures: int = 10,
+    max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES,
     max_consecutive_duplicates: int = 50,
     callback: Callable[[TrialOutcome], None] | None = None,
     progress: bool = True,

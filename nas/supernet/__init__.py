@@ -10,7 +10,8 @@ from nas._lazy import lazy_exports
 __all__ = ["ArchOutsideSpace", "Supernet", "load_supernet", "locate", "share", "train_supernet"]
 
 _HOMES = {"ArchOutsideSpace": "elastic", "locate": "elastic", "share": "elastic", "Supernet": "model",
-          "load_supernet": "checkpoint", "train_supernet": "train"}
+          "load_supernet": "checkpoint", "train_supernet": "train",
+          "Dist": "dist", "process_group": "dist"}
 
 
 # timm loads with the first use, not with nas.supernet.dist in every process

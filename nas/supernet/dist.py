@@ -4,9 +4,11 @@ so it loads fast in every process."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +16,7 @@ import torch
 import torch.distributed as td
 from torch import nn
 
-__all__ = ["Dist", "allreduce_grads", "check_same_settings", "digest_of"]
+__all__ = ["Dist", "allreduce_grads", "check_same_settings", "digest_of", "process_group"]
 
 
 def digest_of(obj: Any) -> str:
@@ -74,3 +76,20 @@ def check_same_settings(record: dict[str, Any], dist: Dist) -> None:
             diffs = [f"{k}: {a!r} on rank 0, {b!r} on rank {r}" for k, a, b in _leaf_diffs(got[0][1], rec, "")]
             raise ValueError(f"torchrun: rank {r} runs with other settings than rank 0 ({'; '.join(diffs[:3])}); "
                              f"start every process with the same command")
+
+
+@contextlib.contextmanager
+def process_group(device: str) -> Iterator[None]:
+    """Under ``torchrun`` (``WORLD_SIZE`` > 1): the default process group for this run, destroyed after."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        yield
+        return
+
+    gpu = device != "cpu" and torch.cuda.is_available()
+    if gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    td.init_process_group(backend="nccl" if gpu else "gloo")
+    try:
+        yield
+    finally:
+        td.destroy_process_group()

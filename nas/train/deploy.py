@@ -36,7 +36,7 @@ from nas.train.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
 )
-from nas.train.settings import ExportSettings
+from nas.train.settings import VERIFY_SAMPLES, ExportSettings
 
 __all__ = ["ExportOptions", "export_checkpoint", "export_model", "onnx_bytes"]
 
@@ -146,7 +146,7 @@ def export_checkpoint(
     target: Target | Mapping[str, Any],
     out: str | Path | None = None,
     data: Mapping[str, Any] | None = None,
-    verify_samples: int = 500,
+    verify_samples: int = VERIFY_SAMPLES,
     overwrite: bool = False,
     allow_mismatch: bool = False,
     export: ExportSettings | None = None,

@@ -18,6 +18,7 @@ from nas.compress.quant_settings import QuantSettings
 from nas.target import Target
 
 __all__ = [
+    "VERIFY_SAMPLES",
     "ExportSettings",
     "FitSettings",
     "PipelineSettings",
@@ -187,6 +188,9 @@ class QATSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+VERIFY_SAMPLES = 500  # images (batch 1) an export is checked on against torch (export_checkpoint, nas.export)
 
 
 @dataclass(frozen=True)

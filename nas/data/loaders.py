@@ -1,0 +1,158 @@
+"""The built-in dataset loaders (``data=digits``, ``fashion_mnist``, ``cifar10``, ``imagefolder``).
+
+The small datasets (digits, fashion_mnist) return native-resolution uint8 images and labels
+(``_Raw``), which ``nas.data.load_data`` resizes, splits and keeps in memory; cifar10 and
+imagefolder return torchvision datasets (``_Files``) that ``nas.data.stream`` reads per batch.
+Apart from the registry (``nas.data.datasets``), so that a config names and checks a dataset without
+loading scikit-learn, timm or torchvision; ``nas.data.load`` imports this module, which registers them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from sklearn.datasets import load_digits
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from torchvision.datasets import CIFAR10, FashionMNIST, ImageFolder
+
+from nas.data.datasets import (
+    _FASHION_FILES,
+    _IMAGE_EXTS,
+    CACHE_DIR,
+    DEBIAN_FASHION_MNIST,
+    FASHION_CLASSES,
+    DatasetNotFoundError,
+    _Files,
+    _idx_files,
+    _Raw,
+    read_idx,
+    register_dataset,
+)
+from nas.data.settings import DataSettings
+
+__all__ = ["CIFAR10_MEAN", "CIFAR10_STD"]
+
+log = logging.getLogger(__name__)
+
+
+@register_dataset("digits")
+def _digits(s: DataSettings) -> _Raw:
+    d = load_digits()
+    x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, N x 1 x 8 x 8
+    return _Raw(x, d.target.astype(np.int64), None, None, tuple(str(c) for c in range(10)),
+                "scikit-learn load_digits (embedded)")
+
+
+@register_dataset("fashion_mnist")
+def _fashion_mnist(s: DataSettings) -> _Raw:
+    # torchvision's FashionMNIST keeps its files in <root>/FashionMNIST/raw (uncompressed); the Debian
+    # package ships the same four files gzipped in /usr/share/datasets/fashion-mnist.  Both are read in
+    # place (no copy); torchvision's class is used to download, and only when asked.
+    roots = [Path(s.root).expanduser()] if s.root else [DEBIAN_FASHION_MNIST, CACHE_DIR]
+    looked = []
+    for r in roots:
+        for folder in (r, r / "FashionMNIST" / "raw"):
+            looked.append(str(folder))
+            files = _idx_files(folder)
+            if files:
+                return _fashion_from(files, folder)
+    if s.download:
+        target = Path(s.root).expanduser() if s.root else CACHE_DIR
+
+        log.info("downloading Fashion-MNIST into %s", target)
+        FashionMNIST(str(target), train=True, download=True)
+        folder = target / "FashionMNIST" / "raw"
+        files = _idx_files(folder)
+        if files:
+            return _fashion_from(files, folder)
+        looked.append(str(folder))
+    where = f" under data.root={s.root}" if s.root else ""
+    raise DatasetNotFoundError(
+        f"Fashion-MNIST not found{where}: looked for {', '.join(_FASHION_FILES.values())} (or .gz) in "
+        f"{', '.join(looked)}. Get it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu: files in "
+        f"{DEBIAN_FASHION_MNIST}), or point data.root at a folder holding the four IDX files, or pass "
+        f"data.download=true to download it with torchvision into {s.root or CACHE_DIR}"
+    )
+
+
+def _fashion_from(files: dict[str, Path], folder: Path) -> _Raw:
+    arrs = {k: read_idx(p) for k, p in files.items()}
+    for split in ("train", "test"):
+        if len(arrs[f"{split}_x"]) != len(arrs[f"{split}_y"]):
+            raise ValueError(f"{folder}: {split} images and labels differ in count")
+    return _Raw(arrs["train_x"][:, None], arrs["train_y"].astype(np.int64), arrs["test_x"][:, None],
+                arrs["test_y"].astype(np.int64), FASHION_CLASSES, str(folder))
+
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # the training set's per-channel statistics
+
+
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+@register_dataset("cifar10")
+def _cifar10(s: DataSettings) -> _Files:
+    if not s.root:
+        raise DatasetNotFoundError(
+            "cifar10 needs data.root: the folder holding cifar-10-batches-py/ (the CIFAR-10 python version from "
+            "https://www.cs.toronto.edu/~kriz/cifar.html), or add data.download=true to download it there "
+            "with torchvision"
+        )
+    root = Path(s.root).expanduser()
+    if root.name == CIFAR10.base_folder and (root / "data_batch_1").is_file():
+        root = root.parent  # data.root named the batches folder itself
+    folder = root / CIFAR10.base_folder
+    if not (folder / "data_batch_1").is_file() and not s.download:
+        raise DatasetNotFoundError(
+            f"CIFAR-10 not found: looked for data_batch_1..5 and test_batch in {folder}. Download the python version "
+            f"from https://www.cs.toronto.edu/~kriz/cifar.html and extract it under data.root, or add "
+            f"data.download=true to download it with torchvision"
+        )
+    if s.download:
+        log.info("CIFAR-10 into %s (downloaded if missing)", root)
+    try:
+        train = CIFAR10(str(root), train=True, download=s.download)
+        test = CIFAR10(str(root), train=False, download=False)
+    except RuntimeError as e:  # torchvision: "Dataset not found or corrupted" (a file missing or damaged)
+        raise DatasetNotFoundError(f"CIFAR-10 in {folder}: {e}; extract the python version there again, or add "
+                                   f"data.download=true") from None
+    return _Files(train, None, test, tuple(train.classes), str(folder), 3, CIFAR10_MEAN, CIFAR10_STD)
+
+
+@register_dataset("imagefolder")
+def _imagefolder(s: DataSettings) -> _Files:
+    if not s.root:
+        raise DatasetNotFoundError("imagefolder needs data.root: a folder of class folders (root/<class>/*.png), "
+                                   "or root/train/<class>/... and root/val/<class>/...")
+    root = Path(s.root).expanduser()
+    if not root.is_dir():
+        raise DatasetNotFoundError(f"imagefolder: data.root={root} is not a folder; it must hold one folder per "
+                                   f"class (root/<class>/*.png), or train/ and val/ folders of class folders")
+    channels = s.channels or 3
+    val_dir = next((root / v for v in ("val", "validation") if (root / v).is_dir()), None)
+    split_dirs = (root / "train").is_dir() and val_dir is not None
+    tr_dir = root / "train" if split_dirs else root
+    classes = sorted(d.name for d in tr_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+    n_images = sum(1 for c in classes for p in (tr_dir / c).rglob("*") if p.suffix.lower() in _IMAGE_EXTS)
+    if len(classes) < 2 or not n_images:
+        raise DatasetNotFoundError(
+            f"imagefolder: found {len(classes)} class folder(s) and {n_images} images ({', '.join(_IMAGE_EXTS)}) "
+            f"in {tr_dir}; expected at least two class folders of images: root/<class>/*.png"
+        )
+    train = ImageFolder(str(tr_dir), allow_empty=True)
+    val = None
+    if split_dirs:
+        val = ImageFolder(str(val_dir), allow_empty=True)
+        if val.classes != train.classes:
+            raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {val_dir} has {val.classes}")
+    test = None
+    if split_dirs and (root / "test").is_dir():  # root/train, root/val and root/test: the user's own test split
+        test = ImageFolder(str(root / "test"), allow_empty=True)
+        if test.classes != train.classes:
+            raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {root / 'test'} has {test.classes}")
+
+    mean, std = ((0.5,), (0.5,)) if channels == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
+    return _Files(train, val, test, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))
+
