@@ -26,12 +26,11 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
    the network's mix (``network_mix``: the share of its table time in each block kind, in SE
    blocks, in 5x5+ kernels and under each activation; its layer count, log time, log MACs and
    weight megabytes).  It carries what is not additive over layers (how kinds of kernel
-   interleave); shallow trees saturate outside the data, so the factor stays bounded.  On the
-   EPYC fp32 table, 5-fold CV within ±5%: 85.0% -> 90.6%.
+   interleave); shallow trees saturate outside the data, so the factor stays bounded.
 
-Throughput: ``predict`` on Arch objects costs ~30-50 us an Arch; ``compile(space)`` returns a
+Throughput: ``predict`` takes Arch objects one by one; ``compile(space)`` returns a
 ``SpacePredictor`` that predicts straight from parameter-index arrays, vectorised over
-hundreds of thousands of architectures.
+hundreds of thousands of architectures (``python -m benchmarks predictor`` times both).
 
 ``load_latency_model(target)`` returns a fitted predictor when the target's table exists and
 a ``RooflineModel`` (labelled ``estimated``, with a warning naming the command to measure the
