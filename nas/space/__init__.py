@@ -479,9 +479,3 @@ def summarize(space: SearchSpace, *, samples: int = 200, seed: int = 0) -> dict[
         "params": stat(params),
         "macs": stat(macs),
     }
-
-
-if __name__ == "__main__":
-    from nas.cli.space import main
-
-    main()
