@@ -1,9 +1,8 @@
 """The package's shape: no import circles, every import runs down the pipeline's layers, imports sit at a
 module's top, modules and functions stay small.
 
-Every import counts, wherever it is written (module level or inside a function); skipped are only
-``TYPE_CHECKING`` blocks and ``if __name__ == "__main__"`` blocks (they run when the file is the program,
-never on import).  An import inside a function is allowed only for an optional heavy runtime
+Every import counts, wherever it is written (module level, inside a function, under
+``if __name__ == "__main__"``); only ``TYPE_CHECKING`` blocks are skipped.  An import inside a function is allowed only for an optional heavy runtime
 (``OPTIONAL_RUNTIMES``), with a one-line reason in a comment on its line or the line above.  The size
 rule (docs/contributing.md) holds for the package, the benchmarks and the tests alike.
 """
@@ -68,8 +67,6 @@ def _imports(module: str, path: Path) -> list[tuple[str, int, bool]]:
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 visit_list(child.orelse, in_function)
                 continue
-            if isinstance(child, ast.If) and "__main__" in ast.unparse(child.test):
-                continue  # runs only as a program (python -m nas.space): the command's entry, never an import
             inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 out.extend((a.name, child.lineno, in_function) for a in child.names)
