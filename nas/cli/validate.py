@@ -51,6 +51,11 @@ def run(cfg: DictConfig) -> dict:
         d = report["drift_scale"]
         print(f"  drift scale {d['now_over_table']:.3f} (median of {d['n']} calibration networks re-measured now): "
               f"{latency.RESCALED} = predictor x {d['now_over_table']:.3f}")
+    if "drift_verdict" in report:
+        v = report["drift_verdict"]
+        print(f"  drift verdict: median {v['median']:.3f}x, spread ±{100 * v['spread']:.1f}% over {v['n']} networks; "
+              f"drift beyond ±{100 * v['threshold']:.1f}% (from the table's own reproducibility, ±"
+              f"{100 * v['table_noise']:.1f}% an entry): {'noisy now' if v['noisy'] else 'drifted' if v['drifted'] else 'none'}")
     if "stored" in report:
         st = report["stored"]
         print(f"  predictor_stored: the predictor as nas.predict / search / train use it, with the table's "

@@ -6,12 +6,17 @@ Used by the validation (``nas.latency.validate``) and by the profiler's refresh 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy.stats import kendalltau
 
-__all__ = ["drift_ratios", "score"]
+__all__ = ["MIN_DRIFT", "NOISE_WITHOUT_RECORD", "drift_ratios", "drift_verdict", "drift_warning", "score"]
+
+MIN_DRIFT = 0.02  # a median shift below 2% is never called drift, however quiet the table
+NOISE_WITHOUT_RECORD = 0.02  # a table without a reproducibility record: its entries assumed to re-time within ±2%
 
 
 def score(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
@@ -34,3 +39,53 @@ def drift_ratios(anchors: dict[str, list[tuple[float, float]]]) -> tuple[float, 
     ratios = [now / then for pairs in anchors.values() for now, then in pairs]
     per = {g: float(np.median([now / then for now, then in pairs])) for g, pairs in anchors.items()}
     return float(np.median(ratios)), per, len(ratios)
+
+
+def drift_verdict(anchors: dict[str, list[tuple[float, float]]], record: dict[str, Any] | None) -> dict[str, Any]:
+    """Has the machine drifted since its table, or is it noisy now?  Judged on all re-measured calibration
+    networks together, against the table's own reproducibility.
+
+    The table's record (``metadata["reproducibility"]``, written by ``nas.profile``) gives the median
+    deviation of one re-timed entry, ``noise``.  The median of ``n`` such ratios moves by chance about
+    ``1.2533 * noise / 0.6745 / sqrt(n)`` (the standard error of a median of normal draws), so the median
+    now/table ratio is called drift when it lies more than three of those, and at least ``MIN_DRIFT``,
+    from 1.  The ratios' own spread (median deviation from their median) is called noise when it is
+    more than twice the table's and above 3%.
+
+    Args:
+        anchors: group -> (now, table) ms of the re-measured calibration networks.
+        record: the table's reproducibility record, or None (then ``NOISE_WITHOUT_RECORD``).
+
+    Returns:
+        ``{"median": ..., "spread": ..., "n": ..., "table_noise": ..., "threshold": ...,
+        "drifted": bool, "noisy": bool}`` (fractions, not percent).
+    """
+    ratios = np.array([now / then for pairs in anchors.values() for now, then in pairs], float)
+    med = float(np.median(ratios))
+    spread = float(np.median(np.abs(ratios / med - 1)))
+    noise = float(record["median_dev_pct"]) / 100 if record and "median_dev_pct" in record else NOISE_WITHOUT_RECORD
+    threshold = max(MIN_DRIFT, 3 * 1.2533 * (noise / 0.6745) / math.sqrt(len(ratios)))
+    noisy = spread > max(2 * noise, 0.03)
+    return {"median": med, "spread": spread, "n": int(len(ratios)), "table_noise": noise, "threshold": threshold,
+            "drifted": bool(abs(med - 1) > threshold and not noisy), "noisy": bool(noisy)}
+
+
+def drift_warning(verdict: dict[str, Any], target_name: str) -> str | None:
+    """The warning ``drift_verdict`` calls for, naming the fix, or None when the machine is as the table
+    found it."""
+    med, n = verdict["median"], verdict["n"]
+    spread, noise = 100 * verdict["spread"], 100 * verdict["table_noise"]
+    if verdict["noisy"]:
+        return (f"the {n} re-measured calibration networks scatter ±{spread:.1f}% (median deviation) around their "
+                f"median, where the table's own entries re-timed within ±{noise:.1f}%: the machine is noisy now "
+                f"(another process, a noisy neighbour). Validate again with the core quiet (e.g. taskset -c 1, "
+                f"nothing else running); refreshing the table now would copy the noise into it.")
+    if verdict["drifted"]:
+        return (f"the table's calibration networks now run at {med:.3f}x their table latency (median of {n}; "
+                f"beyond the ±{100 * verdict['threshold']:.1f}% the table's own reproducibility allows): the "
+                f"machine has drifted since the table was measured, and predictions are off by about that much "
+                f"('predictor_rescaled' scores them rescaled). "
+                f"`python -m nas.profile conf={target_name} refresh=10` rescales the table to the machine as it is "
+                f"now; `python -m nas.profile conf={target_name} recalibrate=true` re-measures every calibration "
+                f"network.")
+    return None

@@ -72,7 +72,7 @@ from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks
 from nas.latency.reproducibility import table_ceiling
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
-from nas.latency.scoring import drift_ratios, score
+from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
@@ -225,11 +225,12 @@ def _calibration_only_names() -> set[str]:
 
 
 def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet, *,
-             recalibrate: bool = False) -> dict[str, Any]:
+             recalibrate: bool = False, target_name: str = "<target>") -> dict[str, Any]:
     """The report: per method overall and per group; never fitted on the held-out set.
 
     ``recalibrate``: also score ``predictor_recalibrated``, the predictor calibrated on the
     table's calibration networks as re-measured in ``vs`` (measure with ``anchors_per_group=None``).
+    ``target_name``: the target the drift warning's fix names (``conf=<target_name>``).
     """
     calib = {a.digest() for a, _ in table_networks(predictor.table_)}
     leaked = [a for a in vs.archs if a.digest() in calib]
@@ -281,16 +282,12 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
     if vs.anchors:
         report["drift"] = {g: {"now_over_table": per_group[g], "n": len(pairs)} for g, pairs in vs.anchors.items()}
         report["reproducibility"] = reproducibility(vs.anchors, scale, vs.remeasured or (), rc)
-        worst = max(report["drift"].items(), key=lambda kv: abs(kv[1]["now_over_table"] - 1))
-        if abs(worst[1]["now_over_table"] - 1) > 0.02:
-            report["drift_warning"] = (
-                f"calibration networks of {worst[0]!r} now run at {worst[1]['now_over_table']:.3f}x their table "
-                f"latency: the machine is not in the state the table was measured in (other load, memory "
-                f"contention, a noisy neighbour), and predictions are off by about that much "
-                f"({RESCALED!r} scores them rescaled by the drift). Re-profile and validate with the machine "
-                f"otherwise idle."
-            )
-            log.warning(report["drift_warning"])
+        verdict = drift_verdict(vs.anchors, predictor.table_.metadata.get("reproducibility"))
+        report["drift_verdict"] = verdict
+        warning = drift_warning(verdict, target_name)
+        if warning:
+            report["drift_warning"] = warning
+            log.warning(warning)
     report["points"] = []
     for i, (a, g, ms) in enumerate(zip(vs.archs, vs.groups, meas)):
         ex = predictor.explain(a)
@@ -453,7 +450,7 @@ def validate_target(target, *, n: int = VALIDATE.n, pruned: int = VALIDATE.prune
 
 def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool) -> dict[str, Any]:
     """Score ``vs``, add the budget section, write the report and its plots."""
-    report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate)
+    report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate, target_name=target.name)
     report["target"] = target.name
     report["table"] = model.describe()
     report["calibration_networks"] = model.n_calibration_
