@@ -143,3 +143,15 @@ def test_an_unhandled_ctrl_c_exits_130(monkeypatch, cli):
     monkeypatch.setattr(m, "summarize", interrupt)
     code, err = cli("space", "search_space=tiny")
     assert code == 130 and err.strip() == "interrupted"
+
+
+@pytest.mark.parametrize("arg", ["conf.transfer_from=[cpu_int8]", "target.transfer_from=[auto]",
+                                 "+conf.transfer_from=[cpu_int8]"])
+def test_profile_refuses_a_setting_that_does_nothing_there(cli, arg, tmp_path, monkeypatch):
+    """A target's transfer_from acts when a predictor predicts, never when nas.profile measures: typed on
+    its command line it is refused in one line, before anything is measured or written."""
+    monkeypatch.setenv("HWNAS_HOME", str(tmp_path / "home"))
+    code, err = cli("profile", "conf=cpu", arg, "limit=1")
+    line = _one_line(err)
+    assert code == 2 and "conf.transfer_from= does nothing in nas.profile" in line and "nas.predict" in line
+    assert not (tmp_path / "home").exists()
