@@ -15,7 +15,7 @@ from typing import Any
 from nas._checks import check_number
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = [
     "ExportSettings",
@@ -230,8 +230,8 @@ class TargetNames:
 class PipelineSettings:
     """Everything ``train_front`` needs (built from the Hydra config by ``nas.train``).
 
-    ``target`` may be given as a dict and ``prune`` / ``qat`` / ``export`` / ``targets`` as dicts of
-    their fields: they are converted (unknown names refused).
+    ``target`` is a ``Target`` (``nas.load_target``); ``prune`` / ``qat`` / ``export`` / ``targets`` may be
+    given as dicts of their fields: they are converted (unknown names refused).
     """
 
     run: str
@@ -256,7 +256,7 @@ class PipelineSettings:
     targets: TargetNames = field(default_factory=TargetNames)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target", Target.coerce(self.target))
+        require_target(self.target)
         for name, cls in (("train", FitSettings), ("prune", PruneSettings), ("qat", QATSettings),
                           ("export", ExportSettings), ("targets", TargetNames)):
             v = getattr(self, name)
