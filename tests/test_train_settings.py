@@ -63,5 +63,5 @@ def test_train_app_options_default_as_the_pipeline_settings():
     app = {f.name: f.default for f in dataclasses.fields(TrainAppConfig) if f.default is not dataclasses.MISSING}
     lib = {f.name: f.default for f in dataclasses.fields(PipelineSettings) if f.default is not dataclasses.MISSING}
     shared = sorted(set(app) & set(lib))
-    assert {"select", "max_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
+    assert {"select", "latency_budget_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
     assert {k: app[k] for k in shared} == {k: lib[k] for k in shared}

@@ -238,7 +238,7 @@ class PipelineSettings:
     target: Target
     out: str | None = None
     select: Any = "all"  # all | an index | a list of indices into pareto.json's front
-    max_ms: float | None = None
+    latency_budget_ms: float | None = None  # only architectures predicted at or under this latency (ms)
     data_root: str | None = None
     train_samples: int | None = None
     # input resolution trained and exported at; None: the one the search predicted latency at (its
@@ -264,8 +264,8 @@ class PipelineSettings:
                 object.__setattr__(self, name, _from_mapping(cls, name, v))
             elif not isinstance(v, cls):
                 raise ValueError(f"{name} must be a {cls.__name__} or a dict of its fields, got {type(v).__name__}")
-        if self.max_ms is not None:
-            check_number("max_ms", self.max_ms)
+        if self.latency_budget_ms is not None:
+            check_number("latency_budget_ms", self.latency_budget_ms)
         if self.train_samples is not None:
             check_number("train_samples", self.train_samples, integer=True)
         if self.resolution is not None:
