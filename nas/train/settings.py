@@ -15,6 +15,7 @@ from typing import Any
 from nas._checks import check_number
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
+from nas.latency.measure import ProfileSettings
 from nas.target import Target, require_target
 
 __all__ = [
@@ -191,15 +192,16 @@ class QATSettings:
 
 @dataclass(frozen=True)
 class ExportSettings:
-    """ONNX export, the PTQ baseline, verification and latency measurement."""
+    """ONNX export, the PTQ baseline, verification and latency measurement (the measuring loop's
+    ``rounds`` / ``warmup`` / ``repeats`` / ``min_time_s`` default to ``ProfileSettings``')."""
 
     calib_samples: int = 256  # training images calibrating onnxruntime's PTQ baseline
     eval_samples: int | None = None  # test images the ONNX models are scored on (None: all)
     measure: bool = True  # measure latency when the target is this machine
-    rounds: int = 3  # measurement rounds (fresh session each), median of rounds
-    warmup: int = 10
-    repeats: int = 50
-    min_time_s: float = 0.1
+    rounds: int = ProfileSettings.rounds  # measurement rounds (fresh session each), median of rounds
+    warmup: int = ProfileSettings.warmup
+    repeats: int = ProfileSettings.repeats
+    min_time_s: float = ProfileSettings.min_time_s
 
     def __post_init__(self) -> None:
         check_number("export.calib_samples", self.calib_samples, integer=True)
