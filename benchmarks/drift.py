@@ -40,8 +40,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args()
-    target = load_target(a.target).to_dict()
-    table = LatencyTable.load(resolve_table_path(target["table"]))
+    target = load_target(a.target)
+    table = LatencyTable.load(resolve_table_path(target.table))
     table.check_target(target)
     why = table.measured_elsewhere(device_identity(table.metadata.get("device", {}).get("kind", "cpu")))
     if why:

@@ -19,10 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from nas._io import atomic_write_json, atomic_write_text
 from nas.config import compose_app
+from nas.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -140,7 +139,6 @@ def write_result(path: Path | str, result: Mapping[str, Any], *, table: str | No
     return path
 
 
-def target_dict(name: str) -> dict:
-    """The target of config ``conf=name`` as the commands compose it, as a plain dict."""
-    cfg = compose_app("predict", [f"conf={name}"])
-    return OmegaConf.to_container(cfg.target, resolve=True)
+def composed_target(name: str) -> Target:
+    """The target of config ``conf=name`` as the commands compose it (and coerce it, once)."""
+    return Target.coerce(compose_app("predict", [f"conf={name}"]).target)

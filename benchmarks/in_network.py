@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
+from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
 
 
 def node_times(data: bytes, shape: tuple[int, int, int], runs: int, threads: int) -> tuple[dict[str, float], float]:
@@ -113,10 +113,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=300, help="profiled runs per graph (after 20 warm-up runs)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
-    target = target_dict(args.target)
-    if target.get("runtime") != "onnxruntime" or target.get("provider") != "CPUExecutionProvider":
+    target = composed_target(args.target)
+    if target.runtime != "onnxruntime" or target.provider != "CPUExecutionProvider":
         sys.exit(f"{args.target}: this benchmark profiles onnxruntime's CPU execution provider only")
-    table = LatencyTable.load(resolve_table_path(target["table"]))
+    table = LatencyTable.load(resolve_table_path(target.table))
     runtime = get_runtime(target)
     results = {}
     for spec in args.models:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS, target_dict
+from benchmarks.harness import RESULTS, composed_target
 from nas.latency.device import device_identity
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.profiler import ProfileSettings
@@ -201,8 +201,8 @@ def main() -> None:
     results: dict = {}
     for i, tname in enumerate(args.targets):
         n = args.n[min(i, len(args.n) - 1)]
-        target = target_dict(tname)
-        table = LatencyTable.load(resolve_table_path(target["table"]))
+        target = composed_target(tname)
+        table = LatencyTable.load(resolve_table_path(target.table))
         table.check_target(target)
         why = table.measured_elsewhere(device_identity(table.metadata.get("device", {}).get("kind", "cpu")))
         if why:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
+from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
 from nas.latency.profiler import (
     ProfileSettings,
     calibration_archs,
@@ -39,14 +39,14 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "profile.json"))
     args = ap.parse_args()
 
-    target = target_dict(args.target)
+    target = composed_target(args.target)
     runtime = get_runtime(target)
     settings = ProfileSettings()
     rows = {}
     for name in args.spaces:
         space = load_space(name)
-        keys = space.unique_blocks(resolution=target.get("resolution"))
-        nets = calibration_archs(space, args.calibration_networks, resolution=target.get("resolution"))
+        keys = space.unique_blocks(resolution=target.resolution)
+        nets = calibration_archs(space, args.calibration_networks, resolution=target.resolution)
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "t.json"
             table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=path)

@@ -19,7 +19,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import RESULTS, command, machine, target_dict, write_result
+from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
 from nas.latency.measure import ProfileSettings
 from nas.latency.measure_model import measure_overhead
 from nas.latency.profile_jobs import plan_jobs, run_jobs
@@ -28,7 +28,6 @@ from nas.latency.profiler import block_frequency, calibration_archs, new_metadat
 from nas.latency.runtimes import get_runtime
 from nas.latency.table import LatencyTable
 from nas.space import load_space
-from nas.target import Target
 
 SHARES = (0.05, 0.10, 0.25, 0.50)
 
@@ -45,7 +44,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "profile_eta.json"))
     args = ap.parse_args()
 
-    target = Target.coerce(target_dict(args.target))
+    target = composed_target(args.target)
     runtime = get_runtime(target)
     settings = ProfileSettings(repeats=args.repeats, min_time_s=args.min_time_s, rounds=args.rounds)
     space = load_space(args.space)

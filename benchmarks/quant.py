@@ -120,7 +120,7 @@ def main() -> None:
     if target.precision != "fp32":
         sys.exit(f"--target {args.target}: pick an fp32 target (the script quantizes itself)")
     table_dev = target.device.name
-    rt = get_runtime({**target.to_dict(), "precision": "fp32"})
+    rt = get_runtime(target.replace(precision="fp32"))
     torch.manual_seed(0)
     models: dict[str, dict[str, bytes]] = {}
     shapes: dict[str, tuple[int, int, int]] = {}

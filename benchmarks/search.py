@@ -90,7 +90,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
     from nas.search.study import Budgets, prepare_search, run_search
     from nas.space import load_space
 
-    target = OmegaConf.to_container(cfg.target, resolve=True)
+    target = Target.coerce(cfg.target)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args)}
     data = load_data(data_cfg)
     space = load_space(args.space)
@@ -98,7 +98,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
     ev = {**OmegaConf.to_container(cfg.evaluator, resolve=True), "epochs": args.epochs, "device": "cpu"}
     if args.evaluator == "zero_cost":
         ev = {"name": "zero_cost", "proxy": "naswot", "device": "cpu"}
-    res = target.get("resolution") or space.resolution
+    res = target.resolution or space.resolution
     lat_ref = latency_reference(space, lambda a: a.with_head(num_classes=data.num_classes, in_chans=data.in_chans)
                                 .with_resolution(res), [latency])[0]
     acc_ref = 1.0 / data.num_classes if args.evaluator == "train" else None
@@ -112,7 +112,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
             if smp == "tpe":
                 sampler["n_startup_trials"] = max(2, min(10, args.trials // 4))
             t0 = time.perf_counter()
-            s = prepare_search(target=Target.coerce(target), search_space=space, data=data, evaluator=ev, sampler=sampler,
+            s = prepare_search(target=target, search_space=space, data=data, evaluator=ev, sampler=sampler,
                                budgets=Budgets(), seed=seed, run_dir=out / "studies" / f"{smp}-s{seed}",
                                storage=str(out / "studies" / f"{smp}-s{seed}.journal"), study_name=f"{smp}-s{seed}",
                                latency=latency)
@@ -148,7 +148,7 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
            "reference": {"accuracy": acc_ref, "latency_ms": lat_ref}, "normalised": bool(box),
            "latency": latency.describe(), "hypervolume": summary, "curves": curves}
     atomic_write_json(out / "a_hypervolume.json", res)
-    _plot_a(curves, out / "a_hypervolume.png", title=f"{args.space} on {data.name}, {target['name']} target: "
+    _plot_a(curves, out / "a_hypervolume.png", title=f"{args.space} on {data.name}, {target.name} target: "
             f"hypervolume vs trials ({len(args.seeds)} seeds)", normalised=bool(box))
     return res
 
@@ -200,7 +200,7 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     from nas.search.evaluate import TrainEvaluator
     from nas.timm_arch import from_timm
 
-    target = OmegaConf.to_container(cfg.target, resolve=True)
+    target = Target.coerce(cfg.target)
     data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), **_data_overrides(args),
                 "train_samples": args.final_train_samples, "val_samples": 10}
     ds = load_data(data_cfg)
@@ -253,7 +253,7 @@ def part_b(args, cfg, out: Path, a_res: dict[str, Any] | None) -> dict[str, Any]
     n_base = sum(r["kind"] == "timm" for r in rows)
     n_dom = sum(bool(r.get("dominated_by")) for r in rows if r["kind"] == "timm")
     result = {"data": ds.describe(), "recipe": dataclasses.asdict(recipe), "runtime": runtime.info(),
-              "target": target["name"], "resolution": res, "rows": rows, "baselines_dominated": n_dom,
+              "target": target.name, "resolution": res, "rows": rows, "baselines_dominated": n_dom,
               "baselines": n_base, "target_met": n_dom == n_base}
     atomic_write_json(out / "b_baselines.json", result)
     _plot_b(rows, out / "b_baselines.png", title=f"{ds.name} test accuracy vs latency measured on this CPU "

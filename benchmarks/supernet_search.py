@@ -157,7 +157,7 @@ def _configs(ckpt: Path) -> dict[str, Any]:
         cfg = compose_app("search", ["conf=cpu", f"evaluator={name}", f"supernet={ckpt}"])
         out[name] = {**OmegaConf.to_container(cfg.evaluator, resolve=True), "device": "cpu"}
         out["sampler"] = OmegaConf.to_container(cfg.sampler, resolve=True)
-        out["budget_ms"] = cfg.latency_budget_ms
+        out["latency_budget_ms"] = cfg.latency_budget_ms
     return out
 
 
@@ -168,7 +168,7 @@ def _search(name: str, n_trials: int, env: dict[str, Any], state: State) -> Any:
 
     s = prepare_search(target=env["target"], search_space=env["space"], data=env["data"],
                        evaluator=env["cfg"][name], sampler=env["cfg"]["sampler"],
-                       budgets=Budgets(latency_ms=env["cfg"]["budget_ms"]), seed=env["seed"],
+                       budgets=Budgets(latency_budget_ms=env["cfg"]["latency_budget_ms"]), seed=env["seed"],
                        run_dir=env["work"] / "studies" / name, latency=env["latency"])
     rec = state.d["searches"].setdefault(name, {"seconds": 0.0})
     have = count_trials(s.study)

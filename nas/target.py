@@ -2,7 +2,8 @@
 
 ``Target`` is what every library function takes; the Hydra schema of the ``target`` group
 (``conf/target/<name>.yaml``, ``conf=<name>`` on the command line) is generated from it, and a
-command turns its composed ``target`` node into a ``Target`` once (``Target.coerce``).
+command turns its composed ``target`` node into a ``Target`` once (``Target.coerce``); a library
+function takes that ``Target`` (``require_target`` refuses anything else).
 ``load_target(name)`` reads a target file by name (the user's ``$HWNAS_HOME/target/`` first, then the
 shipped ones) with PyYAML; ``here`` (this machine's own target, measured on first use) is made by
 ``nas.latency.here``, whose ``load_target`` is the public ``nas.load_target``.
@@ -24,7 +25,7 @@ from nas.machine import OtherProcessorWarning, cpu_identity, device_mismatch
 from nas.resources import conf_dir, user_home
 
 __all__ = ["HERE_NAMES", "PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "precision_targets",
-           "runs_here", "target_names"]
+           "require_target", "runs_here", "target_names"]
 
 PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
@@ -180,6 +181,25 @@ class Target:
     def replace(self, **changes: Any) -> Target:
         """A copy with ``changes`` applied (checked as a new Target is)."""
         return dataclasses.replace(self, **changes)
+
+
+def require_target(target: object, what: str = "target") -> Target:
+    """``target`` itself, when it is a ``Target``: what a library function checks its argument with.
+
+    Args:
+        target: the value given.
+        what: the argument's name, for the message.
+
+    Returns:
+        ``target``.
+
+    Raises:
+        TypeError: ``target`` is not a ``Target`` (the message names ``nas.load_target``, which makes one
+            from a name).
+    """
+    if not isinstance(target, Target):
+        raise TypeError(f"{what} must be a Target (nas.load_target(name)), got {type(target).__name__}")
+    return target
 
 
 def _target_dirs() -> list[Path]:

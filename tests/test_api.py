@@ -50,3 +50,21 @@ def test_the_docs_list_the_public_api():
     listed = {n.removeprefix("nas.") for n in re.findall(r"`([^`]+)`", m.group(1))}
     assert listed == set(nas.__all__), f"in the docs only: {listed - set(nas.__all__)}; " \
                                        f"in nas.__all__ only: {set(nas.__all__) - listed}"
+
+
+def test_public_entry_points_take_a_target_a_name_or_its_fields():
+    """The public entry points (nas.load_latency_model, nas.profile_target, nas.validate_target,
+    nas.export_checkpoint) resolve what they were given once; the library below them takes a Target and
+    names nas.load_target for anything else."""
+    from nas.latency.load import RooflineModel, resolve_target
+    from nas.latency.roofline import Roofline
+    from nas.latency.runtimes import get_runtime
+
+    t = nas.load_target("jetson")
+    assert resolve_target(t) is t and resolve_target(t.to_dict()) == t and resolve_target("jetson") == t
+    assert nas.load_latency_model("jetson").source == "estimated"
+    with pytest.raises(TypeError, match=r"target must be a Target \(nas.load_target\(name\)\), got int"):
+        resolve_target(3)
+    for internal in (RooflineModel, Roofline.from_target, get_runtime):
+        with pytest.raises(TypeError, match=r"target must be a Target \(nas.load_target\(name\)\), got dict"):
+            internal(t.to_dict())

@@ -19,9 +19,10 @@ from nas.space import load_space
 from nas.target import Target
 
 FAST = ProfileSettings(warmup=1, repeats=3, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=2)
-CPU = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
-       "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
-       "device": {"name": None, "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}}
+CPU_FIELDS = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+              "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
+              "device": {"name": None, "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}}
+CPU = Target.from_dict(CPU_FIELDS)
 CMD = "python -m nas.profile conf=mine search_space=tiny import_bundle=b/results.json"
 
 
@@ -89,11 +90,11 @@ def _edited(out: Path, tmp_path: Path, edit) -> Path:
 @pytest.mark.parametrize("edit, target, expect", [
     (lambda r, m: r["runtime"].update(provider="CUDAExecutionProvider"), CPU,
      "provider: measured with 'CUDAExecutionProvider'.*measure_bundle.py --provider CPUExecutionProvider"),
-    (lambda r, m: None, {**CPU, "runtime": "tensorrt", "provider": ""},
+    (lambda r, m: None, Target.from_dict({**CPU_FIELDS, "runtime": "tensorrt", "provider": ""}),
      r"runtime: measured with 'onnxruntime', target 'cpu' names 'tensorrt'.*conf\.runtime=onnxruntime"),
-    (lambda r, m: None, {**CPU, "precision": "int8"}, "precision: measured at 'fp32', target 'cpu' is 'int8'"),
-    (lambda r, m: None, {**CPU, "threads": 4}, "threads: measured with 1.*measure_bundle.py --threads 4"),
-    (lambda r, m: r["device"].update(name="Raspberry Pi 5"), {**CPU, "device": {**CPU["device"], "name": "Xeon"}},
+    (lambda r, m: None, Target.from_dict({**CPU_FIELDS, "precision": "int8"}), "precision: measured at 'fp32', target 'cpu' is 'int8'"),
+    (lambda r, m: None, Target.from_dict({**CPU_FIELDS, "threads": 4}), "threads: measured with 1.*measure_bundle.py --threads 4"),
+    (lambda r, m: r["device"].update(name="Raspberry Pi 5"), Target.from_dict({**CPU_FIELDS, "device": {**CPU_FIELDS["device"], "name": "Xeon"}}),
      "device: the results were measured on 'Raspberry Pi 5', not 'Xeon'.*\"conf.device.name='Raspberry Pi 5'\""),
 ])
 def test_import_refuses_what_the_target_does_not_name(measured, tmp_path, edit, target, expect):
@@ -129,7 +130,7 @@ def test_import_into_a_table_of_another_device_is_refused(measured):
 
 def test_bundle_for_a_torch_runtime_is_refused(tmp_path):
     with pytest.raises(BundleError, match="runs 'torch'; a bundle holds graphs for onnxruntime, tensorrt, executorch, openvino"):
-        write_bundle([], {**CPU, "runtime": "torch"}, tmp_path / "b", progress=False)
+        write_bundle([], Target.from_dict({**CPU_FIELDS, "runtime": "torch"}), tmp_path / "b", progress=False)
     assert not (tmp_path / "b").exists()
 
 
@@ -165,7 +166,7 @@ def test_tensorrt_int8_bundle_is_symmetric(tmp_path):
     from onnx import numpy_helper
 
     space = load_space("tiny")
-    t = {**CPU, "runtime": "tensorrt", "provider": "", "precision": "int8", "device": {**CPU["device"], "kind": "gpu"}}
+    t = Target.from_dict({**CPU_FIELDS, "runtime": "tensorrt", "provider": "", "precision": "int8", "device": {**CPU_FIELDS["device"], "kind": "gpu"}})
     write_bundle(space.unique_blocks()[5:7], t, tmp_path / "b", networks={"calibration": calibration_archs(space, 1)},
                  settings=FAST, progress=False)
     files = sorted((tmp_path / "b").glob("*/*.onnx"))
@@ -187,7 +188,7 @@ def test_import_command_keeps_the_users_overrides(tmp_path):
     from nas.latency.profile_workflow import import_command
 
     typed = "python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" bundle=b held_out=3 budget_min=2"
-    got = import_command(typed, Target.coerce({**CPU, "name": "jetson"}), tmp_path / "b")
+    got = import_command(typed, Target.from_dict({**CPU_FIELDS, "name": "jetson"}), tmp_path / "b")
     assert got == f"python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" " \
                   f"import_bundle={tmp_path / 'b'}/results.json"
 
@@ -200,7 +201,7 @@ def test_no_torch_round_trip_gives_a_calibrated_predictor(tmp_path):
     shared machine move; the bound below only catches a broken round trip (wrong graphs, shapes, units)."""
 
     settings = ProfileSettings(warmup=3, repeats=10, min_time_s=0.0, max_spread=0.5, remeasure=0, rounds=1)
-    res = round_trip(tmp_path, target=Target.coerce(CPU), spaces="tiny", settings=settings,
+    res = round_trip(tmp_path, target=CPU, spaces="tiny", settings=settings,
                      calibration_networks=20, pruned_networks=5, held_out=20)
     assert res["calibrated_on"] == 25 and res["held_out"] == 20 and res["blocks"] > 250
     assert res["score"]["mape"] < 50 and res["score"]["kendall_tau"] > 0.3, res
@@ -227,8 +228,8 @@ def test_targets_accept_their_own_measurements():
     """trtexec and TensorRT's Python API are both the runtime 'tensorrt' (the script records 'via')."""
     from nas.latency.bundle import _differences
 
-    t = Target.coerce({**CPU, "runtime": "tensorrt", "provider": "", "precision": "fp16",
-                       "device": {**CPU["device"], "kind": "jetson", "name": "Jetson AGX Orin"}})
+    t = Target.from_dict({**CPU_FIELDS, "runtime": "tensorrt", "provider": "", "precision": "fp16",
+                          "device": {**CPU_FIELDS["device"], "kind": "jetson", "name": "Jetson AGX Orin"}})
     dev = {"kind": "jetson", "name": "NVIDIA Jetson AGX Orin Developer Kit", "cpu_flags": []}
     for via in ("trtexec", "python"):
         res = {"runtime": {"name": "tensorrt", "provider": "", "via": via}, "precision": "fp16", "batch": 1,
@@ -273,7 +274,7 @@ def test_validate_on_the_bundles_held_out_networks(measured, tmp_path):
     out, nets = measured
     table, _ = import_bundle(out, CPU)
     path = table.save(tmp_path / "t.json")
-    target = {**CPU, "table": str(path)}
+    target = Target.from_dict({**CPU_FIELDS, "table": str(path)})
     report = validate_target(target, bundle=out / "results.json", out=tmp_path / "v" / "report.json",
                              say=lambda line: None)
     assert report["methods"]["predictor"]["n"] == 1 and (tmp_path / "v" / "report.json").is_file()
@@ -296,7 +297,7 @@ def test_bench_bundle_reuses_only_the_bundle_it_was_asked_for(tmp_path):
                                                              "remeasure", "rounds")}}
     (tmp_path / "manifest.json").write_text(json.dumps(man))
     want = {"calibration": 2, "pruned": 0, "held_out": 1}
-    assert _bundle_differences(tmp_path, Target.coerce(CPU), settings, want) == []
-    got = _bundle_differences(tmp_path, Target.coerce({**CPU, "name": "other"}), ProfileSettings(rounds=1),
+    assert _bundle_differences(tmp_path, CPU, settings, want) == []
+    got = _bundle_differences(tmp_path, Target.from_dict({**CPU_FIELDS, "name": "other"}), ProfileSettings(rounds=1),
                               {**want, "held_out": 3})
     assert got == ["held_out networks 1, not 3", "target 'cpu', not 'other'", f"rounds={settings.rounds}, not 1"]

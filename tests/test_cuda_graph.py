@@ -47,6 +47,10 @@ def gpu_target(**kw):
             "latency_budget_ms": 1.0, "device": GPU, **kw}
 
 
+def gpu(**kw) -> Target:
+    return Target.from_dict(gpu_target(**kw))
+
+
 def _spin_until(t_ms: float) -> None:
     while time.perf_counter() * 1e3 < t_ms:
         pass
@@ -183,7 +187,7 @@ def test_a_capture_that_synchronises_falls_back_to_eager(fake_cuda):
 
 
 def test_torch_runtime_captures_each_block_and_names_the_ones_it_cannot(fake_cuda):
-    rt = get_runtime(gpu_target(cuda_graph=True))
+    rt = get_runtime(gpu(cuda_graph=True))
     assert rt.timing == "cuda_graph" and rt.timer.startswith("CUDA events")
     k = load_space("tiny").unique_blocks()[3]
     run = rt.prepare(build_layer(k), k.in_shape, key=k)
@@ -191,13 +195,13 @@ def test_torch_runtime_captures_each_block_and_names_the_ones_it_cannot(fake_cud
     eager = rt.prepare(_Syncs(fake_cuda), (3, 4, 4), key="syncs")
     assert eager.timing == "eager" and "operation not permitted" in rt.graph_fallbacks["syncs"]
     eager()
-    assert get_runtime(gpu_target()).prepare(build_layer(k), k.in_shape).timing == "eager"  # cuda_graph=false
+    assert get_runtime(gpu()).prepare(build_layer(k), k.in_shape).timing == "eager"  # cuda_graph=false
 
 
 def test_profiled_table_records_graph_timing_and_fallbacks(fake_cuda, tmp_path):
-    rt = get_runtime(gpu_target(cuda_graph=True))
+    rt = get_runtime(gpu(cuda_graph=True))
     keys = load_space("tiny").unique_blocks()[:3]
-    table = LatencyTable(metadata=new_metadata(gpu_target(cuda_graph=True), rt, FAST), path=tmp_path / "t.json")
+    table = LatencyTable(metadata=new_metadata(gpu(cuda_graph=True), rt, FAST), path=tmp_path / "t.json")
     rt.graph_fallbacks["ir_k5_odd"] = "RuntimeError: operation not permitted when stream is capturing"
     profile_blocks(keys, rt, table, settings=FAST, path=tmp_path / "t.json", progress=False)
     saved = LatencyTable.load(tmp_path / "t.json")
@@ -207,9 +211,9 @@ def test_profiled_table_records_graph_timing_and_fallbacks(fake_cuda, tmp_path):
     assert "ir_k5_odd" in saved.metadata["runtime"]["graph_fallbacks"]
     assert saved.timing_label == "CUDA graph, 1 block(s) eager" and "CUDA graph" in saved.describe()
     assert all(saved.entries[k].median_ms == pytest.approx(fake_cuda.kernel_ms, rel=0.05) for k in keys)
-    saved.check_target(gpu_target(cuda_graph=True))
+    saved.check_target(gpu(cuda_graph=True))
     with pytest.raises(TableMismatchError, match="runtime.timing: table has 'cuda_graph'.*wants 'eager'"):
-        saved.check_target(gpu_target())
+        saved.check_target(gpu())
 
 
 def test_tables_without_a_timing_field_read_as_eager(tmp_path):
@@ -254,7 +258,7 @@ def test_onnxruntime_cuda_graph_option_and_fallback(monkeypatch):
     import nas.latency.runtimes as runtimes
 
     monkeypatch.setattr(OnnxRuntime, "check", lambda self: None)
-    rt = get_runtime({**gpu_target(cuda_graph=True), "runtime": "onnxruntime", "provider": "CUDAExecutionProvider"})
+    rt = get_runtime(gpu(cuda_graph=True, runtime="onnxruntime", provider="CUDAExecutionProvider"))
     seen = []
     class Session:
         def get_providers(self):
@@ -279,7 +283,7 @@ def test_onnxruntime_cuda_graph_option_and_fallback(monkeypatch):
 def test_profile_retimes_a_sample_and_validate_reports_it(tmp_path):
     """The re-timing record on a real CPU table, then the warning ``nas.validate`` gives for a
     table that cannot support ±10%: on a GPU timed eager it names cuda_graph, on a CPU a quiet core."""
-    cpu = {**gpu_target(device=CPU_DEV), "runtime": "onnxruntime", "provider": "CPUExecutionProvider"}
+    cpu = gpu(device=CPU_DEV, runtime="onnxruntime", provider="CPUExecutionProvider")
     rt = get_runtime(cpu)
     keys = load_space("tiny").unique_blocks()[:4]
     table = LatencyTable(metadata=new_metadata(cpu, rt, FAST), path=tmp_path / "t.json")
@@ -309,7 +313,7 @@ def test_real_graph_replays_the_block_and_reproduces():  # pragma: no cover - ne
     """On a GPU: the captured block computes what eager torch computes, and three timings of it (each a
     fresh capture) agree within 10% while eager ones of the same block need not."""
     k = load_space("tiny").unique_blocks()[40]
-    rt = get_runtime(gpu_target(cuda_graph=True))
+    rt = get_runtime(gpu(cuda_graph=True))
     torch.manual_seed(0)
     layer = build_layer(k)
     run = rt.prepare(layer, k.in_shape, key=k)
@@ -326,7 +330,7 @@ def test_real_graph_replays_the_block_and_reproduces():  # pragma: no cover - ne
 
 @pytest.mark.gpu
 def test_real_profile_records_graph_timing(tmp_path):  # pragma: no cover - needs a GPU
-    target = gpu_target(cuda_graph=True)
+    target = gpu(cuda_graph=True)
     rt = get_runtime(target)
     keys = load_space("tiny").unique_blocks()[:5]
     table = LatencyTable(metadata=new_metadata(target, rt, FAST), path=tmp_path / "t.json")

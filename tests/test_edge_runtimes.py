@@ -3,6 +3,7 @@ matching torch (fp32 close, int8 within a loose tolerance) and a positive median
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -65,7 +66,7 @@ def test_wrong_provider_or_device_says_the_fix(runtime):
     with pytest.raises(RuntimeUnavailable, match=f"takes provider '{want}'.*conf.provider={want}"):
         get_runtime(t.replace(provider="CPUExecutionProvider"))
     with pytest.raises(RuntimeUnavailable, match="runs on the CPU.*device.kind: cpu"):
-        get_runtime(t.to_dict() | {"device": {**t.to_dict()["device"], "kind": "gpu"}})
+        get_runtime(t.replace(device=dataclasses.replace(t.device, kind="gpu")))
     with pytest.raises(RuntimeUnavailable, match="does not support precision 'fp16'"):
         get_runtime(t.replace(precision="fp16"))
 

@@ -23,15 +23,16 @@ from nas.latency.profiler import new_metadata, profile_blocks
 from nas.latency.runtimes import RuntimeUnavailable, get_runtime, trt_ep_options
 from nas.latency.table import LatencyTable
 from nas.space import load_space
+from nas.target import Target
 
 BUNDLE_TRT = Path(bundle_trt.__file__)
 FAST = ProfileSettings(warmup=2, repeats=5, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=1, save_every_s=0.0)
 DEVICE = {"name": None, "kind": "gpu", "peak_gflops": 1000.0, "mem_bandwidth_gbs": 100.0}
 
 
-def target(runtime, provider="", precision="fp32"):
-    return {"name": "t", "runtime": runtime, "provider": provider, "precision": precision, "batch": 1, "threads": 1,
-            "latency_budget_ms": 1.0, "device": DEVICE}
+def target(runtime, provider="", precision="fp32") -> Target:
+    return Target.from_dict({"name": "t", "runtime": runtime, "provider": provider, "precision": precision, "batch": 1,
+                             "threads": 1, "latency_budget_ms": 1.0, "device": DEVICE})
 
 
 @pytest.fixture(scope="module")
@@ -382,7 +383,7 @@ def test_onnxruntime_gpu_provider_measures_a_block(keys, provider, precision):
 @pytest.mark.gpu
 def test_profiled_table_with_tensorrt(tmp_path, keys):
     t = target("tensorrt", precision="fp16")
-    rt = _runtime(**{k: t[k] for k in ("runtime", "precision")})
+    rt = _runtime(runtime=t.runtime, precision=t.precision)
     table = LatencyTable(metadata=new_metadata(t, rt, FAST), path=tmp_path / "trt.json")
     rep = profile_blocks(keys, rt, table, settings=FAST, progress=False, path=tmp_path / "trt.json")
     assert rep.measured == len(keys)

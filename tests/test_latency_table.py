@@ -12,6 +12,7 @@ from nas.latency.table import (
     TableMismatchError,
     resolve_table_path,
 )
+from nas.target import Target
 
 META = {
     "source": "measured",
@@ -25,8 +26,9 @@ META = {
     "call_overhead_ms": 0.005,
 }
 DEVICE = {"name": "Test CPU", "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}
-TARGET = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
-          "batch": 1, "threads": 1, "latency_budget_ms": 10.0, "device": DEVICE}
+TARGET_FIELDS = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+                 "batch": 1, "threads": 1, "latency_budget_ms": 10.0, "device": DEVICE}
+TARGET = Target.from_dict(TARGET_FIELDS)
 
 
 def small_table() -> LatencyTable:
@@ -91,7 +93,7 @@ def test_not_a_table_and_malformed_entries(tmp_path):
 )
 def test_mismatched_target(field, value, message):
     t = small_table()
-    target = {**TARGET, field: value}
+    target = Target.from_dict({**TARGET_FIELDS, field: value})
     with pytest.raises(TableMismatchError, match=message.replace("(", r"\(")):
         t.check_target(target)
     # explicitly overridable, and then the difference is reported, not hidden

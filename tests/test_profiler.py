@@ -25,12 +25,14 @@ from nas.latency.runtimes import (
 )
 from nas.latency.table import LatencyTable
 from nas.space import load_space
+from nas.target import Target
 
 FAST = ProfileSettings(warmup=1, repeats=3, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=1, save_every_s=0.0)
-CPU = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
-       "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
-       "device": {"name": None, "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}}
-GPU_DEVICE = {**CPU["device"], "kind": "gpu"}
+CPU_FIELDS = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
+              "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
+              "device": {"name": None, "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}}
+CPU = Target.from_dict(CPU_FIELDS)
+GPU_DEVICE = {**CPU_FIELDS["device"], "kind": "gpu"}
 
 
 @pytest.fixture(scope="module")
@@ -180,16 +182,18 @@ def test_pruned_networks_are_cut_deep_and_take_the_structural_steps(monkeypatch)
 
 def test_runtime_interface():
     assert {"onnxruntime", "torch", "torch_compile", "tensorrt"} <= set(RUNTIMES)
+    with pytest.raises(TypeError, match=r"target must be a Target \(nas.load_target\(name\)\), got dict"):
+        get_runtime(CPU_FIELDS)  # the library takes a Target: a command coerces its config once
     with pytest.raises(ValueError, match="unknown runtime 'tvm'; valid runtimes:"):
-        get_runtime({**CPU, "runtime": "tvm"})
+        get_runtime(Target.from_dict({**CPU_FIELDS, "runtime": "tvm"}))
     with pytest.raises(ValueError, match="precision must be fp32, fp16 or int8, got 'int4'"):
-        get_runtime({**CPU, "precision": "int4"})
+        get_runtime(Target.from_dict({**CPU_FIELDS, "precision": "int4"}))
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeUnavailable, match="CUDAExecutionProvider is not available here.*onnxruntime-gpu"):
-            get_runtime({**CPU, "provider": "CUDAExecutionProvider"})
+            get_runtime(Target.from_dict({**CPU_FIELDS, "provider": "CUDAExecutionProvider"}))
         with pytest.raises(RuntimeUnavailable, match="no CUDA device"):
-            get_runtime({**CPU, "runtime": "torch", "device": GPU_DEVICE})
-    rt = get_runtime({**CPU, "runtime": "torch"})
+            get_runtime(Target.from_dict({**CPU_FIELDS, "runtime": "torch", "device": GPU_DEVICE}))
+    rt = get_runtime(Target.from_dict({**CPU_FIELDS, "runtime": "torch"}))
     k = load_space("tiny").unique_blocks()[3]
     from nas.builder import build_layer
 
@@ -200,7 +204,7 @@ def test_runtime_interface():
 @pytest.mark.slow
 def test_torch_compile_runtime(keys):
     """torch.compile behind the same interface (inductor compiles for the CPU here: ~20 s)."""
-    rt = get_runtime({**CPU, "runtime": "torch_compile"})
+    rt = get_runtime(Target.from_dict({**CPU_FIELDS, "runtime": "torch_compile"}))
     from nas.builder import build_layer
 
     k = keys[5]
@@ -210,7 +214,7 @@ def test_torch_compile_runtime(keys):
 
 
 def test_int8_runtime_quantizes(keys):
-    rt = get_runtime({**CPU, "precision": "int8"})
+    rt = get_runtime(Target.from_dict({**CPU_FIELDS, "precision": "int8"}))
     from nas.builder import build_layer
 
     k = keys[4]
@@ -225,8 +229,8 @@ def test_int8_runtime_quantizes(keys):
 @pytest.mark.gpu
 @pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
 def test_gpu_runtimes(runtime, keys):  # pragma: no cover - needs a GPU
-    target = {**CPU, "runtime": runtime, "device": GPU_DEVICE,
-              "provider": "CUDAExecutionProvider" if runtime == "onnxruntime" else ""}
+    target = Target.from_dict({**CPU_FIELDS, "runtime": runtime, "device": GPU_DEVICE,
+                               "provider": "CUDAExecutionProvider" if runtime == "onnxruntime" else ""})
     rt = get_runtime(target)
     from nas.builder import build_layer
 

@@ -231,7 +231,7 @@ def test_pruned_arch_is_scored_by_the_latency_model():
     from nas.latency import RooflineModel
     from nas.target import load_target
 
-    lm = RooflineModel(load_target("cpu").to_dict())  # the labelled estimate: deterministic, needs no table
+    lm = RooflineModel(load_target("cpu"))  # the labelled estimate: deterministic, needs no table
     arch = _arch("pool_conv")
     model = build(arch)
     imp = channel_importance(model, channel_units(arch), "l1")

@@ -34,7 +34,7 @@ def test_pipeline_settings_convert_dicts_and_refuse_unknown_names():
     from nas.target import load_target
 
     t = load_target("cpu")
-    s = PipelineSettings(run="r", target=t.to_dict(), prune={"ratio": 0.5}, qat={"epochs": 2})
+    s = PipelineSettings(run="r", target=t, prune={"ratio": 0.5}, qat={"epochs": 2})
     assert s.target == t and s.prune == PruneSettings(ratio=0.5) and s.qat.epochs == 2
     with pytest.raises(ValueError, match=r"prune: unknown setting\(s\) \['ratoi'\]"):
         PipelineSettings(run="r", target=t, prune={"ratoi": 0.5})
@@ -63,5 +63,5 @@ def test_train_app_options_default_as_the_pipeline_settings():
     app = {f.name: f.default for f in dataclasses.fields(TrainAppConfig) if f.default is not dataclasses.MISSING}
     lib = {f.name: f.default for f in dataclasses.fields(PipelineSettings) if f.default is not dataclasses.MISSING}
     shared = sorted(set(app) & set(lib))
-    assert {"select", "max_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
+    assert {"select", "latency_budget_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
     assert {k: app[k] for k in shared} == {k: lib[k] for k in shared}

@@ -12,6 +12,7 @@ from old_code import load_old
 
 from nas.latency import bundle_trt
 from nas.latency.runtimes import RuntimeUnavailable, get_runtime
+from nas.target import Target
 
 # the ONNX parser's refusal of an implicit-batch network, as users posted it (onnx/onnx-tensorrt#266,
 # NVIDIA/TensorRT#358, TensorRT 6-8)
@@ -152,8 +153,8 @@ def test_local_runtime_before_8_5_is_unavailable(monkeypatch):
     trt = fake_tensorrt("8.4.1")
     trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
     monkeypatch.setitem(sys.modules, "tensorrt", trt)
-    target = {"name": "t", "runtime": "tensorrt", "provider": "", "precision": "fp16", "batch": 1, "threads": 1,
-              "latency_budget_ms": 1.0, "device": {"name": None, "kind": "gpu", "peak_gflops": 1.0,
-                                                   "mem_bandwidth_gbs": 1.0}}
+    target = Target.from_dict({"name": "t", "runtime": "tensorrt", "provider": "", "precision": "fp16", "batch": 1,
+                               "threads": 1, "latency_budget_ms": 1.0,
+                               "device": {"name": None, "kind": "gpu", "peak_gflops": 1.0, "mem_bandwidth_gbs": 1.0}})
     with pytest.raises(RuntimeUnavailable, match="trtexec"):
         get_runtime(target)

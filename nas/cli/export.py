@@ -32,15 +32,16 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(f"give weights=<checkpoint>: {_CHECKPOINTS}")
     if not Path(c["weights"]).expanduser().is_file():  # before torch loads to read it
         raise FileNotFoundError(f"weights={c['weights']}: no such file; give {_CHECKPOINTS}")
+    target = Target.coerce(c["target"])
     if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.train.deploy_edge
         rec = train.export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
-                                target=c["target"], out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
+                                target=target, out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
                                 overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],
                                 export=ExportSettings(**c["export"]), data_root=c["data_root"])
         print("\n".join(train.edge_summary(rec)))
         return rec
     rec = train.export_checkpoint(  # torch loads here, once the command's own checks passed
-        arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=Target.coerce(c["target"]), out=c["out"],
+        arch_path=c["arch"], weights=c["weights"], precision=c["precision"], target=target, out=c["out"],
         data=c["data"], verify_samples=c["verify_samples"], overwrite=c["overwrite"],
         allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]), data_root=c["data_root"],
     )

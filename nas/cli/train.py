@@ -37,7 +37,7 @@ def settings_from_config(cfg: DictConfig) -> PipelineSettings:
     if c["epochs"] is not None:
         train["epochs"] = c["epochs"]
     return PipelineSettings(
-        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], max_ms=train_latency_budget(c),
+        run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], latency_budget_ms=train_latency_budget(c),
         data_root=c["data_root"], train_samples=c["train_samples"], resolution=c["resolution"],
         seed=c["seed"], supernet=c["supernet"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),

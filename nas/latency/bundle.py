@@ -42,7 +42,7 @@ from nas.latency.measure import ProfileSettings
 from nas.latency.runtime_base import Tiny
 from nas.latency.runtimes_edge import require
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results", "import_bundle",
            "write_bundle"]
@@ -98,7 +98,7 @@ def _refuse_overwrite(out: Path) -> None:
                           f"(nas.profile ... import_bundle={res}) or move them away, then write the new bundle")
 
 
-def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_dir: str | Path, *,
+def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, *,
                  networks: Mapping[str, Sequence[Arch]] | None = None, settings: ProfileSettings | None = None,
                  spaces: Sequence[str] = (), resolution: int | None = None, import_command: str | None = None,
                  budget_min: float | None = None, progress: bool = True) -> Path:
@@ -106,7 +106,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target | dict[str, Any], out_
     manifest and the measuring scripts into ``out_dir``; return the manifest path.  A folder holding
     results of a bundle is never overwritten."""
     settings = settings or ProfileSettings()
-    target = Target.coerce(target)
+    target = require_target(target)
     if target.runtime not in SUFFIX:
         raise BundleError(f"target {target.name!r} runs {target.runtime!r}; a bundle holds graphs for "
                           f"{', '.join(dict.fromkeys(SUFFIX))}: profile on the device itself (python -m "
@@ -289,7 +289,7 @@ def _decode(man: dict, kind: str, d: Mapping[str, Any]):
                           f"({e}); write the bundle again with this version") from None
 
 
-def import_bundle(results: str | Path, target: Target | dict[str, Any], table: LatencyTable | None = None, *,
+def import_bundle(results: str | Path, target: Target, table: LatencyTable | None = None, *,
                   allow_mismatch: bool = False, command: str | None = None) -> tuple[LatencyTable, dict[str, Any]]:
     """Read ``results.json`` (or a bundle folder) into ``table`` (a new one when None) for ``target``.
 
@@ -299,7 +299,7 @@ def import_bundle(results: str | Path, target: Target | dict[str, Any], table: L
     device: ``BundleError`` naming each field and the command that fixes it; ``allow_mismatch``
     accepts them, recording what was measured).  A half-measured bundle imports what it has and
     says what is left.  Returns the table and a summary (counts measured / total per kind)."""
-    target = Target.coerce(target)
+    target = require_target(target)
     rp, res, man = _read(results)
     if res.get("rehearsal") and not allow_mismatch:
         _refuse_rehearsal(rp, res, target, command)

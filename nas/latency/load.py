@@ -14,29 +14,44 @@ from nas.arch import Arch
 from nas.latency import device
 from nas.latency.base import LatencyModel, Prediction
 from nas.latency.device import OtherProcessorWarning
-from nas.latency.here import is_here_name, profile_command
+from nas.latency.here import is_here_name, load_target, profile_command
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.roofline import Roofline
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
 from nas.latency.transfer import TransferPredictor, resolve_sources
 from nas.latency.versions import runtime_note
-from nas.target import Target
+from nas.target import Target, require_target
 
-__all__ = ["RooflineModel", "elsewhere_warning", "load_latency_model"]
+__all__ = ["RooflineModel", "elsewhere_warning", "load_latency_model", "resolve_target"]
+
+
+def resolve_target(target: Target | str | Mapping[str, Any]) -> Target:
+    """The ``Target`` a public entry point was given: a ``Target`` as it is, a name read with
+    ``nas.load_target`` (``here`` included), or a dict of its fields (``Target.to_dict``'s form).
+
+    Raises:
+        TypeError: anything else.
+        ValueError: an unknown name, or fields unknown or out of range.
+    """
+    if isinstance(target, str):
+        return load_target(target)
+    if isinstance(target, Mapping):
+        return Target.coerce(target)
+    return require_target(target)
 
 
 class RooflineModel(LatencyModel):
     """The roofline ESTIMATE for a target without a measured table (``source = "estimated"``).
 
     Args:
-        target: the target (a ``Target`` or its dict); its device's peak figures drive the estimate.
+        target: the ``Target``; its device's peak figures drive the estimate.
         reason: why there is no measured table, shown in ``warning``.
     """
 
     source = "estimated"
 
-    def __init__(self, target: Target | Mapping[str, Any], *, reason: str = "") -> None:
-        self.target = Target.coerce(target)
+    def __init__(self, target: Target, *, reason: str = "") -> None:
+        self.target = require_target(target)
         self.roofline = Roofline.from_target(self.target)
         self.device = self.roofline.device
         self.reason = reason
@@ -61,13 +76,14 @@ class RooflineModel(LatencyModel):
         return self.roofline.describe()
 
 
-def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bool = False,
+def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismatch: bool = False,
                        table_path: str | Path | None = None, transfer_from: Sequence[str] = (),
                        **predictor_kw: Any) -> LatencyModel:
     """The latency model for a target: a predictor fitted on its measured table, else a roofline estimate.
 
     Args:
-        target: the deployment target (a ``Target`` or its dict).
+        target: the deployment target: a ``Target``, a target name (read with ``nas.load_target``) or
+            a dict of its fields.
         allow_mismatch: accept a table whose runtime, provider or device differs from the target's
             (the differences are kept in the model's ``warning``).
         table_path: a table to use instead of the target's own ``table``.
@@ -81,6 +97,8 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
         ``estimated`` when the target names no table or its file is missing.
 
     Raises:
+        TypeError: ``target`` is none of those.
+        ValueError: an unknown target name, or target fields unknown or out of range.
         TableError: the table does not fit the target (and ``allow_mismatch`` is not set).
 
     Warns:
@@ -93,7 +111,7 @@ def load_latency_model(target: Target | Mapping[str, Any], *, allow_mismatch: bo
         model.predict([arch])           # milliseconds
         model.explain(arch).label       # where the number came from
     """
-    target = Target.coerce(target)
+    target = resolve_target(target)
     name = table_path or target.table
     if not name:
         return RooflineModel(target, reason="the target names no table")

@@ -39,13 +39,16 @@ class Interrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    warmup: int = 10
-    repeats: int = 50
-    min_time_s: float = 0.1
-    max_spread: float = 0.2
-    remeasure: int = 2
-    rounds: int = 3
-    save_every_s: float = 2.0
+    """The measuring loop's settings (``nas.profile``'s ``profile`` group); the source of the timing
+    defaults that ``nas.train.settings.ExportSettings`` shares."""
+
+    warmup: int = 10  # untimed calls first
+    repeats: int = 50  # at least this many timed calls ...
+    min_time_s: float = 0.1  # ... and at least this long
+    max_spread: float = 0.2  # a round whose (p90 - p10) / median is above this is re-measured
+    remeasure: int = 2  # at most this many times
+    rounds: int = 3  # interleaved passes, each in a fresh session; an entry is the median of its rounds
+    save_every_s: float = 2.0  # the table is saved this often while measuring
 
     def __post_init__(self) -> None:
         for name in ("warmup", "repeats", "remeasure", "rounds"):

@@ -17,7 +17,7 @@ from nas.latency.device import device_identity
 from nas.latency.measure import MeasureSettings, ProfileSettings, measure, summarize_times, time_runner
 from nas.latency.runtimes import get_runtime
 from nas.latency.table import Entry
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = ["measure_arch", "measure_key", "measure_onnx", "measure_overhead", "time_onnx", "time_onnx_stats"]
 
@@ -67,21 +67,21 @@ def measure_overhead(runtime, settings: ProfileSettings) -> float:
     return time_runner(runtime.overhead_runner(), settings).median_ms
 
 
-def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target, *, rounds: int, warmup: int,
+def time_onnx_stats(model_bytes: bytes, in_shape: tuple[int, int, int], target: Target, *, rounds: int, warmup: int,
                     repeats: int, min_time_s: float) -> dict[str, Any]:
     """Time exported ONNX bytes on the target's runtime, each round in a fresh session.
 
     Args:
         model_bytes: the ONNX model (its graph decides the precision: a QDQ graph runs int8).
         in_shape: ``(channels, height, width)`` of one input.
-        target: the target (a ``Target`` or its dict) whose runtime and provider time it.
+        target: the ``Target`` whose runtime and provider time it.
         rounds, warmup, repeats, min_time_s: the measuring loop's settings.
 
     Returns:
         ``median_ms``, ``p10_ms``, ``p90_ms`` (each the median over ``rounds``), ``rounds`` and
         ``how`` they were obtained (``how_measured``).
     """
-    t = Target.coerce(target)
+    t = require_target(target)
     rt = get_runtime(t.replace(precision="fp32"))
     meds, p10, p90 = [], [], []
     for _ in range(rounds):

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import shlex
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
 from nas.latency.device import device_identity, device_mismatch
+from nas.latency.load import resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.measure_model import measure_overhead
 from nas.latency.options import PROFILE
@@ -145,7 +146,7 @@ def _open_table(target: Target, out: Path, table: LatencyTable | None, settings:
     return table, here, runtime
 
 
-def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[str] | None = None,
+def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Sequence[str] | None = None,
                    resolution: int | None = None, out: str | Path | None = None, bundle: str | Path | None = None,
                    import_bundle: str | Path | None = None, settings: ProfileSettings | None = None,
                    calibration_spaces: str | Sequence[str] | None = None, calibration_networks: int = PROFILE.calibration_networks,
@@ -162,7 +163,7 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
     measurements are saved as they come: a re-run (or one after Ctrl-C) continues.
 
     Args:
-        target: the target (a ``Target`` or its dict).
+        target: a ``Target``, a target name (read with ``nas.load_target``) or a dict of its fields.
         spaces: search spaces whose blocks are measured (names, or one comma-separated string);
             default: every shipped calibration space.
         resolution: the input resolution of the spaces' blocks; default the target's.
@@ -190,12 +191,13 @@ def profile_target(target: Target | dict[str, Any], *, spaces: str | Sequence[st
         A summary: the table, its entry and network counts, what was measured or imported.
 
     Raises:
+        TypeError: ``target`` is none of those.
         nas._io.Busy: another run on this machine writes the table and ``wait`` is false.
         ValueError: a setting out of range, or ``refresh`` with ``recalibrate``.
         TableError: the table does not fit the target (without ``allow_mismatch``).
     """
 
-    target = Target.coerce(target)
+    target = resolve_target(target)
     settings = settings or ProfileSettings()
     check_budget(budget_min, measuring=not (import_bundle or refresh or recalibrate))
     out = Path(out) if out else default_out(target)

@@ -41,7 +41,7 @@ from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
 from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 from nas.space import space_names as space_names  # importable from here too
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = [
     "CALIBRATION_SEED", "VALIDATION_SEED", "Job", "JobReport", "ProfileReport", "ProfileSettings", "anchor_archs",
@@ -56,8 +56,8 @@ CALIBRATION_SEED = 20_261_122
 log = logging.getLogger(__name__)
 
 
-def new_metadata(target: Target | dict[str, Any], runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
-    target = Target.coerce(target)
+def new_metadata(target: Target, runtime: Runtime, settings: ProfileSettings) -> dict[str, Any]:
+    target = require_target(target)
     name, kind = target.name, target.device.kind
     info = runtime.info()
     return {

@@ -16,7 +16,7 @@ bandwidth, and a chain of tiny ops for the per-op overhead; about a second in al
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost, block_cost
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = ["BYTES_PER_ELEMENT", "Roofline", "measure_peaks"]
 
@@ -49,9 +49,9 @@ class Roofline:
         self.bytes = BYTES_PER_ELEMENT[precision]
 
     @classmethod
-    def from_target(cls, target: Target | Mapping[str, Any]) -> Roofline:
+    def from_target(cls, target: Target) -> Roofline:
         """The target's device figures (``Target`` validates that both peak figures are given)."""
-        t = Target.coerce(target)
+        t = require_target(target)
         d = t.device
         return cls(peak_gflops=d.peak_gflops, mem_bandwidth_gbs=d.mem_bandwidth_gbs, overhead_us=d.overhead_us,
                    precision=t.precision, device=d.name or "this machine", spec_source=d.spec_source)

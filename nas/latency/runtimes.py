@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from nas.latency import bundle_trt, runtimes_edge  # noqa: F401  # runtimes_edge
 from nas.latency.cuda_graph import EAGER, GRAPH, capture
 from nas.latency.device import RuntimeUnavailable, device_identity, device_mismatch
 from nas.latency.runtime_base import RUNTIMES, Runtime, register
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = [
     "RUNTIMES",
@@ -331,9 +331,13 @@ class TensorRTRuntime(Runtime):
         return run
 
 
-def get_runtime(target: Target | Mapping[str, Any]) -> Runtime:
-    """The runtime a target config names (``runtime``, ``provider``, ``precision``, ...)."""
-    t = Target.coerce(target)
+def get_runtime(target: Target) -> Runtime:
+    """The runtime a ``Target`` names (``runtime``, ``provider``, ``precision``, ...).
+
+    Raises:
+        TypeError: ``target`` is not a ``Target``.
+    """
+    t = require_target(target)
     return RUNTIMES[t.runtime](
         provider=t.provider or "",
         precision=t.precision,

@@ -58,7 +58,7 @@ from nas.arch import Arch, BlockKey
 from nas.latency.base import timing_label
 from nas.machine import device_mismatch
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
-from nas.target import Target
+from nas.target import Target, require_target
 
 __all__ = [
     "SCHEMA",
@@ -373,12 +373,12 @@ class LatencyTable:
         dev = {**dev, "name": str(dev.get("name", "?"))}
         return device_mismatch(dev, dict(here), exact=True)
 
-    def check_target(self, target: Target | Mapping[str, Any], *, allow_mismatch: bool = False) -> list[str]:
-        """Compare metadata with a target config; raise ``TableMismatchError`` on a difference.
+    def check_target(self, target: Target, *, allow_mismatch: bool = False) -> list[str]:
+        """Compare metadata with a ``Target``; raise ``TableMismatchError`` on a difference.
 
         With ``allow_mismatch=True`` the differences are logged and returned instead.
         """
-        target = Target.coerce(target)
+        target = require_target(target)
         want = {
             "runtime.name": target.runtime,
             "runtime.provider": target.provider,

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ from nas.cost import arch_cost
 from nas.latency.budget_curve import budget_plot, budget_report
 from nas.latency.bundle import bundle_networks, bundle_results
 from nas.latency.device import device_identity
-from nas.latency.load import load_latency_model
+from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.options import VALIDATE
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
@@ -370,7 +370,8 @@ def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], 
     return archs, groups
 
 
-def validate_target(target, *, n: int = VALIDATE.n, pruned: int = VALIDATE.pruned, models: Sequence[str] = (),
+def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDATE.n, pruned: int = VALIDATE.pruned,
+                    models: Sequence[str] = (),
                     spaces: str | Sequence[str] | None = None, resolution: int | None = None,
                     out: str | Path = VALIDATE.out, seed: int = VALIDATE.seed, settings=None,
                     drift_anchors: int = VALIDATE.drift_anchors, recalibrate: bool = False, allow_mismatch: bool = False,
@@ -385,7 +386,7 @@ def validate_target(target, *, n: int = VALIDATE.n, pruned: int = VALIDATE.prune
     (``report["budget"]``, plotted to ``.budget.png``).
 
     Args:
-        target: the target (a ``Target`` or its dict) whose measured table is validated.
+        target: the target whose measured table is validated: a ``Target``, a target name (read with ``nas.load_target``) or a dict of its fields.
         n: seeded held-out networks drawn from the spaces.
         pruned: seeded pruned-like held-out networks.
         models: timm models (``timm:<name>``) measured too.
@@ -406,10 +407,11 @@ def validate_target(target, *, n: int = VALIDATE.n, pruned: int = VALIDATE.prune
         ``points``, and ``drift``, ``budget``, ``table_reproducibility`` where they apply.
 
     Raises:
+        TypeError: ``target`` is none of those.
         ValueError: the target has no measured table, or nothing to validate.
         Interrupted: Ctrl-C (the measurements so far are cached: a re-run continues).
     """
-    target = Target.coerce(target)
+    target = resolve_target(target)
     # the table as built: a refresh record is not applied (predictor_rescaled is the drift check's)
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):

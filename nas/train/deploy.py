@@ -24,7 +24,7 @@ from nas.data import Dataset, DataSettings, load_data
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, split_note, verify_onnx
-from nas.latency.load import load_latency_model
+from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.measure import MeasureSettings
 from nas.latency.measure_model import measure_onnx
 from nas.target import PRECISIONS, Target, precision_targets, runs_here
@@ -143,7 +143,7 @@ def export_checkpoint(
     arch_path: str | Path | None = None,
     weights: str | Path,
     precision: str,
-    target: Target | Mapping[str, Any],
+    target: Target | str | Mapping[str, Any],
     out: str | Path | None = None,
     data: Mapping[str, Any] | None = None,
     verify_samples: int = VERIFY_SAMPLES,
@@ -165,7 +165,7 @@ def export_checkpoint(
             None: the Arch the checkpoint records (every ``nas.train`` checkpoint does).
         weights: the checkpoint (``fp32.ckpt``, ``pruned.ckpt``, ``qat.ckpt``) or a bare state dict.
         precision: ``"fp32"`` or ``"int8"`` (a QAT checkpoint exports only as int8).
-        target: the deployment target (a ``Target`` or its dict).
+        target: the deployment target: a ``Target``, a target name (read with ``nas.load_target``) or a dict of its fields.
         out: the ONNX file; default ``<weights>.<precision>.onnx``.
         data: a ``data`` group replacing the checkpoint's dataset (verification and calibration images).
         verify_samples: images (batch 1) the export is checked on.
@@ -179,6 +179,7 @@ def export_checkpoint(
         ``predicted``, ``measured``, ``input_shape`` (``error_pct`` with both, ``card`` with data).
 
     Raises:
+        TypeError: ``target`` is none of those.
         ValueError: an unknown precision, fp32 of a QAT checkpoint, a checkpoint that does not match
             the Arch, an existing output without ``overwrite``, int8 of a float checkpoint without data.
         FileNotFoundError: a missing checkpoint or Arch file.
@@ -189,7 +190,7 @@ def export_checkpoint(
                                     target=nas.load_target("cpu_int8"))
     """
     export = export or ExportSettings()
-    target = Target.coerce(target)
+    target = resolve_target(target)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     check_number("verify_samples", verify_samples, integer=True)

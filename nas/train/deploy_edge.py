@@ -25,7 +25,7 @@ from nas.export.edge import EDGE_FORMATS, openvino_model, pte_bytes, verify_file
 from nas.export.verify import calibration_inputs
 from nas.latency.base import how_measured
 from nas.latency.device import device_identity, device_mismatch
-from nas.latency.load import load_latency_model
+from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.measure import measure, summarize_times
 from nas.latency.runtimes_edge import ExecuTorchRuntime, OpenVINORuntime, require
 from nas.target import PRECISIONS, Target, precision_targets
@@ -99,7 +99,7 @@ def _latency(fmt: str, path: Path, arch: Arch, precision: str, target: Target, e
     return pred, {**meas, "rounds": export.rounds, "how": how_measured(device_identity("cpu")["name"])}
 
 
-def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precision: str, target: Target | Mapping[str, Any],
+def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precision: str, target: Target | str | Mapping[str, Any],
                 out: str | Path | None = None, data: dict[str, Any] | None = None, verify_samples: int = 500,
                 overwrite: bool = False, allow_mismatch: bool = False, export: ExportSettings | None = None,
                 data_root: str | None = None) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
         weights: the checkpoint.
         precision: ``"fp32"`` or ``"int8"`` (int8 of a float checkpoint is calibrated on
             ``export.calib_samples`` training images of ``data``: PT2E for ExecuTorch, NNCF for OpenVINO).
-        target: the deployment target.
+        target: the deployment target: a ``Target``, a target name (read with ``nas.load_target``) or a dict of its fields.
         out: the file; default ``<weights>.<precision>.pte`` / ``.xml``.
         data: a ``data`` group replacing the checkpoint's dataset.
         verify_samples: images (batch 1) the file is checked on.
@@ -129,6 +129,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
         ``file_bytes``, ``params``, ``verify``, ``predicted``, ``measured``, ``input_shape``.
 
     Raises:
+        TypeError: ``target`` is none of those.
         ValueError: an unknown format or precision, fp32 of a QAT checkpoint, a QAT checkpoint as
             ``.pte``, an existing output without ``overwrite``, int8 of a float checkpoint without data.
         RuntimeUnavailable: the format's runtime is not installed (the message names the extra).
@@ -138,7 +139,7 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     check_number("verify_samples", verify_samples, integer=True)
-    export, target = export or ExportSettings(), Target.coerce(target)
+    export, target = export or ExportSettings(), resolve_target(target)
     require(EDGE_FORMATS[fmt] + ("-int8" if fmt == "openvino" and precision == "int8" else ""))
     arch = Arch.load(str(arch_path))
     ckpt = load_checkpoint(weights)

@@ -380,7 +380,7 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
 
 def _train_front(s: PipelineSettings) -> dict[str, Any]:
     run = load_search_run(s.run)
-    idx = select_entries(run, s.select, s.max_ms)
+    idx = select_entries(run, s.select, s.latency_budget_ms)
     multiple, se_ratio = _space_params(run, s.prune.multiple)
     targets = precision_targets(s.target, s.targets.to_dict())
     data = load_data(_data_settings(run, s))

@@ -78,8 +78,8 @@ def _resolution(record: dict[str, Any], entries: tuple[dict[str, Any], ...]) -> 
     return r if isinstance(r, int) and not isinstance(r, bool) and r > 0 else None
 
 
-def select_entries(run: SearchRun, select: Any = "all", max_ms: float | None = None) -> list[int]:
-    """Indices into the front: ``all``, an index, or a list of indices; then ``latency_ms <= max_ms``."""
+def select_entries(run: SearchRun, select: Any = "all", latency_budget_ms: float | None = None) -> list[int]:
+    """Indices into the front: ``all``, an index, or a list of indices; then ``latency_ms <= latency_budget_ms``."""
     n = len(run.entries)
     if select is None or select == "all":
         idx = list(range(n))
@@ -95,11 +95,11 @@ def select_entries(run: SearchRun, select: Any = "all", max_ms: float | None = N
                                  f"architectures (0..{n - 1})")
             idx.append(s % n)
         idx = list(dict.fromkeys(idx))
-    if max_ms is not None:
-        idx = [i for i in idx if float(run.entries[i].get("latency_ms") or math.inf) <= max_ms]
+    if latency_budget_ms is not None:
+        idx = [i for i in idx if float(run.entries[i].get("latency_ms") or math.inf) <= latency_budget_ms]
         if not idx:
             fastest = min(float(e.get("latency_ms") or math.inf) for e in run.entries)
-            raise ValueError(f"latency_budget_ms={max_ms}: no selected architecture is predicted that fast (the fastest "
+            raise ValueError(f"latency_budget_ms={latency_budget_ms}: no selected architecture is predicted that fast (the fastest "
                              f"is {fastest:.4g} ms)")
     return idx
 

@@ -15,7 +15,8 @@ from typing import Any
 from nas._checks import check_number
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
-from nas.target import Target
+from nas.latency.measure import ProfileSettings
+from nas.target import Target, require_target
 
 __all__ = [
     "VERIFY_SAMPLES",
@@ -195,15 +196,16 @@ VERIFY_SAMPLES = 500  # images (batch 1) an export is checked on against torch (
 
 @dataclass(frozen=True)
 class ExportSettings:
-    """ONNX export, the PTQ baseline, verification and latency measurement."""
+    """ONNX export, the PTQ baseline, verification and latency measurement (the measuring loop's
+    ``rounds`` / ``warmup`` / ``repeats`` / ``min_time_s`` default to ``ProfileSettings``')."""
 
     calib_samples: int = 256  # training images calibrating onnxruntime's PTQ baseline
     eval_samples: int | None = None  # test images the ONNX models are scored on (None: all)
     measure: bool = True  # measure latency when the target is this machine
-    rounds: int = 3  # measurement rounds (fresh session each), median of rounds
-    warmup: int = 10
-    repeats: int = 50
-    min_time_s: float = 0.1
+    rounds: int = ProfileSettings.rounds  # measurement rounds (fresh session each), median of rounds
+    warmup: int = ProfileSettings.warmup
+    repeats: int = ProfileSettings.repeats
+    min_time_s: float = ProfileSettings.min_time_s
 
     def __post_init__(self) -> None:
         check_number("export.calib_samples", self.calib_samples, integer=True)
@@ -234,15 +236,15 @@ class TargetNames:
 class PipelineSettings:
     """Everything ``train_front`` needs (built from the Hydra config by ``nas.train``).
 
-    ``target`` may be given as a dict and ``prune`` / ``qat`` / ``export`` / ``targets`` as dicts of
-    their fields: they are converted (unknown names refused).
+    ``target`` is a ``Target`` (``nas.load_target``); ``prune`` / ``qat`` / ``export`` / ``targets`` may be
+    given as dicts of their fields: they are converted (unknown names refused).
     """
 
     run: str
     target: Target
     out: str | None = None
     select: Any = "all"  # all | an index | a list of indices into pareto.json's front
-    max_ms: float | None = None
+    latency_budget_ms: float | None = None  # only architectures predicted at or under this latency (ms)
     data_root: str | None = None
     train_samples: int | None = None
     # input resolution trained and exported at; None: the one the search predicted latency at (its
@@ -260,7 +262,7 @@ class PipelineSettings:
     targets: TargetNames = field(default_factory=TargetNames)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target", Target.coerce(self.target))
+        require_target(self.target)
         for name, cls in (("train", FitSettings), ("prune", PruneSettings), ("qat", QATSettings),
                           ("export", ExportSettings), ("targets", TargetNames)):
             v = getattr(self, name)
@@ -268,8 +270,8 @@ class PipelineSettings:
                 object.__setattr__(self, name, _from_mapping(cls, name, v))
             elif not isinstance(v, cls):
                 raise ValueError(f"{name} must be a {cls.__name__} or a dict of its fields, got {type(v).__name__}")
-        if self.max_ms is not None:
-            check_number("max_ms", self.max_ms)
+        if self.latency_budget_ms is not None:
+            check_number("latency_budget_ms", self.latency_budget_ms)
         if self.train_samples is not None:
             check_number("train_samples", self.train_samples, integer=True)
         if self.resolution is not None:
