@@ -17,7 +17,10 @@ packages = find_packages(include=["nas", "nas.*"])
 package_dir = {}
 package_data = {}
 for folder, pattern in DATA.items():
-    for d in sorted(p for p in [HERE / folder, *(HERE / folder).rglob("*")] if p.is_dir() and p.name != "__pycache__"):
+    # the folders holding shipped files: not a hidden one (a table's .locks/), not one holding none
+    for d in sorted(p for p in [HERE / folder, *(HERE / folder).rglob("*")]
+                    if p.is_dir() and not any(part.startswith((".", "__")) for part in p.relative_to(HERE).parts)
+                    and any(p.glob(pattern))):
         name = ".".join(["nas", *d.relative_to(HERE).parts])
         packages.append(name)
         package_data[name] = [pattern]
