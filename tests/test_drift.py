@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nas.latency.scoring import MIN_DRIFT, drift_verdict, drift_warning
+from nas.latency.scoring import MIN_DRIFT, drift_verdict, drift_warning, score, score_by_range
 
 
 def _anchors(ratios_by_group: dict[str, list[float]]) -> dict[str, list[tuple[float, float]]]:
@@ -56,3 +56,15 @@ def test_the_threshold_comes_from_the_tables_reproducibility():
     assert loose["threshold"] > 0.04 > tight["threshold"] >= MIN_DRIFT
     assert not loose["drifted"] and tight["drifted"]
     assert drift_verdict(anchors, None)["table_noise"] == pytest.approx(0.02)  # no record: ±2% assumed
+
+
+def test_the_error_is_reported_per_latency_range():
+    """A predictor right on small networks and 15% low on the 224 px models people deploy: the overall
+    figure hides it, the range of 3-10 ms shows it (nas.validate reports ``latency_ranges``)."""
+    meas = np.array([0.2, 0.4, 0.8] * 10 + [4.0, 6.0, 8.0])
+    pred = np.where(meas < 1, meas * 1.01, meas * 0.85)
+    assert score(pred, meas)["within_10pct"] > 0.9
+    by = score_by_range(pred, meas)
+    assert list(by) == ["< 1 ms", "3-10 ms"]
+    assert by["< 1 ms"]["within_10pct"] == 1.0 and by["3-10 ms"]["within_10pct"] == 0.0
+    assert by["3-10 ms"]["median_error_pct"] == pytest.approx(-15.0) and by["3-10 ms"]["n"] == 3

@@ -68,6 +68,9 @@ def test_validate_cli(table, tmp_path):
     scale = rep["drift_scale"]["now_over_table"]
     assert rep["drift_scale"]["n"] == 10 and scale == pytest.approx(rep["drift"]["tiny"]["now_over_table"])
     assert rep["methods"]["predictor_rescaled"]["n"] == 9 and "predictor_rescaled" in r.stdout
+    # the error per range of measured latency, and the drift verdict, reported and printed
+    assert sum(s["n"] for s in rep["latency_ranges"]["predictor"].values()) == 9 and "predictor at " in r.stdout
+    assert set(rep["drift_verdict"]) >= {"median", "spread", "threshold", "drifted", "noisy"} and "drift verdict" in r.stdout
     assert all(p["predictor_rescaled"] == pytest.approx(p["predictor"] * scale) for p in rep["points"])
     # the measurement's own reproducibility: the table's figure of the re-measured calibration networks
     assert set(rep["reproducibility"]) == {"as_built", "rescaled"} and rep["reproducibility"]["as_built"]["n"] == 10

@@ -45,6 +45,9 @@ def run(cfg: DictConfig) -> dict:
         s = per["predictor"]
         print(f"  predictor on {g}: ±10% {100 * s['within_10pct']:.1f}%, ±5% {100 * s['within_5pct']:.1f}%, "
               f"MAPE {s['mape']:.2f}%, τ {s['kendall_tau']:.3f} (n={s['n']})")
+    for label, s in report.get("latency_ranges", {}).get("predictor", {}).items():
+        print(f"  predictor at {label} (measured): ±10% {100 * s['within_10pct']:.1f}%, ±5% {100 * s['within_5pct']:.1f}%, "
+              f"MAPE {s['mape']:.2f}%, signed median {s.get('median_error_pct', float('nan')):+.1f}% (n={s['n']})")
     for g, d in report.get("drift", {}).items():
         print(f"  drift check on {g}: calibration networks now run at {d['now_over_table']:.3f}x their table figure")
     if "drift_scale" in report:

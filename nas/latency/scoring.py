@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau
 
-__all__ = ["MIN_DRIFT", "NOISE_WITHOUT_RECORD", "drift_ratios", "drift_verdict", "drift_warning", "score"]
+__all__ = ["LATENCY_RANGES_MS", "MIN_DRIFT", "NOISE_WITHOUT_RECORD", "drift_ratios", "drift_verdict", "drift_warning",
+           "score", "score_by_range"]
 
 MIN_DRIFT = 0.02  # a median shift below 2% is never called drift, however quiet the table
 NOISE_WITHOUT_RECORD = 0.02  # a table without a reproducibility record: its entries assumed to re-time within ±2%
+# the measured latency ranges a validation reports apart (ms): small networks, mobile models, large ones
+LATENCY_RANGES_MS = (0.0, 1.0, 3.0, 10.0, 30.0, float("inf"))
 
 
 def score(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
@@ -32,6 +35,36 @@ def score(pred: Sequence[float], meas: Sequence[float]) -> dict[str, float]:
         "n": int(len(m)),
     }
 
+
+def range_label(lo: float, hi: float) -> str:
+    """``"1-3 ms"``, ``"< 1 ms"``, ``">= 30 ms"``: a range of ``LATENCY_RANGES_MS`` in words."""
+    if lo <= 0:
+        return f"< {hi:g} ms"
+    return f">= {lo:g} ms" if math.isinf(hi) else f"{lo:g}-{hi:g} ms"
+
+
+def score_by_range(pred: Sequence[float], meas: Sequence[float],
+                   edges: Sequence[float] = LATENCY_RANGES_MS) -> dict[str, dict[str, float]]:
+    """``score`` per range of the *measured* latency (``edges`` in ms, lower bound included).
+
+    Args:
+        pred: predicted ms.
+        meas: measured ms, one per prediction.
+        edges: the ranges' bounds, increasing.
+
+    Returns:
+        ``range_label(lo, hi) -> score(...)`` for each range that holds a measurement, in order, each with
+        ``median_error_pct``: the signed median of (predicted - measured) / measured, in % (negative:
+        predicted low).
+    """
+    p, m = np.asarray(pred, float), np.asarray(meas, float)
+    out: dict[str, dict[str, float]] = {}
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (m >= lo) & (m < hi)
+        if sel.any():
+            out[range_label(lo, hi)] = {**score(p[sel], m[sel]),
+                                        "median_error_pct": float(100 * np.median((p[sel] - m[sel]) / m[sel]))}
+    return out
 
 def drift_ratios(anchors: dict[str, list[tuple[float, float]]]) -> tuple[float, dict[str, float], int]:
     """From ``ValidationSet.anchors`` (group -> (now, table) ms of re-measured calibration networks):

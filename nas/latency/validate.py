@@ -72,7 +72,7 @@ from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks
 from nas.latency.reproducibility import table_ceiling
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
-from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score
+from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score, score_by_range
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
@@ -279,6 +279,7 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
     for g in sorted(set(vs.groups)):
         sel = groups == g
         report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in methods}
+    report["latency_ranges"] = {m: score_by_range(preds[m], meas) for m in ("predictor", RESCALED) if m in preds}
     if vs.anchors:
         report["drift"] = {g: {"now_over_table": per_group[g], "n": len(pairs)} for g, pairs in vs.anchors.items()}
         report["reproducibility"] = reproducibility(vs.anchors, scale, vs.remeasured or (), rc)
