@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import command, machine, pinned_cores, write_result
+from benchmarks.harness import RESULTS, command, machine, pinned_cores, write_result
 
 SCHEDULES = ("sandwich", "progressive")
 
@@ -44,7 +44,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one pair of trainings per seed")
     p.add_argument("--phase-starts", type=float, nargs=3, default=None, help="train.phase_starts (default: the library's)")
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.quick:
         a.epochs, a.archs, a.seeds = 4, 3, [0]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import command, machine, pinned_cores, write_result
+from benchmarks.harness import RESULTS, command, machine, pinned_cores, write_result
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -28,7 +28,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=5, help="supernet training epochs (both runs)")
     p.add_argument("--archs", type=int, default=20, help="random architectures scored")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one pair of trainings per seed")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     return p.parse_args(argv)
 
 

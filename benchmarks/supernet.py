@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
 
@@ -114,7 +115,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.quick:
         a.train_samples, a.val_samples, a.archs, a.supernet_epochs, a.standalone_epochs = 256, 128, 4, 1, 1

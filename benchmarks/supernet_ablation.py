@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
 from benchmarks.supernet import _args as benchmark_args
 from benchmarks.supernet import (
@@ -87,7 +88,7 @@ def parse_variant(text: str) -> dict[str, Any]:
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"),
+    p.add_argument("--out", default=str(RESULTS),
                    help="where the benchmarks/supernet.py run is (the same --out)")
     p.add_argument("--standalone-seeds", type=int, default=3, help="the benchmark run's --standalone-seeds")
     a = p.parse_args(argv)

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import command, machine, write_result
+from benchmarks.harness import RESULTS, command, machine, write_result
 from benchmarks.supernet import add_subset_args, load_bench_space, load_subset
 
 IMAGES = {"ImageNet": 1_281_167, "Imagenette": 9_469}  # training images of the datasets the cost is projected for
@@ -52,7 +52,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--archs", type=int, default=24)
     p.add_argument("--standalone-seeds", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.train_samples < 0:
         p.error(f"--train-samples must be 0 (every training image) or more, got {a.train_samples}")

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import command
+from benchmarks.harness import RESULTS, command
 from benchmarks.search import hypervolume_2d, latency_reference
 from benchmarks.supernet import add_subset_args, load_subset
 from nas._io import atomic_write_json, atomic_write_text
@@ -67,7 +67,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--archs", type=int, default=0, help="fine-tuned vs scratch on this many spread front archs (0: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.quick:
         a.train_samples, a.val_samples, a.trials, a.supernet_epochs, a.finetune_epochs = 256, 128, 8, 1, 1
