@@ -2,6 +2,8 @@
 
 import gzip
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -259,9 +261,6 @@ def test_imagefolder_errors(tmp_path):
 def test_the_built_in_dataset_names_are_the_loaders_registered():
     """``dataset_names`` answers without loading the loaders (a config checks ``data=`` before torch loads):
     its built-in list must be what ``nas.data.loaders`` registers, no more, no less."""
-    import subprocess
-    import sys
-
     code = ("import sys; from nas.data.datasets import BUILT_IN_DATASETS, _DATASETS; assert not _DATASETS.names(); "
             "heavy = [m for m in ('torch', 'sklearn', 'timm', 'torchvision') if m in sys.modules]; assert not heavy, heavy; "
             "import nas.data.loaders; assert sorted(_DATASETS.names()) == sorted(BUILT_IN_DATASETS), _DATASETS.names()")

@@ -166,14 +166,17 @@ def test_every_module_has_a_layer():
     assert all(any(m == k or m.startswith(k + ".") for k in LAYERS) for m in MODULES)
 
 
-def test_the_checks_can_fail():
+def test_the_checks_can_fail(tmp_path):
     """The checks see a circle, an upward import and a function-level import in code written for them."""
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    src = ROOT / "cost.py"
-    found = _imports("nas.cost", src)
+    found = _imports("nas.cost", ROOT / "cost.py")
     assert found and all(not in_fn for *_, in_fn in found)
-    tree = ast.parse("def f():\n    from nas.cli import search\n")
-    assert isinstance(tree.body[0].body[0], ast.ImportFrom)
+    src = tmp_path / "snippet.py"
+    src.write_text("import json\n\n\ndef f():\n    from nas.cli import search\n\n\nif __name__ == '__main__':\n"
+                   "    import nas.train\n")
+    found = _imports("nas.arch", src)
+    assert ("nas.cli.search", 5, True) in found and ("nas.train", 9, False) in found  # a __main__ block counts
+    assert _layer(_internal("nas.cli.search")) > _layer("nas.arch")  # an upward import, as the layer check sees it
 
 
 def test_modules_and_functions_stay_small():
