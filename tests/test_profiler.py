@@ -314,10 +314,26 @@ def test_cli_calibration_spaces(tmp_path):
 def test_calibration_space_names():
     from nas.latency.profile_workflow import calibration_space_names
 
-    assert calibration_space_names(None, default=True) == ["calibration/lcnetlike", "calibration/mbv2like"]
+    assert calibration_space_names(None, default=True) == ["calibration/effnetlike", "calibration/lcnetlike",
+                                                            "calibration/mbv2like"]
     assert calibration_space_names(None, default=False) == []  # search_space= or resolution= given
     assert calibration_space_names([], default=True) == []
     assert calibration_space_names("mbv2like", default=False) == ["calibration/mbv2like"]
+
+
+def test_spread_order_spans_the_range_first():
+    # a budget reaches a space's first calibration networks only: they span its range of MACs, the
+    # smallest and the largest first, then the median; the set itself is the seeded one
+    from nas.cost import arch_cost
+    from nas.latency.profile_workflow import spread_order
+
+    archs = calibration_archs(load_space("mbv3"), 21)
+    got = spread_order(archs)
+    macs = sorted(arch_cost(a).macs for a in archs)
+    first = [arch_cost(a).macs for a in got[:3]]
+    assert first == [macs[0], macs[-1], macs[10]]
+    assert sorted(a.digest() for a in got) == sorted(a.digest() for a in archs)
+    assert spread_order(archs[:2]) and spread_order([]) == []
 
 
 def test_device_mismatch():

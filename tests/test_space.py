@@ -211,13 +211,28 @@ def test_shipped_files_are_in_search_spaces():
 
 def test_calibration_spaces_are_apart_from_the_search_spaces():
     # search_spaces/calibration/ holds spaces nas.profile calibrates on: not listed as search spaces,
-    # loaded by their calibration/ name, and unlike the shipped spaces (ReLU(6), depthwise-only)
-    assert set(CALIBRATION) == {"calibration/lcnetlike", "calibration/mbv2like"}
+    # loaded by their calibration/ name, and unlike the shipped spaces (ReLU(6), depthwise-only, larger)
+    assert set(CALIBRATION) == {"calibration/effnetlike", "calibration/lcnetlike", "calibration/mbv2like"}
     assert not {n.split("/")[1] for n in CALIBRATION} & set(SHIPPED)
     acts = {st.act for n in CALIBRATION for st in load_space(n).stages}
     assert {"relu", "relu6"} <= acts
     assert all(st.kind == "ds" for st in load_space("calibration/lcnetlike").stages)
     assert load_space("calibration/mbv2like").name == "mbv2like"
+
+
+def test_effnetlike_reaches_above_the_search_spaces():
+    # the calibration covers the large 224-px networks people deploy (EfficientNet-B1 is 0.69 GMACs):
+    # effnetlike's seeded networks reach beyond every other shipped space's largest
+    from nas.cost import arch_cost
+    from nas.latency.profiler import calibration_archs
+
+    def macs(name):
+        return [arch_cost(a).macs / 1e9 for a in calibration_archs(load_space(name), 60)]
+
+    eff = macs("calibration/effnetlike")
+    others = max(max(macs(n)) for n in [*SHIPPED, "calibration/mbv2like", "calibration/lcnetlike"])
+    assert min(eff) > 0.4 and max(eff) > 0.9 > others
+    assert all(st.options["se"] == (True,) for st in load_space("calibration/effnetlike").stages)
 
 
 @pytest.mark.parametrize("path, value, expected", [

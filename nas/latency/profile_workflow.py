@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import shlex
 import socket
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, zip_longest
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
+from nas.cost import arch_cost
 from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
@@ -54,7 +56,7 @@ from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
 __all__ = ["Interrupted", "calibration_space_names", "check_budget", "default_out", "profile_target",
-           "remeasure_calibration"]
+           "remeasure_calibration", "spread_order"]
 
 log = logging.getLogger(__name__)
 
@@ -310,10 +312,28 @@ def import_command(command: str | None, target: Target, bundle: Path) -> str:
 
 
 def _round_robin(spaces, n: int, resolution: int | None) -> list[Arch]:
-    """The calibration networks of every space, taken in turn from each: a budget that stops early has
-    calibrated on every space, not on the first ones only."""
-    per = [calibration_archs(sp, n, resolution=resolution) for sp in spaces]
+    """The calibration networks of every space, taken in turn from each and each space's in
+    ``spread_order``: a budget that stops early has calibrated on every space, from its smallest
+    networks to its largest, not on the first spaces only or on the middle of their range."""
+    per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
     return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
+
+
+def spread_order(archs: Sequence[Arch]) -> list[Arch]:
+    """``archs`` reordered so that every prefix spans their range of MACs: the smallest, the largest,
+    then the median, the quartiles, the octiles... (ranks by binary subdivision).  The set is
+    unchanged, so a table measured in another order holds the same networks."""
+    ranked = sorted(range(len(archs)), key=lambda i: (arch_cost(archs[i]).macs, i))
+    if len(ranked) < 3:
+        return [archs[i] for i in ranked]
+    order, spans = [0, len(ranked) - 1], deque([(0, len(ranked) - 1)])
+    while spans:
+        lo, hi = spans.popleft()
+        mid = (lo + hi) // 2
+        if lo < mid < hi:
+            order.append(mid)
+            spans += [(lo, mid), (mid, hi)]
+    return [archs[ranked[r]] for r in order]
 
 
 def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
