@@ -56,7 +56,7 @@ def main() -> None:
         path = Path(d) / "t.json"
         table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=path)
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-        jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table),
+        jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table.metadata.get("call_overhead_ms")),
                          freq=block_frequency([space], resolution=res), limit=args.limit)
         rep = run_jobs(jobs, runtime, table, settings, path=path, progress=False,
                        on_step=lambda elapsed, left: steps.append((elapsed, left)))

@@ -336,6 +336,21 @@ def test_spread_order_spans_the_range_first():
     assert spread_order(archs[:2]) and spread_order([]) == []
 
 
+def test_calibration_order_levels_the_time_of_each_space():
+    # a space whose networks take 3x the seconds gets a third of the networks in any prefix (so the
+    # budget's share of each space is its time, not its count); the whole set is the same
+    from nas.latency.profile_workflow import _round_robin
+
+    spaces = [load_space("tiny"), load_space("calibration/effnetlike")]
+    cost = {"tiny": 1.0, "effnetlike": 3.0}
+    got = _round_robin(spaces, 12, None, seconds=lambda a: cost[a.name])
+    first = [a.name for a in got[:8]]
+    assert first.count("tiny") == 6 and first.count("effnetlike") == 2
+    plain = _round_robin(spaces, 12, None)
+    assert [a.name for a in plain[:4]] == ["tiny", "effnetlike"] * 2
+    assert sorted(a.digest() for a in got) == sorted(a.digest() for a in plain)
+
+
 def test_device_mismatch():
     here = {"name": "AMD EPYC", "kind": "cpu", "cpu_flags": ["avx2", "avx512f", "fma"], "cpu_family": "26",
             "cpu_model": "2"}

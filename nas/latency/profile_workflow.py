@@ -36,7 +36,7 @@ from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.measure_model import measure_overhead
 from nas.latency.options import PROFILE
 from nas.latency.predictor import LatencyPredictor
-from nas.latency.profile_jobs import plan_jobs, run_jobs
+from nas.latency.profile_jobs import expected_seconds, plan_jobs, run_jobs
 from nas.latency.profiler import (
     VALIDATION_SEED,
     block_frequency,
@@ -209,7 +209,8 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
     keys, all_spaces, pruned, where = _collect(names, resolution, cal_names, models=models, in_chans=in_chans,
                                                num_classes=num_classes, pruned_networks=pruned_networks)
     if bundle:
-        nets = {"calibration": _round_robin(all_spaces, calibration_networks, resolution),
+        seconds = _network_seconds(_call_ms(target, None), settings)
+        nets = {"calibration": _round_robin(all_spaces, calibration_networks, resolution, seconds),
                 "pruned": pruned}
         freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
         keys = sorted(keys, key=lambda k: -freq.get(k, 0))
@@ -243,12 +244,14 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
             return _recalibrate(table, out, runtime, settings, progress=progress, say=say)
         if refresh:
             return _refresh(table, out, runtime, settings, refresh, progress=progress, say=say)
-        nets = _round_robin(all_spaces, calibration_networks, resolution) + pruned
         missing = len(table.missing(keys))
         freq = block_frequency(all_spaces, resolution=resolution)
         if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
             table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-        jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table), freq=freq, limit=limit)
+        call_ms = _call_ms(target, table.metadata.get("call_overhead_ms"))
+        nets = _round_robin(all_spaces, calibration_networks, resolution, seconds=_network_seconds(call_ms, settings))
+        nets += pruned
+        jobs = plan_jobs(keys, nets, table, settings, call_ms=call_ms, freq=freq, limit=limit)
         budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
         say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "
             f"on {here} with {runtime.name} {runtime.version()} ({target.provider}, {runtime.precision}, "
@@ -311,12 +314,23 @@ def import_command(command: str | None, target: Target, bundle: Path) -> str:
     return shell_join([*words, f"import_bundle={bundle}/results.json"])
 
 
-def _round_robin(spaces, n: int, resolution: int | None) -> list[Arch]:
-    """The calibration networks of every space, taken in turn from each and each space's in
-    ``spread_order``: a budget that stops early has calibrated on every space, from its smallest
-    networks to its largest, not on the first spaces only or on the middle of their range."""
+def _round_robin(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None) -> list[Arch]:
+    """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
+    the space that has had the least of the measuring time so far (``seconds``: a network's
+    expected seconds; without it, one network each in turn).  A budget that stops early has
+    calibrated on every space, from its smallest networks to its largest, and a space of large
+    networks (``effnetlike``: 3x the seconds of the others' a network) does not take the budget
+    from the rest; the whole set is the same at any budget."""
     per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
-    return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
+    if seconds is None:
+        return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
+    out, spent, at = [], [0.0] * len(per), [0] * len(per)
+    while live := [i for i in range(len(per)) if at[i] < len(per[i])]:
+        i = min(live, key=lambda i: (spent[i], i))
+        out.append(per[i][at[i]])
+        spent[i] += seconds(per[i][at[i]])
+        at[i] += 1
+    return out
 
 
 def spread_order(archs: Sequence[Arch]) -> list[Arch]:
@@ -350,14 +364,20 @@ def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
                          "bundle=); import_bundle=, refresh= and recalibrate= take no budget")
 
 
-def _call_ms(target: Target, table: LatencyTable) -> Callable[[Any, str], float]:
-    """An item's expected time per call, for planning: the target's roofline plus the call overhead."""
-    over = float(table.metadata.get("call_overhead_ms") or 0.05)
+def _call_ms(target: Target, overhead_ms: float | None) -> Callable[[Any, str], float]:
+    """An item's expected time per call, for planning: the target's roofline plus the call overhead
+    (the table's ``call_overhead_ms``; 0.05 ms when not measured)."""
+    over = float(overhead_ms or 0.05)
     try:
         roof = Roofline.from_target(target)
     except (ValueError, TypeError):
         return lambda item, kind: over + (1.0 if kind == "network" else 0.05)
     return lambda item, kind: over + (roof.predict_arch(item) if kind == "network" else roof.predict_key(item))
+
+
+def _network_seconds(call_ms: Callable[[Any, str], float], settings: ProfileSettings) -> Callable[[Arch], float]:
+    """A calibration network's expected seconds of measuring (``expected_seconds``), for the order."""
+    return lambda a: expected_seconds(a, "network", settings, call_ms(a, "network"))
 
 
 def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *, freq,
