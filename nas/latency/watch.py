@@ -232,8 +232,10 @@ class Watch:
             return [], []
         return self.check()
 
-    def check(self) -> tuple[list[tuple], list]:
-        """Re-time the anchors: the held-back measurements settled (to save) or affected (to redo)."""
+    def check(self, last: bool = False) -> tuple[list[tuple], list]:
+        """Re-time the anchors: the held-back measurements settled (to save) or affected (to measure
+        again, unless ``last``: then left for the next run).  A check that waited for the CPU itself
+        confirms nothing."""
         if self.anchors is None:
             return self._settle(), []
         self.contention.start()
@@ -244,14 +246,14 @@ class Watch:
         if self.rebase and not busy:  # the first timing was contended: this one is the base
             self.anchors.base, self.rebase = figures, False
             ratio = 1.0
-        moved = busy or abs(ratio - 1) > self.anchors.move
+        moved = abs(ratio - 1) > self.anchors.move
         self.checks.append({"s": round(self.last - self.t0, 1), "ratio": round(ratio, 3), "moved": moved,
-                            "wait": round(waited / wall, 3) if waited is not None and wall > 0 else None})
-        if not moved:
+                            "busy": busy, "wait": round(waited / wall, 3) if waited is not None and wall > 0 else None})
+        if not (moved or busy):
             self.moved_row = 0
             return self._settle(), []
         self.moved_row += 1
-        redo = self._affected(self.pending)
+        redo = self._affected(self.pending, again=not last)
         self.pending = []
         if self.moved_row >= STOP_CHECKS:
             self._stop(self._moved_message(ratio))
@@ -262,8 +264,7 @@ class Watch:
         they are left for the next run)."""
         if self.stopped or not self.pending or self.anchors is None:
             return self._settle() if not self.stopped else []
-        settled, _ = self.check()
-        return settled
+        return self.check(last=True)[0]
 
     def unsettled(self) -> list[tuple]:
         """The held-back measurements, unchecked (an interrupted run keeps them, as it always did)."""
@@ -275,9 +276,9 @@ class Watch:
         self.missing -= {d[0] for d in out}
         return out
 
-    def _affected(self, done: Sequence[tuple]) -> list:
+    def _affected(self, done: Sequence[tuple], again: bool = True) -> list:
         self.counts["affected"] += len(done)
-        redo = [d[0] for d in done if d[0] not in self.redone]
+        redo = [d[0] for d in done if again and d[0] not in self.redone]
         self.redone.update(redo)
         self.missing.update(d[0] for d in done)
         self.counts["requeued"] += len(redo)
@@ -285,7 +286,7 @@ class Watch:
 
     def _stop(self, message: str) -> None:
         self.stopped = message
-        self._affected(self.pending)
+        self._affected(self.pending, again=False)
         self.pending = []
 
     def share(self, parts: Sequence[tuple[float, float]] | None = None) -> float:
@@ -320,8 +321,11 @@ class Watch:
             return None
         moved = [c for c in self.checks if c["moved"]]
         worst = max(moved, key=lambda c: abs(c["ratio"] - 1), default=None)
-        parts = [f"anchors moved to {worst['ratio']:.2f}x at {worst['s']:.0f}s ({len(moved)} of "
+        parts = [f"anchors moved to {worst['ratio']:.2f}x their first timing at {worst['s']:.0f}s ({len(moved)} of "
                  f"{len(self.checks)} checks)"] if worst else []
+        busy = sum(c["busy"] for c in self.checks)
+        if busy:
+            parts.append(f"{busy} of {len(self.checks)} anchor checks waited for the CPU")
         if self.counts["retried"]:
             parts.append(f"{self.counts['retried']} measurements waited for the CPU and were retried, "
                          f"{self.counts['contended']} of them again (run-queue wait {self.share():.0%} of the "
