@@ -171,6 +171,23 @@ def test_contended_measurements_are_retried_then_put_back_then_stop_the_run(tmp_
     assert rep.left == len(KEYS) - len(saved)
 
 
+def test_ctrl_c_keeps_the_measurements_held_back(tmp_path, monkeypatch):
+    dev = Device(monkeypatch)
+    real = dev.measure
+
+    def stop_at_26th(k, rt, s):  # mid-window: 3 jobs measured since the last check, not checked yet
+        if len(dev.seen) == 25:
+            raise KeyboardInterrupt
+        return real(k, rt, s)
+
+    monkeypatch.setattr(profile_jobs, "measure_key", stop_at_26th)
+    with pytest.raises(KeyboardInterrupt):
+        _run(dev, tmp_path / "t.json")
+    saved = LatencyTable.load(tmp_path / "t.json")
+    assert len(saved) == 10 + 3  # every job measured: 10 checked, 3 held back (anchor timings are never saved)
+    assert not list((tmp_path / ".locks").rglob("b*"))  # and no claim left behind
+
+
 # -- the real thing: a profile on a core another process keeps busy
 
 
@@ -203,15 +220,18 @@ def one_core():
 
 
 def _profile(tmp_path, monkeypatch):
-    """A small real profile of tiny's blocks (onnxruntime, this CPU); every measurement judged is recorded."""
-    judged = []
+    """A small real profile of tiny's blocks (onnxruntime, this CPU); each block measurement's own
+    contention is recorded (``(key, contended)``, in order), read beside the profile's own checks."""
+    judged, real = [], profile_jobs.measure_key
 
-    class Recording(Watch):
-        def add(self, done, bad):
-            judged.append((done[0].item, bad))
-            return super().add(done, bad)
+    def measure_key(key, runtime, settings):
+        c = Contention()
+        c.start()
+        entry = real(key, runtime, settings)
+        judged.append((key, contended(*c.since())))
+        return entry
 
-    monkeypatch.setattr(profile_workflow, "Watch", Recording)
+    monkeypatch.setattr(profile_jobs, "measure_key", measure_key)
     cpu = {"name": "cpu", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
            "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
            "device": {"name": None, "kind": "cpu", "peak_gflops": 50.0, "mem_bandwidth_gbs": 10.0}}
@@ -230,15 +250,15 @@ def test_a_profile_beside_a_cpu_hog_says_so_and_saves_nothing_it_misled(tmp_path
     finally:
         hog.kill()
         hog.wait()
-    w = rep["watch"]
-    assert w["contended"] >= 1 and w["affected"] >= 1 and w["wait_share"] > 0.2, w
+    # no block whose every measurement waited for the CPU is in the table
+    clean = {k for k, bad in judged if not bad}
+    assert any(bad for _, bad in judged) and set(saved.entries) <= clean, \
+        f"{len(set(saved.entries) - clean)} blocks saved from contended measurements"
     told = [line for line in lines if "another process shared this CPU" in line or "misled the profile" in line]
     assert told, lines
-    # no measurement judged contended is in the table: it holds only the ones that did not wait
-    bad = {k for k, b in judged if b}
-    good = {k for k, b in judged if not b}
-    assert bad and set(saved.entries) <= good
-    assert len(saved.entries) + rep["left"] == 12 and saved.metadata["profile_log"][-1]["watch"]["affected"] >= 1
+    w = rep["watch"]
+    assert w["contended"] >= 1 and w["affected"] >= 1 and w["wait_share"] > 0.2, w
+    assert len(saved.entries) + rep["left"] == 12 and saved.metadata["profile_log"][-1]["watch"] == w
 
 
 def test_a_profile_on_a_quiet_core_reports_nothing(tmp_path, monkeypatch, one_core):

@@ -48,7 +48,7 @@ from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import TABLES_DIR, LatencyTable, now_iso, resolve_table_path
 from nas.latency.validate import held_out_set, measure_held_out
-from nas.latency.watch import Watch, noise_note
+from nas.latency.watch import Unwatched, Watch, noise_note
 from nas.resources import user_tables_dir
 from nas.space import list_calibration_spaces, load_space
 from nas.target import Target
@@ -344,7 +344,7 @@ def _call_ms(target: Target, table: LatencyTable) -> Callable[[Any, str], float]
 def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *, freq,
                    budget_min: float | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
     budget_s = 60.0 * budget_min if budget_min else None
-    watch = Watch()
+    watch = Watch() if settings.watch else Unwatched()
     try:
         jr = run_jobs(jobs, runtime, table, settings, path=out, progress=progress, budget_s=budget_s, watch=watch)
     except KeyboardInterrupt as e:

@@ -297,15 +297,15 @@ class Watch:
     def _contended_message(self) -> str:
         return (f"another process shared this CPU: {self.share(self.row):.0%} of the last {len(self.row)} "
                 f"measurements' time was spent waiting for the core (run-queue wait and steal), so the profile "
-                f"stopped rather than spend its budget on timings it would not keep; the "
-                f"{self.counts['affected']} measurements taken while it did were not saved. Run on a quiet core "
+                f"stopped rather than spend its budget on timings it would not keep; "
+                f"{self.counts['affected']} measurements the machine misled were not saved. Run on a quiet core "
                 f"(taskset -c <core>, with other work kept off it), then the same command again: it continues "
                 f"where this stopped")
 
     def _moved_message(self, ratio: float) -> str:
         return (f"the machine changed under the profile: its anchor blocks ran at {ratio:.2f}x their first timing "
-                f"at {STOP_CHECKS} checks in a row, so the profile stopped; the {self.counts['affected']} "
-                f"measurements taken since its last good check were not saved. Something else is using this CPU "
+                f"at {STOP_CHECKS} checks in a row, so the profile stopped; {self.counts['affected']} "
+                f"measurements the machine misled were not saved. Something else is using this CPU "
                 f"(another process on it or its hyperthread sibling, a lower clock frequency, thermal limits): "
                 f"run when it is quiet, then the same command again: it continues where this stopped")
 
@@ -362,6 +362,8 @@ class Unwatched:
     def record(self) -> None:
         """No record."""
         return None
+
+    summary = record
 
 
 def noise_note(earlier: Sequence[dict[str, Any]], measured: int, remeasured: int) -> str | None:
