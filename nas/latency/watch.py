@@ -30,6 +30,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -149,15 +150,14 @@ class Anchors:
 
 
 def pick_anchors(jobs: Sequence[Any], n: int = ANCHORS) -> list[tuple[Any, str]]:
-    """``n`` blocks of the plan spread over the lower three quarters of its expected costs (the
-    networks where it has no block): cheap to re-time, and of every size."""
-    for kind in ("block", "network"):
-        seen = {j.item: j for j in jobs if j.kind == kind}
-        if seen:
-            ranked = sorted(seen.values(), key=lambda j: j.cost_s)
-            at = sorted({round(0.75 * i * (len(ranked) - 1) / max(n - 1, 1)) for i in range(n)})
-            return [(ranked[i].item, kind) for i in at]
-    return []
+    """``n`` blocks of the plan spread over the lower three quarters of its expected costs: cheap to
+    re-time, and of every size; where the plan has no block, its two cheapest networks."""
+    blocks = sorted({j.item: j for j in jobs if j.kind == "block"}.values(), key=lambda j: j.cost_s)
+    if blocks:
+        at = sorted({round(0.75 * i * (len(blocks) - 1) / max(n - 1, 1)) for i in range(n)})
+        return [(blocks[i].item, "block") for i in at]
+    nets = sorted({j.item: j for j in jobs if j.kind == "network"}.values(), key=lambda j: j.cost_s)
+    return [(j.item, "network") for j in nets[:min(n, 2)]]
 
 
 class Watch:
@@ -222,7 +222,7 @@ class Watch:
         if bad:
             redo = self._affected([done])
             if len(self.row) >= STOP_AFTER:
-                self._stop(self._contended_message())
+                self._stop(self._contended_message)
             return [], redo
         self.row = []
         self.pending.append(done)
@@ -256,7 +256,7 @@ class Watch:
         redo = self._affected(self.pending, again=not last)
         self.pending = []
         if self.moved_row >= STOP_CHECKS:
-            self._stop(self._moved_message(ratio))
+            self._stop(partial(self._moved_message, ratio) if moved else partial(self._contended_message, checks=True))
         return [], redo
 
     def finish(self) -> list[tuple]:
@@ -284,26 +284,28 @@ class Watch:
         self.counts["requeued"] += len(redo)
         return redo
 
-    def _stop(self, message: str) -> None:
-        self.stopped = message
+    def _stop(self, message: Callable[[], str]) -> None:
         self._affected(self.pending, again=False)
         self.pending = []
+        self.stopped = message()
 
     def share(self, parts: Sequence[tuple[float, float]] | None = None) -> float:
         """The share of the measuring time (of ``parts``: (wall, waited) pairs) spent waiting."""
         wall, waited = (sum(p[0] for p in parts), sum(p[1] for p in parts)) if parts else (self.wall, self.waited)
         return waited / wall if wall > 0 else 0.0
 
-    def _contended_message(self) -> str:
-        return (f"another process shared this CPU: {self.share(self.row):.0%} of the last {len(self.row)} "
-                f"measurements' time was spent waiting for the core (run-queue wait and steal), so the profile "
+    def _contended_message(self, checks: bool = False) -> str:
+        what = (f"its last {STOP_CHECKS} anchor checks waited for the core" if checks else
+                f"{self.share(self.row):.0%} of the last {len(self.row)} measurements' time was spent waiting for "
+                "the core")
+        return (f"another process shared this CPU: {what} (run-queue wait and steal), so the profile "
                 f"stopped rather than spend its budget on timings it would not keep; "
                 f"{self.counts['affected']} measurements the machine misled were not saved. Run on a quiet core "
                 f"(taskset -c <core>, with other work kept off it), then the same command again: it continues "
                 f"where this stopped")
 
     def _moved_message(self, ratio: float) -> str:
-        return (f"the machine changed under the profile: its anchor blocks ran at {ratio:.2f}x their first timing "
+        return (f"the machine changed under the profile: its anchors ran at {ratio:.2f}x their first timing "
                 f"at {STOP_CHECKS} checks in a row, so the profile stopped; {self.counts['affected']} "
                 f"measurements the machine misled were not saved. Something else is using this CPU "
                 f"(another process on it or its hyperthread sibling, a lower clock frequency, thermal limits): "
