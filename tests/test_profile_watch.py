@@ -198,6 +198,17 @@ def test_ctrl_c_keeps_the_measurements_held_back(tmp_path, monkeypatch):
     assert not list((tmp_path / ".locks").rglob("b*"))  # and no claim left behind
 
 
+def test_a_save_keeps_the_claims_of_measurements_held_back(tmp_path):
+    from nas.latency.claims import Claims
+
+    c = Claims(tmp_path / "t.json")
+    assert c.take("b1") and c.take("b2")
+    c.release(keep=["b2"])  # b1 saved; b2 measured, held back: another run must not take it meanwhile
+    assert c.mine == {"b2"} and not (c.folder / "b1").exists() and (c.folder / "b2").exists()
+    c.release()
+    assert not c.mine and not list(c.folder.iterdir())
+
+
 # -- the real thing: a profile on a core another process keeps busy
 
 
