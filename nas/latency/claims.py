@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from nas._io import file_lock, lock_path, pid_alive
@@ -56,14 +57,14 @@ class Claims:
         self.mine.add(name)
         return True
 
-    def release(self) -> None:
-        """Drop every claim this object holds (their measurements are saved)."""
-        for name in self.mine:
+    def release(self, keep: Collection[str] = ()) -> None:
+        """Drop every claim this object holds (their measurements are saved) but those in ``keep``."""
+        for name in self.mine - set(keep):
             try:
                 (self.folder / name).unlink()
             except FileNotFoundError:
                 pass
-        self.mine.clear()
+        self.mine &= set(keep)
 
     def holder(self, name: str) -> str:
         """Who holds the claim on ``name``: ``process 123 on host``."""

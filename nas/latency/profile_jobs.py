@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from nas.latency.measure import ProfileReport, ProfileSettings
 from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
 from nas.latency.runtimes import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
+from nas.latency.watch import Unwatched, Watch
 
 __all__ = ["Job", "JobReport", "expected_seconds", "job_id", "plan_jobs", "run_jobs"]
 
@@ -67,8 +69,9 @@ class JobReport:
     seconds: float = 0.0
     planned_s: float = 0.0
     stopped_by_budget: bool = False
-    done: list[Job] = field(default_factory=list)
+    done: list[Job] = field(default_factory=list)  # saved (settled), in order
     by_others: int = 0  # jobs another run sharing the table measured meanwhile
+    watch: dict[str, Any] | None = None  # what the watch saw (``nas.latency.watch.Watch.record``)
 
 
 def expected_seconds(item: Any, kind: str, settings: ProfileSettings, call_ms: float, *,
@@ -177,6 +180,11 @@ class _Eta:
     def skipped(self, job: Job) -> None:
         self.left[job.kind] -= job.cost_s
 
+    def put_back(self, jobs: Sequence[Job]) -> Sequence[Job]:
+        for j in jobs:
+            self.left[j.kind] += j.cost_s
+        return jobs
+
     def cost(self, job: Job) -> float:
         return job.cost_s * self.ratio(job.kind)
 
@@ -193,6 +201,7 @@ class _Shared:
         self.table, self.path, self.stores, self.poll_s = table, path, stores, poll_s
         self.claims = Claims(path, stale_s=stale_s)
         self.seen: tuple | None = self._stat()
+        self.by_others = 0  # jobs skipped: another run saved them
 
     def _stat(self) -> tuple | None:
         try:
@@ -201,9 +210,10 @@ class _Shared:
             return None
         return st.st_mtime_ns, st.st_size
 
-    def saved(self) -> None:
-        """This run saved the table: its claims go, and the file as it is now is known."""
-        self.claims.release()
+    def saved(self, keep: Sequence[str] = ()) -> None:
+        """This run saved the table: its claims go (but those in ``keep``: measured, not saved yet),
+        and the file as it is now is known."""
+        self.claims.release(keep)
         self.seen = self._stat()
 
     def _done(self, job: Job) -> bool:
@@ -216,11 +226,12 @@ class _Shared:
 
     def schedule(self, jobs: Sequence[Job], skip: Callable[[Job], None]) -> Any:
         """The jobs this run measures, claimed, in order; those another run measured go to ``skip``."""
-        later, told = list(jobs), False
+        later, told = jobs if isinstance(jobs, list) else list(jobs), False  # a list: jobs put back follow
         while later:
             still = []
             for job in later:
                 if self._done(job):
+                    self.by_others += 1
                     skip(job)
                 elif self.claims.take(job_id(job.item, job.kind)):
                     yield job
@@ -238,12 +249,13 @@ class _Shared:
 
 def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, settings: ProfileSettings, *,
              path: str | Path | None = None, progress: bool = True, budget_s: float | None = None,
-             clock: Callable[[], float] = time.monotonic,
-             on_step: Callable[[float, float], None] | None = None, claim_stale_s: float = STALE_S) -> JobReport:
-    """Measure ``jobs`` in order into ``table`` (saved as it goes, throttled, and on exit) under
-    one progress bar whose total is the whole plan's expected time, re-estimated after each job;
-    with ``budget_s``, stop before a job that would end past it.  ``on_step(elapsed, left)``
-    is called after each job.  Ctrl-C saves, then re-raises.
+             clock: Callable[[], float] = time.monotonic, on_step: Callable[[float, float], None] | None = None,
+             claim_stale_s: float = STALE_S, watch: Watch | None = None) -> JobReport:
+    """Measure ``jobs`` in order into ``table`` (saved as it goes, throttled, and on exit) under one
+    progress bar whose total is the whole plan's expected time, re-estimated after each job; with
+    ``budget_s``, stop before a job that would end past it.  ``on_step(elapsed, left)`` is called
+    after each job.  Ctrl-C saves, then re-raises.  With ``watch`` (``nas.latency.watch``), a
+    measurement the machine misled is not saved.
 
     With ``path``, each job is claimed first (``nas.latency.claims``; another host's claim is
     abandoned after ``claim_stale_s`` seconds): a job another run sharing the file is taking waits
@@ -252,61 +264,60 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
     stores = {"block": table.entries, "network": table.networks}
     reps = {k: ProfileReport(sum(j.kind == k for j in jobs), 0, 0, 0, 0.0) for k in stores}
-    eta = _Eta(jobs)
+    eta, queue, watch = _Eta(jobs), list(jobs), watch if watch is not None else Unwatched()
     report = JobReport(reps["block"], reps["network"], len(jobs), planned_s=eta.remaining())
-    counts = {k: reps[k].requested for k in stores}
     bar = _bar(eta) if progress and jobs else None
     shared = _Shared(table, Path(path), stores, stale_s=claim_stale_s) if path is not None and jobs else None
 
     def save_now() -> None:
         table.save(path, runtime=runtime)
-        if shared is not None:
-            shared.saved()
+        if shared is not None:  # the claims of measurements held back stay
+            shared.saved(keep=[job_id(d[0].item, d[0].kind) for d in watch.pending])
 
-    def skip(job: Job) -> None:
-        report.by_others += 1
-        eta.skipped(job)
+    def keep(settled: Sequence[tuple[Job, Entry, float]]) -> None:  # measurements to save: into the table and log
+        for job, entry, elapsed in settled:
+            merge_into(stores[job.kind])(job.item, entry)
+            report.done.append(job)
+            if run_log is not None:
+                run_log["jobs"].append([job_id(job.item, job.kind), job.round, round(elapsed, 2)])
+                run_log["seconds"] = round(elapsed, 2)
 
     save = Throttle(save_now, settings.save_every_s)
     run_log = _log_run(table, jobs, budget_s)
     save()
     t0 = clock()
+    watch.start(jobs, partial(_item_ms, runtime=runtime, settings=settings), job_id)
     try:
-        for job in shared.schedule(jobs, skip) if shared is not None else jobs:
+        for job in shared.schedule(queue, eta.skipped) if shared is not None else queue:
             if budget_s is not None and clock() - t0 + eta.cost(job) > budget_s:
                 report.stopped_by_budget = True
                 break
             t = clock()
-            entry = _measure_job(job, runtime, settings)
-            took = clock() - t
-            merge_into(stores[job.kind])(job.item, entry)
-            rep = reps[job.kind]
-            rep.measured += 1
-            rep.remeasured += entry.remeasured > 0
-            rep.seconds += took
+            entry, bad = watch.measure(_measure_job, job, runtime, settings)
+            took, elapsed = clock() - t, clock() - t0
+            _count(reps[job.kind], entry, took)
             eta.done(job, took)
-            report.done.append(job)
-            elapsed = clock() - t0
-            if run_log is not None:
-                run_log["jobs"].append([job_id(job.item, job.kind), job.round, round(elapsed, 2)])
-                run_log["seconds"] = round(elapsed, 2)
+            settled, redo = watch.add((job, entry, elapsed), bad)
+            keep(settled)
+            queue.extend(eta.put_back(redo))
             save()
             if on_step is not None:
                 on_step(elapsed, eta.remaining())
-            if bar is not None:
-                _show(bar, elapsed, eta, f"round {job.round}/{settings.rounds}, blocks {reps['block'].measured}/"
-                      f"{counts['block']}, networks {reps['network'].measured}/{counts['network']}")
+            _show(bar, elapsed, eta, f"round {job.round}/{settings.rounds}, " + ", ".join(
+                f"{k}s {r.measured}/{r.requested}" for k, r in reps.items()))
+            if watch.stopped:
+                break
+        keep(watch.finish())
     except KeyboardInterrupt:
         for rep in reps.values():
             rep.interrupted = True
         log.warning("interrupted: this run's measurements are saved; re-run to continue")
         raise
     finally:
-        report.seconds = clock() - t0
-        report.left = len(jobs) - len(report.done) - report.by_others
+        keep(watch.unsettled())  # interrupted: kept unchecked, as without the watch
+        report.by_others = shared.by_others if shared is not None else 0
+        _close(report, jobs, clock() - t0, run_log, watch)
         if run_log is not None:
-            run_log.update(seconds=round(report.seconds, 2), left=report.left,
-                           stopped_by_budget=report.stopped_by_budget)
             save()
         save.flush()
         if shared is not None:
@@ -316,7 +327,34 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
     return report
 
 
+def _item_ms(item: Any, kind: str, *, runtime: Runtime, settings: ProfileSettings) -> float:
+    """One measurement's median, in ms (an anchor's timing: never saved)."""
+    return _measure_job(Job(item, kind, 0, 0.0), runtime, settings).median_ms
+
+
+def _count(rep: ProfileReport, entry: Entry, took: float) -> None:
+    rep.measured += 1
+    rep.remeasured += entry.remeasured > 0
+    rep.seconds += took
+
+
+def _close(report: JobReport, jobs: Sequence[Job], seconds: float, run_log: dict[str, Any] | None,
+           watch: Watch | Unwatched) -> None:
+    """The report's and the run record's last figures: time, jobs left, counts, what the watch saw."""
+    report.seconds = seconds
+    report.left = len(jobs) - len(report.done) - report.by_others
+    report.watch = watch.record()
+    if run_log is not None:
+        run_log.update(seconds=round(seconds, 2), left=report.left, stopped_by_budget=report.stopped_by_budget,
+                       measured=report.blocks.measured + report.networks.measured,
+                       remeasured=report.blocks.remeasured + report.networks.remeasured)
+        if report.watch is not None:
+            run_log["watch"] = report.watch
+
+
 def _show(bar: Any, elapsed: float, eta: _Eta, postfix: str) -> None:
+    if bar is None:
+        return
     bar.total = round(elapsed + eta.remaining(), 1)
     bar.n = round(elapsed, 1)
     bar.set_postfix_str(postfix)

@@ -50,6 +50,7 @@ from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.table import TABLES_DIR, LatencyTable, now_iso, resolve_table_path
 from nas.latency.validate import held_out_set, measure_held_out
+from nas.latency.watch import Unwatched, Watch, noise_note
 from nas.resources import user_tables_dir
 from nas.space import list_calibration_spaces, load_space
 from nas.target import Target
@@ -383,8 +384,9 @@ def _network_seconds(call_ms: Callable[[Any, str], float], settings: ProfileSett
 def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: ProfileSettings, *, freq,
                    budget_min: float | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
     budget_s = 60.0 * budget_min if budget_min else None
+    watch = Watch() if settings.watch else Unwatched()
     try:
-        jr = run_jobs(jobs, runtime, table, settings, path=out, progress=progress, budget_s=budget_s)
+        jr = run_jobs(jobs, runtime, table, settings, path=out, progress=progress, budget_s=budget_s, watch=watch)
     except KeyboardInterrupt as e:
         raise Interrupted(f"{len(table)} block entries and {len(table.networks)} networks are saved in {out}; "
                           "run the same command again to continue") from e
@@ -394,8 +396,13 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
     say(f"{rep.measured} block measurements in {rep.seconds:.1f}s ({rep.entries_per_minute:.0f}/min), "
         f"{rep.remeasured} re-measured for noise; {nrep.measured} network measurements in {nrep.seconds:.1f}s; "
         f"table: {table.describe()}{others}, {len(table.networks)} networks -> {out}")
+    earlier = (table.metadata.get("profile_log") or [])[:-1]
+    for line in (watch.stopped or watch.summary(), noise_note(earlier, rep.measured + nrep.measured,
+                                                               rep.remeasured + nrep.remeasured)):
+        if line:
+            say(line)
     repro = None
-    if rep.measured + nrep.measured:
+    if rep.measured + nrep.measured and not watch.stopped:  # not on a machine that misled the run
         try:
             repro = reproducibility.record(table, runtime, settings, progress=progress, say=say)
         except KeyboardInterrupt as e:
@@ -415,7 +422,8 @@ def _measure_table(jobs, table: LatencyTable, out: Path, runtime, settings: Prof
             "entries": len(table), "others_added": table.others_added, "requested": rep.requested,
             "networks": len(table.networks), "network_seconds": nrep.seconds, "rounds": settings.rounds,
             "left": jr.left, "stopped_by_budget": jr.stopped_by_budget, "coverage": covered,
-            "reproducibility": repro, "timing": runtime.timing, "graph_fallbacks": dict(runtime.graph_fallbacks)}
+            "reproducibility": repro, "timing": runtime.timing, "graph_fallbacks": dict(runtime.graph_fallbacks),
+            "watch": jr.watch}
 
 
 def remeasure_calibration(table: LatencyTable, runtime, settings: ProfileSettings, *, per_space: int | None,
