@@ -327,7 +327,7 @@ def test_spread_order_spans_the_range_first():
     # a budget reaches a space's first calibration networks only: they span its range of MACs, the
     # smallest and the largest first, then the median; the set itself is the seeded one
     from nas.cost import arch_cost
-    from nas.latency.profile_workflow import spread_order
+    from nas.latency.profiler import spread_order
 
     archs = calibration_archs(load_space("mbv3"), 21)
     got = spread_order(archs)
@@ -341,14 +341,14 @@ def test_spread_order_spans_the_range_first():
 def test_calibration_order_levels_the_time_of_each_space():
     # a space whose networks take 3x the seconds gets a third of the networks in any prefix (so the
     # budget's share of each space is its time, not its count); the whole set is the same
-    from nas.latency.profile_workflow import _round_robin
+    from nas.latency.profiler import calibration_order
 
     spaces = [load_space("tiny"), load_space("calibration/effnetlike")]
     cost = {"tiny": 1.0, "effnetlike": 3.0}
-    got = _round_robin(spaces, 12, None, seconds=lambda a: cost[a.name])
+    got = calibration_order(spaces, 12, None, seconds=lambda a: cost[a.name])
     first = [a.name for a in got[:8]]
     assert first.count("tiny") == 6 and first.count("effnetlike") == 2
-    plain = _round_robin(spaces, 12, None)
+    plain = calibration_order(spaces, 12, None)
     assert [a.name for a in plain[:4]] == ["tiny", "effnetlike"] * 2
     assert sorted(a.digest() for a in got) == sorted(a.digest() for a in plain)
 

@@ -18,15 +18,12 @@ import dataclasses
 import logging
 import shlex
 import socket
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
-from nas.cost import arch_cost
 from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
@@ -40,7 +37,7 @@ from nas.latency.profile_jobs import expected_seconds, plan_jobs, run_jobs
 from nas.latency.profiler import (
     VALIDATION_SEED,
     block_frequency,
-    calibration_archs,
+    calibration_order,
     new_metadata,
     pruned_archs,
     space_names,
@@ -57,7 +54,7 @@ from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
 __all__ = ["Interrupted", "calibration_space_names", "check_budget", "default_out", "profile_target",
-           "remeasure_calibration", "spread_order"]
+           "remeasure_calibration"]
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +208,7 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
                                                num_classes=num_classes, pruned_networks=pruned_networks)
     if bundle:
         seconds = _network_seconds(_call_ms(target, None), settings)
-        nets = {"calibration": _round_robin(all_spaces, calibration_networks, resolution, seconds),
+        nets = {"calibration": calibration_order(all_spaces, calibration_networks, resolution, seconds),
                 "pruned": pruned}
         freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
         keys = sorted(keys, key=lambda k: -freq.get(k, 0))
@@ -250,7 +247,7 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
         if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
             table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
         call_ms = _call_ms(target, table.metadata.get("call_overhead_ms"))
-        nets = _round_robin(all_spaces, calibration_networks, resolution, seconds=_network_seconds(call_ms, settings))
+        nets = calibration_order(all_spaces, calibration_networks, resolution, seconds=_network_seconds(call_ms, settings))
         nets += pruned
         jobs = plan_jobs(keys, nets, table, settings, call_ms=call_ms, freq=freq, limit=limit)
         budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
@@ -313,42 +310,6 @@ def import_command(command: str | None, target: Target, bundle: Path) -> str:
     words = shlex.split(command or f"python -m nas.profile conf={target.name}")
     words = [w for w in words if not w.startswith(("bundle=", "held_out=", "progress=", "budget_min="))]
     return shell_join([*words, f"import_bundle={bundle}/results.json"])
-
-
-def _round_robin(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None) -> list[Arch]:
-    """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
-    the space that has had the least of the measuring time so far (``seconds``: a network's
-    expected seconds; without it, one network each in turn).  A budget that stops early has
-    calibrated on every space, from its smallest networks to its largest, and a space of large
-    networks (``effnetlike``: 3x the seconds of the others' a network) does not take the budget
-    from the rest; the whole set is the same at any budget."""
-    per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
-    if seconds is None:
-        return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
-    out, spent, at = [], [0.0] * len(per), [0] * len(per)
-    while live := [i for i in range(len(per)) if at[i] < len(per[i])]:
-        i = min(live, key=lambda i: (spent[i], i))
-        out.append(per[i][at[i]])
-        spent[i] += seconds(per[i][at[i]])
-        at[i] += 1
-    return out
-
-
-def spread_order(archs: Sequence[Arch]) -> list[Arch]:
-    """``archs`` reordered so that every prefix spans their range of MACs: the smallest, the largest,
-    then the median, the quartiles, the octiles... (ranks by binary subdivision).  The set is
-    unchanged, so a table measured in another order holds the same networks."""
-    ranked = sorted(range(len(archs)), key=lambda i: (arch_cost(archs[i]).macs, i))
-    if len(ranked) < 3:
-        return [archs[i] for i in ranked]
-    order, spans = [0, len(ranked) - 1], deque([(0, len(ranked) - 1)])
-    while spans:
-        lo, hi = spans.popleft()
-        mid = (lo + hi) // 2
-        if lo < mid < hi:
-            order.append(mid)
-            spans += [(lo, mid), (mid, hi)]
-    return [archs[ranked[r]] for r in order]
 
 
 def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:

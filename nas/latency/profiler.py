@@ -20,9 +20,10 @@ runs it with ``run_jobs`` under one progress bar and an optional time budget; th
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
+from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import torch
 
 from nas import __version__
 from nas.arch import Arch, BlockKey
+from nas.cost import arch_cost
 from nas.latency.device import device_identity
 from nas.latency.measure import ProfileReport, ProfileSettings, measure_items
 from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
@@ -45,9 +47,9 @@ from nas.target import Target, require_target
 
 __all__ = [
     "CALIBRATION_SEED", "VALIDATION_SEED", "Job", "JobReport", "ProfileReport", "ProfileSettings", "anchor_archs",
-    "block_frequency", "calibration_archs", "expected_seconds", "measure_arch", "measure_key", "measure_networks",
-    "new_metadata", "plan_jobs", "profile_blocks", "profile_networks", "pruned_archs", "round_order", "run_jobs",
-    "space_names",
+    "block_frequency", "calibration_archs", "calibration_order", "expected_seconds", "measure_arch", "measure_key",
+    "measure_networks", "new_metadata", "plan_jobs", "profile_blocks", "profile_networks", "pruned_archs", "round_order",
+    "run_jobs", "space_names", "spread_order",
 ]
 
 # seeds of the calibration networks; validation draws from other seeds and skips these digests
@@ -82,6 +84,42 @@ def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[A
     rng = np.random.default_rng([CALIBRATION_SEED, sum(map(ord, space.name))])
     archs = [space.random(rng) for _ in range(n)]
     return [a.with_resolution(resolution) for a in archs] if resolution else archs
+
+
+def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None) -> list[Arch]:
+    """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
+    the space that has had the least of the measuring time so far (``seconds``: a network's
+    expected seconds; without it, one network each in turn).  A budget that stops early has
+    calibrated on every space, from its smallest networks to its largest, and a space of large
+    networks (``effnetlike``: 3x the seconds of the others' a network) does not take the budget
+    from the rest; the whole set is the same at any budget."""
+    per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
+    if seconds is None:
+        return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
+    out, spent, at = [], [0.0] * len(per), [0] * len(per)
+    while live := [i for i in range(len(per)) if at[i] < len(per[i])]:
+        i = min(live, key=lambda i: (spent[i], i))
+        out.append(per[i][at[i]])
+        spent[i] += seconds(per[i][at[i]])
+        at[i] += 1
+    return out
+
+
+def spread_order(archs: Sequence[Arch]) -> list[Arch]:
+    """``archs`` reordered so that every prefix spans their range of MACs: the smallest, the largest,
+    then the median, the quartiles, the octiles... (ranks by binary subdivision).  The set is
+    unchanged, so a table measured in another order holds the same networks."""
+    ranked = sorted(range(len(archs)), key=lambda i: (arch_cost(archs[i]).macs, i))
+    if len(ranked) < 3:
+        return [archs[i] for i in ranked]
+    order, spans = [0, len(ranked) - 1], deque([(0, len(ranked) - 1)])
+    while spans:
+        lo, hi = spans.popleft()
+        mid = (lo + hi) // 2
+        if lo < mid < hi:
+            order.append(mid)
+            spans += [(lo, mid), (mid, hi)]
+    return [archs[ranked[r]] for r in order]
 
 
 def pruned_archs(space, n: int, *, resolution: int | None = None, min_keep: float = 0.25,
