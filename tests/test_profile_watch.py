@@ -146,6 +146,11 @@ def test_a_quiet_run_saves_everything_and_says_nothing(tmp_path, monkeypatch):
     rep, w, saved = _run(dev, tmp_path / "t.json")
     assert w.summary() is None and w.counts == {"contended": 0, "retried": 0, "affected": 0, "requeued": 0}
     assert len(saved) == len(KEYS) and rep.left == 0 and len(w.record()["checks"]) >= 4
+    # measurements quiet on their retry: the table holds only quiet figures, so nothing to say
+    w.counts["retried"] = 3
+    assert w.summary() is None
+    w.counts.update(contended=1, affected=1)
+    assert "1 measurements not saved" in w.summary()
 
 
 def test_a_machine_that_stays_slow_stops_the_run(tmp_path, monkeypatch):

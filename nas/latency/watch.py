@@ -319,8 +319,8 @@ class Watch:
 
     def summary(self) -> str | None:
         """One line for the user when the machine misled the run (None when all was fine)."""
-        if not self.counts["affected"] and not self.counts["retried"]:
-            return None
+        if not self.counts["affected"] and not self.counts["contended"]:
+            return None  # retried once and quiet the second time: the table holds only quiet measurements
         moved = [c for c in self.checks if c["moved"]]
         worst = max(moved, key=lambda c: abs(c["ratio"] - 1), default=None)
         parts = [f"anchors moved to {worst['ratio']:.2f}x their first timing at {worst['s']:.0f}s ({len(moved)} of "
