@@ -307,24 +307,29 @@ def tables_md(out: dict) -> str:
 
 def plot(out: dict, path: Path) -> None:
     """Within ±10% against the simulated minutes: the own partial table, the default ``stack``
-    transfer, the full table; one panel per held-out table."""
+    transfer, the best method's, the full table; one panel per held-out table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    best = f"transfer_{out['decision'].get('transfer', {}).get('best_method', 'stack')}"
     n = len(out["devices"])
     cols = min(n, 4)
     fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.4 * ((n + cols - 1) // cols)),
                              squeeze=False)
     for ax, (d, r) in zip(axes.flat, out["devices"].items()):
         mins = [b["minutes"] for b in r["budgets"]]
-        for key, style in (("partial", "o-"), ("transfer_stack", "s-"), ("transfer_any_stack", "^--")):
-            ax.plot(mins, [100 * within(b["scores"].get(key, {}), r["scored_on"]) for b in r["budgets"]], style, label=key)
+        for key, style in dict.fromkeys([("partial", "o-"), ("transfer_stack", "s-"), (best, "d-"),
+                                          ("transfer_any_stack", "^--")]):
+            if any(key in b["scores"] for b in r["budgets"]):
+                ax.plot(mins, [100 * within(b["scores"].get(key, {}), r["scored_on"]) for b in r["budgets"]], style,
+                        label=key)
         if "full" in r:
             ax.axhline(100 * r["full"]["held_out"]["within_10pct"], color="k", ls=":", label="full table")
         ax.set(xscale="log", xlabel="simulated minutes", ylabel="within ±10% (%)", title=f"held out: {d}", ylim=(0, 101))
         ax.set_xticks(mins, [f"{m:g}" for m in mins])
+        ax.minorticks_off()
         ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
@@ -344,7 +349,11 @@ def main() -> None:
                     "can score: held-out measurements and a table to transfer from)")
     ap.add_argument("--minutes", type=float, nargs="+", default=list(MINUTES))
     ap.add_argument("--out", default=str(RESULTS / "onboard.json"))
+    ap.add_argument("--replot", action="store_true", help="draw --out's plot again from its JSON, nothing else")
     args = ap.parse_args()
+    if args.replot:
+        plot(json.loads(Path(args.out).read_text()), Path(args.out).with_suffix(".png"))
+        return
     tables = {p.stem: LatencyTable.load(p) for p in sorted(tables_dir().glob("*.json"))}
     devices = args.devices or default_devices(tables)
     unknown = [d for d in devices if d not in tables]
