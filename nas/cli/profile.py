@@ -17,7 +17,8 @@ from nas.space import load_space, space_names
 # settings a target carries that change nothing nas.profile does: typed on its command line, they are refused
 NO_EFFECT = {
     "conf.transfer_from": "other devices' tables fill the blocks a predictor lacks when it predicts (nas.predict, "
-                          "nas.search, nas.validate); nas.profile measures this device's own",
+                          "nas.validate, nas.search, nas.train, nas.export), while nas.profile measures this "
+                          "device's own blocks",
 }
 
 
