@@ -24,14 +24,25 @@ from omegaconf import DictConfig, OmegaConf
 from nas.machine import OtherProcessorWarning, cpu_identity, device_mismatch
 from nas.resources import conf_dir, user_home
 
-__all__ = ["HERE_NAMES", "PRECISIONS", "RUNTIME_NAMES", "Device", "Target", "load_target", "precision_targets",
-           "require_target", "runs_here", "target_names"]
+__all__ = ["HERE_NAMES", "PRECISIONS", "REMOVED_FIELDS", "RUNTIME_NAMES", "Device", "Target", "load_target",
+           "precision_targets", "removed_field_error", "require_target", "runs_here", "target_names"]
 
 PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
 RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino")
 TORCH_RUNTIMES = ("torch", "torch_compile")
 HERE_NAMES = ("here", "here_gpu")  # this machine's own targets, made by nas.latency.here
+# fields a target no longer has, with why: a config, a target file or a call naming one is refused
+REMOVED_FIELDS = {
+    "transfer_from": "filling a briefly measured table from other devices' tables added at most 2.7 points of "
+                     "held-out networks within ±10% to a 1-minute profile and none from 2 minutes on",
+}
+
+
+def removed_field_error(name: str) -> str | None:
+    """The one-line error for a target field that was removed (``REMOVED_FIELDS``), else None."""
+    why = REMOVED_FIELDS.get(name)
+    return f"target.{name} was removed: {why}; drop it (see CHANGELOG.md)" if why else None
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,6 @@ class Target:
         threads: the runtime's intra-op threads.
         resolution: the deployment input resolution; None: the space's own.
         table: the measured latency table (a file in the tables dirs, or a path); None: roofline estimate.
-        transfer_from: tables of other devices that fill the blocks this table lacks (``[auto]``: all found).
         cuda_graph: blocks and networks are timed as CUDA-graph replays (a GPU target only).
 
     Raises:
@@ -97,9 +107,6 @@ class Target:
     threads: int = 1
     resolution: int | None = None  # deployment resolution; None = the space's own
     table: str | None = None  # a file in the tables dirs (or a path); None = roofline estimate
-    # tables of other devices (same runtime, provider, precision, batch, threads) that fill the blocks a
-    # briefly measured table lacks, per block (nas.latency.transfer); [auto] = every such table found
-    transfer_from: tuple[str, ...] = ()
     # the deployment replays CUDA graphs (TensorRT, onnxruntime's enable_cuda_graph, torch.compile's
     # reduce-overhead): blocks and networks are timed as graph replays on the GPU; false times eager calls,
     # which at batch 1 measure the host's dispatch ("eager (host-bound)" in every label)
@@ -114,10 +121,6 @@ class Target:
                 raise ValueError(f"target.{f} must be a positive integer, got {v!r}")
         if isinstance(self.device, Mapping):
             object.__setattr__(self, "device", Device(**dict(self.device)))
-        tf = self.transfer_from
-        if isinstance(tf, str) or not all(isinstance(x, str) and x for x in (tf or ())):
-            raise ValueError(f"target.transfer_from must be a list of table names or paths (or [auto]), got {tf!r}")
-        object.__setattr__(self, "transfer_from", tuple(tf or ()))
         gpu = self.device.kind in ("gpu", "jetson")
         if self.runtime in TORCH_RUNTIMES and self.provider in ("", None, "CPUExecutionProvider"):
             object.__setattr__(self, "provider", "cuda" if gpu else "cpu")  # torch's "provider" is its device
@@ -141,9 +144,13 @@ class Target:
         """A Target from its fields (``to_dict``'s form; ``device`` a dict).
 
         Raises:
-            ValueError: an unknown field (listing the valid ones) or a value out of range.
+            ValueError: an unknown or removed field (listing the valid ones; a removed one with why) or a
+                value out of range.
         """
         d = dict(d)
+        for name in d:
+            if removed_field_error(name):
+                raise ValueError(removed_field_error(name))
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -175,7 +182,6 @@ class Target:
         """The fields as plain data (lists for tuples), as ``from_dict`` reads them back."""
         d = dataclasses.asdict(self)
         d["device"]["cpu_flags"] = list(self.device.cpu_flags)
-        d["transfer_from"] = list(self.transfer_from)
         return d
 
     def replace(self, **changes: Any) -> Target:

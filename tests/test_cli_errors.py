@@ -145,13 +145,38 @@ def test_an_unhandled_ctrl_c_exits_130(monkeypatch, cli):
     assert code == 130 and err.strip() == "interrupted"
 
 
-@pytest.mark.parametrize("arg", ["conf.transfer_from=[cpu_int8]", "target.transfer_from=[auto]",
-                                 "+conf.transfer_from=[cpu_int8]"])
-def test_profile_refuses_a_setting_that_does_nothing_there(cli, arg, tmp_path, monkeypatch):
-    """A target's transfer_from acts when a predictor predicts, never when nas.profile measures: typed on
-    its command line it is refused in one line, before anything is measured or written."""
+REMOVED = "target.transfer_from was removed: "
+
+
+@pytest.mark.parametrize("module,arg", [("profile", "conf.transfer_from=[cpu_int8]"),
+                                        ("profile", "+conf.transfer_from=[cpu_int8]"),
+                                        ("predict", "target.transfer_from=[auto]"),
+                                        ("search", "conf.transfer_from=[epyc_zen5.json]"),
+                                        ("validate", "~conf.transfer_from")])
+def test_a_removed_target_field_on_the_command_line_is_refused_with_why(cli, module, arg, tmp_path, monkeypatch):
+    """conf.transfer_from was removed: typed on any command line it is refused in one line that says
+    why and points to the CHANGELOG, before anything is measured or written; never silently ignored."""
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path / "home"))
-    code, err = cli("profile", "conf=cpu", arg, "limit=1")
+    code, err = cli(module, "conf=cpu", arg)
     line = _one_line(err)
-    assert code == 2 and "conf.transfer_from= does nothing in nas.profile" in line and "nas.predict" in line
+    assert code == 2 and line.startswith(f"error: {REMOVED}") and "5 points" in line and "see CHANGELOG" in line
     assert not (tmp_path / "home").exists()
+
+
+def test_a_target_file_with_a_removed_field_is_refused_with_why(cli, tmp_path, monkeypatch):
+    """A user's target file that still sets transfer_from: the command, nas.load_target and
+    load_latency_model(transfer_from=...) each refuse it in one line naming the field and why."""
+    import nas
+
+    home = tmp_path / "home"
+    (home / "target").mkdir(parents=True)
+    text = (ROOT / "conf" / "target" / "cpu.yaml").read_text().replace("name: cpu", "name: mine")
+    (home / "target" / "mine.yaml").write_text(text + "transfer_from: [epyc_zen5.json]\n")
+    monkeypatch.setenv("HWNAS_HOME", str(home))
+    code, err = cli("predict", "conf=mine", "model=timm:mobilenetv2_100")
+    line = _one_line(err)
+    assert code == 2 and line.startswith(f"error: target/mine.yaml: {REMOVED}") and "see CHANGELOG" in line
+    with pytest.raises(ValueError, match=REMOVED):
+        nas.load_target("mine")
+    with pytest.raises(ValueError, match=REMOVED):
+        nas.load_latency_model("cpu", transfer_from=["epyc_zen5.json"])

@@ -28,6 +28,7 @@ from nas._io import Busy, shell_join
 from nas.cli._help import annotate_help
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
 from nas.machine import OtherProcessorWarning, RuntimeUnavailable
+from nas.target import removed_field_error
 
 __all__ = [
     "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
@@ -95,6 +96,14 @@ def _quote_hint(e: BaseException) -> str | None:
             f"digits and _-+./: must be quoted for Hydra, inside the shell's quotes: {quoted}")
 
 
+def _removed_field_line(text: str) -> str | None:
+    """A target file (``In 'target/<name>'``) that sets a removed field: its one-line error, else None."""
+    m = re.search(r"Key '(\w+)' not in 'TargetConfig'", text)
+    line = removed_field_error(m.group(1)) if m else None
+    where = re.search(r"In '(target/[^']+)'", text)
+    return f"{where.group(1)}.yaml: {line}" if line and where else line
+
+
 def config_error_line(e: BaseException) -> str:
     """A Hydra / OmegaConf composition error as one line: an unknown option lists the valid ones,
     a mistyped key names the closest one, an override the grammar cannot read shows how to quote it."""
@@ -103,6 +112,9 @@ def config_error_line(e: BaseException) -> str:
         return hint
     text = str(e)
     cause = e.__cause__
+    removed = _removed_field_line(text)
+    if removed:
+        return removed
     m = re.match(r"Could not override '([^']+)'", text)
     names = _option_names(getattr(cause, "object_type", None))
     if m and names is not None and "not in" in str(cause):

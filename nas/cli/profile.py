@@ -10,30 +10,13 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from nas import latency
-from nas.cli._common import check_counts, hydra_app, typed_command, user_errors, user_override
+from nas.cli._common import check_counts, hydra_app, typed_command, user_errors
 from nas.latency.measure import Interrupted, ProfileSettings
 from nas.space import load_space, space_names
-
-# settings a target carries that change nothing nas.profile does: typed on its command line, they are refused
-NO_EFFECT = {
-    "conf.transfer_from": "other devices' tables fill the blocks a predictor lacks when it predicts (nas.predict, "
-                          "nas.validate, nas.search, nas.train, nas.export), while nas.profile measures this "
-                          "device's own blocks",
-}
-
-
-def refuse_no_effect(args: list[str]) -> None:
-    """A typed override (``conf.transfer_from=[cpu]``) that would change nothing here: one ``ValueError``
-    naming it, why, and where it does act."""
-    for a in args:
-        key = user_override(a).lstrip("+").split("=", 1)[0]
-        if key in NO_EFFECT:
-            raise ValueError(f"{key}= does nothing in nas.profile: {NO_EFFECT[key]}; drop it here")
 
 
 @user_errors
 def run(cfg: DictConfig) -> dict:
-    refuse_no_effect(sys.argv[1:])
     check_counts(cfg, {**dict.fromkeys(("calibration_networks", "pruned_networks", "refresh"), "networks per space"),
                       "held_out": "held-out networks"})
     for name in space_names(cfg.search_space) if cfg.search_space else ():  # the shipped ones load fine

@@ -67,9 +67,6 @@ def run(cfg: DictConfig) -> dict:
         c = report["calibration_spaces"]
         print(f"  recalibrated_search_spaces_only: recalibrated without the {c['networks']} of {c['of']} calibration "
               f"networks from calibration-only spaces ({', '.join(c['spaces'])})")
-    if latency.WITHOUT_TRANSFER in report["methods"]:
-        print(f"  {latency.WITHOUT_TRANSFER}: the same measured table without the blocks transferred from other devices "
-              f"(transfer_from)")
     for line in latency.reproducibility_lines(report):
         print(f"  {line}")
     if "table_reproducibility" in report:
@@ -100,15 +97,12 @@ def _budget_lines(b: dict) -> list[str]:
                      "of their last round, so with several rounds the minutes span about the last round only)")
     elif b["unlogged"]:
         lines.append(f"  ({b['unlogged']} entries predate the profile log: counted as measured at minute 0)")
-    transfer = any("without_transfer" in p for p in b["curve"])
     rows = [[f"{p['minutes']:.1f}", p["blocks"], p["networks"], f"{100 * p['time_covered']:.1f}%",
              f"{100 * p['within_5pct']:.1f}%", f"{100 * p['within_10pct']:.1f}%", f"{p['mape']:.2f}%",
-             f"{p['kendall_tau']:.3f}"]
-            + ([f"{100 * p['without_transfer']['within_10pct']:.1f}%"] if transfer else []) for p in b["curve"]]
+             f"{p['kendall_tau']:.3f}"] for p in b["curve"]]
     if rows:
         lines.append(fmt_table(rows, ["minutes", "blocks", "networks", "time measured", "within ±5%",
-                                      "within ±10%", "MAPE", "Kendall τ"]
-                               + (["±10% without transfer"] if transfer else [])))
+                                      "within ±10%", "MAPE", "Kendall τ"]))
     lines.append(b["sentence"])
     return lines
 

@@ -18,7 +18,7 @@ import nas.latency  # its ensure_here_target loads with conf=here only (the pack
 from nas.config.schema import MeasureConfig, TargetConfig
 from nas.latency.options import PROFILE, VALIDATE
 from nas.resources import conf_dir, user_home
-from nas.target import HERE_NAMES, target_names
+from nas.target import HERE_NAMES, removed_field_error, target_names
 
 __all__ = ["CONF_DIR", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig", "ValidateAppConfig",
            "alias_override", "normalize_overrides", "register_configs"]
@@ -132,6 +132,14 @@ def _here_override(args: list[str]) -> list[str]:
     return out
 
 
+def _refuse_removed(args: Sequence[str]) -> None:
+    """A ``target.<field>`` override (``+``, ``~`` too) of a field that was removed: its one-line error."""
+    for a in args:
+        group, _, name = a.lstrip("+~").split("=", 1)[0].partition(".")
+        if group == "target" and removed_field_error(name):
+            raise ValueError(removed_field_error(name))
+
+
 def normalize_overrides(args: Sequence[str]) -> list[str]:
     """Command-line overrides as Hydra reads them.
 
@@ -147,9 +155,12 @@ def normalize_overrides(args: Sequence[str]) -> list[str]:
         The overrides for Hydra.
 
     Raises:
-        ValueError: ``conf=here_gpu`` without a GPU, or ``$HWNAS_HOME`` not writable for a new here target.
+        ValueError: ``conf=here_gpu`` without a GPU, ``$HWNAS_HOME`` not writable for a new here target,
+            or a target field that was removed (``conf.transfer_from=``), with why.
     """
-    out = _here_override([alias_override(a) for a in args])
+    out = [alias_override(a) for a in args]
+    _refuse_removed(out)
+    out = _here_override(out)
     home = user_home()
     if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
         out.append(f"hydra.searchpath=[file://{home}]")

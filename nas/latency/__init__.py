@@ -17,7 +17,7 @@ _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "pre
           "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
           "validate_target": "validate", "ensure_here_target": "here",
           # what nas.validate prints a report with
-          **{n: "validate" for n in ("RESCALED", "WITHOUT_TRANSFER", "reproducibility_lines")},
+          **{n: "validate" for n in ("RESCALED", "reproducibility_lines")},
           "summary_line": "reproducibility"}
 
 

@@ -158,7 +158,7 @@ def budget_report(predictor, vs, *, space_keys: Sequence[BlockKey], reached: dic
     ``predictor``: the fitted ``LatencyPredictor`` (its parameters are reused for every refit);
     ``vs``: the held-out ``ValidationSet``; ``space_keys``: the spaces' blocks at the validated
     resolution; ``reached``: the full predictor's held-out score."""
-    table = measured_table(predictor)
+    table = predictor.table_
     keys = set(space_keys)
     measured = sum(k in table.entries for k in keys)
     order = measuring_order(table)
@@ -191,7 +191,7 @@ def _curve(predictor, vs, order: Order, times: dict[BlockKey, float]) -> list[di
     points, seen = [], set()
     for f in FRACTIONS:
         s = f * order.seconds
-        sub = table_at(measured_table(predictor), order, s)
+        sub = table_at(predictor.table_, order, s)
         sig = (len(sub.entries), len(sub.networks))
         if len(sub.entries) < MIN_ENTRIES or sig in seen:
             continue
@@ -202,19 +202,7 @@ def _curve(predictor, vs, order: Order, times: dict[BlockKey, float]) -> list[di
         points.append({"minutes": s / 60, "blocks": len(sub.entries), "networks": len(sub.networks),
                        "calibrated": model.calibration_ is not None,
                        "time_covered": time_covered(times, sub.entries), **score(pred, meas)})
-        if getattr(predictor, "partial_", None) is not None:  # transfer: the same minutes without the sources
-            own = predictor.without_transfer(refresh=False)
-            with _quiet("nas.latency.predictor"):
-                own.fit(sub, mismatched=predictor.mismatched_)
-            points[-1]["without_transfer"] = score(own.predict(vs.archs), meas)
     return points
-
-
-def measured_table(predictor) -> LatencyTable:
-    """The table the device measured: a ``TransferPredictor``'s partial table (its ``table_`` also
-    holds the transferred blocks), else the predictor's ``table_``."""
-    partial = getattr(predictor, "partial_", None)
-    return partial if partial is not None else predictor.table_
 
 
 @contextlib.contextmanager
@@ -272,9 +260,6 @@ def budget_plot(b: dict[str, Any], path, *, title: str = "") -> str | None:
     ax = fig.subplots()
     ax.plot(x, [100 * p["within_10pct"] for p in c], "o-", label="within ±10%")
     ax.plot(x, [100 * p["within_5pct"] for p in c], "s-", label="within ±5%")
-    if any("without_transfer" in p for p in c):
-        ax.plot(x, [100 * p.get("without_transfer", {}).get("within_10pct", float("nan")) for p in c], "^--",
-                color="tab:red", label="within ±10%, without transfer")
     ax.plot(x, [100 * p["time_covered"] for p in c], "--", color="grey", label="networks' time in measured blocks")
     ex, rem = b.get("extrapolation"), b["remaining"]
     if ex and rem.get("minutes") and x:

@@ -1,12 +1,12 @@
 """The latency model for a target: ``load_latency_model`` picks a predictor fitted on the target's
-measured table (with transfer from other devices' tables when asked) or, without a table, the
-roofline estimate (``RooflineModel``), and warns when a CPU table was measured on another processor.
+measured table or, without a table, the roofline estimate (``RooflineModel``), and warns when a CPU
+table was measured on another processor.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,8 @@ from nas.latency.here import is_here_name, load_target, profile_command
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.roofline import Roofline
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
-from nas.latency.transfer import TransferPredictor, resolve_sources
 from nas.latency.versions import runtime_note
-from nas.target import Target, require_target
+from nas.target import Target, removed_field_error, require_target
 
 __all__ = ["RooflineModel", "elsewhere_warning", "load_latency_model", "resolve_target"]
 
@@ -77,8 +76,7 @@ class RooflineModel(LatencyModel):
 
 
 def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismatch: bool = False,
-                       table_path: str | Path | None = None, transfer_from: Sequence[str] = (),
-                       **predictor_kw: Any) -> LatencyModel:
+                       table_path: str | Path | None = None, **predictor_kw: Any) -> LatencyModel:
     """The latency model for a target: a predictor fitted on its measured table, else a roofline estimate.
 
     Args:
@@ -87,18 +85,16 @@ def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismat
         allow_mismatch: accept a table whose runtime, provider or device differs from the target's
             (the differences are kept in the model's ``warning``).
         table_path: a table to use instead of the target's own ``table``.
-        transfer_from: tables of other devices (same runtime and precision) that fill the blocks a
-            briefly measured table lacks (``nas.latency.transfer.TransferPredictor``); ``auto`` stands
-            for every compatible table found.  Default: the target's own ``transfer_from``.
         **predictor_kw: ``LatencyPredictor`` parameters.
 
     Returns:
-        A fitted ``LatencyPredictor`` (or ``TransferPredictor``); a ``RooflineModel`` labelled
+        A fitted ``LatencyPredictor``; a ``RooflineModel`` labelled
         ``estimated`` when the target names no table or its file is missing.
 
     Raises:
         TypeError: ``target`` is none of those.
-        ValueError: an unknown target name, or target fields unknown or out of range.
+        ValueError: an unknown target name, target fields unknown or out of range, or a removed
+            option (``transfer_from``).
         TableError: the table does not fit the target (and ``allow_mismatch`` is not set).
 
     Warns:
@@ -111,6 +107,9 @@ def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismat
         model.predict([arch])           # milliseconds
         model.explain(arch).label       # where the number came from
     """
+    for k in predictor_kw:
+        if removed_field_error(k):
+            raise ValueError(removed_field_error(k))
     target = resolve_target(target)
     name = table_path or target.table
     if not name:
@@ -123,12 +122,7 @@ def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismat
         diffs = table.check_target(target, allow_mismatch=allow_mismatch)
     except TableError:
         raise
-    transfer_from = list(transfer_from or target.transfer_from)
-    if transfer_from:
-        sources = resolve_sources(table, transfer_from)
-        model = TransferPredictor(sources=sources, **predictor_kw).fit(table, mismatched=bool(diffs))
-    else:
-        model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
+    model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
     model.elsewhere_ = elsewhere_warning(target, table)
     model.runtime_note_ = runtime_note(target, table.metadata)
     if model.elsewhere_:

@@ -77,7 +77,7 @@ from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
-__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "WITHOUT_TRANSFER", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
+__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
            "round_order", "score",
            "scatter_plot", "validate"]
 
@@ -90,8 +90,6 @@ STORED = "predictor_stored"  # scored too when the table holds a refresh / recal
 # scored beside RECALIBRATED when the table holds networks of calibration-only spaces: the same
 # re-measured figures, calibrated on the search spaces' networks alone (what those spaces add)
 WITHOUT_EXTRA = "recalibrated_search_spaces_only"
-# scored too when the predictor transfers blocks from other devices (transfer_from): the device's own table alone
-WITHOUT_TRANSFER = "predictor_without_transfer"
 # what each reproducibility figure bounds: a method reading those figures cannot agree with now more often
 CEILING_OF = {"as_built": "predictor", "rescaled": RESCALED, "recalibration": STORED}
 
@@ -261,10 +259,6 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
             methods = (*methods, WITHOUT_EXTRA)
             report["calibration_spaces"] = {"networks": len(nets) - len(own), "of": len(nets),
                                             "spaces": sorted({a.name for a, _ in nets if a.name in extra})}
-    if getattr(predictor, "partial_", None) is not None:  # a TransferPredictor: the same table without the sources
-        own = predictor.without_transfer()
-        preds[WITHOUT_TRANSFER] = own.fit(predictor.partial_, mismatched=predictor.mismatched_).predict(vs.archs)
-        methods = (*methods, WITHOUT_TRANSFER)
     rf, rc = recorded(predictor.table_)
     if (rf or rc) and not predictor.refresh:
         stored = clone(predictor).set_params(refresh=True)
