@@ -296,3 +296,18 @@ def test_a_profile_on_a_quiet_core_reports_nothing(tmp_path, monkeypatch, one_co
         pytest.skip(f"core {one_core} got busy during the test: {rep['watch']['wait_share']:.0%} waited")
     assert not any("misled" in line or "another process" in line for line in lines), lines
     assert rep["watch"]["affected"] == 0 and len(saved.entries) == 12
+
+
+def test_the_command_beside_a_cpu_hog_stops_with_exit_1(tmp_path, one_core):
+    # a script chaining nas.profile && nas.search must not go on with a table the machine misled
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {one_core})
+        r = subprocess.run([sys.executable, "-m", "nas.profile", "conf=cpu", "conf.device.name=null",
+                            "conf.device.cpu_flags=[]", "search_space=tiny", "limit=12", "progress=false",
+                            f"out={tmp_path / 't.json'}"], capture_output=True, text=True, timeout=600)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "another process shared this CPU" in r.stdout and "then the same command again" in r.stdout

@@ -22,7 +22,7 @@ def run(cfg: DictConfig) -> dict:
     for name in space_names(cfg.search_space) if cfg.search_space else ():  # the shipped ones load fine
         load_space(name)  # an unknown or malformed space is refused before the runtimes (torch) load
     try:
-        return latency.profile_target(  # the runtimes (torch) load here
+        summary = latency.profile_target(  # the runtimes (torch) load here
             OmegaConf.to_container(cfg.target, resolve=True), spaces=cfg.search_space, resolution=cfg.resolution,
             out=cfg.out, bundle=cfg.bundle, import_bundle=cfg.import_bundle,
             settings=ProfileSettings(**OmegaConf.to_container(cfg.profile)),
@@ -35,6 +35,9 @@ def run(cfg: DictConfig) -> dict:
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)
         sys.exit(130)
+    if (summary.get("watch") or {}).get("stopped"):  # the machine misled the run (said above): not a success
+        sys.exit(1)
+    return summary
 
 
 @hydra_app("profile")
