@@ -1,35 +1,25 @@
 """Onboarding a new device in a few minutes, simulated offline from the shipped tables.
 
-Nothing is measured.  Leave one table out at a time (``--devices``; default: every shipped table
-in ``latency_tables/`` with held-out networks measured on its device and at least one other
-table to transfer from).  For the held-out table D, its budgeted profile (``nas.profile
-budget_min=N``) is simulated: the jobs ``plan_jobs`` would run (calibration networks taken in
-turn from each space, as ``nas.profile`` lists them, spread over round 1; most used blocks first,
-``block_frequency``) are taken from D's table in that order until N simulated minutes are spent.
-A job's simulated time is the profiler's own cost model (``expected_seconds``: preparing and
-exporting it, then warm-up and timed calls at D's measured latency), scaled per kind (block /
-network) to the measured profiling run in ``benchmarks/results/profile.json`` (onnxruntime on the
-Xeon), and for another runtime by its measured bundle time over onnxruntime's on the same
-blocks (``bundle_xeon_<D>.json`` / ``bundle_xeon_cpu.json``).  A measured item takes D's figure.
+Nothing is measured.  Leave one table out at a time (``--devices``; default: every shipped CPU
+table in ``latency_tables/`` with held-out networks measured on its device).  For the held-out
+table D, its budgeted profile (``nas.profile budget_min=N``) is simulated: the jobs ``plan_jobs``
+would run (the calibration networks in ``nas.profile``'s order, ``calibration_order``: taken from
+the space that has had the least measuring time so far, each space's from its smallest and
+largest network on, spread over round 1; most used blocks first, ``block_frequency``) are taken
+from D's table in that order until N simulated minutes are spent.  A job's simulated time is
+the profiler's own cost model (``expected_seconds``: preparing and exporting it, then warm-up
+and timed calls at D's measured latency), scaled per kind (block / network) to the measured
+profiling run in ``benchmarks/results/profile.json`` (onnxruntime on the Xeon), and for another
+runtime by its measured bundle time over onnxruntime's on the same blocks
+(``bundle_xeon_<D>.json`` / ``bundle_xeon_cpu.json``).  A measured item takes D's figure.  A GPU
+table is not held out: those scalings are a CPU's.
 
 Scored on D's held-out networks (``predictor.json``'s points for the onnxruntime tables, the
 ``validate_<D>.json`` reports for the others; divided by the report's drift scale where it has
 one), and on D's calibration networks the simulated profile did not reach:
 
-(a) ``partial``             D's own predictor on the partial table;
-(b) ``transfer_<m>``        ``TransferPredictor`` (method m) from the other tables of the same
-                            runtime and precision (what ``conf.transfer_from`` accepts), plus the
-                            same partial table;
-(b') ``transfer_any_<m>``   the same from every other table of the same precision and kind of
-                            processor, whatever its runtime (the library refuses other runtimes:
-                            the sources are relabelled, to see whether they would pay);
-(c) ``full``                D's predictor on its full table (the ceiling).
-
-Sources share the held-out table's precision: int8 blocks run other kernels (per-channel
-quantized convolutions, requantization) whose speed does not follow the fp32 ones, so int8
-tables transfer among int8 and fp32 among fp32.  Transfer earns its place if it adds at least
-``NEEDED_POINTS`` held-out networks within ±10% at ``DECIDE_AT`` minutes or less, averaged over
-the held-out tables (its best method, and the default ``stack``).
+(a) ``partial``   D's own predictor on the partial table the budget leaves;
+(b) ``full``      D's predictor on its full table (the ceiling).
 
     python -m benchmarks onboard            # -> benchmarks/results/onboard.json, .md, .png
 """
@@ -50,19 +40,15 @@ from nas.latency.measure import ProfileSettings
 from nas.latency.options import VALIDATION_SEED
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import expected_seconds, plan_jobs
-from nas.latency.profile_workflow import _round_robin
-from nas.latency.profiler import block_frequency
+from nas.latency.profiler import block_frequency, calibration_archs, calibration_order
 from nas.latency.scoring import score
 from nas.latency.table import LatencyTable
-from nas.latency.transfer import METHODS, TransferPredictor, check_compatible
 from nas.latency.validate import held_out_archs, held_out_pruned
 from nas.resources import tables_dir
 from nas.space import list_calibration_spaces, list_spaces, load_space
 from nas.timm_arch import arch_from_spec, from_timm
 
 MINUTES = (0.5, 1, 2, 5)
-DECIDE_AT = 1.0  # minutes: the budgets the rule looks at are those up to this
-NEEDED_POINTS = 5.0  # held-out networks within ±10%, in points, that transfer must add
 _FRONT = RESULTS / "fashion_front"  # the Arch files nas.validate measured beside the validate_<D>.json reports
 _VALIDATE_MODELS = ("mobilenetv2_100", "lcnet_050")  # the timm models of those reports
 
@@ -135,18 +121,30 @@ def runtime_scale(name: str) -> float:
     return json.loads(path.read_text())["measure_s"] / json.loads((RESULTS / "bundle_xeon_cpu.json").read_text())["measure_s"]
 
 
+def calibration_count(table: LatencyTable, spaces) -> int:
+    """The ``calibration_networks`` ``table`` was profiled with: the most of a space's seeded
+    calibration networks (``calibration_archs``) it holds (its pruned networks are other draws)."""
+    n = max(Counter(a.name for a in table.networks).values(), default=0)
+    return max((sum(a in table.networks for a in calibration_archs(sp, n)) for sp in spaces), default=0)
+
+
 def simulated_profile(table: LatencyTable, settings: ProfileSettings, factors: dict,
                       scale: float = 1.0) -> tuple[list, np.ndarray]:
     """``plan_jobs``' order for ``table``'s blocks and networks on an empty table, and each job's
-    cumulative simulated seconds.  The networks go round-robin over the spaces, as ``nas.profile``
-    lists them (``_round_robin``); those of the table that list does not draw follow."""
+    cumulative simulated seconds.  The calibration networks come in ``nas.profile``'s order
+    (``calibration_order``, a network's expected seconds from its figure in ``table``); the
+    networks of the table that order does not draw (pruned ones) follow."""
     spaces = {a.name for a in table.networks}
     sps = [sp for sp in map(load_space, list_spaces() + list_calibration_spaces()) if sp.name in spaces]
     freq = block_frequency(sps)
     empty = LatencyTable(dict(table.metadata))
     stores = {"block": table.entries, "network": table.networks}
-    per_space = Counter(a.name for a in table.networks)
-    drawn = _round_robin(sps, max(per_space.values(), default=1), None)
+
+    def seconds(a):  # a network the table lacks is not simulated: it takes no time
+        e = table.networks.get(a)
+        return expected_seconds(a, "network", settings, e.median_ms) if e is not None else 0.0
+
+    drawn = calibration_order(sps, calibration_count(table, sps), None, seconds=seconds)
     nets = [a for a in drawn if a in table.networks]
     nets += [a for a in table.networks if a not in set(nets)]
     jobs = plan_jobs(list(table.entries), nets, empty, settings,
@@ -166,75 +164,33 @@ def partial_table(table: LatencyTable, jobs, done: int) -> LatencyTable:
     return part
 
 
-def sources_for(name: str, tables: dict[str, LatencyTable]) -> tuple[list[str], list[str]]:
-    """The tables D can transfer from: (same runtime and precision, as ``conf.transfer_from``
-    accepts; every other table of the same precision and kind of processor)."""
-    me = tables[name].metadata
-    same_prec = [o for o, t in tables.items() if o != name and t.metadata.get("precision") == me.get("precision")
-                 and (t.metadata.get("device") or {}).get("kind") == (me.get("device") or {}).get("kind")]
-    native = []
-    for o in same_prec:
-        try:
-            check_compatible(tables[name], tables[o])
-            native.append(o)
-        except ValueError:
-            pass
-    return native, same_prec
-
-
-def relabelled(src: LatencyTable, like: LatencyTable) -> LatencyTable:
-    """``src`` with ``like``'s runtime, precision, batch and threads in its metadata (its figures
-    as they are): a source of another runtime the library would refuse."""
-    meta = dict(src.metadata)
-    for f in ("runtime", "precision", "batch", "threads"):
-        meta[f] = like.metadata.get(f)
-    return LatencyTable(meta, dict(src.entries), src.path, dict(src.networks))
-
-
-def models_at(part: LatencyTable, tables: dict, name: str, native: list[str], every: list[str]) -> dict:
-    """Every predictor scored at one budget, fitted on ``part``."""
-    models = {"partial": LatencyPredictor(refresh=False).fit(part)}
-    if len(part) == 0:  # nothing measured yet: transfer has no block to learn from
-        return models
-    sets = {"transfer": [tables[o] for o in native]}
-    if every != native:
-        sets["transfer_any"] = [relabelled(tables[o], tables[name]) for o in every]
-    for prefix, srcs in sets.items():
-        for meth in METHODS if srcs else ():
-            models[f"{prefix}_{meth}"] = TransferPredictor(sources=srcs, method=meth, refresh=False).fit(part)
-    return models
-
-
 def run_device(name: str, tables: dict, settings: ProfileSettings, factors: dict, minutes) -> dict:
-    """Leave ``name`` out: its simulated budgets, each predictor scored."""
+    """Leave ``name`` out: its simulated budgets, its predictor on each partial table scored."""
     table = tables[name]
-    native, every = sources_for(name, tables)
     archs, meas, drift, file = held_out(name, table)
     scale = runtime_scale(name)
     jobs, cum = simulated_profile(table, settings, factors, scale)
     res = {"held_out_networks": len(archs), "held_out_file": file, "held_out_drift_scale": drift,
            "scored_on": "held_out" if archs else "calibration_rest", "runtime_time_scale": scale,
-           "sources_same_runtime": native, "sources_any_runtime": every,
            "full_profile_min": float(cum[-1] / 60), "budgets": []}
     if archs:
         res["full"] = {"held_out": score(LatencyPredictor(refresh=False).fit(table).predict(archs), meas)}
     print(f"\n== held out: {name} ({table.metadata['device']['name']}, {table.metadata['runtime']['name']}, "
-          f"{table.metadata['precision']}); sources: same runtime {native or 'none'}, any runtime {every}; "
-          f"{len(archs)} held-out networks ({file or 'none: scored on the calibration networks not reached'}, "
-          f"measured / {drift:.3f}); time x{scale:.2f}; full simulated profile {res['full_profile_min']:.1f} min")
+          f"{table.metadata['precision']}); {len(archs)} held-out networks "
+          f"({file or 'none: scored on the calibration networks not reached'}, measured / {drift:.3f}); "
+          f"time x{scale:.2f}; full simulated profile {res['full_profile_min']:.1f} min")
     for m in minutes:
         done = int(np.searchsorted(cum, m * 60, side="right"))
         part = partial_table(table, jobs, done)
         rest = [(a, e.median_ms) for a, e in table.networks.items() if a not in part.networks]
-        row = {"minutes": m, "blocks": len(part), "networks": len(part.networks), "scores": {}}
-        for key, mdl in models_at(part, tables, name, native, every).items():
-            s = {"held_out": score(mdl.predict(archs), meas)} if archs else {}
-            if len(rest) > 1:
-                s["calibration_rest"] = score(mdl.predict([a for a, _ in rest]), [ms for _, ms in rest])
-            row["scores"][key] = s
-        res["budgets"].append(row)
-        print(f"{m:5g} min, {len(part)} blocks, {len(part.networks)} nets: "
-              + ", ".join(f"{k} {100 * within(v, res['scored_on']):.1f}%" for k, v in row["scores"].items()))
+        mdl = LatencyPredictor(refresh=False).fit(part)
+        s = {"held_out": score(mdl.predict(archs), meas)} if archs else {}
+        if len(rest) > 1:
+            s["calibration_rest"] = score(mdl.predict([a for a, _ in rest]), [ms for _, ms in rest])
+        res["budgets"].append({"minutes": m, "blocks": len(part), "networks": len(part.networks),
+                               "scores": {"partial": s}})
+        print(f"{m:5g} min, {len(part)} blocks, {len(part.networks)} nets: partial "
+              f"{100 * within(s, res['scored_on']):.1f}% within ±10%")
     return res
 
 
@@ -243,110 +199,59 @@ def within(scores: dict, on: str) -> float:
     return scores.get(on, {}).get("within_10pct", float("nan"))
 
 
-def gains(out: dict, prefix: str) -> dict:
-    """Per method and budget, the points within ±10% ``prefix`` adds over the partial table: per
-    held-out table and their mean (over the tables that have the row)."""
-    res: dict = {}
-    for meth in METHODS:
-        key = f"{prefix}_{meth}"
-        per_min: dict = {}
-        for d, r in out["devices"].items():
-            for b in r["budgets"]:
-                if key in b["scores"]:
-                    g = 100 * (within(b["scores"][key], r["scored_on"]) - within(b["scores"]["partial"], r["scored_on"]))
-                    per_min.setdefault(f"{b['minutes']:g}", {})[d] = g
-        res[meth] = {m: {"per_device": v, "mean": float(np.mean(list(v.values())))} for m, v in per_min.items()}
-    return res
-
-
-def decide(out: dict) -> dict:
-    """The rule: transfer stays if its best method, or the default ``stack``, adds at least
-    ``NEEDED_POINTS`` on average at a budget of ``DECIDE_AT`` minutes or less."""
-    res: dict = {"needed_points": NEEDED_POINTS, "decide_at_min": DECIDE_AT, "lines": []}
-    for prefix in ("transfer", "transfer_any"):
-        g = gains(out, prefix)
-        if not any(g.values()):
-            continue
-        early = {meth: max(v["mean"] for m, v in per.items() if float(m) <= DECIDE_AT) for meth, per in g.items()}
-        best = max(early, key=early.get)
-        earns = max(early[best], early["stack"]) >= NEEDED_POINTS
-        res[prefix] = {"gains": g, "best_method": best, "best_gain": early[best], "stack_gain": early["stack"],
-                       "earns_its_place": earns}
-        res["lines"].append(f"{prefix}: best method {best} adds {early[best]:+.1f} points at <= {DECIDE_AT:g} min "
-                            f"(stack {early['stack']:+.1f}); needed {NEEDED_POINTS:g}: "
-                            f"{'EARNS its place' if earns else 'does NOT earn its place'}")
-    res["earns_its_place"] = any(res.get(p, {}).get("earns_its_place") for p in ("transfer", "transfer_any"))
-    return res
-
-
 def tables_md(out: dict) -> str:
-    """The readable tables: per held-out table, within ±10% per predictor and budget; then the
-    mean gains the decision reads."""
-    parts = [f"Offline simulation from the shipped tables (nothing measured). {out['command']}\n"]
+    """The readable tables: per held-out table and budget, what the budget measured and its own
+    predictor's held-out networks within ±10%; the full table's beside them."""
+    mins = [f"{m:g}" for m in out["minutes"]]
+    rows = []
     for d, r in out["devices"].items():
-        head = ["predictor"] + [f"{b['minutes']:g} min ({b['blocks']} blocks, {b['networks']} nets)" for b in r["budgets"]]
-        keys = list(dict.fromkeys(k for b in r["budgets"] for k in b["scores"]))
-        rows = [[k] + [f"{100 * within(b['scores'][k], r['scored_on']):.1f}%" if k in b["scores"] else "-"
-                       for b in r["budgets"]] for k in keys]
-        if "full" in r:
-            rows.append(["full table"] + [f"{100 * r['full']['held_out']['within_10pct']:.1f}%"] * len(r["budgets"]))
-        parts.append(f"**{d}** held out: {r['held_out_networks']} networks ({r['scored_on']}, {r['held_out_file']}); "
-                     f"sources same runtime: {', '.join(r['sources_same_runtime']) or 'none'}; any runtime: "
-                     f"{', '.join(r['sources_any_runtime'])}. Within ±10%:\n\n" + markdown_table(rows, head) + "\n")
-    dec = out["decision"]
-    for prefix in ("transfer", "transfer_any"):
-        if prefix not in dec:
-            continue
-        g = dec[prefix]["gains"]
-        mins = list(next(iter(g.values())))
-        rows = [[f"{prefix}_{meth}"] + [f"{per[m]['mean']:+.1f}" for m in mins] for meth, per in g.items()]
-        parts.append(f"Mean points within ±10% added over the own partial table ({prefix}):\n\n"
-                     + markdown_table(rows, ["method"] + [f"{m} min" for m in mins]) + "\n")
-    return "\n".join(parts + dec["lines"])
+        cells = [f"({b['blocks']}, {b['networks']}) {100 * within(b['scores']['partial'], r['scored_on']):.1f}%"
+                 for b in r["budgets"]]
+        full = f"{100 * r['full']['held_out']['within_10pct']:.1f}%" if "full" in r else "-"
+        rows.append([f"`{d}`", f"{r['held_out_networks']} ({r['scored_on']}, {r['held_out_file'] or '-'})",
+                     *cells, full, f"{r['full_profile_min']:.1f}"])
+    head = ["held out", "scored on", *[f"{m} min (blocks, nets)" for m in mins], "full table", "full profile (min)"]
+    return (f"Offline simulation from the shipped tables (nothing measured). {out['command']}\n\n"
+            "Within ±10%, the device's own predictor on the partial table each budget leaves:\n\n"
+            + markdown_table(rows, head) + "\n")
 
 
 def plot(out: dict, path: Path) -> None:
-    """Within ±10% against the simulated minutes: the own partial table, the default ``stack``
-    transfer, the best method's, the full table; one panel per held-out table."""
+    """Within ±10% against the simulated minutes: the own partial table, one line per held-out
+    table, its full table's level dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    best = f"transfer_{out['decision'].get('transfer', {}).get('best_method', 'stack')}"
-    n = len(out["devices"])
-    cols = min(n, 4)
-    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.4 * ((n + cols - 1) // cols)),
-                             squeeze=False)
-    for ax, (d, r) in zip(axes.flat, out["devices"].items()):
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (d, r) in enumerate(out["devices"].items()):
+        color = f"C{i % 10}"
         mins = [b["minutes"] for b in r["budgets"]]
-        for key, style in dict.fromkeys([("partial", "o-"), ("transfer_stack", "s-"), (best, "d-"),
-                                          ("transfer_any_stack", "^--")]):
-            if any(key in b["scores"] for b in r["budgets"]):
-                ax.plot(mins, [100 * within(b["scores"].get(key, {}), r["scored_on"]) for b in r["budgets"]], style,
-                        label=key)
+        ax.plot(mins, [100 * within(b["scores"]["partial"], r["scored_on"]) for b in r["budgets"]], "o-",
+                color=color, label=d)
         if "full" in r:
-            ax.axhline(100 * r["full"]["held_out"]["within_10pct"], color="k", ls=":", label="full table")
-        ax.set(xscale="log", xlabel="simulated minutes", ylabel="within ±10% (%)", title=f"held out: {d}", ylim=(0, 101))
-        ax.set_xticks(mins, [f"{m:g}" for m in mins])
-        ax.minorticks_off()
-        ax.legend(fontsize=7, loc="lower right")
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    fig.suptitle("offline simulation from the shipped tables", fontsize=10)
+            ax.axhline(100 * r["full"]["held_out"]["within_10pct"], color=color, ls=":", lw=0.8)
+    mins = out["minutes"]
+    ax.set(xscale="log", xlabel="simulated minutes of profiling", ylabel="held-out within ±10% (%)",
+           title="offline simulation from the shipped tables (dotted: full table)")
+    ax.set_xticks(mins, [f"{m:g}" for m in mins])
+    ax.minorticks_off()
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def default_devices(tables: dict) -> list[str]:
-    """Every shipped table with held-out measurements and at least one table to transfer from."""
-    return [d for d in tables if held_out_report(d) is not None and sources_for(d, tables)[1]]
+    """Every shipped CPU table with held-out measurements."""
+    return [d for d, t in tables.items() if held_out_report(d) is not None
+            and (t.metadata.get("device") or {}).get("kind") != "gpu"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--devices", nargs="+", help="shipped tables to hold out (default: every one the benchmark "
-                    "can score: held-out measurements and a table to transfer from)")
+    ap.add_argument("--devices", nargs="+", help="shipped tables to hold out (default: every CPU table with "
+                    "held-out measurements)")
     ap.add_argument("--minutes", type=float, nargs="+", default=list(MINUTES))
     ap.add_argument("--out", default=str(RESULTS / "onboard.json"))
     ap.add_argument("--replot", action="store_true", help="draw --out's plot again from its JSON, nothing else")
@@ -364,16 +269,16 @@ def main() -> None:
     factors = time_factors(tables["cpu"], settings)
     print(f"OFFLINE SIMULATION from the shipped tables: nothing measured; job times: the profiler's cost model "
           f"x{factors['block']:.2f} (blocks) / x{factors['network']:.2f} (networks), from profile.json")
-    skipped = {d: "no held-out measurements or no table to transfer from" for d in tables if d not in devices}
+    skipped = {d: "not in --devices" if args.devices else "no held-out measurements" if held_out_report(d) is None
+               else "a GPU table (the simulated job times are a CPU's)" for d in tables if d not in devices}
     out = {"command": command("onboard"), "simulation": "offline, from the shipped tables (nothing measured)",
-           "time_factors": factors, "network_order": "round-robin over spaces (as nas.profile)",
+           "time_factors": factors, "minutes": list(args.minutes),
+           "network_order": "nas.profile's calibration_order (by expected seconds, each space in spread_order)",
            "settings": {k: getattr(settings, k) for k in ("warmup", "repeats", "min_time_s", "rounds")},
            "not_held_out": skipped, "devices": {}}
     t0 = time.time()
     for d in devices:
         out["devices"][d] = run_device(d, tables, settings, factors, args.minutes)
-    out["decision"] = decide(out)
-    print("\n" + "\n".join(out["decision"]["lines"]))
     write_result(args.out, out, table=tables_md(out), plot=lambda p: plot(out, p))
     print(f"-> {args.out} (+ .md, .png; {time.time() - t0:.0f} s)")
 

@@ -331,56 +331,47 @@ def test_gpu_check_rehearses_every_step_on_the_cpu(tmp_path):
     assert "| graph |" in (tmp_path / "gpu_check.md").read_text()
 
 
-def test_bench_onboard_transfers_within_a_precision_and_marks_the_runtimes_the_library_accepts():
-    """Sources of a held-out table: the same precision and kind of processor (int8 among int8); of
-    those, the library's transfer accepts only the same runtime."""
+def test_bench_onboard_holds_out_every_cpu_table_with_held_out_measurements():
+    """The default held-out tables: every shipped CPU table with a held-out report; not the GPU's
+    (the simulated job times are a CPU's)."""
     from nas.latency.table import LatencyTable
     from nas.resources import tables_dir
 
     ob = _script("onboard")
     tables = {p.stem: LatencyTable.load(p) for p in sorted(tables_dir().glob("*.json"))}
-    assert ob.sources_for("cpu", tables) == (["epyc_zen5"], ["epyc_zen5", "executorch_cpu", "openvino_cpu"])
-    assert ob.sources_for("epyc_zen5_int8", tables)[0] == ["cpu_int8"]
-    native, every = ob.sources_for("executorch_cpu_int8", tables)
-    assert native == [] and every == ["cpu_int8", "epyc_zen5_int8", "openvino_cpu_int8"]
-    assert "gpu_h200" not in ob.default_devices(tables)  # no other GPU table to transfer from
-    assert {"cpu", "epyc_zen5", "executorch_cpu", "openvino_cpu_int8"} <= set(ob.default_devices(tables))
+    devices = ob.default_devices(tables)
+    assert {"cpu", "cpu_int8", "epyc_zen5", "executorch_cpu", "openvino_cpu_int8"} <= set(devices)
+    assert "gpu_h200" not in devices and ob.held_out_report("gpu_h200") is not None
 
 
-def test_bench_onboard_takes_calibration_networks_in_turn_from_each_space_as_nas_profile_does():
-    """The simulated budget reaches every space's calibration networks early (nas.profile's
-    round-robin), not the first space's only."""
+def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
+    """The simulated budget measures the calibration networks in ``nas.profile``'s order
+    (``calibration_order`` by expected seconds, on the table's own figures): one from each space
+    first, each space's smallest network first, not the first space's only."""
+    from nas.cost import arch_cost
     from nas.latency.measure import ProfileSettings
+    from nas.latency.profile_jobs import expected_seconds
+    from nas.latency.profiler import calibration_archs, calibration_order
     from nas.latency.table import LatencyTable, resolve_table_path
+    from nas.space import list_calibration_spaces, list_spaces, load_space
 
     ob = _script("onboard")
     table = LatencyTable.load(resolve_table_path("cpu.json"))
-    factors = {"block": 1.0, "network": 1.0}
-    jobs, cum = ob.simulated_profile(table, ProfileSettings(), factors)
-    first = [j.item.name for j in jobs if j.kind == "network"][:6]
-    assert len(set(first)) >= 3, first
+    settings = ProfileSettings()
+    jobs, cum = ob.simulated_profile(table, settings, {"block": 1.0, "network": 1.0})
+    bundle = LatencyTable.load(resolve_table_path("executorch_cpu.json"))  # 40 calibration + 20 pruned networks
+    assert ob.calibration_count(bundle, [load_space("tiny")]) == 40
+    nets = [j.item for j in jobs if j.kind == "network" and j.round == 1]
+    names = {a.name for a in table.networks}
+    sps = [sp for sp in map(load_space, list_spaces() + list_calibration_spaces()) if sp.name in names]
+    n = ob.calibration_count(table, sps)
+    assert n == 100  # cpu.json: 100 calibration networks of each of its three spaces
+    order = calibration_order(sps, n, None, seconds=lambda a: expected_seconds(
+        a, "network", settings, table.networks[a].median_ms))
+    assert nets[:len(order)] == order and len(order) == n * len(sps)
+    assert {a.name for a in nets[:len(sps)]} == names
+    for sp in sps:
+        own = calibration_archs(sp, n)
+        first = next(a for a in nets if a.name == sp.name)
+        assert arch_cost(first).macs == min(arch_cost(a).macs for a in own)
     assert len(jobs) == len(cum) and np.all(np.diff(cum) > 0)
-
-
-def test_bench_onboard_decides_by_the_mean_gain_at_a_minute_or_less():
-    """Transfer stays when its best method adds NEEDED_POINTS on average at <= DECIDE_AT minutes;
-    a gain only at a larger budget, or only on one table, does not count."""
-    ob = _script("onboard")
-
-    def device(partial, stack, scale, minutes=(0.5, 1, 2)):
-        s = lambda v: {"held_out": {"within_10pct": v}}  # noqa: E731
-        return {"scored_on": "held_out", "budgets": [
-            {"minutes": m, "scores": {"partial": s(p), **{f"transfer_{k}": s(v) for k, v in
-                                                           (("stack", st), ("scale", sc), ("ridge", p), ("gbm", p))}}}
-            for m, p, st, sc in zip(minutes, partial, stack, scale)]}
-
-    out = {"devices": {"a": device([0.80, 0.90, 0.90], [0.82, 0.90, 0.99], [0.88, 0.90, 0.99]),
-                       "b": device([0.80, 0.90, 0.90], [0.81, 0.90, 0.99], [0.84, 0.90, 0.99])}}
-    d = ob.decide(out)
-    assert d["transfer"]["best_method"] == "scale" and d["transfer"]["best_gain"] == pytest.approx(6.0)
-    assert d["transfer"]["stack_gain"] == pytest.approx(1.5) and d["earns_its_place"]
-    assert d["transfer"]["gains"]["scale"]["0.5"]["per_device"] == pytest.approx({"a": 8.0, "b": 4.0})
-    out["devices"]["b"] = device([0.80, 0.90, 0.90], [0.81, 0.90, 0.99], [0.80, 0.90, 0.99])
-    d = ob.decide(out)  # +8 on one table, 0 on the other: 4 on average; the +9 at 2 minutes does not count
-    assert d["transfer"]["best_gain"] == pytest.approx(4.0) and not d["earns_its_place"]
-    assert "does NOT earn its place" in d["lines"][0]
