@@ -159,7 +159,7 @@ def test_a_removed_target_field_on_the_command_line_is_refused_with_why(cli, mod
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path / "home"))
     code, err = cli(module, "conf=cpu", arg)
     line = _one_line(err)
-    assert code == 2 and line.startswith(f"error: {REMOVED}") and "2.7 points" in line and "see CHANGELOG" in line
+    assert code == 2 and line.startswith(f"error: {REMOVED}") and "5 points it had to add" in line and "see CHANGELOG" in line
     assert not (tmp_path / "home").exists()
 
 
