@@ -339,17 +339,18 @@ def test_spread_order_spans_the_range_first():
 
 
 def test_calibration_order_levels_the_time_of_each_space():
-    # a space whose networks take 3x the seconds gets a third of the networks in any prefix (so the
-    # budget's share of each space is its time, not its count); the whole set is the same
+    # a space whose networks take 3x the seconds gets a third of the networks in any prefix (its
+    # share of the budget is its time, not its count), while one of cheaper networks gets no more
+    # turns than a typical space (a network counts at least the median's time); the set is the same
     from nas.latency.profiler import calibration_order
 
-    spaces = [load_space("tiny"), load_space("calibration/effnetlike")]
-    cost = {"tiny": 1.0, "effnetlike": 3.0}
+    spaces = [load_space("tiny"), load_space("mbv3"), load_space("calibration/effnetlike")]
+    cost = {"tiny": 0.25, "mbv3": 1.0, "effnetlike": 3.0}
     got = calibration_order(spaces, 12, None, seconds=lambda a: cost[a.name])
-    first = [a.name for a in got[:8]]
-    assert first.count("tiny") == 6 and first.count("effnetlike") == 2
+    first = [a.name for a in got[:14]]
+    assert first.count("tiny") == first.count("mbv3") == 6 and first.count("effnetlike") == 2
     plain = calibration_order(spaces, 12, None)
-    assert [a.name for a in plain[:4]] == ["tiny", "effnetlike"] * 2
+    assert [a.name for a in plain[:6]] == ["tiny", "mbv3", "effnetlike"] * 2
     assert sorted(a.digest() for a in got) == sorted(a.digest() for a in plain)
 
 

@@ -88,19 +88,24 @@ def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[A
 
 def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None) -> list[Arch]:
     """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
-    the space that has had the least of the measuring time so far (``seconds``: a network's
-    expected seconds; without it, one network each in turn).  A budget that stops early has
-    calibrated on every space, from its smallest networks to its largest, and a space of large
-    networks (``effnetlike``: 3x the seconds of the others' a network) does not take the budget
-    from the rest; the whole set is the same at any budget."""
+    the space that has had the least of the measuring time so far, a network counting at least the
+    median network's time (``seconds``: a network's expected seconds; without it, one network each
+    in turn).  A budget that stops early has calibrated on every space, from its smallest networks
+    to its largest; a space of large networks (``effnetlike``: 3x the seconds of the others' a
+    network) does not take the budget from the rest, and a space of small ones (``tiny``) gets no
+    more turns than the others (in the offline simulation of four shipped tables, ``python -m
+    benchmarks onboard``, extra turns for the cheap spaces cost 1.3-2.9 points within ±10% at 0.5-1
+    minute).  The whole set is the same at any budget."""
     per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
     if seconds is None:
         return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
+    cost = [[seconds(a) for a in p] for p in per]
+    floor = float(np.median([c for p in cost for c in p])) if any(cost) else 0.0
     out, spent, at = [], [0.0] * len(per), [0] * len(per)
     while live := [i for i in range(len(per)) if at[i] < len(per[i])]:
         i = min(live, key=lambda i: (spent[i], i))
         out.append(per[i][at[i]])
-        spent[i] += seconds(per[i][at[i]])
+        spent[i] += max(cost[i][at[i]], floor)
         at[i] += 1
     return out
 
