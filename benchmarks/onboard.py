@@ -146,7 +146,8 @@ def simulated_profile(table: LatencyTable, settings: ProfileSettings, factors: d
 
     drawn = calibration_order(sps, calibration_count(table, sps), None, seconds=seconds)
     nets = [a for a in drawn if a in table.networks]
-    nets += [a for a in table.networks if a not in set(nets)]
+    taken = set(nets)
+    nets += [a for a in table.networks if a not in taken]
     jobs = plan_jobs(list(table.entries), nets, empty, settings,
                      call_ms=lambda item, kind: stores[kind][item].median_ms, freq=freq)
     return jobs, np.cumsum([j.cost_s * factors[j.kind] * scale for j in jobs])

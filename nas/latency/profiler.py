@@ -23,7 +23,6 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
-from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +96,7 @@ def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[
     benchmarks onboard``, extra turns for the cheap spaces cost 1.3-2.9 points within ±10% at 0.5-1
     minute).  The whole set is the same at any budget."""
     per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
-    if seconds is None:
-        return [a for a in chain.from_iterable(zip_longest(*per)) if a is not None]
-    cost = [[seconds(a) for a in p] for p in per]
+    cost = [[1.0 if seconds is None else seconds(a) for a in p] for p in per]
     floor = float(np.median([c for p in cost for c in p])) if any(cost) else 0.0
     out, spent, at = [], [0.0] * len(per), [0] * len(per)
     while live := [i for i in range(len(per)) if at[i] < len(per[i])]:
