@@ -146,9 +146,13 @@ def test_a_quiet_run_saves_everything_and_says_nothing(tmp_path, monkeypatch):
     rep, w, saved = _run(dev, tmp_path / "t.json")
     assert w.summary() is None and w.counts == {"contended": 0, "retried": 0, "affected": 0, "requeued": 0}
     assert len(saved) == len(KEYS) and rep.left == 0 and len(w.record()["checks"]) >= 4
-    # measurements quiet on their retry: the table holds only quiet figures, so nothing to say
+    # a few measurements quiet on their retry (a preemption): the table holds only quiet figures, so nothing to say
     w.counts["retried"] = 3
-    assert w.summary() is None
+    assert w.summary() is None and w.measured == len(KEYS)
+    # many retried, every retry quiet: the core was shared, and the run says so though it saved them all
+    w.counts["retried"] = 5
+    assert w.summary() == ("the machine misled the profile: 5 measurements waited for the CPU and were retried, 0 of "
+                           "them again (run-queue wait 0% of the measuring time)")
     w.counts.update(contended=1, affected=1)
     assert "1 measurements not saved" in w.summary()
 
@@ -283,7 +287,9 @@ def test_a_profile_beside_a_cpu_hog_says_so_and_saves_nothing_it_misled(tmp_path
     told = [line for line in lines if "another process shared this CPU" in line or "misled the profile" in line]
     assert told, lines
     w = rep["watch"]
-    assert w["contended"] >= 1 and w["affected"] >= 1 and w["wait_share"] > 0.2, w
+    # the watch saw the hog: measurements retried (a retry may fall in the profile's own time slice and be
+    # quiet, so none need be contended twice) or a check that waited
+    assert (w["retried"] >= 1 or any(c["busy"] for c in w["checks"])) and w["wait_share"] > 0.1, w
     assert len(saved.entries) + rep["left"] == 12 and saved.metadata["profile_log"][-1]["watch"] == w
 
 

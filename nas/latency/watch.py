@@ -53,6 +53,9 @@ STOP_AFTER = 5
 STOP_CHECKS = 3
 #: with no earlier run in the table to compare with, a share re-measured for noise above this is noted
 NOISY_SHARE = 1 / 3
+#: a run says so when at least this share of its measurements (and 3) waited for the CPU, even where
+#: every retry was quiet: the core was shared, though the table holds only quiet figures
+RETRIED_SHARE = 0.1
 
 
 def read_wait_s(task_dir: str | Path = "/proc/self/task") -> float | None:
@@ -182,6 +185,7 @@ class Watch:
         self.checks: list[dict[str, Any]] = []
         self.counts = {"contended": 0, "retried": 0, "affected": 0, "requeued": 0}
         self.wall = self.waited = 0.0  # over every measurement
+        self.measured = 0  # measurements taken (not counting retries)
         self.row: list[tuple[float, float]] = []  # (wall, waited) of the affected measurements in a row
         self.moved_row = 0
         self.stopped: str | None = None
@@ -203,6 +207,7 @@ class Watch:
 
     def measure(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, bool]:
         """``fn(*args)`` (a measurement) and whether it was contended: retried once if it was."""
+        self.measured += 1
         for attempt in range(2):
             self.contention.start()
             entry = fn(*args)
@@ -314,13 +319,14 @@ class Watch:
     def record(self) -> dict[str, Any]:
         """What happened, for the run's ``profile_log`` record and the report."""
         return {"anchors": self.names, "move": round(self.anchors.move, 3) if self.anchors else None,
-                "checks": self.checks, **self.counts, "left": len(self.missing),
+                "checks": self.checks, "measured": self.measured, **self.counts, "left": len(self.missing),
                 "wait_share": round(self.share(), 4), "stopped": self.stopped}
 
     def summary(self) -> str | None:
         """One line for the user when the machine misled the run (None when all was fine)."""
-        if not self.counts["affected"] and not self.counts["contended"]:
-            return None  # retried once and quiet the second time: the table holds only quiet measurements
+        retried = self.counts["retried"]
+        if not (self.counts["affected"] or self.counts["contended"] or retried >= max(3, RETRIED_SHARE * self.measured)):
+            return None  # a few retried, quiet the second time: a preemption, and the table holds only quiet figures
         moved = [c for c in self.checks if c["moved"]]
         worst = max(moved, key=lambda c: abs(c["ratio"] - 1), default=None)
         parts = [f"anchors moved to {worst['ratio']:.2f}x their first timing at {worst['s']:.0f}s ({len(moved)} of "
