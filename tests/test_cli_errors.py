@@ -46,6 +46,8 @@ def _one_line(err: str) -> str:
     ("search", ["+evaluator.epoch=3"], "error: unknown option 'evaluator.epoch'; did you mean evaluator.epochs=?"),
     ("predict", ["conf.thredas=2"], "error: unknown option 'conf.thredas'; did you mean conf.threads=?"),
     ("train", ["+selct=0"], "error: unknown option 'selct'; did you mean select=?"),
+    ("validate", ["profile.watch=false"], "error: unknown option 'profile.watch'; it is nas.profile's: it keeps what "
+                                          "the machine misled out of the table it writes, and this command writes no table"),
 ])
 def test_a_mistyped_option_names_the_closest(cli, module, args, line):
     code, err = cli(module, *args)

@@ -153,8 +153,11 @@ def test_a_quiet_run_saves_everything_and_says_nothing(tmp_path, monkeypatch):
     w.counts["retried"] = 5
     assert w.summary() == ("the machine misled the profile: 5 measurements waited for the CPU and were retried, 0 of "
                            "them again (run-queue wait 0% of the measuring time)")
-    w.counts.update(contended=1, affected=1)
-    assert "1 measurements not saved" in w.summary()
+    w.counts.update(contended=1, affected=2, requeued=2)
+    assert w.summary().endswith("2 measurements not saved (2 put back in the plan), each measured again since")
+    w.missing = {"b1"}  # one not measured well again before the budget ran out
+    assert w.summary().endswith("2 measurements not saved (2 put back in the plan), 1 of them not measured well "
+                                "since: left for the next run")
 
 
 def test_a_machine_that_stays_slow_stops_the_run(tmp_path, monkeypatch):

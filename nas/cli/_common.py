@@ -64,9 +64,16 @@ def unexpected_error_lines(e: BaseException) -> str:
     return f"error: {type(e).__name__}: {first}".rstrip(": ") + f"\n       {_TRACEBACK_HINT}"
 
 
+#: options one command has and another refuses: why, for the one that refuses
+_ELSEWHERE = {"profile.watch": "it is nas.profile's: it keeps what the machine misled out of the table it writes, and "
+                               "this command writes no table"}
+
+
 def unknown_option_line(key: str, valid: Iterable[str]) -> str:
     """``unknown option 'n_trial'; did you mean n_trials=?`` for ``key`` (dotted: the last part is
     matched within its group) among the ``valid`` names at its level."""
+    if key in _ELSEWHERE:
+        return f"unknown option {key!r}; {_ELSEWHERE[key]}"
     group, _, last = key.rpartition(".")
     valid = sorted(set(valid))
     close = difflib.get_close_matches(last, valid, n=1, cutoff=0.6)

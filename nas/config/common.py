@@ -15,7 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 import nas.latency  # its ensure_here_target loads with conf=here only (the package's lazy exports)
-from nas.config.schema import MeasureConfig, TargetConfig
+from nas.config.schema import MeasureConfig, TargetConfig, ValidateMeasureConfig
 from nas.latency.options import PROFILE, VALIDATE
 from nas.resources import conf_dir, user_home
 from nas.target import HERE_NAMES, removed_field_error, target_names
@@ -104,7 +104,7 @@ class ValidateAppConfig:
     bundle: str | None = None
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     progress: bool = True  # a progress bar while measuring (false: none)
-    profile: MeasureConfig = field(default_factory=MeasureConfig)  # how each network is timed: profile.<key>=<value>
+    profile: ValidateMeasureConfig = field(default_factory=ValidateMeasureConfig)  # how each network is timed: profile.<key>=<value>
 
 
 _ALIASES = {"conf": "target"}  # what users type -> the Hydra group

@@ -18,7 +18,7 @@ from omegaconf import MISSING
 from nas.latency.measure import ProfileSettings
 from nas.target import Device, Target
 
-__all__ = ["DeviceConfig", "MeasureConfig", "TargetConfig", "defaults_of", "schema_from"]
+__all__ = ["DeviceConfig", "MeasureConfig", "TargetConfig", "ValidateMeasureConfig", "defaults_of", "schema_from"]
 
 
 def _hydra_type(tp: Any) -> Any:
@@ -55,7 +55,7 @@ def _default(f: dataclasses.Field) -> Any:
     return field(default=MISSING)
 
 
-def schema_from(cls: type, *, name: str | None = None, schema_name: str) -> type:
+def schema_from(cls: type, *, name: str | None = None, schema_name: str, exclude: tuple[str, ...] = ()) -> type:
     """A mutable Hydra schema with ``cls``'s fields, types and defaults.
 
     A field typed by a dataclass gets a nested schema (``Device`` -> ``DeviceConfig``) built by its
@@ -65,6 +65,7 @@ def schema_from(cls: type, *, name: str | None = None, schema_name: str) -> type
         cls: the library's settings dataclass.
         name: a group option's name (``"nsga2"``): the schema is led by a ``name`` field with this default.
         schema_name: the generated class's name.
+        exclude: fields left out (settings that do nothing in this command: typing one is refused).
 
     Returns:
         The schema class, for ``ConfigStore.store``; a composed node of it reads back into ``cls``
@@ -81,7 +82,7 @@ def schema_from(cls: type, *, name: str | None = None, schema_name: str) -> type
     if name is not None:
         fields.append(("name", str, field(default=name)))
     for f in dataclasses.fields(cls):
-        if f.name == "name" and name is not None:
+        if (f.name == "name" and name is not None) or f.name in exclude:
             continue
         nested = _nested_dataclass(hints[f.name])
         if nested is not None:
@@ -100,6 +101,9 @@ TargetConfig = schema_from(Target, schema_name="TargetConfig")
 
 
 MeasureConfig = schema_from(ProfileSettings, schema_name="MeasureConfig")
+#: nas.validate's ``profile`` group: how it times networks; ``watch`` guards a table's measurements, which
+#: nas.validate does not write, so ``profile.watch=`` is refused there
+ValidateMeasureConfig = schema_from(ProfileSettings, schema_name="ValidateMeasureConfig", exclude=("watch",))
 
 
 def defaults_of(fn: Any) -> dict[str, Any]:

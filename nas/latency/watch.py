@@ -339,8 +339,10 @@ class Watch:
                          f"{self.counts['contended']} of them again (run-queue wait {self.share():.0%} of the "
                          "measuring time)")
         if self.counts["affected"]:
-            parts.append(f"{self.counts['affected']} measurements not saved: {self.counts['requeued']} put back "
-                         f"to measure again, {len(self.missing)} left for the next run")
+            left = (f"{len(self.missing)} of them not measured well since: left for the next run" if self.missing
+                    else "each measured again since")
+            parts.append(f"{self.counts['affected']} measurements not saved ({self.counts['requeued']} put back in "
+                         f"the plan), {left}")
         return "the machine misled the profile: " + "; ".join(parts)
 
 
