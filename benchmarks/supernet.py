@@ -5,11 +5,16 @@ and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--dat
 ``--resolution``, ``--device`` and ``--target`` run the same benchmark elsewhere (below):
 
 1. train the supernet once (``nas.supernet.train.train_supernet``, the sandwich rule);
-2. pick ``--archs`` architectures spread over the latency range of the space: 2000 random ones,
-   their latency predicted by the ``--target``'s predictor (``cpu``), the ones at evenly spaced
-   latency quantiles;
-3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (b) short training
-   (``evaluator=train`` at its default budget), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
+2. pick ``--archs`` architectures spread over the latency range of the space: 2000 random ones
+   (``--pick graded``: 2000 from the space's narrowest to its widest, ``graded_arch``), their
+   latency predicted by the ``--target``'s predictor (``cpu``), the ones at evenly spaced latency
+   quantiles;
+3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (a') those of a
+   second supernet trained by progressive shrinking (``supernet.schedule=progressive``, same epochs),
+   (b) short training (``evaluator=train`` at its default budget), (b') short training at the
+   supernet's compute (``train_equal``: the epochs that make the 24 trainings cost what the
+   sandwich supernet's training and scoring cost, from the measured seconds of both; it runs once
+   ``supernet`` and ``train`` are complete), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
    and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
    the reference is the mean of those runs.  How well the runs agree with each other gives the
    ceiling the reference's noise leaves (``reference_ceiling``: the tau a perfect score would reach,
@@ -46,7 +51,6 @@ stopped; a cache written with other settings is refused, each difference named.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 from pathlib import Path
@@ -56,14 +60,16 @@ import numpy as np
 
 from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
+from benchmarks.ranking import _tau, reference_agreement, reference_ceiling
 from nas._io import atomic_write_json
 
-METHODS = ("supernet", "train", "naswot", "synflow")
+METHODS = ("supernet", "progressive", "train", "train_equal", "naswot", "synflow")
+ACCURACY = ("supernet", "progressive", "train", "train_equal")  # scores that are accuracies (the rest: proxies)
 # what a cache was computed with: a re-run with other values of these must not reuse it
 _SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", "space", "target", "device",
-             "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed")
+             "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed", "pick")
 # the value of a setting a cache recorded before the benchmark had it
-_ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None}
+_ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None, "pick": "random"}
 
 
 def add_subset_args(p: argparse.ArgumentParser) -> None:
@@ -108,6 +114,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, help="training batch of the supernet and every training score "
                    "(default: each one's own, 64)")
     p.add_argument("--archs", type=int, default=24, help="architectures spread over the latency range")
+    p.add_argument("--pick", choices=("random", "graded"), default="random",
+                   help="the pool the architectures are picked from by latency: uniformly random ones, or graded "
+                        "ones (every choice near one shared fraction of its range: from the space's narrowest to "
+                        "its widest, which random draws rarely reach)")
     p.add_argument("--supernet-epochs", type=int, default=20)
     p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
     p.add_argument("--standalone-seeds", type=int, default=3, help="stand-alone runs per architecture (>= 2)")
@@ -164,9 +174,23 @@ def check_work(work: Path, a: argparse.Namespace) -> None:
     atomic_write_json(work / "settings.json", {k: getattr(a, k) for k in _SETTINGS})
 
 
-def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu") -> tuple[list[Any], list[float]]:
+def graded_arch(space: Any, rng: np.random.Generator) -> Any:
+    """An architecture whose every choice lies near one fraction ``u`` of its range (``u`` uniform; each
+    choice's index ``u (n - 1)`` plus normal noise of 0.5, clipped; numeric choices in increasing order):
+    narrow shallow networks for small ``u``, wide deep ones for large, a mix between."""
+    u = rng.uniform()
+    params = {}
+    for name, ch in space.param_choices().items():
+        order = sorted(ch) if all(isinstance(c, (int, float)) for c in ch) else list(ch)
+        i = int(np.clip(np.rint(u * (len(order) - 1) + rng.normal(0.0, 0.5)), 0, len(order) - 1))
+        params[name] = order[i]
+    return space.decode(params)
+
+
+def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu",
+                pick: str = "random") -> tuple[list[Any], list[float]]:
     """``n`` architectures at evenly spaced quantiles of the predicted latency (on ``target_name``) of
-    2000 random ones."""
+    2000 random ones (``pick="graded"``: 2000 ``graded_arch`` ones)."""
     import nas
     from nas.data import adapt_arch
 
@@ -177,7 +201,8 @@ def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cp
     model = nas.load_latency_model(target)
     res = target.resolution or space.resolution
     rng = np.random.default_rng(seed)
-    pool = {a.digest(): a for a in (space.random(rng) for _ in range(2000))}
+    draw = space.random if pick == "random" else lambda r: graded_arch(space, r)
+    pool = {a.digest(): a for a in (draw(rng) for _ in range(2000))}
     archs = list(pool.values())
     ms = model.predict([adapt_arch(a, data, resolution=res) for a in archs])
     order = np.argsort(ms)
@@ -200,8 +225,12 @@ def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
     if name in ("supernet", "supernet_again"):
         return SupernetEvaluator(checkpoint=str(ckpt), device=a.device, **batch), _seed(name, a)
+    if name == "progressive":
+        return SupernetEvaluator(checkpoint=str(ckpt.parent / "progressive" / ckpt.name), device=a.device, **batch), a.seed
     if name == "train":
         return TrainEvaluator(device=a.device, **batch), a.seed
+    if name == "train_equal":
+        return TrainEvaluator(epochs=equal_epochs(ckpt.parent, a), device=a.device, **batch), a.seed
     if name in ("naswot", "synflow"):
         return ZeroCostEvaluator(proxy=name, device=a.device), a.seed
     return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), _seed(name, a)
@@ -239,6 +268,29 @@ def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Any], da
     return cache
 
 
+def equal_epochs(work: Path, a: argparse.Namespace) -> int:
+    """The epochs of ``train_equal``: ``evaluator=train``'s epochs scaled by the sandwich supernet's cost
+    (its training and its scoring of every architecture) over ``train``'s (its scoring of every
+    architecture), both measured in this run; at least 1.  Kept in ``equal_compute.json`` once computed,
+    so every process of a split run trains the same epochs."""
+    from nas.search.evaluate import TrainEvaluator
+    from nas.supernet.checkpoint import read_checkpoint
+
+    path = work / "equal_compute.json"
+    if path.is_file():
+        return int(json.loads(path.read_text())["epochs"])
+    sn, tr, ckpt = _cache(work, "supernet", a), _cache(work, "train", a), work / "supernet.ckpt"
+    if len(sn) < a.archs or len(tr) < a.archs or not ckpt.is_file():
+        raise SystemExit("train_equal needs the supernet and train scores of every architecture first (its epochs "
+                         "are the supernet's cost over train's): compute those, then train_equal")
+    sn_s = sum(h["seconds"] for h in read_checkpoint(ckpt)["history"]) + sum(v["seconds"] for v in sn.values())
+    tr_s = sum(v["seconds"] for v in tr.values())
+    base = TrainEvaluator().epochs
+    epochs = max(1, round(base * sn_s / tr_s))
+    atomic_write_json(path, {"epochs": epochs, "supernet_seconds": sn_s, "train_seconds": tr_s, "train_epochs": base})
+    return epochs
+
+
 def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
     ev, seed = _evaluator(name, a, work / "supernet.ckpt")
     score_archs(name, ev, seed, _cache_path(work, name, a), archs, data)
@@ -258,90 +310,29 @@ def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list
     return runs
 
 
-def _tau(x: list[float], y: list[float]) -> float:
-    from scipy.stats import kendalltau
-
-    return float(kendalltau(x, y).statistic)
-
-
-def reference_agreement(runs: list[list[float]]) -> dict[str, float]:
-    """How well the stand-alone runs agree: Kendall tau of each pair, and of each run against the mean
-    of the others (what a score as good as one more run would reach against a reference of the rest)."""
-    pairs = [_tau(x, y) for x, y in itertools.combinations(runs, 2)]
-    loo = [_tau(r, list(np.mean([o for j, o in enumerate(runs) if j != i], axis=0))) for i, r in enumerate(runs)]
-    return {"pairwise_mean": float(np.mean(pairs)), "pairwise_min": float(min(pairs)),
-            "pairwise_max": float(max(pairs)), "one_vs_mean_of_rest": float(np.mean(loo))}
-
-
-def _expected_tau(truth: np.ndarray, noise_std: float, draws: int, rng: np.random.Generator) -> float:
-    """Mean Kendall tau-b between ``truth`` and ``truth`` plus Gaussian noise, over ``draws`` draws
-    (vectorised, 1000 draws at a time: scipy's kendalltau one draw at a time would take minutes for
-    the search over reference sizes)."""
-    i, j = np.triu_indices(len(truth), 1)
-    s_true = np.sign(truth[i] - truth[j])
-    taus = []
-    for n in [1000] * (draws // 1000) + [draws % 1000] * bool(draws % 1000):
-        noisy = truth + rng.normal(0.0, noise_std, size=(n, len(truth)))
-        s_noisy = np.sign(noisy[:, i] - noisy[:, j])
-        denom = np.sqrt(np.count_nonzero(s_true) * np.count_nonzero(s_noisy, axis=1))
-        taus.append(np.where(denom > 0, (s_noisy @ s_true) / np.maximum(denom, 1), 0.0))
-    return float(np.mean(np.concatenate(taus)))
-
-
-def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int = 10000, most_runs: int = 64,
-                      seed: int = 0) -> dict[str, Any]:
-    """What the reference's noise leaves any score: the expected Kendall tau, against the mean of the
-    ``runs``, of a score that knew every architecture's expected stand-alone accuracy (a perfect
-    estimator), and how many runs a reference needs before that expectation reaches ``target``.
-
-    The model: run r of architecture i scores t_i + e_ri, with e independent, normal, of one variance
-    across architectures.  The noise variance is the runs' variance within an architecture (ddof 1,
-    averaged over the architectures); the t_i are the architectures' mean accuracies drawn toward their
-    grand mean until their variance is the variance of the means less the noise a mean of k runs
-    still holds (noise / k).  The expectation is simulated (``draws`` draws of the noise) for a reference
-    of 1, 2 ... runs (``by_runs``), up to this one's and on until it reaches ``target``."""
-    x = np.asarray(runs, dtype=float)
-    k = x.shape[0]
-    if k < 2:
-        raise ValueError(f"the noise of a reference needs at least 2 runs, got {k}")
-    noise_var = float(np.mean(np.var(x, axis=0, ddof=1)))
-    means = x.mean(axis=0)
-    between = float(np.var(means, ddof=1))
-    arch_var = max(between - noise_var / k, 0.0)
-    truth = means.mean() + np.sqrt(arch_var / between if between > 0 else 0.0) * (means - means.mean())
-    by_runs: dict[int, float] = {}  # runs in the reference -> the perfect score's expected tau
-    for m in range(1, most_runs + 1):  # each m its own draws: its figure does not depend on the others'
-        rng = np.random.default_rng([seed, m])
-        by_runs[m] = _expected_tau(truth, float(np.sqrt(noise_var / m)), draws, rng) if arch_var > 0 else 0.0
-        if m >= k and (by_runs[m] >= target or arch_var == 0):
-            break
-    needed = next((m for m, t in by_runs.items() if t >= target), None)
-    return {"runs": k, "noise_std": float(np.sqrt(noise_var)), "arch_std": float(np.sqrt(arch_var)),
-            "perfect_score_tau": by_runs[k], "target": target, "runs_for_target": needed, "by_runs": by_runs}
-
-
 def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], ceiling: float,
           path: Path) -> None:
-    import matplotlib
+    """One panel per score against the reference, the predicted latency's, and the reference against itself."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(METHODS) + 1, figsize=(4 * (len(METHODS) + 1), 3.6))
+    fig = Figure(figsize=(16, 7.4))
+    axes = fig.subplots(2, 4).ravel()
     ref = [r["reference"] * 100 for r in rows]
-    for ax, m in zip(axes, METHODS):
-        v = [r["scores"][m]["score"] * (100 if m in ("supernet", "train") else 1) for r in rows]
+    panels = [(m, [r["scores"][m]["score"] * (100 if m in ACCURACY else 1) for r in rows],
+               f"{m} {'accuracy %' if m in ACCURACY else 'score'}") for m in METHODS]
+    panels.append(("latency", [r["predicted_ms"] for r in rows], "predicted latency, ms (an estimate)"))
+    for ax, (m, v, label) in zip(axes, panels):
         ax.scatter(v, ref, s=14)
-        ax.set_xlabel(f"{m} {'accuracy %' if m in ('supernet', 'train') else 'score'}")
+        ax.set_xlabel(label)
         ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}\n(a perfect score: {ceiling:.2f})")
-    axes[0].set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
-    ax = axes[-1]
+        ax.set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
+    ax = axes[len(panels)]
     ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")
     ax.set_xlabel("stand-alone accuracy %, run 1")
     ax.set_ylabel("stand-alone accuracy %, run 2")
     ax.set_title(f"the reference against itself: tau {_tau(runs[0], runs[1]):.2f}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], work: Path) -> dict[str, Any]:
@@ -364,6 +355,11 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
     history = read_checkpoint(work / "supernet.ckpt")["history"]
     sn_train_s = float(sum(h["seconds"] for h in history))
+    pg_history = read_checkpoint(work / "progressive" / "supernet.ckpt")["history"]
+    pg_train_s = float(sum(h["seconds"] for h in pg_history))
+    # what each score cost per architecture, a supernet's training shared over the architectures
+    cost = {**secs, "supernet": secs["supernet"] + sn_train_s / len(rows),
+            "progressive": secs["progressive"] + pg_train_s / len(rows)}
     spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref)),
               "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))}
     result = {
@@ -373,6 +369,8 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         "archs": len(rows), "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
         "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
         "supernet_train_seconds": sn_train_s, "supernet_history": history,
+        "progressive_train_seconds": pg_train_s, "progressive_history": pg_history,
+        "train_equal": json.loads((work / "equal_compute.json").read_text()), "cost_per_arch_s": cost,
         "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
         "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
         "kendall_tau_predicted_latency_vs_reference": by_latency,
@@ -381,12 +379,14 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     name = "supernet_quick" if a.quick else "supernet"
     out = Path(a.out)
     atomic_write_json(out / f"{name}.json", result)
-    _plot(rows, taus, runs, ceiling["perfect_score_tau"], out / f"{name}.png")
-    print(f"\n{'method':<10} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
+    _plot(rows, {**taus, "latency": by_latency}, runs, ceiling["perfect_score_tau"], out / f"{name}.png")
+    print(f"\n{'method':<12} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
     for m in METHODS:
-        print(f"{m:<10} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {secs[m]:>9.2f}")
-    print(f"{'standalone':<10} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
-    print(f"{'latency':<10} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
+        print(f"{m:<12} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {cost[m]:>9.2f}")
+    print(f"{'standalone':<12} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
+    print(f"{'latency':<12} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
+    print("s / arch: a supernet's includes its training shared over the architectures; train_equal trained "
+          f"{result['train_equal']['epochs']} epochs")
     print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {sn_again:.3f}")
     print(f"the reference against itself: tau between seeds {agreement['pairwise_mean']:.3f} (pairs "
           f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one seed against the mean of the others "
@@ -405,7 +405,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
           f"{100 * ceiling['noise_std']:.2f} points; the expected accuracies: std {100 * ceiling['arch_std']:.2f}); "
           f"{reach}")
     print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
-          f"{len(rows)} archs)\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
+          f"{len(rows)} archs); progressive shrinking {pg_train_s:.0f} s\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
     return result
 
 
@@ -441,14 +441,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     space = load_bench_space(a.space)
     check_work(work, a)
     data = load_subset(a)
-    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target)
-    if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in ("supernet", "supernet_again")):
-        t0 = time.perf_counter()
-        batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
-        settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device=a.device, **batch)
-        rec = train_supernet(space, data, settings, work)
-        print(f"supernet: {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
-              f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
+    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick)
+    for schedule, names, where in (("sandwich", ("supernet", "supernet_again"), work),
+                                   ("progressive", ("progressive",), work / "progressive")):
+        if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in names):
+            t0 = time.perf_counter()
+            batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
+            settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device=a.device, schedule=schedule, **batch)
+            rec = train_supernet(space, data, settings, where)
+            print(f"supernet ({schedule}): {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
+                  f"of training (this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:
         _compute(name, archs, data, a, work)
     missing = [n for n in score_names(a.standalone_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]

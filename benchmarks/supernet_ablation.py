@@ -40,15 +40,14 @@ import numpy as np
 
 from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
+from benchmarks.ranking import _tau, reference_agreement
 from benchmarks.supernet import _args as benchmark_args
 from benchmarks.supernet import (
     _cache_path,
     _pick_archs,
-    _tau,
     command,
     load_subset,
     recorded_settings,
-    reference_agreement,
     score_archs,
     standalone_runs,
 )
@@ -246,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if b.device == "cpu":
         torch.set_num_threads(1)
     data = load_subset(b)
-    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target)
+    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target, b.pick)
     ref, first = _reference(work, b, archs)
     rows = []
     for name, overrides in a.overrides.items():

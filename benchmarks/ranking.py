@@ -1,0 +1,73 @@
+"""Ranking math of the ranking benchmarks (``benchmarks/supernet.py``, ``benchmarks/supernet_ablation.py``):
+Kendall's tau, how well a noisy reference agrees with itself, and the tau its noise leaves a perfect score."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+__all__ = ["_expected_tau", "_tau", "reference_agreement", "reference_ceiling"]
+
+
+def _tau(x: list[float], y: list[float]) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y).statistic)
+
+
+def reference_agreement(runs: list[list[float]]) -> dict[str, float]:
+    """How well the stand-alone runs agree: Kendall tau of each pair, and of each run against the mean
+    of the others (what a score as good as one more run would reach against a reference of the rest)."""
+    pairs = [_tau(x, y) for x, y in itertools.combinations(runs, 2)]
+    loo = [_tau(r, list(np.mean([o for j, o in enumerate(runs) if j != i], axis=0))) for i, r in enumerate(runs)]
+    return {"pairwise_mean": float(np.mean(pairs)), "pairwise_min": float(min(pairs)),
+            "pairwise_max": float(max(pairs)), "one_vs_mean_of_rest": float(np.mean(loo))}
+
+
+def _expected_tau(truth: np.ndarray, noise_std: float, draws: int, rng: np.random.Generator) -> float:
+    """Mean Kendall tau-b between ``truth`` and ``truth`` plus Gaussian noise, over ``draws`` draws
+    (vectorised, 1000 draws at a time: scipy's kendalltau one draw at a time would take minutes for
+    the search over reference sizes)."""
+    i, j = np.triu_indices(len(truth), 1)
+    s_true = np.sign(truth[i] - truth[j])
+    taus = []
+    for n in [1000] * (draws // 1000) + [draws % 1000] * bool(draws % 1000):
+        noisy = truth + rng.normal(0.0, noise_std, size=(n, len(truth)))
+        s_noisy = np.sign(noisy[:, i] - noisy[:, j])
+        denom = np.sqrt(np.count_nonzero(s_true) * np.count_nonzero(s_noisy, axis=1))
+        taus.append(np.where(denom > 0, (s_noisy @ s_true) / np.maximum(denom, 1), 0.0))
+    return float(np.mean(np.concatenate(taus)))
+
+
+def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int = 10000, most_runs: int = 64,
+                      seed: int = 0) -> dict[str, Any]:
+    """What the reference's noise leaves any score: the expected Kendall tau, against the mean of the
+    ``runs``, of a score that knew every architecture's expected stand-alone accuracy (a perfect
+    estimator), and how many runs a reference needs before that expectation reaches ``target``.
+
+    The model: run r of architecture i scores t_i + e_ri, with e independent, normal, of one variance
+    across architectures.  The noise variance is the runs' variance within an architecture (ddof 1,
+    averaged over the architectures); the t_i are the architectures' mean accuracies drawn toward their
+    grand mean until their variance is the variance of the means less the noise a mean of k runs
+    still holds (noise / k).  The expectation is simulated (``draws`` draws of the noise) for a reference
+    of 1, 2 ... runs (``by_runs``), up to this one's and on until it reaches ``target``."""
+    x = np.asarray(runs, dtype=float)
+    k = x.shape[0]
+    if k < 2:
+        raise ValueError(f"the noise of a reference needs at least 2 runs, got {k}")
+    noise_var = float(np.mean(np.var(x, axis=0, ddof=1)))
+    means = x.mean(axis=0)
+    between = float(np.var(means, ddof=1))
+    arch_var = max(between - noise_var / k, 0.0)
+    truth = means.mean() + np.sqrt(arch_var / between if between > 0 else 0.0) * (means - means.mean())
+    by_runs: dict[int, float] = {}  # runs in the reference -> the perfect score's expected tau
+    for m in range(1, most_runs + 1):  # each m its own draws: its figure does not depend on the others'
+        rng = np.random.default_rng([seed, m])
+        by_runs[m] = _expected_tau(truth, float(np.sqrt(noise_var / m)), draws, rng) if arch_var > 0 else 0.0
+        if m >= k and (by_runs[m] >= target or arch_var == 0):
+            break
+    needed = next((m for m, t in by_runs.items() if t >= target), None)
+    return {"runs": k, "noise_std": float(np.sqrt(noise_var)), "arch_std": float(np.sqrt(arch_var)),
+            "perfect_score_tau": by_runs[k], "target": target, "runs_for_target": needed, "by_runs": by_runs}
