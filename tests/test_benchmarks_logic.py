@@ -102,9 +102,10 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     with itself is the Kendall tau between its runs."""
     bs = _script("supernet")
     a = bs._args(["--quick", "--out", str(tmp_path)])
-    assert a.scores == ["supernet", "train", "naswot", "synflow", "supernet_again", "standalone0", "standalone1"]
+    assert a.scores == ["supernet", "progressive", "train", "train_equal", "naswot", "synflow", "supernet_again",
+                        "standalone0", "standalone1"]
     # the estimators run with --seed, the stand-alone runs with the seeds after it (no shared initial weights)
-    assert [bs._seed(n, a) for n in a.scores] == [0, 0, 0, 0, 3, 1, 2]
+    assert [bs._seed(n, a) for n in a.scores] == [0, 0, 0, 0, 0, 0, 3, 1, 2]
     assert bs._cache_path(tmp_path, "standalone1", a).name == "standalone_seed2.json"
     assert bs._cache_path(tmp_path, "supernet_again", a).name == "supernet_seed3.json"
     assert bs._cache_path(tmp_path, "train", a).name == "train.json"
@@ -375,3 +376,43 @@ def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
         first = next(a for a in nets if a.name == sp.name)
         assert arch_cost(first).macs == min(arch_cost(a).macs for a in own)
     assert len(jobs) == len(cum) and np.all(np.diff(cum) > 0)
+
+
+def test_bench_supernet_graded_pool_reaches_the_narrowest_and_widest_networks():
+    """Random draws of a space cluster in the middle of its sizes; graded draws reach both ends."""
+    from nas.cost import arch_cost
+    from nas.space import load_space
+
+    bs = _script("supernet")
+    sp = load_space("bench/wide")
+    rng = np.random.default_rng(0)
+    graded = [arch_cost(bs.graded_arch(sp, rng)).params for _ in range(300)]
+    rand = [arch_cost(sp.random(rng)).params for _ in range(300)]
+    lo, hi = arch_cost(sp.smallest()).params, arch_cost(sp.largest()).params
+    assert min(graded) < 2 * lo < min(rand) and max(rand) < 0.8 * hi < max(graded)
+
+
+def test_bench_supernet_train_equal_takes_the_supernets_cost(tmp_path):
+    """train_equal's epochs: train's epochs scaled by the supernet's training and scoring over train's
+    scoring; refused before both are complete; kept once computed."""
+    import json
+
+    import torch
+
+    bs = _script("supernet")
+    a = bs._args(["--quick", "--out", str(tmp_path)])
+    work = tmp_path / "w"
+    (work / "scores").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="train_equal needs the supernet and train scores"):
+        bs.equal_epochs(work, a)
+    (work / "scores" / "supernet.json").write_text(json.dumps({str(i): {"score": 0.5, "seconds": 1.0} for i in range(a.archs)}))
+    (work / "scores" / "train.json").write_text(json.dumps({str(i): {"score": 0.5, "seconds": 10.0} for i in range(a.archs)}))
+    from nas.supernet.checkpoint import SUPERNET_FORMAT, SUPERNET_VERSION
+
+    torch.save({"format": SUPERNET_FORMAT, "version": SUPERNET_VERSION, "history": [{"seconds": 36.0}] * 2},
+               work / "supernet.ckpt")
+    # supernet: 72 s of training + 4 x 1 s of scoring = 76 s; train: 4 x 10 s at 3 epochs -> 3 x 76 / 40 = 5.7
+    assert bs.equal_epochs(work, a) == 6
+    (work / "scores" / "train.json").write_text(json.dumps({str(i): {"score": 0.5, "seconds": 1e6} for i in range(a.archs)}))
+    assert bs.equal_epochs(work, a) == 6  # kept: every process of a split run trains the same epochs
+    assert json.loads((work / "equal_compute.json").read_text())["train_epochs"] == 3
