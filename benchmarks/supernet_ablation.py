@@ -8,8 +8,12 @@ trains one supernet per variant on the same data (with the benchmark's seed unle
 one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
 against the same reference (the mean of the stand-alone runs). A variant is ``base`` (the
 benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings`` (``epochs=40``,
-``distill=0``, ``sort_channels=false``, ``random_subnets=4`` ...); ``seed=1``, the same supernet
-trained with another seed, shows how far the ranking moves by chance alone. The report also scores
+``distill=0``, ``sort_channels=false``, ``random_subnets=4``, ``schedule=progressive`` ...); ``seed=1``,
+the same supernet trained with another seed, shows how far the ranking moves by chance alone.  A
+part ``eval.<key>=<value>`` changes how the evaluator scores (``SupernetEvaluatorSettings``:
+``eval.finetune_steps=50``, ``eval.bn_recalibration_batches=64``): such a variant scores with the
+supernet its other parts name (the benchmark's own when there are none), trained once for all the
+variants that share it. The report also scores
 averages of several supernets: the mean inherited-weight accuracy of every set of k seed supernets
 (``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; a setting trained with
 several seeds (``distill=0`` and ``distill=0,seed=1`` ...) beside the default settings with the same
@@ -63,25 +67,40 @@ def parse_variant(text: str) -> dict[str, Any]:
     ``base``: none.  A malformed variant or an unknown setting is a one-line error."""
     import yaml
 
+    from nas.search.evaluator_settings import SupernetEvaluatorSettings
     from nas.supernet.settings import SupernetSettings
 
     if text == "base":
         return {}
-    fields = set(SupernetSettings.__dataclass_fields__)
+    fields = set(SupernetSettings.__dataclass_fields__) - {"device"}
+    eval_fields = {f"eval.{k}" for k in SupernetEvaluatorSettings.__dataclass_fields__} - {"eval.checkpoint", "eval.device"}
     out: dict[str, Any] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
         if not eq or not key:
             raise SystemExit(f"variant {text!r}: expected base or key=value[,key=value], got {part!r}")
-        if key not in fields or key == "device":
-            raise SystemExit(f"variant {text!r}: {key!r} is not a supernet training setting a variant may change "
-                             f"(choose from {', '.join(sorted(fields - {'device'}))})")
+        if key not in fields | eval_fields:
+            raise SystemExit(f"variant {text!r}: {key!r} is not a supernet training setting or an eval.<key> scoring "
+                             f"setting a variant may change (choose from {', '.join(sorted(fields | eval_fields))})")
         out[key] = yaml.safe_load(value)
+    train, scoring = split_overrides(out)
     try:
-        SupernetSettings(**out)
+        SupernetSettings(**train)
+        SupernetEvaluatorSettings(checkpoint="-", **scoring)
     except (TypeError, ValueError) as e:
         raise SystemExit(f"variant {text!r}: {e}") from None
     return out
+
+
+def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A variant's overrides as (supernet training settings, evaluator settings without ``eval.``)."""
+    train = {k: v for k, v in overrides.items() if not k.startswith("eval.")}
+    return train, {k.removeprefix("eval."): v for k, v in overrides.items() if k.startswith("eval.")}
+
+
+def _label(overrides: dict[str, Any]) -> str:
+    """A folder name for overrides (``base`` for none)."""
+    return "_".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in overrides.items()) or "base"
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,6 +109,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS),
                    help="where the benchmarks/supernet.py run is (the same --out)")
     p.add_argument("--standalone-seeds", type=int, default=3, help="the benchmark run's --standalone-seeds")
+    p.add_argument("--write", metavar="NAME", help="write <out>/NAME.json with these variants (default: "
+                   "supernet_ablation.json, and only when they are the default variants: a part of a split run "
+                   "writes nothing)")
     a = p.parse_args(argv)
     a.overrides = {v: parse_variant(v) for v in a.variants}
     return a
@@ -123,18 +145,17 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
 
-    if name == "base":
-        vdir, scores_path = work, _cache_path(work, "supernet", b)
-    else:
-        vdir = work / "ablation" / name.replace(",", "_")
-        scores_path = vdir / "scores.json"
-        kw = {"epochs": b.supernet_epochs, **overrides}
+    train, scoring = split_overrides(overrides)
+    vdir = work if not train else work / "ablation" / _label(train)  # the supernet, shared by eval.* variants
+    scores_path = _cache_path(work, "supernet", b) if name == "base" else work / "ablation" / _label(overrides) / "scores.json"
+    if train:
+        kw = {"epochs": b.supernet_epochs, **train}
         s = SupernetSettings(**{"seed": b.seed, **kw, "device": b.device})
         t0 = time.perf_counter()
         rec = train_supernet(load_space(b.space), data, s, vdir)
         print(f"{name}: supernet {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s of training "
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
-    ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device=b.device)
+    ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device=b.device, **scoring)
     scores = score_archs(name, ev, b.seed, scores_path, archs, data)
     history = read_checkpoint(vdir / "supernet.ckpt")["history"]
     return {"variant": name, "overrides": overrides, "epochs": len(history),
@@ -261,20 +282,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seeds = [r["scores"] for r in rows if is_seed_variant(r["overrides"])]
     seed_agreement = reference_agreement(seeds) if len(seeds) >= 2 else None  # how alike the seeds rank
     by = ranked_by(archs, ms, ref, [float(v) for v in np.mean(seeds, axis=0)] if seeds else None)
-    result = {"command": harness_command("supernet_ablation", ["--variants", *a.variants]),
+    result = {"command": harness_command("supernet_ablation", ["--variants", *a.variants, *(["--write", a.write] if a.write else [])]),
               "benchmark": command(b), "data": data.describe(), "archs": len(archs), "reference": "mean of the benchmarks/supernet.py "
               f"stand-alone runs ({b.standalone_seeds} seeds, {b.standalone_epochs} epochs)", "variants": rows,
               "averaged_supernets": averaged, "settings_by_seed": paired, "seed_supernets_agreement": seed_agreement,
               "ranked_by": by}
-    complete = a.variants == list(VARIANTS)  # a part of a split run prints its variants, writes nothing
-    if complete:
-        atomic_write_json(Path(a.out) / "supernet_ablation.json", result)
+    name = a.write or ("supernet_ablation" if a.variants == list(VARIANTS) else None)  # a part of a split run: none
+    if name:
+        atomic_write_json(Path(a.out) / f"{name}.json", result)
     _print(rows, averaged, paired, by)
     if seed_agreement:
         print(f"seed supernets against each other: tau {seed_agreement['pairwise_min']:.2f}-"
               f"{seed_agreement['pairwise_max']:.2f} (mean {seed_agreement['pairwise_mean']:.2f}) pairwise")
-    if complete:
-        print(f"wrote {Path(a.out) / 'supernet_ablation.json'}")
+    if name:
+        print(f"wrote {Path(a.out) / (name + '.json')}")
     return result
 
 

@@ -212,8 +212,13 @@ def test_bench_supernet_ablation_reads_its_variants():
     assert ab.parse_variant("base") == {}
     assert ab.parse_variant("epochs=40,sort_channels=false") == {"epochs": 40, "sort_channels": False}
     assert ab.parse_variant("seed=1") == {"seed": 1}
+    # scoring settings: eval.<key>, scored with the supernet the training part names (none: the benchmark's)
+    v = ab.parse_variant("eval.finetune_steps=50,seed=1")
+    assert ab.split_overrides(v) == ({"seed": 1}, {"finetune_steps": 50})
+    assert ab._label(ab.split_overrides(ab.parse_variant("sort_channels=false,seed=1"))[0]) == "sort_channels=false_seed=1"
     for bad, words in [("epochs", "expected base"), ("device=cuda", "'device' is not"), ("distil=0", "'distil' is not"),
-                       ("epochs=0", "epochs")]:
+                       ("epochs=0", "epochs"), ("eval.checkpoint=x", "'eval.checkpoint' is not"),
+                       ("eval.finetune_steps=-1", "finetune_steps")]:
         with pytest.raises(SystemExit, match=words):
             ab.parse_variant(bad)
 

@@ -271,10 +271,25 @@ class SupernetEvaluator(SupernetEvaluatorSettings, Evaluator):
         dtype = amp_dtype(device, self.amp)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             model = sn.subnet(arch).to(device)
+            gen = torch.Generator().manual_seed(seed)
+            if self.finetune_steps:
+                self._finetune(model, data, device, dtype, gen)
             recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
-                                  generator=torch.Generator().manual_seed(seed), device=device, amp_dtype=dtype)
+                                  generator=gen, device=device, amp_dtype=dtype)
             acc, val_loss = _val_score(model, data, device, dtype, self.eval_batch_size)
         return EvalResult(acc, self.metric, time.perf_counter() - t0, {"val_loss": val_loss})
+
+    def _finetune(self, model: nn.Module, data: Dataset, device: torch.device, dtype: torch.dtype | None,
+                  gen: torch.Generator) -> None:
+        """``finetune_steps`` steps of nas.train's loop on the subnet (a copy of the inherited weights: the
+        supernet is untouched), peak rate ``finetune_lr`` decaying to zero, no warm-up."""
+        fs = FitSettings(batch_size=self.batch_size, lr=self.finetune_lr, warmup_epochs=0.0)
+        per_epoch = Schedule.of(len(data.train), fs, 1).steps_per_epoch
+        sched = Schedule(min(fs.batch_size, len(data.train)), per_epoch, self.finetune_steps, 0)
+        train_epochs(model, data, build_optimizer(model, fs, fs.lr), settings=fs, schedule=sched, lr=fs.lr,
+                     epochs=range(-(-self.finetune_steps // per_epoch)), generator=lambda _epoch: gen, device=device,
+                     amp=dtype, stage="supernet fine-tune", hint="lower evaluator.finetune_lr",
+                     max_steps=self.finetune_steps)
 
 
 # --------------------------------------------------------------------------------------------

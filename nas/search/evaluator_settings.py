@@ -67,7 +67,9 @@ class SupernetEvaluatorSettings:
 
     checkpoint: str | None = None  # the supernet.ckpt (the command line's supernet=<checkpoint>)
     bn_recalibration_batches: int = 16  # training batches re-estimating BatchNorm statistics before scoring
-    batch_size: int = 64  # recalibration batch size
+    batch_size: int = 64  # recalibration (and fine-tuning) batch size
+    finetune_steps: int = 0  # training steps of each extracted subnet before scoring (0: its inherited weights as they are)
+    finetune_lr: float = 0.1 * _FIT.lr  # their peak learning rate (nas.train's optimiser, cosine decay to zero)
     eval_batch_size: int = _FIT.eval_batch_size
     device: str = "auto"  # auto | cpu | cuda | cuda:<i>
     amp: bool = True  # mixed precision on CUDA
@@ -79,6 +81,8 @@ class SupernetEvaluatorSettings:
         _check_pos(self, "bn_recalibration_batches", self.bn_recalibration_batches, integer=True)
         _check_pos(self, "batch_size", self.batch_size, integer=True)
         _check_pos(self, "eval_batch_size", self.eval_batch_size, integer=True)
+        _check_pos(self, "finetune_steps", self.finetune_steps, integer=True, allow_zero=True)
+        _check_pos(self, "finetune_lr", self.finetune_lr)
         if not isinstance(self.device, str):
             raise ValueError(f"evaluator supernet: device must be a string, got {self.device!r}")
 

@@ -180,6 +180,7 @@ def train_epochs(
     on_epoch_end: Callable[[nn.Module, int, float], None] | None = None,
     step_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor, int, Callable[[torch.Tensor], None]], torch.Tensor]
     | None = None,
+    max_steps: int | None = None,
 ) -> tuple[float, int]:
     """The training loop over ``epochs`` (a range: a resumed run starts late); returns the last
     epoch's mean training loss and the step count.  ``generator(epoch)`` shuffles and augments that
@@ -188,7 +189,8 @@ def train_epochs(
     ``step_fn(model, x, y, step, backward)`` replaces the step's forward pass and loss (the weight-sharing
     supernet trains several subnets per batch): it calls ``backward(loss)`` for each of its losses
     (gradients accumulate; mixed-precision scaling included) and returns the loss to report; the
-    optimizer step, clipping and the divergence check stay here."""
+    optimizer step, clipping and the divergence check stay here.  ``max_steps`` ends the run after that
+    many steps in all (a fine-tune of a few steps: ``evaluator.finetune_steps``)."""
     loss_fn = nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
     scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
     if teacher is not None:
@@ -201,6 +203,8 @@ def train_epochs(
         running, count = 0.0, 0
         for x, y in data.batches("train", batch_size=schedule.batch_size, shuffle=True, generator=generator(epoch),
                                  augment=True, drop_last=True, device=device):
+            if max_steps is not None and step >= max_steps:
+                break
             f = lr_factor(step, schedule.total, schedule.warm)
             for g in opt.param_groups:
                 g["lr"] = lr * f
