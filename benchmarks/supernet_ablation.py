@@ -267,13 +267,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(1)
     data = load_subset(b)
     archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target, b.pick)
-    ref, first = _reference(work, b, archs)
-    rows = []
-    for name, overrides in a.overrides.items():
-        r = _variant(name, overrides, work, b, data, archs)
+    rows = [_variant(name, overrides, work, b, data, archs) for name, overrides in a.overrides.items()]
+    ref, first = _reference(work, b, archs)  # after the variants: they can be scored while the reference runs
+    for r in rows:
         r["kendall_tau_vs_reference"] = _tau(ref, r["scores"])
         r["kendall_tau_vs_one_run"] = _tau(first, r["scores"])
-        rows.append(r)
     base = next((r["scores"] for r in rows if r["variant"] == "base"), None)
     for r in rows:  # how alike two supernets rank: the base against itself is 1
         r["kendall_tau_vs_base"] = _tau(base, r["scores"]) if base is not None else None
