@@ -69,7 +69,7 @@ class SupernetEvaluatorSettings:
     bn_recalibration_batches: int = 16  # training batches re-estimating BatchNorm statistics before scoring
     batch_size: int = 64  # recalibration (and fine-tuning) batch size
     finetune_steps: int = 0  # training steps of each extracted subnet before scoring (0: its inherited weights as they are)
-    finetune_lr: float = 0.1 * _FIT.lr  # their peak learning rate (nas.train's optimiser, cosine decay to zero)
+    finetune_lr: float = _FIT.lr / 10  # their peak learning rate (nas.train's optimiser, cosine decay to zero)
     eval_batch_size: int = _FIT.eval_batch_size
     device: str = "auto"  # auto | cpu | cuda | cuda:<i>
     amp: bool = True  # mixed precision on CUDA
