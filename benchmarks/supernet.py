@@ -58,9 +58,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._ranking import _tau, reference_agreement, reference_ceiling
 from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
-from benchmarks.ranking import _tau, reference_agreement, reference_ceiling
 from nas._io import atomic_write_json
 
 METHODS = ("supernet", "progressive", "train", "train_equal", "naswot", "synflow")

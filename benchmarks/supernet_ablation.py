@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._ranking import _tau, reference_agreement
 from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
-from benchmarks.ranking import _tau, reference_agreement
 from benchmarks.supernet import _args as benchmark_args
 from benchmarks.supernet import (
     _cache_path,

@@ -195,10 +195,22 @@ def _quotes(quoted: str, path: str) -> bool:
     return re.fullmatch(pattern, path) is not None
 
 
+def _not_ignored(paths: list[Path]) -> list[Path]:
+    """``paths`` less those git ignores (a benchmark's caches beside its results); all of them outside
+    a git checkout."""
+    r = subprocess.run(["git", "check-ignore", "--stdin"], input="\n".join(map(str, paths)), text=True,
+                       capture_output=True, cwd=RESULTS)
+    if r.returncode not in (0, 1):  # 1: none ignored; anything else: no git here
+        return paths
+    ignored = set(r.stdout.splitlines())
+    return [p for p in paths if str(p) not in ignored]
+
+
 def test_every_result_file_is_quoted_by_a_doc():
-    """A result file stays only while a page quotes it (by its path, or its folder's)."""
+    """A result file stays only while a page quotes it (by its path, or its folder's); the caches git
+    ignores are not results."""
     quoted = _quoted_results()
-    files = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("*") if p.is_file())
+    files = sorted(p.relative_to(RESULTS).as_posix() for p in _not_ignored([p for p in RESULTS.rglob("*") if p.is_file()]))
     assert files
     assert [f for f in files if not any(_quotes(q, f) for q in quoted)] == []
 

@@ -122,7 +122,7 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     with pytest.raises(SystemExit):
         bs._args(["--scores", "standalone7"])
     assert "unknown standalone7" in capsys.readouterr().err
-    agree = _script("ranking").reference_agreement([[1, 2, 3, 4], [1, 2, 3, 4], [4, 3, 2, 1]])
+    agree = _script("_ranking").reference_agreement([[1, 2, 3, 4], [1, 2, 3, 4], [4, 3, 2, 1]])
     assert agree["pairwise_max"] == pytest.approx(1.0) and agree["pairwise_min"] == pytest.approx(-1.0)
     assert agree["pairwise_mean"] == pytest.approx(-1 / 3)
 
@@ -132,7 +132,7 @@ def test_bench_supernet_reference_ceiling():
     Gaussian arcsine law in between, and more runs for a higher target."""
     from scipy.stats import kendalltau
 
-    bs = _script("ranking")
+    bs = _script("_ranking")
     truth = np.linspace(0.80, 0.90, 24)
     exact = bs.reference_ceiling([list(truth)] * 3)
     assert exact["perfect_score_tau"] == pytest.approx(1.0) and exact["runs_for_target"] == 1
