@@ -10,8 +10,9 @@ import pytest
 
 # tests measure on whatever machine runs them: the target's device name and required ISA are cleared
 HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
-FAST = ["profile.warmup=1", "profile.repeats=5", "profile.min_time_s=0", "profile.rounds=1", "progress=false",
-        "profile.watch=false"]  # these tests are not about the machine: a busy one must not fail them
+FAST = ["profile.warmup=1", "profile.repeats=5", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
+# nas.profile's: these tests are not about the machine, a busy one must not fail them (nas.validate refuses it)
+PROFILE_FAST = [*FAST, "profile.watch=false"]
 
 
 def run(mod, *args, cwd):
@@ -22,7 +23,7 @@ def run(mod, *args, cwd):
 def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("table")
     out = d / "tiny.json"
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={out}", "calibration_networks=25", "pruned_networks=5", *FAST, cwd=d)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={out}", "calibration_networks=25", "pruned_networks=5", *PROFILE_FAST, cwd=d)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -126,7 +127,7 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
     t = tmp_path / "t.json"
     shutil.copy(table, t)
     before = LatencyTable.load(t)
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *FAST, cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "now run at" in r.stdout and "unchanged" in r.stdout
     after = LatencyTable.load(t)
@@ -154,7 +155,7 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
     empty = tmp_path / "empty.json"
     LatencyTable(metadata=after.metadata, entries=dict(after.entries), path=empty).save(empty)
     data = empty.read_bytes()
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={empty}", "refresh=3", *FAST, cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={empty}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 2 and "no calibration networks" in r.stderr and empty.read_bytes() == data
 
 
@@ -169,7 +170,7 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     t = tmp_path / "t.json"
     shutil.copy(table, t)
     before = LatencyTable.load(t)
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "recalibrate=true", *FAST,
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "recalibrate=true", *PROFILE_FAST,
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "recalibrate: the table's calibration networks now run at" in r.stdout and "within ±5%" in r.stdout
@@ -195,7 +196,7 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={t}", f"arch={tmp_path / 'a.json'}", cwd=tmp_path)
     assert r.returncode == 0 and "recalibrated" in r.stdout, r.stderr
     # a later refresh=N is newer: its ratio (over the table's figures) applies, on the calibration as built
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *FAST, cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     later = LatencyTable.load(t)
     p = LatencyPredictor().fit(later)
@@ -203,7 +204,7 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     np.testing.assert_allclose(p.predict(archs), p.rescale_ * built.predict(archs), rtol=1e-9)
     # both at once: a clear error
     r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", "recalibrate=true",
-            *FAST, cwd=tmp_path)
+            *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 2 and "pick one" in r.stderr
 
 
@@ -295,7 +296,7 @@ def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
     # (profile.min_time_s), however fast the machine
     t = tmp_path / "t.json"
     r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "calibration_networks=20",
-            "pruned_networks=0", "budget_min=0.1", *FAST, "profile.min_time_s=0.03", cwd=tmp_path)
+            "pruned_networks=0", "budget_min=0.1", *PROFILE_FAST, "profile.min_time_s=0.03", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "budget of 0.1 min spent" in r.stdout
     out = tmp_path / "v" / "report.json"
