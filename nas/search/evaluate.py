@@ -284,10 +284,9 @@ class SupernetEvaluator(SupernetEvaluatorSettings, Evaluator):
         """``finetune_steps`` steps of nas.train's loop on the subnet (a copy of the inherited weights: the
         supernet is untouched), peak rate ``finetune_lr`` decaying to zero, no warm-up."""
         fs = FitSettings(batch_size=self.batch_size, lr=self.finetune_lr, warmup_epochs=0.0)
-        per_epoch = Schedule.of(len(data.train), fs, 1).steps_per_epoch
-        sched = Schedule(min(fs.batch_size, len(data.train)), per_epoch, self.finetune_steps, 0)
+        sched = dataclasses.replace(Schedule.of(len(data.train), fs, 1), total=self.finetune_steps)  # no warm-up
         train_epochs(model, data, build_optimizer(model, fs, fs.lr), settings=fs, schedule=sched, lr=fs.lr,
-                     epochs=range(-(-self.finetune_steps // per_epoch)), generator=lambda _epoch: gen, device=device,
+                     epochs=range(-(-self.finetune_steps // sched.steps_per_epoch)), generator=lambda _epoch: gen, device=device,
                      amp=dtype, stage="supernet fine-tune", hint="lower evaluator.finetune_lr",
                      max_steps=self.finetune_steps)
 
