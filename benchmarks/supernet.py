@@ -218,6 +218,12 @@ def _seed(name: str, a: argparse.Namespace) -> int:
     return a.seed + 1 + a.standalone_seeds if name == "supernet_again" else a.seed
 
 
+def supernet_dir(work: Path, schedule: str) -> Path:
+    """Where the benchmark's supernet trained with ``schedule`` keeps its checkpoint (``supernet.ckpt``):
+    the sandwich one in ``work`` itself, the progressive one in ``work/progressive``."""
+    return work if schedule == "sandwich" else work / schedule
+
+
 def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     """The evaluator behind score ``name`` and the seed it runs with."""
     from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
@@ -226,7 +232,7 @@ def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     if name in ("supernet", "supernet_again"):
         return SupernetEvaluator(checkpoint=str(ckpt), device=a.device, **batch), _seed(name, a)
     if name == "progressive":
-        return SupernetEvaluator(checkpoint=str(ckpt.parent / "progressive" / ckpt.name), device=a.device, **batch), a.seed
+        return SupernetEvaluator(checkpoint=str(supernet_dir(ckpt.parent, "progressive") / ckpt.name), device=a.device, **batch), a.seed
     if name == "train":
         return TrainEvaluator(device=a.device, **batch), a.seed
     if name == "train_equal":
@@ -355,7 +361,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
     history = read_checkpoint(work / "supernet.ckpt")["history"]
     sn_train_s = float(sum(h["seconds"] for h in history))
-    pg_history = read_checkpoint(work / "progressive" / "supernet.ckpt")["history"]
+    pg_history = read_checkpoint(supernet_dir(work, "progressive") / "supernet.ckpt")["history"]
     pg_train_s = float(sum(h["seconds"] for h in pg_history))
     # what each score cost per architecture, a supernet's training shared over the architectures
     cost = {**secs, "supernet": secs["supernet"] + sn_train_s / len(rows),
@@ -442,13 +448,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     check_work(work, a)
     data = load_subset(a)
     archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick)
-    for schedule, names, where in (("sandwich", ("supernet", "supernet_again"), work),
-                                   ("progressive", ("progressive",), work / "progressive")):
+    for schedule, names in (("sandwich", ("supernet", "supernet_again")), ("progressive", ("progressive",))):
         if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in names):
             t0 = time.perf_counter()
             batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
             settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device=a.device, schedule=schedule, **batch)
-            rec = train_supernet(space, data, settings, where)
+            rec = train_supernet(space, data, settings, supernet_dir(work, schedule))
             print(f"supernet ({schedule}): {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
                   f"of training (this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:
