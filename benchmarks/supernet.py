@@ -14,7 +14,8 @@ and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--dat
    (b) short training (``evaluator=train`` at its default budget), (b') short training at the
    supernet's compute (``train_equal``: the epochs that make the 24 trainings cost what the
    sandwich supernet's training and scoring cost, from the measured seconds of both; it runs once
-   ``supernet`` and ``train`` are complete), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
+   ``supernet`` and ``train`` are complete), (b'') one epoch of training (``train_1epoch``: the
+   supernet's cost per trial in a search of a few hundred trials, the report says how many), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
    and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
    the reference is the mean of those runs.  How well the runs agree with each other gives the
    ceiling the reference's noise leaves (``reference_ceiling``: the tau a perfect score would reach,
@@ -63,8 +64,8 @@ from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
 
-METHODS = ("supernet", "progressive", "train", "train_equal", "naswot", "synflow")
-ACCURACY = ("supernet", "progressive", "train", "train_equal")  # scores that are accuracies (the rest: proxies)
+METHODS = ("supernet", "progressive", "train", "train_equal", "train_1epoch", "naswot", "synflow")
+ACCURACY = ("supernet", "progressive", "train", "train_equal", "train_1epoch")  # scores that are accuracies (the rest: proxies)
 # what a cache was computed with: a re-run with other values of these must not reuse it
 _SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", "space", "target", "device",
              "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed", "pick")
@@ -237,6 +238,8 @@ def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
         return TrainEvaluator(device=a.device, **batch), a.seed
     if name == "train_equal":
         return TrainEvaluator(epochs=equal_epochs(ckpt.parent, a), device=a.device, **batch), a.seed
+    if name == "train_1epoch":  # the least training buys: the supernet's cost per trial in a search of many trials
+        return TrainEvaluator(epochs=1, device=a.device, **batch), a.seed
     if name in ("naswot", "synflow"):
         return ZeroCostEvaluator(proxy=name, device=a.device), a.seed
     return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), _seed(name, a)
@@ -321,8 +324,8 @@ def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[fl
     """One panel per score against the reference, the predicted latency's, and the reference against itself."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(16, 7.4))
-    axes = fig.subplots(2, 4).ravel()
+    fig = Figure(figsize=(13, 11))
+    axes = fig.subplots(3, 3).ravel()
     ref = [r["reference"] * 100 for r in rows]
     panels = [(m, [r["scores"][m]["score"] * (100 if m in ACCURACY else 1) for r in rows],
                f"{m} {'accuracy %' if m in ACCURACY else 'score'}") for m in METHODS]
@@ -366,6 +369,9 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     # what each score cost per architecture, a supernet's training shared over the architectures
     cost = {**secs, "supernet": secs["supernet"] + sn_train_s / len(rows),
             "progressive": secs["progressive"] + pg_train_s / len(rows)}
+    # the trials of a search over which the supernet's training, shared, makes a trial cost one epoch of training
+    margin = secs["train_1epoch"] - secs["supernet"]
+    trials_1epoch = sn_train_s / margin if margin > 0 else None
     spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref)),
               "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))}
     result = {
@@ -377,6 +383,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         "supernet_train_seconds": sn_train_s, "supernet_history": history,
         "progressive_train_seconds": pg_train_s, "progressive_history": pg_history,
         "train_equal": json.loads((work / "equal_compute.json").read_text()), "cost_per_arch_s": cost,
+        "trials_at_1epoch_cost": trials_1epoch,
         "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
         "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
         "kendall_tau_predicted_latency_vs_reference": by_latency,
@@ -393,6 +400,8 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     print(f"{'latency':<12} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
     print("s / arch: a supernet's includes its training shared over the architectures; train_equal trained "
           f"{result['train_equal']['epochs']} epochs")
+    if trials_1epoch:
+        print(f"a supernet trial costs as much as train_1epoch's in a search of {trials_1epoch:.0f} trials")
     print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {sn_again:.3f}")
     print(f"the reference against itself: tau between seeds {agreement['pairwise_mean']:.3f} (pairs "
           f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one seed against the mean of the others "
