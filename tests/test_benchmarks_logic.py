@@ -102,10 +102,10 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     with itself is the Kendall tau between its runs."""
     bs = _script("supernet")
     a = bs._args(["--quick", "--out", str(tmp_path)])
-    assert a.scores == ["supernet", "progressive", "train", "train_equal", "naswot", "synflow", "supernet_again",
-                        "standalone0", "standalone1"]
+    assert a.scores == ["supernet", "progressive", "train", "train_equal", "train_1epoch", "naswot", "synflow",
+                        "supernet_again", "standalone0", "standalone1"]
     # the estimators run with --seed, the stand-alone runs with the seeds after it (no shared initial weights)
-    assert [bs._seed(n, a) for n in a.scores] == [0, 0, 0, 0, 0, 0, 3, 1, 2]
+    assert [bs._seed(n, a) for n in a.scores] == [0, 0, 0, 0, 0, 0, 0, 3, 1, 2]
     assert bs._cache_path(tmp_path, "standalone1", a).name == "standalone_seed2.json"
     assert bs._cache_path(tmp_path, "supernet_again", a).name == "supernet_seed3.json"
     assert bs._cache_path(tmp_path, "train", a).name == "train.json"
