@@ -1,14 +1,16 @@
 """Ranking math of the ranking benchmarks (``benchmarks/supernet.py``, ``benchmarks/supernet_ablation.py``):
-Kendall's tau, how well a noisy reference agrees with itself, and the tau its noise leaves a perfect score."""
+Kendall's tau, how well a noisy reference agrees with itself, the tau its noise leaves a perfect score,
+and the plot of scores against the reference."""
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["_expected_tau", "_tau", "reference_agreement", "reference_ceiling"]
+__all__ = ["_expected_tau", "_tau", "ceiling_line", "plot_ranking", "reference_agreement", "reference_ceiling"]
 
 
 def _tau(x: list[float], y: list[float]) -> float:
@@ -71,3 +73,46 @@ def reference_ceiling(runs: list[list[float]], target: float = 0.8, draws: int =
     needed = next((m for m, t in by_runs.items() if t >= target), None)
     return {"runs": k, "noise_std": float(np.sqrt(noise_var)), "arch_std": float(np.sqrt(arch_var)),
             "perfect_score_tau": by_runs[k], "target": target, "runs_for_target": needed, "by_runs": by_runs}
+
+
+def ceiling_line(ceiling: dict[str, Any]) -> str:
+    """``reference_ceiling``'s result in a sentence: the tau a perfect score would reach against this
+    reference, the noise and spread behind it, and the runs a reference needs for its target."""
+    need, target = ceiling["runs_for_target"], ceiling["target"]
+    if need:
+        reach = f"tau {target} needs a reference of {need} runs"
+    elif ceiling["arch_std"] == 0:
+        reach = f"the runs differ no more than their noise: no reference lets it reach tau {target}"
+    else:
+        reach = f"no reference of up to {max(ceiling['by_runs'])} runs lets it reach tau {target}"
+    return (f"what the reference's noise leaves: a score that knew each architecture's expected accuracy would reach "
+            f"tau {ceiling['perfect_score_tau']:.3f} against the mean of {ceiling['runs']} runs (a run's noise: std "
+            f"{100 * ceiling['noise_std']:.2f} points; the expected accuracies: std {100 * ceiling['arch_std']:.2f}); "
+            f"{reach}")
+
+
+def plot_ranking(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], ceiling: float,
+                 path: Path, methods: tuple[str, ...], accuracy: tuple[str, ...]) -> None:
+    """The ranking benchmark's plot: one panel per score of ``methods`` against the reference (those in
+    ``accuracy`` as accuracies %, the rest as proxy scores), the predicted latency's, and the reference
+    against itself (its first two runs)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 11))
+    axes = fig.subplots(3, 3).ravel()
+    ref = [r["reference"] * 100 for r in rows]
+    panels = [(m, [r["scores"][m]["score"] * (100 if m in accuracy else 1) for r in rows],
+               f"{m} {'accuracy %' if m in accuracy else 'score'}") for m in methods]
+    panels.append(("latency", [r["predicted_ms"] for r in rows], "predicted latency, ms (an estimate)"))
+    for ax, (m, v, label) in zip(axes, panels):
+        ax.scatter(v, ref, s=14)
+        ax.set_xlabel(label)
+        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}\n(a perfect score: {ceiling:.2f})")
+        ax.set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
+    ax = axes[len(panels)]
+    ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")
+    ax.set_xlabel("stand-alone accuracy %, run 1")
+    ax.set_ylabel("stand-alone accuracy %, run 2")
+    ax.set_title(f"the reference against itself: tau {_tau(runs[0], runs[1]):.2f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)

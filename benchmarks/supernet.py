@@ -59,13 +59,16 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._ranking import _tau, reference_agreement, reference_ceiling
+from benchmarks._ranking import _tau, ceiling_line, plot_ranking, reference_agreement, reference_ceiling
 from benchmarks.harness import RESULTS
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
 
 METHODS = ("supernet", "progressive", "train", "train_equal", "train_1epoch", "naswot", "synflow")
 ACCURACY = ("supernet", "progressive", "train", "train_equal", "train_1epoch")  # scores that are accuracies (the rest: proxies)
+# the estimators --estimator-seeds scores again with other seeds (a supernet's seeds: supernet_ablation's seed=N variants)
+SEEDED = ("train", "train_equal", "train_1epoch", "naswot", "synflow")
+SEED_STEP = 100  # estimator seed k is --seed + 100 k: clear of the stand-alone runs' seeds and supernet_again's
 # what a cache was computed with: a re-run with other values of these must not reuse it
 _SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", "space", "target", "device",
              "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed", "pick")
@@ -99,10 +102,12 @@ def load_subset(a: argparse.Namespace) -> Any:
     return data
 
 
-def score_names(seeds: int) -> tuple[str, ...]:
-    """Every score the benchmark computes: the four estimators, the supernet's again with another draw of
-    BatchNorm-recalibration batches (how reproducible its score is), then one stand-alone run per seed."""
-    return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)))
+def score_names(seeds: int, estimator_seeds: int = 1) -> tuple[str, ...]:
+    """Every score the benchmark computes: the estimators, the supernet's again with another draw of
+    BatchNorm-recalibration batches (how reproducible its score is), one stand-alone run per seed, then
+    the ``SEEDED`` estimators again with each further estimator seed (``train@1``, ``naswot@2`` ...)."""
+    return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)),
+            *(f"{m}@{k}" for k in range(1, estimator_seeds) for m in SEEDED))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -122,8 +127,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--supernet-epochs", type=int, default=20)
     p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
     p.add_argument("--standalone-seeds", type=int, default=3, help="stand-alone runs per architecture (>= 2)")
+    p.add_argument("--estimator-seeds", type=int, default=1,
+                   help=f"seeds of {', '.join(SEEDED)} (their spread; seed k is --seed + {SEED_STEP} k)")
     p.add_argument("--scores", nargs="+", metavar="NAME",
-                   help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>)")
+                   help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>, "
+                        "train@<k> ...)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(RESULTS))
@@ -135,7 +143,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--batch-size must be a positive integer, got {a.batch_size}")
     if a.standalone_seeds < 2:
         p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
-    names = score_names(a.standalone_seeds)
+    if a.estimator_seeds < 1:
+        p.error("--estimator-seeds must be at least 1")
+    names = score_names(a.standalone_seeds, a.estimator_seeds)
     unknown = [s for s in a.scores or () if s not in names]
     if unknown:
         p.error(f"--scores: unknown {', '.join(unknown)}; choose from {', '.join(names)}")
@@ -216,6 +226,8 @@ def _seed(name: str, a: argparse.Namespace) -> int:
     the one after those for the supernet's second draw."""
     if name.startswith("standalone"):
         return a.seed + 1 + int(name.removeprefix("standalone"))
+    if "@" in name:
+        return a.seed + SEED_STEP * int(name.partition("@")[2])
     return a.seed + 1 + a.standalone_seeds if name == "supernet_again" else a.seed
 
 
@@ -228,6 +240,9 @@ def supernet_dir(work: Path, schedule: str) -> Path:
 def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     """The evaluator behind score ``name`` and the seed it runs with."""
     from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
+
+    if "@" in name:  # an estimator with a further seed
+        return _evaluator(name.partition("@")[0], a, ckpt)[0], _seed(name, a)
 
     batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
     if name in ("supernet", "supernet_again"):
@@ -253,6 +268,8 @@ def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
         stem = f"standalone_seed{_seed(name, a)}"
     elif name == "supernet_again":
         stem = f"supernet_seed{_seed(name, a)}"
+    elif "@" in name:
+        stem = f"{name.partition('@')[0]}_seed{_seed(name, a)}"
     return work / "scores" / f"{stem}.json"
 
 
@@ -319,36 +336,11 @@ def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list
     return runs
 
 
-def _plot(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[list[float]], ceiling: float,
-          path: Path) -> None:
-    """One panel per score against the reference, the predicted latency's, and the reference against itself."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(13, 11))
-    axes = fig.subplots(3, 3).ravel()
-    ref = [r["reference"] * 100 for r in rows]
-    panels = [(m, [r["scores"][m]["score"] * (100 if m in ACCURACY else 1) for r in rows],
-               f"{m} {'accuracy %' if m in ACCURACY else 'score'}") for m in METHODS]
-    panels.append(("latency", [r["predicted_ms"] for r in rows], "predicted latency, ms (an estimate)"))
-    for ax, (m, v, label) in zip(axes, panels):
-        ax.scatter(v, ref, s=14)
-        ax.set_xlabel(label)
-        ax.set_title(f"{m}: Kendall tau {taus[m]:.2f}\n(a perfect score: {ceiling:.2f})")
-        ax.set_ylabel(f"stand-alone accuracy %, mean of {len(runs)} seeds")
-    ax = axes[len(panels)]
-    ax.scatter([x * 100 for x in runs[0]], [y * 100 for y in runs[1]], s=14, color="tab:gray")
-    ax.set_xlabel("stand-alone accuracy %, run 1")
-    ax.set_ylabel("stand-alone accuracy %, run 2")
-    ax.set_title(f"the reference against itself: tau {_tau(runs[0], runs[1]):.2f}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
 def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], work: Path) -> dict[str, Any]:
     """The JSON record and plot of a complete run, and its table printed."""
     from nas.supernet.checkpoint import read_checkpoint
 
-    names = score_names(a.standalone_seeds)
+    names = score_names(a.standalone_seeds, a.estimator_seeds)
     caches = {n: _cache(work, n, a) for n in names}
     stand = [n for n in names if n.startswith("standalone")]
     runs = standalone_runs(work, a, archs)
@@ -357,6 +349,9 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
              "scores": {n: caches[n][arch.digest()] for n in names}} for arch, lat, r in zip(archs, ms, ref)]
     taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
+    seeded = {m: (m, *(f"{m}@{k}" for k in range(1, a.estimator_seeds))) for m in SEEDED}
+    by_seed = {m: {"seeds": [_seed(n, a) for n in ns], "taus": [_tau(ref, [r["scores"][n]["score"] for r in rows])
+                                                                for n in ns]} for m, ns in seeded.items()}
     agreement = reference_agreement(runs)
     ceiling = reference_ceiling(runs)
     sn_again = _tau([r["scores"]["supernet"]["score"] for r in rows], [r["scores"]["supernet_again"]["score"] for r in rows])
@@ -384,7 +379,8 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         "progressive_train_seconds": pg_train_s, "progressive_history": pg_history,
         "train_equal": json.loads((work / "equal_compute.json").read_text()), "cost_per_arch_s": cost,
         "trials_at_1epoch_cost": trials_1epoch,
-        "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "reference_agreement": agreement,
+        "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "kendall_tau_by_seed": by_seed,
+        "reference_agreement": agreement,
         "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
         "kendall_tau_predicted_latency_vs_reference": by_latency,
         "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
@@ -392,10 +388,15 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     name = "supernet_quick" if a.quick else "supernet"
     out = Path(a.out)
     atomic_write_json(out / f"{name}.json", result)
-    _plot(rows, {**taus, "latency": by_latency}, runs, ceiling["perfect_score_tau"], out / f"{name}.png")
+    plot_ranking(rows, {**taus, "latency": by_latency}, runs, ceiling["perfect_score_tau"], out / f"{name}.png",
+                 METHODS, ACCURACY)
     print(f"\n{'method':<12} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
     for m in METHODS:
         print(f"{m:<12} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {cost[m]:>9.2f}")
+    if a.estimator_seeds > 1:
+        for m, v in by_seed.items():
+            print(f"{m:<12} over seeds {', '.join(map(str, v['seeds']))}: tau {' / '.join(f'{t:.3f}' for t in v['taus'])} "
+                  f"(mean {np.mean(v['taus']):.3f})")
     print(f"{'standalone':<12} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
     print(f"{'latency':<12} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
     print("s / arch: a supernet's includes its training shared over the architectures; train_equal trained "
@@ -408,17 +409,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
           f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
           f"{100 * spread['max']:.2f}% (std {100 * spread['std']:.2f} points; run 1 - run 2: std "
           f"{100 * spread['run_difference_std']:.2f} points)")
-    need, target = ceiling["runs_for_target"], ceiling["target"]
-    if need:
-        reach = f"tau {target} needs a reference of {need} runs"
-    elif ceiling["arch_std"] == 0:
-        reach = f"the runs differ no more than their noise: no reference lets it reach tau {target}"
-    else:
-        reach = f"no reference of up to {max(ceiling['by_runs'])} runs lets it reach tau {target}"
-    print(f"what the reference's noise leaves: a score that knew each architecture's expected accuracy would reach "
-          f"tau {ceiling['perfect_score_tau']:.3f} against the mean of {len(runs)} runs (a run's noise: std "
-          f"{100 * ceiling['noise_std']:.2f} points; the expected accuracies: std {100 * ceiling['arch_std']:.2f}); "
-          f"{reach}")
+    print(ceiling_line(ceiling))
     print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
           f"{len(rows)} archs); progressive shrinking {pg_train_s:.0f} s\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
     return result
@@ -427,7 +418,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
 def command(a: argparse.Namespace) -> str:
     """The command line that reproduces run ``a`` (the options that differ from the defaults)."""
     default = _args(["--quick"] if a.quick else [])
-    opts = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in (*_SETTINGS, "standalone_seeds")
+    opts = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds")
             if getattr(a, k) != getattr(default, k)]
     return harness_command("supernet", [*(["--quick"] if a.quick else []), *" ".join(opts).split()],
                            cores=[0] if a.device == "cpu" else None)
@@ -467,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                   f"of training (this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:
         _compute(name, archs, data, a, work)
-    missing = [n for n in score_names(a.standalone_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]
+    missing = [n for n in score_names(a.standalone_seeds, a.estimator_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]
     if missing:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
               "the report; or run again without --scores)")

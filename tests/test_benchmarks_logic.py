@@ -109,6 +109,16 @@ def test_bench_supernet_refuses_a_cache_of_other_settings_and_measures_its_refer
     assert bs._cache_path(tmp_path, "standalone1", a).name == "standalone_seed2.json"
     assert bs._cache_path(tmp_path, "supernet_again", a).name == "supernet_seed3.json"
     assert bs._cache_path(tmp_path, "train", a).name == "train.json"
+    # --estimator-seeds: the estimators that train or score at init again with seeds clear of the others'
+    e = bs._args(["--quick", "--out", str(tmp_path), "--estimator-seeds", "3"])
+    extra = [n for n in e.scores if "@" in n]
+    assert extra == [f"{m}@{k}" for k in (1, 2) for m in bs.SEEDED] and "supernet@1" not in e.scores
+    assert [bs._seed(n, e) for n in ("train@1", "naswot@2")] == [100, 200]
+    assert bs._cache_path(tmp_path, "train_equal@2", e).name == "train_equal_seed200.json"
+    assert {bs._seed(n, e) for n in extra}.isdisjoint(bs._seed(n, e) for n in e.scores if "@" not in n)
+    with pytest.raises(SystemExit):
+        bs._args(["--estimator-seeds", "0"])
+    assert "at least 1" in capsys.readouterr().err
     bs.check_work(tmp_path / "w", a)
     bs.check_work(tmp_path / "w", a)  # the same settings: reused
     b = bs._args(["--quick", "--out", str(tmp_path), "--seed", "3", "--scores", "standalone1"])
