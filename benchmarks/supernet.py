@@ -14,8 +14,9 @@ and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--dat
    (b) short training (``evaluator=train`` at its default budget), (b') short training at the
    supernet's compute (``train_equal``: the epochs that make the 24 trainings cost what the
    sandwich supernet's training and scoring cost, from the measured seconds of both; it runs once
-   ``supernet`` and ``train`` are complete), (b'') one epoch of training (``train_1epoch``: the
-   supernet's cost per trial in a search of a few hundred trials, the report says how many), (c) NASWOT and (d) synflow (``evaluator=zero_cost``),
+   ``supernet`` and ``train`` are complete), (b'') one epoch of training (``train_1epoch``: a
+   supernet trial's cost in a search of many trials, the report says how many), (c) NASWOT and
+   (d) synflow (``evaluator=zero_cost``),
    and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
    the reference is the mean of those runs.  How well the runs agree with each other gives the
    ceiling the reference's noise leaves (``reference_ceiling``: the tau a perfect score would reach,
@@ -102,12 +103,23 @@ def load_subset(a: argparse.Namespace) -> Any:
     return data
 
 
+def seed_names(method: str, estimator_seeds: int) -> tuple[str, ...]:
+    """The scores of ``method`` over ``estimator_seeds`` seeds: its own, then ``method@1``, ``method@2`` ..."""
+    return (method, *(f"{method}@{k}" for k in range(1, estimator_seeds)))
+
+
+def _split_seed(name: str) -> tuple[str, int]:
+    """``train@2`` -> ``("train", 2)``; a name without ``@`` is its estimator's first seed (k = 0)."""
+    method, _, k = name.partition("@")
+    return method, int(k or 0)
+
+
 def score_names(seeds: int, estimator_seeds: int = 1) -> tuple[str, ...]:
     """Every score the benchmark computes: the estimators, the supernet's again with another draw of
     BatchNorm-recalibration batches (how reproducible its score is), one stand-alone run per seed, then
     the ``SEEDED`` estimators again with each further estimator seed (``train@1``, ``naswot@2`` ...)."""
-    return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)),
-            *(f"{m}@{k}" for k in range(1, estimator_seeds) for m in SEEDED))
+    further = [seed_names(m, estimator_seeds)[1:] for m in SEEDED]
+    return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)), *(n for ns in zip(*further) for n in ns))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -227,7 +239,7 @@ def _seed(name: str, a: argparse.Namespace) -> int:
     if name.startswith("standalone"):
         return a.seed + 1 + int(name.removeprefix("standalone"))
     if "@" in name:
-        return a.seed + SEED_STEP * int(name.partition("@")[2])
+        return a.seed + SEED_STEP * _split_seed(name)[1]
     return a.seed + 1 + a.standalone_seeds if name == "supernet_again" else a.seed
 
 
@@ -242,7 +254,7 @@ def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
     from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
 
     if "@" in name:  # an estimator with a further seed
-        return _evaluator(name.partition("@")[0], a, ckpt)[0], _seed(name, a)
+        return _evaluator(_split_seed(name)[0], a, ckpt)[0], _seed(name, a)
 
     batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
     if name in ("supernet", "supernet_again"):
@@ -269,7 +281,7 @@ def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
     elif name == "supernet_again":
         stem = f"supernet_seed{_seed(name, a)}"
     elif "@" in name:
-        stem = f"{name.partition('@')[0]}_seed{_seed(name, a)}"
+        stem = f"{_split_seed(name)[0]}_seed{_seed(name, a)}"
     return work / "scores" / f"{stem}.json"
 
 
@@ -349,7 +361,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
              "scores": {n: caches[n][arch.digest()] for n in names}} for arch, lat, r in zip(archs, ms, ref)]
     taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
     taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
-    seeded = {m: (m, *(f"{m}@{k}" for k in range(1, a.estimator_seeds))) for m in SEEDED}
+    seeded = {m: seed_names(m, a.estimator_seeds) for m in SEEDED}
     by_seed = {m: {"seeds": [_seed(n, a) for n in ns], "taus": [_tau(ref, [r["scores"][n]["score"] for r in rows])
                                                                 for n in ns]} for m, ns in seeded.items()}
     agreement = reference_agreement(runs)
