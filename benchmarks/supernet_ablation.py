@@ -35,7 +35,9 @@ so an interrupted run resumes.  Writes ``<out>/supernet_ablation.json`` and prin
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +74,7 @@ def parse_variant(text: str) -> dict[str, Any]:
 
     if text == "base":
         return {}
-    fields = set(SupernetSettings.__dataclass_fields__) - {"device"}
+    fields = set(SupernetSettings.__dataclass_fields__) - {"device"} | set(SPLIT_KEYS)
     eval_fields = {f"eval.{k}" for k in SupernetEvaluatorSettings.__dataclass_fields__} - {"eval.checkpoint", "eval.device"}
     out: dict[str, Any] = {}
     for part in text.split(","):
@@ -84,12 +86,21 @@ def parse_variant(text: str) -> dict[str, Any]:
                              f"setting a variant may change (choose from {', '.join(sorted(fields | eval_fields))})")
         out[key] = yaml.safe_load(value)
     train, scoring = split_overrides(out)
+    if "warm" in out and ("split" not in out or not isinstance(out["warm"], bool)):
+        raise SystemExit(f"variant {text!r}: warm=true|false goes with split=<parameter>")
+    if "split" in out and not SPLITTABLE.match(str(out["split"])):
+        raise SystemExit(f"variant {text!r}: split= takes a stage's width or depth (s<i>_width, s<i>_depth), "
+                         f"stem_width or head_hidden, got {out['split']!r}")
     try:
-        SupernetSettings(**train)
+        SupernetSettings(**{k: v for k, v in train.items() if k not in SPLIT_KEYS})
         SupernetEvaluatorSettings(checkpoint="-", **scoring)
     except (TypeError, ValueError) as e:
         raise SystemExit(f"variant {text!r}: {e}") from None
     return out
+
+
+SPLIT_KEYS = ("split", "warm")  # a split supernet: one supernet per choice of a parameter (few-shot NAS)
+SPLITTABLE = re.compile(r"^(?:stem_width|head_hidden|s\d+_(?:width|depth))$")
 
 
 def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -145,6 +156,8 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
 
+    if "split" in overrides:
+        return _split_variant(name, overrides, work, b, data, archs)
     train, scoring = split_overrides(overrides)
     vdir = work if not train else work / "ablation" / _label(train)  # the supernet, shared by eval.* variants
     scores_path = _cache_path(work, "supernet", b) if name == "base" else work / "ablation" / _label(overrides) / "scores.json"
@@ -162,6 +175,75 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
             "train_seconds": float(sum(h["seconds"] for h in history)),
             "val_accuracy_largest": history[-1]["val_accuracy_largest"],
             "val_accuracy_smallest": history[-1]["val_accuracy_smallest"],
+            "scores": [scores[x.digest()]["score"] for x in archs]}
+
+
+def sub_spaces(space: Any, param: str) -> list[tuple[Any, Any]]:
+    """``(choice, space)`` for each choice of ``param`` (a stage's width or depth, the stem width or the
+    head's hidden width): ``space`` with that choice alone, the sub-spaces a split supernet trains one
+    supernet each on.  A parameter the space does not vary is a one-line error."""
+    from nas.space import SearchSpace
+
+    choices = space.param_choices()
+    if not SPLITTABLE.match(param) or len(choices.get(param, ())) < 2:
+        varied = [k for k, v in choices.items() if SPLITTABLE.match(k) and len(v) > 1]
+        raise SystemExit(f"split={param}: space {space.name!r} has no such choice to split on (choose from "
+                         f"{', '.join(varied)})")
+    out = []
+    for v in choices[param]:
+        c = copy.deepcopy(space.config)
+        if param == "stem_width":
+            c["stem"]["width"] = [v]
+        elif param == "head_hidden":
+            c["head"]["hidden"] = [v]
+        else:
+            i, option = param[1:].split("_", 1)
+            c["stages"][int(i)][option] = [v]
+        c["name"] = f"{space.name}_{param}_{v}"
+        out.append((v, SearchSpace(c, source=space.source)))
+    return out
+
+
+def _split_variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Namespace, data: Any,
+                   archs: list[Any]) -> dict[str, Any]:
+    """A split supernet: one supernet per choice of ``split`` (trained on the sub-space, from scratch, or
+    with ``warm`` from the default supernet of the same seed), each architecture scored by its own."""
+    from nas.search.evaluate import SupernetEvaluator
+    from nas.space import load_space
+    from nas.supernet.checkpoint import read_checkpoint
+    from nas.supernet.elastic import locate
+    from nas.supernet.settings import SupernetSettings
+    from nas.supernet.train import train_supernet
+
+    train, scoring = split_overrides(overrides)
+    param, warm = train.pop("split"), train.pop("warm", False)
+    s = SupernetSettings(**{"seed": b.seed, "epochs": b.supernet_epochs, **train, "device": b.device})
+    space = load_space(b.space)
+    init = None
+    if warm:  # the default supernet of this seed: the benchmark's own, or the seed=N variant's
+        parent = work if s.seed == b.seed else work / "ablation" / f"seed={s.seed}"
+        init = parent / "supernet.ckpt"
+        if not init.is_file():
+            raise SystemExit(f"{name}: warm=true starts from {init}, which is not there: run the variant "
+                             f"seed={s.seed} first")
+    vdir = work / "ablation" / _label(split_overrides({**overrides})[0])
+    scores_path = work / "ablation" / _label(overrides) / "scores.json"
+    which = {x.digest(): locate(space, x)[0][param] for x in archs}
+    scores: dict[str, Any] = {}
+    histories = []
+    for v, sub in sub_spaces(space, param):
+        sdir = vdir / f"{param}={v}"
+        rec = train_supernet(sub, data, s, sdir, init=init)
+        print(f"{name}: supernet {param}={v}, {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
+              "of training", flush=True)
+        histories.append(read_checkpoint(sdir / "supernet.ckpt")["history"])
+        ev = SupernetEvaluator(checkpoint=str(sdir / "supernet.ckpt"), device=b.device, **scoring)
+        mine = [x for x in archs if which[x.digest()] == v]
+        scores.update(score_archs(f"{name} {param}={v}", ev, b.seed, scores_path, mine, data))
+    return {"variant": name, "overrides": overrides, "epochs": len(histories[0]),
+            "train_seconds": float(sum(h["seconds"] for hist in histories for h in hist)),
+            "val_accuracy_largest": histories[-1][-1]["val_accuracy_largest"],
+            "val_accuracy_smallest": histories[0][-1]["val_accuracy_smallest"],
             "scores": [scores[x.digest()]["score"] for x in archs]}
 
 

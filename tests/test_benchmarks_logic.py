@@ -226,6 +226,11 @@ def test_bench_supernet_ablation_reads_its_variants():
     v = ab.parse_variant("eval.finetune_steps=50,seed=1")
     assert ab.split_overrides(v) == ({"seed": 1}, {"finetune_steps": 50})
     assert ab._label(ab.split_overrides(ab.parse_variant("sort_channels=false,seed=1"))[0]) == "sort_channels=false_seed=1"
+    assert ab.parse_variant("split=s1_width,warm=true,epochs=7") == {"split": "s1_width", "warm": True, "epochs": 7}
+    for bad, words in [("split=s1_kernel", "split= takes"), ("warm=true", "goes with split"),
+                       ("split=s1_width,warm=3", "goes with split")]:
+        with pytest.raises(SystemExit, match=words):
+            ab.parse_variant(bad)
     for bad, words in [("epochs", "expected base"), ("device=cuda", "'device' is not"), ("distil=0", "'distil' is not"),
                        ("epochs=0", "epochs"), ("eval.checkpoint=x", "'eval.checkpoint' is not"),
                        ("eval.finetune_steps=-1", "finetune_steps")]:
@@ -431,3 +436,27 @@ def test_bench_supernet_train_equal_takes_the_supernets_cost(tmp_path):
     (work / "scores" / "train.json").write_text(json.dumps({str(i): {"score": 0.5, "seconds": 1e6} for i in range(a.archs)}))
     assert bs.equal_epochs(work, a) == 6  # kept: every process of a split run trains the same epochs
     assert json.loads((work / "equal_compute.json").read_text())["train_epochs"] == 3
+
+
+def test_a_split_supernet_trains_one_supernet_per_choice_of_its_parameter():
+    """``split=<parameter>``: one sub-space per choice, each holding exactly the architectures with that
+    choice; a parameter the space does not vary is a one-line error naming those it does."""
+    from benchmarks.supernet import load_bench_space
+    from nas.supernet.elastic import ArchOutsideSpace, locate
+
+    ab = _script("supernet_ablation")
+    space = load_bench_space("bench/wide")
+    parts = ab.sub_spaces(space, "s1_width")
+    assert [v for v, _ in parts] == list(space.param_choices()["s1_width"])
+    for seed in range(20):
+        arch = space.random(seed)
+        v = locate(space, arch)[0]["s1_width"]
+        for w, sub in parts:
+            if w == v:
+                assert locate(sub, arch)[0] == locate(space, arch)[0]
+            else:
+                with pytest.raises(ArchOutsideSpace):
+                    locate(sub, arch)
+    assert [v for v, _ in ab.sub_spaces(space, "s3_depth")] == [1, 2, 3]
+    with pytest.raises(SystemExit, match="no such choice to split on .*s1_width"):
+        ab.sub_spaces(space, "head_hidden")  # bench/wide's head has one choice

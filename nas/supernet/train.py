@@ -139,6 +139,20 @@ def _resume(path: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     return c
 
 
+def _inherit(sn: Supernet, init: str | Path) -> None:
+    """``sn``'s weights (its largest architecture's) from the supernet checkpoint ``init``."""
+    from nas.supernet.checkpoint import load_supernet
+    from nas.supernet.elastic import ArchOutsideSpace
+
+    parent, _ = load_supernet(init)
+    try:
+        sn.net.load_state_dict(parent.subnet(sn.largest).state_dict())
+    except (ArchOutsideSpace, RuntimeError) as e:
+        raise ValueError(f"init={init}: that supernet does not hold this space's largest architecture, so it "
+                         f"cannot initialise it ({str(e).splitlines()[0]})") from None
+    log.info("supernet: initialised from %s", init)
+
+
 def _validate(sn: Supernet, data: Dataset, s: SupernetSettings, device: torch.device, seed: int) -> dict[str, float]:
     """Validation accuracy of the largest and the smallest subnet, BatchNorm recalibrated."""
     out = {}
@@ -162,12 +176,17 @@ class _OnDevice:
 
 
 def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: str | Path, *,
-                   extra: dict[str, Any] | None = None,
+                   extra: dict[str, Any] | None = None, init: str | Path | None = None,
                    on_epoch: Callable[[dict[str, float]], None] | None = None) -> dict[str, Any]:
     """Train the supernet of ``space`` on ``data`` into ``out``/supernet.ckpt (after every epoch; a re-run
     resumes, a checkpoint of another supernet there is refused).  Under ``torchrun`` (the process group
     initialised) every process calls this.  Returns the checkpoint's record (space, data, settings,
-    history; no weights)."""
+    history; no weights).
+
+    ``init``: a trained supernet checkpoint of a space that holds every architecture of ``space`` (one
+    it restricts): a new run starts from the weights that supernet gives ``space``'s largest
+    architecture instead of a random initialisation (few-shot NAS, Zhao et al. 2021: sub-supernets
+    split from a trained one); a resumed run continues from its own checkpoint."""
     dist = Dist.current()
     path = Path(out) / CKPT_NAME
     record = {"space": space.digest(), "data": data_record(data), "settings": s.to_dict()}
@@ -179,6 +198,8 @@ def train_supernet(space: SearchSpace, data: Dataset, s: SupernetSettings, out: 
         torch.manual_seed(s.seed)
         sn = Supernet(space, in_chans=data.in_chans, num_classes=data.num_classes)
     ckpt = _resume(path, record)
+    if ckpt is None and init is not None:
+        _inherit(sn, init)
     fs = s.fit_settings()
     opt = build_optimizer(sn, fs, s.lr)
     start, history = 0, []
