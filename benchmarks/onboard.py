@@ -132,8 +132,8 @@ def simulated_profile(table: LatencyTable, settings: ProfileSettings, factors: d
                       scale: float = 1.0) -> tuple[list, np.ndarray]:
     """``plan_jobs``' order for ``table``'s blocks and networks on an empty table, and each job's
     cumulative simulated seconds.  The calibration networks come in ``nas.profile``'s order
-    (``calibration_order``, a network's expected seconds from its figure in ``table``); the
-    networks of the table that order does not draw (pruned ones) follow."""
+    (``calibration_order``, a network's expected seconds from its figure in ``table``), the table's
+    pruned networks (those that order does not draw) in their space's spread; any other follow."""
     spaces = {a.name for a in table.networks}
     sps = [sp for sp in map(load_space, list_spaces() + list_calibration_spaces()) if sp.name in spaces]
     freq = block_frequency(sps)
@@ -144,7 +144,11 @@ def simulated_profile(table: LatencyTable, settings: ProfileSettings, factors: d
         e = table.networks.get(a)
         return expected_seconds(a, "network", settings, e.median_ms) if e is not None else 0.0
 
-    drawn = calibration_order(sps, calibration_count(table, sps), None, seconds=seconds)
+    n = calibration_count(table, sps)
+    seeded = {a for sp in sps for a in calibration_archs(sp, n)}
+    names = {sp.name for sp in sps}
+    pruned = [a for a in table.networks if a not in seeded and a.name in names]  # joins its space's spread
+    drawn = calibration_order(sps, n, None, seconds=seconds, pruned=pruned)
     nets = [a for a in drawn if a in table.networks]
     taken = set(nets)
     nets += [a for a in table.networks if a not in taken]

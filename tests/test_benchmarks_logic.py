@@ -368,7 +368,7 @@ def test_bench_onboard_holds_out_every_cpu_table_with_held_out_measurements():
 def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
     """The simulated budget measures the calibration networks in ``nas.profile``'s order
     (``calibration_order`` by expected seconds, on the table's own figures): one from each space
-    first, each space's smallest network first, not the first space's only."""
+    first, each space's smallest network first (its pruned networks among them), not the first space's only."""
     from nas.cost import arch_cost
     from nas.latency.measure import ProfileSettings
     from nas.latency.profile_jobs import expected_seconds
@@ -377,7 +377,7 @@ def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
     from nas.space import list_calibration_spaces, list_spaces, load_space
 
     ob = _script("onboard")
-    table = LatencyTable.load(resolve_table_path("cpu.json"))
+    table = LatencyTable.load(resolve_table_path("epyc_zen5.json"))  # 100 calibration + 160 pruned networks
     settings = ProfileSettings()
     jobs, cum = ob.simulated_profile(table, settings, {"block": 1.0, "network": 1.0})
     bundle = LatencyTable.load(resolve_table_path("executorch_cpu.json"))  # 40 calibration + 20 pruned networks
@@ -386,13 +386,17 @@ def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
     names = {a.name for a in table.networks}
     sps = [sp for sp in map(load_space, list_spaces() + list_calibration_spaces()) if sp.name in names]
     n = ob.calibration_count(table, sps)
-    assert n == 100  # cpu.json: 100 calibration networks of each of its three spaces
+    assert n == 100  # epyc_zen5.json: 100 calibration networks of each of its spaces
+    seeded = {a for sp in sps for a in calibration_archs(sp, n)}
+    pruned = [a for a in table.networks if a not in seeded]  # other draws: they join their space's spread
+    assert pruned and all(a.name in names for a in pruned)
     order = calibration_order(sps, n, None, seconds=lambda a: expected_seconds(
-        a, "network", settings, table.networks[a].median_ms))
-    assert nets[:len(order)] == order and len(order) == n * len(sps)
+        a, "network", settings, table.networks[a].median_ms) if a in table.networks else 0.0, pruned=pruned)
+    order = [a for a in order if a in table.networks]  # the table lacks some seeded networks of a space
+    assert nets[:len(order)] == order and len(order) == len(table.networks)
     assert {a.name for a in nets[:len(sps)]} == names
     for sp in sps:
-        own = calibration_archs(sp, n)
+        own = calibration_archs(sp, n) + [a for a in pruned if a.name == sp.name]
         first = next(a for a in nets if a.name == sp.name)
         assert arch_cost(first).macs == min(arch_cost(a).macs for a in own)
     assert len(jobs) == len(cum) and np.all(np.diff(cum) > 0)

@@ -354,6 +354,25 @@ def test_calibration_order_levels_the_time_of_each_space():
     assert sorted(a.digest() for a in got) == sorted(a.digest() for a in plain)
 
 
+def test_pruned_networks_join_their_spaces_spread_so_a_short_budget_spans_each_space():
+    # a space's pruned networks are its smallest: merged into its spread order, the first turns of that
+    # space reach them, where listed after the calibration networks no budget short of all reaches them
+    from nas.cost import arch_cost
+    from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
+
+    spaces = [load_space("mbv3"), load_space("calibration/effnetlike")]
+    pruned = [a for sp in spaces for a in pruned_archs(sp, 6)]
+    got = calibration_order(spaces, 12, None, pruned=pruned)
+    eff = [a for a in got if a.name == "effnetlike"]
+    small = min(arch_cost(a).macs for a in eff)
+    assert arch_cost(eff[0]).macs == small and any(a in pruned for a in eff[:2])
+    assert min(arch_cost(a).macs for a in calibration_archs(spaces[1], 12)) > 1.5 * small
+    plain = calibration_order(spaces, 12, None)
+    assert sorted(a.digest() for a in got) == sorted(a.digest() for a in plain + pruned)
+    with pytest.raises(ValueError, match="pruned networks of spaces not given: \\['tiny'\\]"):
+        calibration_order(spaces, 12, None, pruned=pruned_archs(load_space("tiny"), 2))
+
+
 def test_device_mismatch():
     here = {"name": "AMD EPYC", "kind": "cpu", "cpu_flags": ["avx2", "avx512f", "fma"], "cpu_family": "26",
             "cpu_model": "2"}

@@ -247,8 +247,8 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
         if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
             table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
         call_ms = _call_ms(target, table.metadata.get("call_overhead_ms"))
-        nets = calibration_order(all_spaces, calibration_networks, resolution, seconds=_network_seconds(call_ms, settings))
-        nets += pruned
+        nets = calibration_order(all_spaces, calibration_networks, resolution, seconds=_network_seconds(call_ms, settings),
+                                 pruned=pruned)
         jobs = plan_jobs(keys, nets, table, settings, call_ms=call_ms, freq=freq, limit=limit)
         budget = f"; budget {budget_min:g} min, most used blocks and calibration networks first" if budget_min else ""
         say(f"{len(keys)} unique blocks in {where}; {len(keys) - missing} already in {out}, {missing} to measure "

@@ -85,7 +85,8 @@ def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[A
     return [a.with_resolution(resolution) for a in archs] if resolution else archs
 
 
-def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None) -> list[Arch]:
+def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None,
+                      pruned: Sequence[Arch] = ()) -> list[Arch]:
     """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
     the space that has had the least of the measuring time so far, a network counting at least the
     median network's time (``seconds``: a network's expected seconds; without it, one network each
@@ -94,8 +95,20 @@ def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[
     network) does not take the budget from the rest, and a space of small ones (``tiny``) gets no
     more turns than the others (in the offline simulation of four shipped tables, ``python -m
     benchmarks onboard``, extra turns for the cheap spaces cost 1.3-2.9 points within ±10% at 0.5-1
-    minute).  The whole set is the same at any budget."""
-    per = [spread_order(calibration_archs(sp, n, resolution=resolution)) for sp in spaces]
+    minute).  The whole set is the same at any budget.
+
+    ``pruned`` (``pruned_archs`` of the spaces) join their space's networks (by ``Arch.name``) before
+    the spread, so a short budget reaches the small end that a space's pruned networks span:
+    unpruned ``effnetlike`` networks start at 9 ms on an AMD EPYC Zen 5 core, its pruned ones at
+    1.6 ms.  Measured after every calibration network instead, they were beyond a 2-minute profile,
+    which then extrapolated small squeeze-excite swish networks (TinyNet-C, 2.3 ms) 12-15% low
+    (``docs/devices.md``, "Onboarding a new device (measured here)")."""
+    extra: dict[str, list[Arch]] = {}
+    for a in pruned:
+        extra.setdefault(a.name, []).append(a)
+    per = [spread_order(calibration_archs(sp, n, resolution=resolution) + extra.pop(sp.name, [])) for sp in spaces]
+    if extra:
+        raise ValueError(f"calibration_order: pruned networks of spaces not given: {sorted(extra)}")
     cost = [[1.0 if seconds is None else seconds(a) for a in p] for p in per]
     floor = float(np.median([c for p in cost for c in p])) if any(cost) else 0.0
     out, spent, at = [], [0.0] * len(per), [0] * len(per)
