@@ -35,8 +35,9 @@ from torch import nn
 
 from nas.data import Dataset
 from nas.space import SearchSpace
-from nas.supernet.checkpoint import data_record, read_checkpoint, save_supernet
+from nas.supernet.checkpoint import data_record, load_supernet, read_checkpoint, save_supernet
 from nas.supernet.dist import Dist, allreduce_grads, check_same_settings
+from nas.supernet.elastic import ArchOutsideSpace
 from nas.supernet.model import Supernet
 from nas.supernet.schedule import draw, phase_at, phases
 from nas.supernet.settings import SupernetSettings
@@ -141,9 +142,6 @@ def _resume(path: Path, record: dict[str, Any]) -> dict[str, Any] | None:
 
 def _inherit(sn: Supernet, init: str | Path) -> None:
     """``sn``'s weights (its largest architecture's) from the supernet checkpoint ``init``."""
-    from nas.supernet.checkpoint import load_supernet
-    from nas.supernet.elastic import ArchOutsideSpace
-
     parent, _ = load_supernet(init)
     try:
         sn.net.load_state_dict(parent.subnet(sn.largest).state_dict())
