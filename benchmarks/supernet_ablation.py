@@ -13,7 +13,13 @@ the same supernet trained with another seed, shows how far the ranking moves by 
 part ``eval.<key>=<value>`` changes how the evaluator scores (``SupernetEvaluatorSettings``:
 ``eval.finetune_steps=50``, ``eval.bn_recalibration_batches=64``): such a variant scores with the
 supernet its other parts name (the benchmark's own when there are none), trained once for all the
-variants that share it. The report also scores
+variants that share it. A part ``split=<parameter>`` (a stage's width or depth, ``s1_width``, or
+``stem_width``) splits the supernet (few-shot NAS, Zhao et al. 2021): one supernet per choice of
+that parameter, trained on the sub-space holding that choice alone, each architecture scored by
+its own; with ``warm=true`` each starts from the default supernet of the same seed (the
+benchmark's, or the ``seed=N`` variant's: run that first) and trains the variant's ``epochs``
+more, without it from scratch (``split=s1_width,epochs=7``: three sub-supernets at about one
+supernet's compute). The report also scores
 averages of several supernets: the mean inherited-weight accuracy of every set of k seed supernets
 (``base`` and the ``seed=N`` variants), k = 1 .. all, and of all variants; a setting trained with
 several seeds (``distill=0`` and ``distill=0,seed=1`` ...) beside the default settings with the same
