@@ -101,7 +101,7 @@ def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[
     the spread, so a short budget reaches the small end that a space's pruned networks span:
     unpruned ``effnetlike`` networks start at 9 ms on an AMD EPYC Zen 5 core, its pruned ones at
     1.6 ms.  Measured after every calibration network instead, they were beyond a 2-minute profile,
-    which then extrapolated small squeeze-excite swish networks (TinyNet-C, 2.3 ms) 12-15% low
+    which then extrapolated small squeeze-excite swish networks (TinyNet-C, 2.3 ms) 9-12% low
     (``docs/devices.md``, "Onboarding a new device (measured here)")."""
     extra: dict[str, list[Arch]] = {}
     for a in pruned:
