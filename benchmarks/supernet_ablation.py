@@ -176,11 +176,17 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
     ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device=b.device, **scoring)
     scores = score_archs(name, ev, b.seed, scores_path, archs, data)
-    history = read_checkpoint(vdir / "supernet.ckpt")["history"]
-    return {"variant": name, "overrides": overrides, "epochs": len(history),
-            "train_seconds": float(sum(h["seconds"] for h in history)),
-            "val_accuracy_largest": history[-1]["val_accuracy_largest"],
-            "val_accuracy_smallest": history[-1]["val_accuracy_smallest"],
+    return _row(name, overrides, [read_checkpoint(vdir / "supernet.ckpt")["history"]], scores, archs)
+
+
+def _row(name: str, overrides: dict[str, Any], histories: list[list[dict[str, Any]]], scores: dict[str, Any],
+         archs: list[Any]) -> dict[str, Any]:
+    """A variant's report row from its supernets' training histories (one, or one per part of a split
+    supernet, the part holding the smallest architecture first and the largest's last) and its scores."""
+    return {"variant": name, "overrides": overrides, "epochs": len(histories[0]),
+            "train_seconds": float(sum(h["seconds"] for hist in histories for h in hist)),
+            "val_accuracy_largest": histories[-1][-1]["val_accuracy_largest"],
+            "val_accuracy_smallest": histories[0][-1]["val_accuracy_smallest"],
             "scores": [scores[x.digest()]["score"] for x in archs]}
 
 
@@ -216,12 +222,12 @@ def _split_variant(name: str, overrides: dict[str, Any], work: Path, b: argparse
     with ``warm`` from the default supernet of the same seed), each architecture scored by its own."""
     from nas.search.evaluate import SupernetEvaluator
     from nas.space import load_space
-    from nas.supernet.checkpoint import read_checkpoint
     from nas.supernet.elastic import locate
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
 
     train, scoring = split_overrides(overrides)
+    vdir = work / "ablation" / _label(train)  # the sub-supernets, shared by eval.* variants
     param, warm = train.pop("split"), train.pop("warm", False)
     s = SupernetSettings(**{"seed": b.seed, "epochs": b.supernet_epochs, **train, "device": b.device})
     space = load_space(b.space)
@@ -232,7 +238,6 @@ def _split_variant(name: str, overrides: dict[str, Any], work: Path, b: argparse
         if not init.is_file():
             raise SystemExit(f"{name}: warm=true starts from {init}, which is not there: run the variant "
                              f"seed={s.seed} first")
-    vdir = work / "ablation" / _label(split_overrides({**overrides})[0])
     scores_path = work / "ablation" / _label(overrides) / "scores.json"
     which = {x.digest(): locate(space, x)[0][param] for x in archs}
     scores: dict[str, Any] = {}
@@ -242,15 +247,11 @@ def _split_variant(name: str, overrides: dict[str, Any], work: Path, b: argparse
         rec = train_supernet(sub, data, s, sdir, init=init)
         print(f"{name}: supernet {param}={v}, {s.epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
               "of training", flush=True)
-        histories.append(read_checkpoint(sdir / "supernet.ckpt")["history"])
+        histories.append(rec["history"])
         ev = SupernetEvaluator(checkpoint=str(sdir / "supernet.ckpt"), device=b.device, **scoring)
         mine = [x for x in archs if which[x.digest()] == v]
         scores.update(score_archs(f"{name} {param}={v}", ev, b.seed, scores_path, mine, data))
-    return {"variant": name, "overrides": overrides, "epochs": len(histories[0]),
-            "train_seconds": float(sum(h["seconds"] for hist in histories for h in hist)),
-            "val_accuracy_largest": histories[-1][-1]["val_accuracy_largest"],
-            "val_accuracy_smallest": histories[0][-1]["val_accuracy_smallest"],
-            "scores": [scores[x.digest()]["score"] for x in archs]}
+    return _row(name, overrides, histories, scores, archs)
 
 
 def is_seed_variant(overrides: dict[str, Any]) -> bool:

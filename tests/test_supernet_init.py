@@ -8,33 +8,11 @@ import torch
 from nas.space import SearchSpace, load_space
 from nas.supernet.model import Supernet
 
-DATA = {"name": "digits", "train_samples": 128, "val_samples": 64}
+# the same tiny supernet as tests/test_supernet.py's (2 epochs of 4 steps on 128 digits images)
+from tests.test_supernet import _settings, digits, trained  # noqa: F401  (fixtures)
 
 
-def _settings(**kw):
-    from nas.supernet.settings import SupernetSettings
-
-    return SupernetSettings(**{"epochs": 2, "batch_size": 32, "bn_recalibration_batches": 2, **kw})
-
-
-@pytest.fixture(scope="module")
-def digits():
-    from nas.data import load_data
-
-    return load_data(DATA)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, digits):
-    """A tiny supernet trained for 2 epochs of 4 steps: (checkpoint path, its record)."""
-    from nas.supernet.train import train_supernet
-
-    out = tmp_path_factory.mktemp("supernet")
-    rec = train_supernet(load_space("tiny"), digits, _settings(), out)
-    return out / "supernet.ckpt", rec
-
-
-def test_a_supernet_of_a_sub_space_starts_from_the_weights_its_parent_gives_it(trained, digits, tmp_path):
+def test_a_supernet_of_a_sub_space_starts_from_the_weights_its_parent_gives_it(trained, digits, tmp_path):  # noqa: F811
     """``init=``: a supernet of a space that restricts the parent's starts from the weights the parent gives
     the sub-space's largest architecture (few-shot NAS); one the parent does not hold is a one-line error."""
     from nas.supernet.checkpoint import load_supernet
