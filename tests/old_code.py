@@ -1,5 +1,5 @@
-"""The code before the TensorRT fixes of issue #35 (commit 8d3c7f7), loaded from git as a module,
-for tests that show their stand-ins and real logs failing it."""
+"""Code as it was before a fix, loaded from git (by default before the TensorRT fixes of issue #35,
+commit 8d3c7f7), for tests that show their stand-ins and real logs failing it."""
 
 import importlib.util
 import subprocess
@@ -10,10 +10,10 @@ import pytest
 OLD = "8d3c7f7"
 
 
-def old_source(path: str) -> str:
-    """``path`` (e.g. ``nas/latency/bundle_trt.py``) as it was at ``OLD``; skips the test where git
-    cannot show it (no history here)."""
-    src = subprocess.run(["git", "show", f"{OLD}:{path}"], capture_output=True, text=True, cwd=Path(__file__).parent)
+def old_source(path: str, at: str = OLD) -> str:
+    """``path`` (e.g. ``nas/latency/bundle_trt.py``) as it was at commit ``at``; skips the test where
+    git cannot show it (no history here)."""
+    src = subprocess.run(["git", "show", f"{at}:{path}"], capture_output=True, text=True, cwd=Path(__file__).parent)
     if src.returncode != 0:
         pytest.skip(f"git cannot show the old code here: {src.stderr.strip()}")
     return src.stdout

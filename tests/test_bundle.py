@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from old_code import old_source
 
 from benchmarks.bundle import _bundle_differences, no_torch_python, round_trip
 from nas.latency.bundle import BundleError, bundle_networks, import_bundle, write_bundle
 from nas.latency.measure import ProfileSettings
-from nas.latency.profiler import calibration_archs
+from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
 from nas.latency.table import LatencyTable
 from nas.space import load_space
 from nas.target import Target
@@ -253,6 +254,76 @@ def test_budgeted_measuring_goes_calibration_networks_first(tmp_path):
     assert not rep["complete"] and rep["left"]["blocks"] == 3 and len(table.networks) == len(res["entries"])
     r = _measure(out, "--budget-min", "0")
     assert r.returncode == 1 and "--budget-min 0" in r.stderr
+
+
+BEFORE_ORDER = "db7cf55"  # the script that measured every calibration network before any pruned one
+
+
+def _first_round(bundle: Path, script: str, *args: str) -> list[str]:
+    """The files ``script`` measures, in order, from a bundle with nothing measured yet (results.json
+    keeps them in the order measured); results.json is removed again."""
+    r = subprocess.run([sys.executable, str(bundle / script), *args], cwd=bundle, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = bundle / "results.json"
+    files = list(json.loads(res.read_text())["entries"])
+    res.unlink()
+    return files
+
+
+def test_budget_measures_pruned_networks_in_the_calibration_order(tmp_path):
+    """Under a budget the script measures the calibration and pruned networks in nas.profile's order
+    (``calibration_order(pruned=)``, the manifest's ``order``), then the most used blocks, then the
+    held-out networks.  The script before measured the pruned networks after every block; a manifest
+    written without the order is measured in that order still."""
+    space = load_space("tiny")
+    nets, pruned = calibration_archs(space, 3), pruned_archs(space, 2)
+    order = calibration_order([space], 2, None, pruned=pruned)
+    assert set(order) == {*nets[:2], *pruned} and order[0] in pruned  # the smallest: a pruned one
+    blocks = space.unique_blocks()[:2]
+    out = tmp_path / "b"
+    networks = {"calibration": nets[:2], "pruned": pruned, "held_out": nets[2:]}
+    with pytest.raises(ValueError, match="order must list the 4 calibration and pruned networks.* 1 of them are "
+                                         "missing"):
+        write_bundle(blocks, CPU, out, networks=networks, order=order[:-1], progress=False)
+    write_bundle(blocks, CPU, out, networks=networks, settings=FAST, order=order, progress=False)
+    (out / "old_measure_bundle.py").write_text(old_source("nas/latency/bundle_script.py", at=BEFORE_ORDER))
+    net = {a: f"networks/{a.digest()}.onnx" for a in nets + pruned}
+    blk = [f"blocks/{k.digest()}.onnx" for k in blocks]
+    first = ["--budget-min", "60", "--limit", "7"]  # round 1 of the 7 graphs, in the budget's order
+    assert _first_round(out, "measure_bundle.py", *first) == [net[a] for a in order] + blk + [net[nets[2]]]
+    before = [net[a] for a in nets[:2]] + blk + [net[a] for a in pruned] + [net[nets[2]]]
+    assert _first_round(out, "old_measure_bundle.py", *first) == before
+    man = json.loads((out / "manifest.json").read_text())
+    assert sorted(n.get("order", -1) for n in man["networks"]) == [-1, 0, 1, 2, 3]
+    for n in man["networks"]:
+        n.pop("order", None)
+    (out / "manifest.json").write_text(json.dumps(man))  # as written before the order
+    assert _first_round(out, "measure_bundle.py", *first) == before
+
+
+def test_bundle_takes_the_profiles_calibration_order(tmp_path, monkeypatch):
+    """nas.profile bundle= writes the calibration and pruned networks in the order calibration_order
+    gives with the pruned networks (the order a profile here measures them in)."""
+    from nas.latency import profile_workflow
+
+    calls, written = [], {}
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("pruned"), calibration_order(*args, **kwargs)))
+        return calls[-1][1]
+
+    def write(keys, target, out, **kwargs):
+        written.update(kwargs)
+        return Path(out) / "manifest.json"
+
+    monkeypatch.setattr(profile_workflow, "calibration_order", spy)
+    monkeypatch.setattr(profile_workflow, "write_bundle", write)
+    profile_workflow.profile_target(CPU, spaces="tiny", bundle=tmp_path / "b", calibration_networks=3,
+                                    pruned_networks=2, progress=False, say=lambda line: None)
+    (pruned, order), = calls
+    assert len(pruned) == 2 and written["networks"]["pruned"] == pruned and written["order"] == order
+    assert set(order) == {*written["networks"]["calibration"], *pruned} and len(order) == 5
 
 
 def test_import_for_other_spaces_is_refused(measured, tmp_path):

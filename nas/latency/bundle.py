@@ -52,6 +52,7 @@ RESULTS_SCHEMA = "hwnas.bundle_results"
 BUNDLE_VERSION = 2
 #: network roles: the predictor's calibration set (sampled, pruned) and networks only for validation
 ROLES = ("calibration", "pruned", "held_out")
+_LEAD = ("calibration", "pruned")  # the roles a budget measures before the blocks, in the manifest's ``order``
 _SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py",
             "bundle_device.py": "hwnas_device.py"}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
@@ -101,10 +102,21 @@ def _refuse_overwrite(out: Path) -> None:
 def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, *,
                  networks: Mapping[str, Sequence[Arch]] | None = None, settings: ProfileSettings | None = None,
                  spaces: Sequence[str] = (), resolution: int | None = None, import_command: str | None = None,
-                 budget_min: float | None = None, progress: bool = True) -> Path:
+                 budget_min: float | None = None, order: Sequence[Arch] | None = None,
+                 progress: bool = True) -> Path:
     """Write the blocks, the networks (by role: ``calibration``, ``pruned``, ``held_out``), the
     manifest and the measuring scripts into ``out_dir``; return the manifest path.  A folder holding
-    results of a bundle is never overwritten."""
+    results of a bundle is never overwritten.
+
+    ``order``: the calibration and pruned networks in the order a time budget measures them, before
+    the blocks (``nas.profile``'s, ``calibration_order(..., pruned=)``); the manifest gives each
+    its place (``order``).  Without it, a budget measures the calibration networks as listed, then
+    the blocks, then the pruned and held-out networks.
+
+    Raises:
+        BundleError: the target's runtime takes no bundle, or ``out_dir`` holds measured results.
+        ValueError: an unknown network role, or ``order`` not the calibration and pruned networks.
+    """
     settings = settings or ProfileSettings()
     target = require_target(target)
     if target.runtime not in SUFFIX:
@@ -118,6 +130,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
     networks = {r: list(dict.fromkeys(v)) for r, v in (networks or {}).items() if v}
     if set(networks) - set(ROLES):
         raise ValueError(f"network roles must be among {ROLES}, got {sorted(set(networks) - set(ROLES))}")
+    place = _places(networks, order)
     for sub in ("blocks", "networks"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     items = [("block", k) for k in dict.fromkeys(keys)] + [(r, a) for r, v in networks.items() for a in v]
@@ -133,7 +146,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
         else:
             fname, shape = f"networks/{x.digest()}{ext}", [x.in_chans, x.resolution, x.resolution]
             nets.append({"file": fname, "label": x.name or x.digest()[:12], "in": shape, "role": role,
-                         "arch": x.to_dict()})
+                         "arch": x.to_dict(), **({"order": place[x]} if x in place and role in _LEAD else {})})
         if not (out / fname).is_file():
             torch.manual_seed(0)
             module = build_layer(x) if role == "block" else build(x)
@@ -158,6 +171,20 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
         shutil.copyfile(Path(__file__).with_name(src), out / dst)
     atomic_write_json(out / "manifest.json", manifest)
     return out / "manifest.json"
+
+
+def _places(networks: Mapping[str, Sequence[Arch]], order: Sequence[Arch] | None) -> dict[Arch, int]:
+    """Each network's place in ``order`` (empty without one; a repeat keeps its first), checked to
+    hold exactly the calibration and pruned networks of ``networks``."""
+    if order is None:
+        return {}
+    place = {a: i for i, a in enumerate(dict.fromkeys(order))}
+    lead = {a for r in _LEAD for a in networks.get(r, ())}
+    if set(place) != lead:
+        raise ValueError(f"order must list the {len(lead)} calibration and pruned networks "
+                         f"(calibration_order(..., pruned=)); of its {len(place)}, {len(set(place) - lead)} are "
+                         f"not among them, and {len(lead - set(place))} of them are missing")
+    return place
 
 
 def atomic_bytes(path: Path, data: bytes) -> None:

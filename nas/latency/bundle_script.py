@@ -330,16 +330,28 @@ def load_results(path, man):
     return res
 
 
+def lead_networks(nets):
+    """The networks a budget measures before the blocks, in order: those the manifest gives an
+    ``order`` (the calibration and pruned networks in hwnas's calibration order, as nas.profile
+    measures them), or, in a manifest without it, the calibration networks as listed."""
+    if any("order" in n for n in nets):
+        return sorted((n for n in nets if "order" in n), key=lambda n: n["order"])
+    return [n for n in nets if n["role"] == "calibration"]
+
+
 def plan(man, res, only, rounds, priority=False):
     """(round, item) pairs still to measure: every round of each graph that lacks it, each round in
     its own seeded shuffled order so drift spreads over blocks and networks alike.  ``priority``
     (a time budget): the first round in the order that buys the most per minute instead: the
-    calibration networks, then the blocks as the manifest lists them (the ones the spaces' networks
-    use most first), then the pruned and held-out networks; the later rounds after all of it."""
+    calibration and pruned networks in nas.profile's order (``lead_networks``), then the blocks as
+    the manifest lists them (the ones the spaces' networks use most first), then the other networks
+    (held-out); the later rounds after all of it."""
     nets = sorted(man["networks"], key=lambda n: ("calibration", "pruned", "held_out").index(n["role"]))
     if priority:
-        items = [("network", n) for n in nets if n["role"] == "calibration"] + [("block", b) for b in man["blocks"]] \
-            + [("network", n) for n in nets if n["role"] != "calibration"]
+        lead = lead_networks(nets)
+        first = {id(n) for n in lead}
+        items = [("network", n) for n in lead] + [("block", b) for b in man["blocks"]] \
+            + [("network", n) for n in nets if id(n) not in first]
     else:
         items = [("block", b) for b in man["blocks"]] + [("network", n) for n in nets]
     if only != "all":
@@ -365,7 +377,8 @@ def parse_args():
     ap.add_argument("--only", choices=["all", "blocks", "networks"], default="all")
     ap.add_argument("--limit", type=int, default=None, help="measure at most this many graphs (rounds) this run")
     ap.add_argument("--budget-min", type=float, default=None,
-                    help="stop after this many minutes, calibration networks and most used blocks first "
+                    help="stop after this many minutes, calibration and pruned networks (in nas.profile's "
+                         "order) and most used blocks first "
                          "(default: the bundle's budget_min, if it was written with one)")
     ap.add_argument("--identify", action="store_true", help="print this device's identity and exit")
     ap.add_argument("--rehearse", action="store_true",

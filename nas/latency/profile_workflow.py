@@ -208,12 +208,13 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
                                                num_classes=num_classes, pruned_networks=pruned_networks)
     if bundle:
         seconds = _network_seconds(_call_ms(target, None), settings)
-        nets = {"calibration": calibration_order(all_spaces, calibration_networks, resolution, seconds),
-                "pruned": pruned}
+        order = calibration_order(all_spaces, calibration_networks, resolution, seconds, pruned=pruned)
+        narrowed = set(pruned)
+        nets = {"calibration": [a for a in order if a not in narrowed], "pruned": pruned}
         freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
         keys = sorted(keys, key=lambda k: -freq.get(k, 0))
         return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, held_out=held_out,
-                             budget_min=budget_min, command=command, progress=progress, say=say)
+                             budget_min=budget_min, order=order, command=command, progress=progress, say=say)
     return _profile_here(target, out, settings, keys, names if spaces else None, where, all_spaces, pruned,
                          import_bundle=import_bundle, resolution=resolution, calibration_networks=calibration_networks,
                          refresh=refresh, recalibrate=recalibrate, allow_mismatch=allow_mismatch, limit=limit,
@@ -261,9 +262,11 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
 
 def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSettings, names: list[str],
                   resolution: int | None, where: str, *, held_out: int, budget_min: float | None,
-                  command: str | None, progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
+                  order: list[Arch], command: str | None, progress: bool,
+                  say: Callable[[str], None]) -> dict[str, Any]:
     """Write a bundle of everything a local profile measures (+ ``held_out`` networks); ``budget_min``
-    becomes the script's default budget, spent in the same order as here."""
+    becomes the script's default budget, spent on the calibration and pruned networks in ``order``
+    (``calibration_order``, as here), then the blocks."""
     if held_out:
         exclude = {a.digest() for v in nets.values() for a in v}
         nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
@@ -271,7 +274,8 @@ def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSet
     bdir = Path(bundle)
     cmd = import_command(command, target, bdir)
     manifest = write_bundle(keys, target, bdir, networks=nets, settings=settings, spaces=names,
-                            resolution=resolution, import_command=cmd, budget_min=budget_min, progress=progress)
+                            resolution=resolution, import_command=cmd, budget_min=budget_min, order=order,
+                            progress=progress)
     counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
     say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent}\n"
         f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py"
