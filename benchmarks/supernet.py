@@ -211,12 +211,20 @@ def graded_arch(space: Any, rng: np.random.Generator) -> Any:
 
 
 def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu",
-                pick: str = "random") -> tuple[list[Any], list[float]]:
+                pick: str = "random", keep: Path | None = None) -> tuple[list[Any], list[float]]:
     """``n`` architectures at evenly spaced quantiles of the predicted latency (on ``target_name``) of
-    2000 random ones (``pick="graded"``: 2000 ``graded_arch`` ones)."""
+    2000 random ones (``pick="graded"``: 2000 ``graded_arch`` ones).  With ``keep`` (a run's cache
+    folder) the pick is saved there as ``archs.json`` and read back on every later call, so a part of
+    the run on another machine, whose predictor (another scikit-learn) may place the quantiles a little
+    differently, scores the same architectures."""
     import nas
+    from nas.arch import Arch
     from nas.data import adapt_arch
 
+    kept = keep / "archs.json" if keep is not None else None
+    if kept is not None and kept.is_file():
+        rec = json.loads(kept.read_text())
+        return [Arch.from_dict(x) for x in rec["archs"]], [float(v) for v in rec["predicted_ms"]]
     try:
         target = nas.load_target(target_name)
     except ValueError as e:
@@ -230,6 +238,8 @@ def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cp
     ms = model.predict([adapt_arch(a, data, resolution=res) for a in archs])
     order = np.argsort(ms)
     idx = list(dict.fromkeys(int(order[int(round(q * (len(order) - 1)))]) for q in np.linspace(0, 1, n)))
+    if kept is not None:
+        atomic_write_json(kept, {"archs": [archs[i].to_dict() for i in idx], "predicted_ms": [float(ms[i]) for i in idx]})
     return [archs[i] for i in idx], [float(ms[i]) for i in idx]
 
 
@@ -460,7 +470,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     space = load_bench_space(a.space)
     check_work(work, a)
     data = load_subset(a)
-    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick)
+    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick, keep=work)
     for schedule, names in (("sandwich", ("supernet", "supernet_again")), ("progressive", ("progressive",))):
         if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in names):
             t0 = time.perf_counter()

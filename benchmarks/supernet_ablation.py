@@ -3,7 +3,8 @@
 Variants of the ranking benchmark's supernet, scored against the same stand-alone reference.
 
 Reads a complete ``benchmarks/supernet.py`` run (its cache under ``<out>/bench_supernet/full``: run that
-first; its recorded settings, the space, data, resolution and device included, are this run's),
+first; its recorded settings, the space, data, resolution and device included, are this run's;
+``--device cuda`` trains and scores the variants on a GPU instead, against the same reference),
 trains one supernet per variant on the same data (with the benchmark's seed unless the variant sets
 one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
 against the same reference (the mean of the stand-alone runs). A variant is ``base`` (the
@@ -126,6 +127,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS),
                    help="where the benchmarks/supernet.py run is (the same --out)")
     p.add_argument("--standalone-seeds", type=int, default=3, help="the benchmark run's --standalone-seeds")
+    p.add_argument("--device", help="where the variants train and score (cpu, cuda, cuda:<i>; default: the benchmark "
+                   "run's); the reference stays the benchmark's stand-alone runs")
     p.add_argument("--write", metavar="NAME", help="write <out>/NAME.json with these variants (default: "
                    "supernet_ablation.json, and only when they are the default variants: a part of a split run "
                    "writes nothing)")
@@ -134,15 +137,16 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def benchmark_run(work: Path, out: str, standalone_seeds: int) -> argparse.Namespace:
+def benchmark_run(work: Path, out: str, standalone_seeds: int, device: str | None = None) -> argparse.Namespace:
     """The settings of the ``benchmarks/supernet.py`` run cached in ``work`` (as its options would give
-    them); none there is a one-line error."""
+    them; ``device``, where given, in place of the run's); none there is a one-line error."""
     have = recorded_settings(work)
     if have is None:
         raise SystemExit(f"{work}: no benchmarks/supernet.py run there; run python -m benchmarks supernet first")
     b = benchmark_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
     for k, v in have.items():
         setattr(b, k, v)
+    b.device = device or b.device
     return b
 
 
@@ -351,11 +355,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the supernet's epochs as they finish
     work = Path(a.out) / "bench_supernet" / "full"
-    b = benchmark_run(work, a.out, a.standalone_seeds)
+    b = benchmark_run(work, a.out, a.standalone_seeds, a.device)
     if b.device == "cpu":
         torch.set_num_threads(1)
     data = load_subset(b)
-    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target, b.pick)
+    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target, b.pick, keep=work)
     rows = [_variant(name, overrides, work, b, data, archs) for name, overrides in a.overrides.items()]
     ref, first = _reference(work, b, archs)  # after the variants: they can be scored while the reference runs
     for r in rows:

@@ -251,6 +251,30 @@ def test_bench_supernet_ablation_follows_the_benchmark_run(tmp_path):
     b = ab.benchmark_run(tmp_path, str(tmp_path), 2)
     assert (b.data, b.space, b.device, b.archs, b.resolution, b.standalone_seeds) == ("digits", "mbv3", "cuda", 6, 32, 2)
     assert (b.target, b.batch_size, b.data_root) == ("cpu", None, None)  # not recorded: the defaults
+    assert ab.benchmark_run(tmp_path, str(tmp_path), 2, "cpu").device == "cpu"  # --device: the variants train there
+    assert ab._args(["--device", "cuda:1"]).device == "cuda:1" and ab._args([]).device is None
+
+
+def test_bench_supernet_keeps_its_architectures(tmp_path, monkeypatch):
+    """With ``keep`` the picked architectures are saved and read back, so a part of the run on another
+    machine (another predictor) scores the same ones."""
+    import nas
+
+    bs = _script("supernet")
+    space = bs.load_bench_space("tiny")
+
+    class Model:
+        def predict(self, archs):
+            return [float(a.blocks[0].out_ch + len(a.blocks)) for a in archs]
+
+    monkeypatch.setattr(nas, "load_target", lambda name: type("T", (), {"resolution": None})())
+    monkeypatch.setattr(nas, "load_latency_model", lambda target: Model())
+    monkeypatch.setattr("nas.data.adapt_arch", lambda a, data, resolution=None: a)
+    archs, ms = bs._pick_archs(space, None, 4, 0, "cpu", keep=tmp_path)
+    assert (tmp_path / "archs.json").is_file() and ms == sorted(ms)
+    monkeypatch.setattr(nas, "load_target", lambda name: pytest.fail("a kept pick is not picked again"))
+    again, ms2 = bs._pick_archs(space, None, 4, 0, "nope", keep=tmp_path)
+    assert [a.digest() for a in again] == [a.digest() for a in archs] and ms2 == ms
 
 
 def test_bench_supernet_ablation_averages_seed_supernets():
