@@ -7,35 +7,20 @@ import torch
 
 from nas.space import load_space
 
-
-@pytest.fixture(scope="module")
-def digits():
-    from nas.data import load_data
-
-    return load_data({"name": "digits", "train_samples": 128, "val_samples": 64})
+# the same tiny supernet as tests/test_supernet.py's (2 epochs of 4 steps on 128 digits images)
+from tests.test_supernet import digits, trained  # noqa: F401  (fixtures)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, digits):
-    """A tiny supernet trained for 2 epochs of 4 steps: its checkpoint."""
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
-    out = tmp_path_factory.mktemp("supernet")
-    train_supernet(load_space("tiny"), digits, SupernetSettings(epochs=2, batch_size=32, bn_recalibration_batches=2), out)
-    return out / "supernet.ckpt"
-
-
-def test_the_evaluator_fine_tunes_a_copy_for_the_steps_asked_then_scores_it(trained, digits, monkeypatch):
+def test_the_evaluator_fine_tunes_a_copy_for_the_steps_asked_then_scores_it(trained, digits, monkeypatch):  # noqa: F811
     from nas.data import adapt_arch
     from nas.search.evaluate import make_evaluator
     from nas.supernet.checkpoint import load_supernet
     from nas.train import fit
 
-    kw = {"name": "supernet", "checkpoint": str(trained), "bn_recalibration_batches": 2, "batch_size": 16,
+    kw = {"name": "supernet", "checkpoint": str(trained[0]), "bn_recalibration_batches": 2, "batch_size": 16,
           "device": "cpu"}
     arch = adapt_arch(load_space("tiny").random(3), digits)
-    sn, _ = load_supernet(trained)
+    sn, _ = load_supernet(trained[0])
     before = {k: v.clone() for k, v in sn.net.state_dict().items()}
     plain = make_evaluator(kw).evaluate(arch, digits, seed=4)
     steps, real = [], fit.train_epochs
