@@ -171,6 +171,7 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
     train, scoring = split_overrides(overrides)
     vdir = work if not train else work / "ablation" / _label(train)  # the supernet, shared by eval.* variants
     scores_path = _cache_path(work, "supernet", b) if name == "base" else work / "ablation" / _label(overrides) / "scores.json"
+    rec = None
     if train:
         kw = {"epochs": b.supernet_epochs, **train}
         s = SupernetSettings(**{"seed": b.seed, **kw, "device": b.device})
@@ -180,7 +181,8 @@ def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Names
               f"(this run {time.perf_counter() - t0:.0f} s)", flush=True)
     ev = SupernetEvaluator(checkpoint=str(vdir / "supernet.ckpt"), device=b.device, **scoring)
     scores = score_archs(name, ev, b.seed, scores_path, archs, data)
-    return _row(name, overrides, [read_checkpoint(vdir / "supernet.ckpt")["history"]], scores, archs)
+    history = rec["history"] if rec is not None else read_checkpoint(vdir / "supernet.ckpt")["history"]  # none trained here
+    return _row(name, overrides, [history], scores, archs)
 
 
 def _row(name: str, overrides: dict[str, Any], histories: list[list[dict[str, Any]]], scores: dict[str, Any],
