@@ -82,6 +82,17 @@ def gpu_name() -> str | None:
     return torch.cuda.get_device_name(0)
 
 
+def usable_device(device: str) -> str:
+    """``device`` (cpu, cuda, cuda:<i>) when torch can run on it here, else a one-line ``--device`` error."""
+    from nas.train.fit import resolve_device
+
+    try:
+        resolve_device(device)
+    except ValueError:
+        raise SystemExit(f"--device takes cpu, cuda or cuda:<i> of a CUDA device torch sees here, got {device!r}") from None
+    return device
+
+
 def versions(libraries: Sequence[str] = LIBRARIES) -> dict[str, str]:
     """The installed version of each of ``libraries`` that is installed."""
     out = {"python": platform.python_version()}

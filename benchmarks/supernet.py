@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._ranking import _tau, ceiling_line, plot_ranking, reference_agreement, reference_ceiling
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
 
@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     from nas.supernet.train import train_supernet
 
     a = _args(argv)
+    usable_device(a.device)
     if a.device == "cpu":
         torch.set_num_threads(1)
     work = Path(a.out) / "bench_supernet" / ("quick" if a.quick else "full")

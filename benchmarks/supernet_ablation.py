@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._ranking import _tau, reference_agreement
-from benchmarks.harness import RESULTS
+from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
 from benchmarks.supernet import _args as benchmark_args
 from benchmarks.supernet import (
@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the supernet's epochs as they finish
     work = Path(a.out) / "bench_supernet" / "full"
     b = benchmark_run(work, a.out, a.standalone_seeds, a.device)
+    usable_device(b.device)
     if b.device == "cpu":
         torch.set_num_threads(1)
     data = load_subset(b)

@@ -253,6 +253,11 @@ def test_bench_supernet_ablation_follows_the_benchmark_run(tmp_path):
     assert (b.target, b.batch_size, b.data_root) == ("cpu", None, None)  # not recorded: the defaults
     assert ab.benchmark_run(tmp_path, str(tmp_path), 2, "cpu").device == "cpu"  # --device: the variants train there
     assert ab._args(["--device", "cuda:1"]).device == "cuda:1" and ab._args([]).device is None
+    from benchmarks.harness import usable_device
+
+    assert usable_device("cpu") == "cpu"
+    with pytest.raises(SystemExit, match="--device takes cpu, cuda or cuda:<i> .* got 'gpu'"):
+        usable_device("gpu")
 
 
 def test_bench_supernet_keeps_its_architectures(tmp_path, monkeypatch):
