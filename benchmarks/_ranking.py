@@ -1,16 +1,21 @@
 """Ranking math of the ranking benchmarks (``benchmarks/supernet.py``, ``benchmarks/supernet_ablation.py``):
-Kendall's tau, how well a noisy reference agrees with itself, the tau its noise leaves a perfect score,
-and the plot of scores against the reference."""
+the architectures they rank (picked by predicted latency), Kendall's tau, how well a noisy reference
+agrees with itself, the tau its noise leaves a perfect score, and the plot of scores against the
+reference."""
 
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["_expected_tau", "_tau", "ceiling_line", "plot_ranking", "reference_agreement", "reference_ceiling"]
+from nas._io import atomic_write_json
+
+__all__ = ["_expected_tau", "_pick_archs", "_tau", "ceiling_line", "graded_arch", "plot_ranking", "reference_agreement",
+           "reference_ceiling"]
 
 
 def _tau(x: list[float], y: list[float]) -> float:
@@ -116,3 +121,49 @@ def plot_ranking(rows: list[dict[str, Any]], taus: dict[str, float], runs: list[
     ax.set_title(f"the reference against itself: tau {_tau(runs[0], runs[1]):.2f}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def graded_arch(space: Any, rng: np.random.Generator) -> Any:
+    """An architecture whose every choice lies near one fraction ``u`` of its range (``u`` uniform; each
+    choice's index ``u (n - 1)`` plus normal noise of 0.5, clipped; numeric choices in increasing order):
+    narrow shallow networks for small ``u``, wide deep ones for large, a mix between."""
+    u = rng.uniform()
+    params = {}
+    for name, ch in space.param_choices().items():
+        order = sorted(ch) if all(isinstance(c, (int, float)) for c in ch) else list(ch)
+        i = int(np.clip(np.rint(u * (len(order) - 1) + rng.normal(0.0, 0.5)), 0, len(order) - 1))
+        params[name] = order[i]
+    return space.decode(params)
+
+
+def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu",
+                pick: str = "random", keep: Path | None = None) -> tuple[list[Any], list[float]]:
+    """``n`` architectures at evenly spaced quantiles of the predicted latency (on ``target_name``) of
+    2000 random ones (``pick="graded"``: 2000 ``graded_arch`` ones).  With ``keep`` (a run's cache
+    folder) the pick is saved there as ``archs.json`` and read back on every later call, so a part of
+    the run on another machine, whose predictor (another scikit-learn) may place the quantiles a little
+    differently, scores the same architectures."""
+    import nas
+    from nas.arch import Arch
+    from nas.data import adapt_arch
+
+    kept = keep / "archs.json" if keep is not None else None
+    if kept is not None and kept.is_file():
+        rec = json.loads(kept.read_text())
+        return [Arch.from_dict(x) for x in rec["archs"]], [float(v) for v in rec["predicted_ms"]]
+    try:
+        target = nas.load_target(target_name)
+    except ValueError as e:
+        raise SystemExit(f"--target: {e}") from None
+    model = nas.load_latency_model(target)
+    res = target.resolution or space.resolution
+    rng = np.random.default_rng(seed)
+    draw = space.random if pick == "random" else lambda r: graded_arch(space, r)
+    pool = {a.digest(): a for a in (draw(rng) for _ in range(2000))}
+    archs = list(pool.values())
+    ms = model.predict([adapt_arch(a, data, resolution=res) for a in archs])
+    order = np.argsort(ms)
+    idx = list(dict.fromkeys(int(order[int(round(q * (len(order) - 1)))]) for q in np.linspace(0, 1, n)))
+    if kept is not None:
+        atomic_write_json(kept, {"archs": [archs[i].to_dict() for i in idx], "predicted_ms": [float(ms[i]) for i in idx]})
+    return [archs[i] for i in idx], [float(ms[i]) for i in idx]

@@ -29,7 +29,10 @@ and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--dat
     taskset -c 0 python -m benchmarks supernet              # the benchmark (about 2 hours on one core)
     taskset -c 0 python -m benchmarks supernet --quick      # a minute or two: checks the pipeline only
 
-The scores are independent, so a run splits across cores (or machines sharing the folder):
+The scores are independent, so a run splits across cores: ``--jobs 2`` runs its parts (a supernet's
+training with its scores, each stand-alone run, each estimator) as processes pinned to two cores of
+their own, each part's output in ``<out>/bench_supernet/<run>/logs/``; or by hand (or on machines
+sharing the folder):
 
     taskset -c 0 python -m benchmarks supernet --scores supernet train naswot synflow standalone2 &
     taskset -c 1 python -m benchmarks supernet --scores standalone0 standalone1
@@ -54,13 +57,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks._ranking import _tau, ceiling_line, plot_ranking, reference_agreement, reference_ceiling
+from benchmarks._jobs import Part, job_cores, run_parts
+from benchmarks._ranking import _pick_archs, _tau, ceiling_line, plot_ranking, reference_agreement, reference_ceiling
 from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
@@ -145,6 +150,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>, "
                         "train@<k> ...)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1, help="processes the scores run in, each on a core of its own "
+                   "(the first cores this process may use)")
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
@@ -157,6 +164,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
     if a.estimator_seeds < 1:
         p.error("--estimator-seeds must be at least 1")
+    if a.jobs > 1 and a.device != "cpu":
+        p.error(f"--jobs runs the parts on CPU cores; on --device {a.device} give --jobs 1")
     names = score_names(a.standalone_seeds, a.estimator_seeds)
     unknown = [s for s in a.scores or () if s not in names]
     if unknown:
@@ -195,52 +204,6 @@ def check_work(work: Path, a: argparse.Namespace) -> None:
                          "give another --out or remove that folder")
     work.mkdir(parents=True, exist_ok=True)
     atomic_write_json(work / "settings.json", {k: getattr(a, k) for k in _SETTINGS})
-
-
-def graded_arch(space: Any, rng: np.random.Generator) -> Any:
-    """An architecture whose every choice lies near one fraction ``u`` of its range (``u`` uniform; each
-    choice's index ``u (n - 1)`` plus normal noise of 0.5, clipped; numeric choices in increasing order):
-    narrow shallow networks for small ``u``, wide deep ones for large, a mix between."""
-    u = rng.uniform()
-    params = {}
-    for name, ch in space.param_choices().items():
-        order = sorted(ch) if all(isinstance(c, (int, float)) for c in ch) else list(ch)
-        i = int(np.clip(np.rint(u * (len(order) - 1) + rng.normal(0.0, 0.5)), 0, len(order) - 1))
-        params[name] = order[i]
-    return space.decode(params)
-
-
-def _pick_archs(space: Any, data: Any, n: int, seed: int, target_name: str = "cpu",
-                pick: str = "random", keep: Path | None = None) -> tuple[list[Any], list[float]]:
-    """``n`` architectures at evenly spaced quantiles of the predicted latency (on ``target_name``) of
-    2000 random ones (``pick="graded"``: 2000 ``graded_arch`` ones).  With ``keep`` (a run's cache
-    folder) the pick is saved there as ``archs.json`` and read back on every later call, so a part of
-    the run on another machine, whose predictor (another scikit-learn) may place the quantiles a little
-    differently, scores the same architectures."""
-    import nas
-    from nas.arch import Arch
-    from nas.data import adapt_arch
-
-    kept = keep / "archs.json" if keep is not None else None
-    if kept is not None and kept.is_file():
-        rec = json.loads(kept.read_text())
-        return [Arch.from_dict(x) for x in rec["archs"]], [float(v) for v in rec["predicted_ms"]]
-    try:
-        target = nas.load_target(target_name)
-    except ValueError as e:
-        raise SystemExit(f"--target: {e}") from None
-    model = nas.load_latency_model(target)
-    res = target.resolution or space.resolution
-    rng = np.random.default_rng(seed)
-    draw = space.random if pick == "random" else lambda r: graded_arch(space, r)
-    pool = {a.digest(): a for a in (draw(rng) for _ in range(2000))}
-    archs = list(pool.values())
-    ms = model.predict([adapt_arch(a, data, resolution=res) for a in archs])
-    order = np.argsort(ms)
-    idx = list(dict.fromkeys(int(order[int(round(q * (len(order) - 1)))]) for q in np.linspace(0, 1, n)))
-    if kept is not None:
-        atomic_write_json(kept, {"archs": [archs[i].to_dict() for i in idx], "predicted_ms": [float(ms[i]) for i in idx]})
-    return [archs[i] for i in idx], [float(ms[i]) for i in idx]
 
 
 def _seed(name: str, a: argparse.Namespace) -> int:
@@ -337,6 +300,41 @@ def equal_epochs(work: Path, a: argparse.Namespace) -> int:
     epochs = max(1, round(base * sn_s / tr_s))
     atomic_write_json(path, {"epochs": epochs, "supernet_seconds": sn_s, "train_seconds": tr_s, "train_epochs": base})
     return epochs
+
+
+def parts(a: argparse.Namespace, work: Path, archs: list[Any]) -> dict[Part, list[str]]:
+    """The missing scores of ``a.scores`` as ``--jobs`` parts, each with its scores: a supernet's training and
+    scores, each stand-alone run or estimator seed, the zero-cost proxies together (``train_equal`` needs
+    ``supernet`` and ``train``); a part's cost: its architecture-epochs, a supernet epoch as about six."""
+    digests, n = {x.digest() for x in archs}, len(archs)
+    missing = [s for s in a.scores if not digests <= _cache(work, s, a).keys()]
+    groups: dict[str, list[str]] = {}
+    for s in missing:
+        method = _split_seed(s)[0]
+        key = {"supernet_again": "supernet", "naswot": "zero_cost", "synflow": "zero_cost"}.get(method, s)
+        groups.setdefault(key, []).append(s)
+    epochs = {"train": 3, "train_equal": 5, "train_1epoch": 1, "zero_cost": 0.1, "supernet": 6 * a.supernet_epochs / n,
+              "progressive": 7 * a.supernet_epochs / n}
+    out = {}
+    for key, scores in groups.items():
+        needs = tuple(k for k in ("supernet", "train") if k in groups) if key.startswith("train_equal") else ()
+        cost = n * epochs.get(_split_seed(key)[0], a.standalone_epochs)
+        out[Part(key, cost, needs)] = scores
+    return out
+
+
+def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Any]) -> None:
+    """Compute the missing scores of run ``a`` in ``a.jobs`` processes, each on a core of its own."""
+    todo = parts(a, work, archs)
+    cores = job_cores(a.jobs)
+    argv = ["--quick"] if a.quick else []
+    for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds", "num_workers", "out"):
+        if getattr(a, k) is not None:
+            argv += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
+    print(f"{len(todo)} parts on cores {', '.join(map(str, cores))} (their output: {work / 'logs'})", flush=True)
+    seconds = run_parts(list(todo), lambda part: [sys.executable, "-m", "benchmarks", "supernet", *argv, "--scores",
+                                                  *todo[part]], cores, work / "logs")
+    print("wall seconds of each part: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()), flush=True)
 
 
 def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
@@ -457,21 +455,11 @@ def load_bench_space(name: str) -> Any:
         raise SystemExit(f"--space {name}: {e}") from None
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    import torch
-
+def compute_here(a: argparse.Namespace, space: Any, data: Any, archs: list[Any], work: Path) -> None:
+    """Compute the scores of ``a.scores`` in this process, training a supernet first where one is needed."""
     from nas.supernet.settings import SupernetSettings
     from nas.supernet.train import train_supernet
 
-    a = _args(argv)
-    usable_device(a.device)
-    if a.device == "cpu":
-        torch.set_num_threads(1)
-    work = Path(a.out) / "bench_supernet" / ("quick" if a.quick else "full")
-    space = load_bench_space(a.space)
-    check_work(work, a)
-    data = load_subset(a)
-    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick, keep=work)
     for schedule, names in (("sandwich", ("supernet", "supernet_again")), ("progressive", ("progressive",))):
         if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in names):
             t0 = time.perf_counter()
@@ -482,6 +470,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                   f"of training (this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:
         _compute(name, archs, data, a, work)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    import torch
+
+    a = _args(argv)
+    usable_device(a.device)
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+    work = Path(a.out) / "bench_supernet" / ("quick" if a.quick else "full")
+    space = load_bench_space(a.space)
+    check_work(work, a)
+    data = load_subset(a)
+    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick, keep=work)
+    if a.jobs > 1:
+        run_parts_of(a, work, archs)
+    else:
+        compute_here(a, space, data, archs, work)
     missing = [n for n in score_names(a.standalone_seeds, a.estimator_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]
     if missing:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "

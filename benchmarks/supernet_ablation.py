@@ -51,13 +51,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._ranking import _tau, reference_agreement
+from benchmarks._ranking import _pick_archs, _tau, reference_agreement
 from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
 from benchmarks.supernet import _args as benchmark_args
 from benchmarks.supernet import (
     _cache_path,
-    _pick_archs,
     command,
     load_subset,
     recorded_settings,
