@@ -310,8 +310,7 @@ def parts(a: argparse.Namespace, work: Path, archs: list[Any]) -> dict[Part, lis
     missing = [s for s in a.scores if not digests <= _cache(work, s, a).keys()]
     groups: dict[str, list[str]] = {}
     for s in missing:
-        method = _split_seed(s)[0]
-        key = {"supernet_again": "supernet", "naswot": "zero_cost", "synflow": "zero_cost"}.get(method, s)
+        key = {"supernet_again": "supernet", "naswot": "zero_cost", "synflow": "zero_cost"}.get(_split_seed(s)[0], s)
         groups.setdefault(key, []).append(s)
     epochs = {"train": 3, "train_equal": 5, "train_1epoch": 1, "zero_cost": 0.1, "supernet": 6 * a.supernet_epochs / n,
               "progressive": 7 * a.supernet_epochs / n}
@@ -324,7 +323,8 @@ def parts(a: argparse.Namespace, work: Path, archs: list[Any]) -> dict[Part, lis
 
 
 def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Any]) -> None:
-    """Compute the missing scores of run ``a`` in ``a.jobs`` processes, each on a core of its own."""
+    """Compute the missing scores of run ``a`` in ``a.jobs`` processes, each on a core of its own; the run's
+    wall seconds, each part's, and how many scores it computed go to ``jobs.json`` (the report's ``jobs``)."""
     todo = parts(a, work, archs)
     cores = job_cores(a.jobs)
     argv = ["--quick"] if a.quick else []
@@ -332,14 +332,12 @@ def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Any]) -> None:
         if getattr(a, k) is not None:
             argv += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     print(f"{len(todo)} parts on cores {', '.join(map(str, cores))} (their output: {work / 'logs'})", flush=True)
+    t0, before = time.perf_counter(), sum(len(v) for v in todo.values())
     seconds = run_parts(list(todo), lambda part: [sys.executable, "-m", "benchmarks", "supernet", *argv, "--scores",
                                                   *todo[part]], cores, work / "logs")
+    atomic_write_json(work / "jobs.json", {"cores": cores, "wall_s": time.perf_counter() - t0, "part_wall_s": seconds,
+                                           "scores_computed": before, "scores_complete_before": len(a.scores) - before})
     print("wall seconds of each part: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()), flush=True)
-
-
-def _compute(name: str, archs: list[Any], data: Any, a: argparse.Namespace, work: Path) -> None:
-    ev, seed = _evaluator(name, a, work / "supernet.ckpt")
-    score_archs(name, ev, seed, _cache_path(work, name, a), archs, data)
 
 
 def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list[list[float]]:
@@ -405,6 +403,7 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
         "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
         "kendall_tau_predicted_latency_vs_reference": by_latency,
         "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
+        "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None,
     }
     name = "supernet_quick" if a.quick else "supernet"
     out = Path(a.out)
@@ -469,7 +468,8 @@ def compute_here(a: argparse.Namespace, space: Any, data: Any, archs: list[Any],
             print(f"supernet ({schedule}): {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
                   f"of training (this run {time.perf_counter() - t0:.0f} s)", flush=True)
     for name in a.scores:
-        _compute(name, archs, data, a, work)
+        ev, seed = _evaluator(name, a, work / "supernet.ckpt")
+        score_archs(name, ev, seed, _cache_path(work, name, a), archs, data)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:

@@ -96,6 +96,9 @@ def test_supernet_benchmark_splits_its_missing_scores_into_parts(tmp_path, monke
         cores=cores, commands={p.name: command(p) for p in todo}) or {})
     bs.run_parts_of(a, work, archs)
     assert seen["cores"] == [0, 1]
+    rec = json.loads((work / "jobs.json").read_text())  # what the report gives as its "jobs"
+    assert rec["cores"] == [0, 1] and rec["wall_s"] >= 0 and rec["part_wall_s"] == {}
+    assert (rec["scores_computed"], rec["scores_complete_before"]) == (len(a.scores) - 2, 2)
     cmd = seen["commands"]["train_equal@1"]
     assert cmd[:4] == [sys.executable, "-m", "benchmarks", "supernet"]
     again = bs._args(cmd[4:])
