@@ -25,6 +25,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from benchmarks.harness import pin
+
 
 @dataclass(frozen=True)
 class Part:
@@ -74,7 +76,7 @@ def _check(parts: Sequence[Part]) -> None:
 def _start(part: Part, core: int, command: Callable[[Part], list[str]], log_dir: Path) -> subprocess.Popen:
     def prepare() -> None:  # in the child: its core, and Ctrl-C (which a background parent ignores) reaches it
         if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, {core})
+            pin([core])
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     with open(log_dir / f"{part.name}.log", "ab") as log:  # the child holds its own descriptor
@@ -132,7 +134,10 @@ def run_parts(parts: Sequence[Part], command: Callable[[Part], list[str]], cores
                     continue
                 del running[core]
                 seconds[part.name] = time.perf_counter() - started[part.name]
-                (done.add(part.name) if proc.returncode == 0 else failed.append(part.name))
+                if proc.returncode == 0:
+                    done.add(part.name)
+                else:
+                    failed.append(part.name)
                 bar.update()
             now = ", ".join(p.name for p, _ in running.values())
             if now != bar.postfix:

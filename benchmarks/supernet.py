@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._inputs import add_subset_args, load_bench_space, load_subset
 from benchmarks._jobs import Part, job_cores, run_parts
 from benchmarks._ranking import _pick_archs, _tau, ceiling_line, plot_ranking, reference_agreement, reference_ceiling
 from benchmarks.harness import RESULTS, usable_device
@@ -80,32 +81,6 @@ _SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", 
              "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed", "pick")
 # the value of a setting a cache recorded before the benchmark had it
 _ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None, "pick": "random"}
-
-
-def add_subset_args(p: argparse.ArgumentParser) -> None:
-    """The data options of the supernet benchmarks (this one and benchmarks/supernet_search.py): one
-    training subset, small enough for a run on one core."""
-    p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, digits, cifar10, imagefolder)")
-    p.add_argument("--data-root", help="where the dataset's files are (data.root; cifar10 and imagefolder need it)")
-    p.add_argument("--train-samples", type=int, default=2000, help="training subset (images; 0: all)")
-    p.add_argument("--val-samples", type=int, default=1000, help="validation images scored (0: the whole split)")
-    p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring (16 keeps a run short)")
-    p.add_argument("--num-workers", type=int, default=4, help="loader processes of a streamed dataset (cifar10, imagefolder)")
-
-
-def load_subset(a: argparse.Namespace) -> Any:
-    """The dataset ``add_subset_args``'s options name, no augmentation; says what it loaded."""
-    from nas.data import load_data
-
-    try:
-        data = load_data({"name": a.data, "root": a.data_root, "resolution": a.resolution,
-                          "train_samples": a.train_samples or None, "val_samples": a.val_samples or None,
-                          "augment": "none", "num_workers": a.num_workers})
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        raise SystemExit(f"--data {a.data}: {e}") from None
-    subset = f"a training subset of {a.train_samples} images" if a.train_samples else "every training image"
-    print(f"data: {data.describe()} ({subset})", flush=True)
-    return data
 
 
 def seed_names(method: str, estimator_seeds: int) -> tuple[str, ...]:
@@ -164,6 +139,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
     if a.estimator_seeds < 1:
         p.error("--estimator-seeds must be at least 1")
+    if a.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {a.jobs}")
     if a.jobs > 1 and a.device != "cpu":
         p.error(f"--jobs runs the parts on CPU cores; on --device {a.device} give --jobs 1")
     names = score_names(a.standalone_seeds, a.estimator_seeds)
@@ -302,14 +279,19 @@ def equal_epochs(work: Path, a: argparse.Namespace) -> int:
     return epochs
 
 
+def _missing(names: Any, work: Path, a: argparse.Namespace, archs: list[Any]) -> list[str]:
+    """The scores of ``names`` whose cache lacks some of ``archs``."""
+    digests = {x.digest() for x in archs}
+    return [n for n in names if not digests <= _cache(work, n, a).keys()]
+
+
 def parts(a: argparse.Namespace, work: Path, archs: list[Any]) -> dict[Part, list[str]]:
     """The missing scores of ``a.scores`` as ``--jobs`` parts, each with its scores: a supernet's training and
     scores, each stand-alone run or estimator seed, the zero-cost proxies together (``train_equal`` needs
     ``supernet`` and ``train``); a part's cost: its architecture-epochs, a supernet epoch as about six."""
-    digests, n = {x.digest() for x in archs}, len(archs)
-    missing = [s for s in a.scores if not digests <= _cache(work, s, a).keys()]
+    n = len(archs)
     groups: dict[str, list[str]] = {}
-    for s in missing:
+    for s in _missing(a.scores, work, a, archs):
         key = {"supernet_again": "supernet", "naswot": "zero_cost", "synflow": "zero_cost"}.get(_split_seed(s)[0], s)
         groups.setdefault(key, []).append(s)
     epochs = {"train": 3, "train_equal": 5, "train_1epoch": 1, "zero_cost": 0.1, "supernet": 6 * a.supernet_epochs / n,
@@ -327,10 +309,7 @@ def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Any]) -> None:
     wall seconds, each part's, and how many scores it computed go to ``jobs.json`` (the report's ``jobs``)."""
     todo = parts(a, work, archs)
     cores = job_cores(a.jobs)
-    argv = ["--quick"] if a.quick else []
-    for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds", "num_workers", "out"):
-        if getattr(a, k) is not None:
-            argv += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
+    argv = _options(a, "num_workers", "out")
     print(f"{len(todo)} parts on cores {', '.join(map(str, cores))} (their output: {work / 'logs'})", flush=True)
     t0, before = time.perf_counter(), sum(len(v) for v in todo.values())
     seconds = run_parts(list(todo), lambda part: [sys.executable, "-m", "benchmarks", "supernet", *argv, "--scores",
@@ -435,23 +414,16 @@ def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], 
     return result
 
 
+def _options(a: argparse.Namespace, *more: str) -> list[str]:
+    """The options that give run ``a`` again: its settings, seeds and ``more`` that differ from the defaults."""
+    default = _args(["--quick"] if a.quick else [])
+    keys = [k for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds", *more) if getattr(a, k) != getattr(default, k)]
+    return [*(["--quick"] if a.quick else []), *(x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(a, k))))]
+
+
 def command(a: argparse.Namespace) -> str:
     """The command line that reproduces run ``a`` (the options that differ from the defaults)."""
-    default = _args(["--quick"] if a.quick else [])
-    opts = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds")
-            if getattr(a, k) != getattr(default, k)]
-    return harness_command("supernet", [*(["--quick"] if a.quick else []), *" ".join(opts).split()],
-                           cores=[0] if a.device == "cpu" else None)
-
-
-def load_bench_space(name: str) -> Any:
-    """The ``--space``; an unknown name or a malformed file is a one-line error."""
-    from nas.space import load_space
-
-    try:
-        return load_space(name)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        raise SystemExit(f"--space {name}: {e}") from None
+    return harness_command("supernet", _options(a), cores=[0] if a.device == "cpu" else None)
 
 
 def compute_here(a: argparse.Namespace, space: Any, data: Any, archs: list[Any], work: Path) -> None:
@@ -488,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         run_parts_of(a, work, archs)
     else:
         compute_here(a, space, data, archs, work)
-    missing = [n for n in score_names(a.standalone_seeds, a.estimator_seeds) if not {x.digest() for x in archs} <= _cache(work, n, a).keys()]
+    missing = _missing(score_names(a.standalone_seeds, a.estimator_seeds), work, a, archs)
     if missing:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
               "the report; or run again without --scores)")

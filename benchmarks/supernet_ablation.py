@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._inputs import load_subset
 from benchmarks._ranking import _pick_archs, _tau, reference_agreement
 from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
@@ -58,7 +59,6 @@ from benchmarks.supernet import _args as benchmark_args
 from benchmarks.supernet import (
     _cache_path,
     command,
-    load_subset,
     recorded_settings,
     score_archs,
     standalone_runs,

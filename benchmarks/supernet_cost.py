@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._inputs import add_subset_args, load_bench_space, load_subset
 from benchmarks.harness import RESULTS, command, machine, write_result
-from benchmarks.supernet import add_subset_args, load_bench_space, load_subset
 
 IMAGES = {"ImageNet": 1_281_167, "Imagenette": 9_469}  # training images of the datasets the cost is projected for
 

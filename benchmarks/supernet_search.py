@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._inputs import add_subset_args, load_subset
 from benchmarks.harness import RESULTS, command
 from benchmarks.search import hypervolume_2d, latency_reference
-from benchmarks.supernet import add_subset_args, load_subset
 from nas._io import atomic_write_json, atomic_write_text
 
 EVALUATORS = ("supernet", "zero_cost", "train")

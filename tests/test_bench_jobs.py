@@ -114,6 +114,9 @@ def test_supernet_benchmark_jobs_are_cpu_cores(capsys):
     with pytest.raises(SystemExit):
         bs._args(["--jobs", "2", "--device", "cuda"])
     assert "--jobs runs the parts on CPU cores" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bs._args(["--jobs", "0"])
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_ctrl_c_interrupts_every_running_part(tmp_path, monkeypatch):

@@ -1,0 +1,43 @@
+"""What the supernet benchmarks (``benchmarks/supernet.py``, ``supernet_ablation.py``, ``supernet_cost.py``,
+``supernet_search.py``) take in: their data options and the training subset they load, and the
+search space they rank, each bad value a one-line error."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_subset_args(p: argparse.ArgumentParser) -> None:
+    """The data options of the supernet benchmarks: one training subset, small enough for a run on one core."""
+    p.add_argument("--data", default="fashion_mnist", help="dataset (fashion_mnist, digits, cifar10, imagefolder)")
+    p.add_argument("--data-root", help="where the dataset's files are (data.root; cifar10 and imagefolder need it)")
+    p.add_argument("--train-samples", type=int, default=2000, help="training subset (images; 0: all)")
+    p.add_argument("--val-samples", type=int, default=1000, help="validation images scored (0: the whole split)")
+    p.add_argument("--resolution", type=int, default=16, help="input px of training and scoring (16 keeps a run short)")
+    p.add_argument("--num-workers", type=int, default=4, help="loader processes of a streamed dataset (cifar10, imagefolder)")
+
+
+def load_subset(a: argparse.Namespace) -> Any:
+    """The dataset ``add_subset_args``'s options name, no augmentation; says what it loaded."""
+    from nas.data import load_data
+
+    try:
+        data = load_data({"name": a.data, "root": a.data_root, "resolution": a.resolution,
+                          "train_samples": a.train_samples or None, "val_samples": a.val_samples or None,
+                          "augment": "none", "num_workers": a.num_workers})
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        raise SystemExit(f"--data {a.data}: {e}") from None
+    subset = f"a training subset of {a.train_samples} images" if a.train_samples else "every training image"
+    print(f"data: {data.describe()} ({subset})", flush=True)
+    return data
+
+
+def load_bench_space(name: str) -> Any:
+    """The ``--space``; an unknown name or a malformed file is a one-line error."""
+    from nas.space import load_space
+
+    try:
+        return load_space(name)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        raise SystemExit(f"--space {name}: {e}") from None
