@@ -317,7 +317,7 @@ def test_calibration_space_names():
     from nas.latency.profile_workflow import calibration_space_names
 
     assert calibration_space_names(None, default=True) == ["calibration/effnetlike", "calibration/lcnetlike",
-                                                            "calibration/mbv2like"]
+                                                            "calibration/mbv2like", "calibration/mbv3smalllike"]
     assert calibration_space_names(None, default=False) == []  # search_space= or resolution= given
     assert calibration_space_names([], default=True) == []
     assert calibration_space_names("mbv2like", default=False) == ["calibration/mbv2like"]

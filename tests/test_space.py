@@ -212,7 +212,8 @@ def test_shipped_files_are_in_search_spaces():
 def test_calibration_spaces_are_apart_from_the_search_spaces():
     # search_spaces/calibration/ holds spaces nas.profile calibrates on: not listed as search spaces,
     # loaded by their calibration/ name, and unlike the shipped spaces (ReLU(6), depthwise-only, larger)
-    assert set(CALIBRATION) == {"calibration/effnetlike", "calibration/lcnetlike", "calibration/mbv2like"}
+    assert set(CALIBRATION) == {"calibration/effnetlike", "calibration/lcnetlike", "calibration/mbv2like",
+                                "calibration/mbv3smalllike"}
     assert not {n.split("/")[1] for n in CALIBRATION} & set(SHIPPED)
     acts = {st.act for n in CALIBRATION for st in load_space(n).stages}
     assert {"relu", "relu6"} <= acts
@@ -233,6 +234,21 @@ def test_effnetlike_reaches_above_the_search_spaces():
     others = max(max(macs(n)) for n in [*SHIPPED, "calibration/mbv2like", "calibration/lcnetlike"])
     assert min(eff) > 0.4 and max(eff) > 0.9 > others
     assert all(st.options["se"] == (True,) for st in load_space("calibration/effnetlike").stages)
+
+
+def test_mbv3smalllike_spans_the_small_224px_end():
+    # MobileNetV3-Small (0.057 GMACs, hard-swish, SE, its 1024-wide conv after the pool) lies below every
+    # search space's 224-px networks; mbv3smalllike's seeded networks span it, with the same head
+    from nas.cost import arch_cost
+    from nas.latency.profiler import calibration_archs
+    from nas.timm_arch import arch_from_spec
+
+    small = [arch_cost(a).macs / 1e9 for a in calibration_archs(load_space("calibration/mbv3smalllike"), 60)]
+    mbv3 = min(arch_cost(a).macs / 1e9 for a in calibration_archs(load_space("mbv3"), 60))
+    target = arch_from_spec("timm:mobilenetv3_small_100")
+    assert min(small) < 0.5 * arch_cost(target).macs / 1e9 < arch_cost(target).macs / 1e9 < max(small) < mbv3
+    sp = load_space("calibration/mbv3smalllike")
+    assert sp.head_style == target.head.style == "pool_conv" and sp.resolution == 224
 
 
 @pytest.mark.parametrize("path, value, expected", [
