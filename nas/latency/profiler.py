@@ -101,8 +101,8 @@ def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[
     the spread, so a short budget reaches the small end that a space's pruned networks span:
     unpruned ``effnetlike`` networks start at 9 ms on an AMD EPYC Zen 5 core, its pruned ones at
     1.6 ms.  Measured after every calibration network instead, they were beyond a 2-minute profile,
-    which then extrapolated small squeeze-excite swish networks (TinyNet-C, 2.3 ms) 9-12% low
-    (``docs/devices.md``, "Onboarding a new device (measured here)")."""
+    which then extrapolated small squeeze-excite swish networks (TinyNet-C, 2.3 ms) 9-12% low in
+    measured 2-minute onboardings (CHANGELOG.md)."""
     extra: dict[str, list[Arch]] = {}
     for a in pruned:
         extra.setdefault(a.name, []).append(a)
