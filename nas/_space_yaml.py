@@ -40,7 +40,7 @@ STAGE_KINDS: dict[str, tuple[str, ...]] = {
     "attn": ("heads", "mlp_ratio"),
 }
 _STAGE_COMMON = ("kind", "depth", "width", "stride", "act")
-_STAGE_EXTRA = {"attn": ("proj_act",)}
+_STAGE_EXTRA = {"attn": ("proj_act",), "ds": ("pw_act", "noskip")}  # fixed per stage, not choices
 _TOP_KEYS = (
     "name", "description", "input", "num_classes", "channel_multiple", "se", "stem", "stages", "head",
 )
@@ -59,6 +59,8 @@ class StageSpec:
     act: str
     options: dict[str, tuple[Any, ...]] = field(hash=False)
     proj_act: str = "swish"
+    pw_act: bool = False  # ds: an activation after the pointwise conv too (PP-LCNet, MobileNetV1)
+    noskip: bool = False  # ds: no residual even where the shapes allow one
 
     @property
     def max_depth(self) -> int:
@@ -284,7 +286,14 @@ class _Reader:
             raise self.err(where, f"{' x '.join(str(len(v)) for v in options.values())} = {combos} combinations of "
                                   f"{', '.join(options)} for a block, more than the limit of {MAX_COMBOS}; {LIMITS_DOC}")
         proj_act = self.act(st.get("proj_act", "swish"), f"{where}.proj_act") if kind == "attn" else "swish"
-        return StageSpec(kind, depth, width, stride, act, options, proj_act)
+        flags = {k: self.flag(st, k, where) for k in ("pw_act", "noskip") if kind == "ds"}
+        return StageSpec(kind, depth, width, stride, act, options, proj_act, **flags)
+
+    def flag(self, st: dict, key: str, where: str) -> bool:
+        v = st.get(key, False)
+        if not isinstance(v, bool):
+            raise self.err(f"{where}.{key}", f"value {v!r} must be true or false")
+        return v
 
     def heads(self, st: dict, where: str, width: tuple[int, ...]) -> tuple[int, ...]:
         heads = self.int_choices(st, "heads", where)

@@ -91,6 +91,8 @@ def _mutate(path: str, value):
         ("stages.0.stride", 3, "stages[0].stride: stride 3 must be 1 or 2"),
         ("stages.0.act", "tanh", "stages[0].act: unknown activation 'tanh'"),
         ("stages.0.depth", KeyError, "stages[0]: missing required key 'depth'"),
+        # pw_act / noskip belong to depthwise-separable stages and are true or false
+        ("stages.0.pw_act", True, "stages[0]: unknown key 'pw_act'"),
     ],
 )
 def test_invalid_space_messages(tmp_path, path, value, expected):
@@ -234,6 +236,26 @@ def test_effnetlike_reaches_above_the_search_spaces():
     others = max(max(macs(n)) for n in [*SHIPPED, "calibration/mbv2like", "calibration/lcnetlike"])
     assert min(eff) > 0.4 and max(eff) > 0.9 > others
     assert all(st.options["se"] == (True,) for st in load_space("calibration/effnetlike").stages)
+
+
+def test_ds_stage_flags(tmp_path):
+    # pw_act / noskip: fixed per ds stage; noskip marks only the blocks whose shapes allow a residual,
+    # as from_timm marks PP-LCNet's, so lcnetlike holds every layer of lcnet_100
+    from nas._blocks import DSConvBlock
+    from nas.timm_arch import arch_from_spec
+
+    cfg = dict(MINI, stages=[{"kind": "ds", "depth": [3], "width": [16], "kernel": [3], "stride": 2,
+                              "pw_act": True, "noskip": True}])
+    blocks = load_space(write(tmp_path, cfg)).largest().blocks
+    assert all(isinstance(b, DSConvBlock) and b.pw_act for b in blocks)
+    assert [b.noskip for b in blocks] == [False, True, True]  # the first one strides: no residual to leave out
+    plain = load_space(write(tmp_path, dict(MINI, stages=[dict(cfg["stages"][0], pw_act=False, noskip=False)]),
+                             "plain.yaml")).largest().blocks
+    assert not any(b.pw_act or b.noskip for b in plain)
+    with pytest.raises(SpaceError, match=r"stages\[0\]\.noskip: value 'yes' must be true or false"):
+        load_space(write(tmp_path, dict(MINI, stages=[dict(cfg["stages"][0], noskip="yes")]), "bad.yaml"))
+    lcnet = arch_from_spec("timm:lcnet_100").keys()
+    assert set(lcnet) <= set(load_space("calibration/lcnetlike").unique_blocks())
 
 
 def test_mbv3smalllike_spans_the_small_224px_end():

@@ -21,8 +21,10 @@ path to a user's own YAML.  Format::
 Choices are lists; ``depth`` and ``width`` are chosen per stage, the block options (kernel,
 expansion, se, heads, mlp_ratio) per block.  Keys allowed per stage kind:
 
-    conv: kernel            ds: kernel, se            ir / fused: kernel, expansion, se
+    conv: kernel            ds: kernel, se (and pw_act, noskip)            ir / fused: kernel, expansion, se
     attn: heads, mlp_ratio (and proj_act)
+
+The keys in parentheses are fixed for the stage, not choices.
 
 Expanded channels are ``make_divisible(in * expansion, channel_multiple)`` and SE channels
 ``make_divisible(channels * se.ratio, channel_multiple)``, so every channel count stays a
@@ -307,7 +309,8 @@ class SearchSpace:
         if st.kind == "conv":
             return ConvBlock(width, o["kernel"], stride, st.act)
         if st.kind == "ds":
-            return DSConvBlock(width, o["kernel"], stride, st.act, self._se(in_ch) if o["se"] else None)
+            return DSConvBlock(width, o["kernel"], stride, st.act, self._se(in_ch) if o["se"] else None,
+                               pw_act=st.pw_act, noskip=st.noskip and stride == 1 and in_ch == width)  # as from_timm marks it
         if st.kind in ("ir", "fused"):
             mid = make_divisible(in_ch * o["expansion"], self.channel_multiple)
             cls = MBConvBlock if st.kind == "ir" else FusedMBConvBlock
