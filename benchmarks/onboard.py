@@ -140,9 +140,9 @@ def simulated_profile(table: LatencyTable, settings: ProfileSettings, factors: d
     empty = LatencyTable(dict(table.metadata))
     stores = {"block": table.entries, "network": table.networks}
 
-    def seconds(a):  # a network the table lacks is not simulated: it takes no time
+    def seconds(a):  # a network the table lacks (a space's networks since redefined) is left out of the order
         e = table.networks.get(a)
-        return expected_seconds(a, "network", settings, e.median_ms) if e is not None else 0.0
+        return expected_seconds(a, "network", settings, e.median_ms) if e is not None else None
 
     n = calibration_count(table, sps)
     seeded = {a for sp in sps for a in calibration_archs(sp, n)}

@@ -352,6 +352,12 @@ def test_calibration_order_levels_the_time_of_each_space():
     plain = calibration_order(spaces, 12, None)
     assert [a.name for a in plain[:6]] == ["tiny", "mbv3", "effnetlike"] * 2
     assert sorted(a.digest() for a in got) == sorted(a.digest() for a in plain)
+    # a network whose seconds are None is left out, and takes no turn: mbv3 keeps its 1-second turns
+    mbv3 = [a for a in plain if a.name == "mbv3"]
+    gone = set(mbv3[::2])
+    part = calibration_order(spaces, 12, None, seconds=lambda a: None if a in gone else cost[a.name])
+    assert not gone & set(part) and len(part) == len(plain) - len(gone)
+    assert [a.name for a in part[:14]].count("mbv3") == 6
 
 
 def test_pruned_networks_join_their_spaces_spread_so_a_short_budget_spans_each_space():

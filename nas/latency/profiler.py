@@ -89,8 +89,8 @@ def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[
                       pruned: Sequence[Arch] = ()) -> list[Arch]:
     """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
     the space that has had the least of the measuring time so far, a network counting at least the
-    median network's time (``seconds``: a network's expected seconds; without it, one network each
-    in turn).  A budget that stops early has calibrated on every space, from its smallest networks
+    median network's time (``seconds``: a network's expected seconds, or None to leave it out;
+    without it, one network each in turn).  A budget that stops early has calibrated on every space, from its smallest networks
     to its largest; a space of large networks (``effnetlike``: 3x the seconds of the others' a
     network) does not take the budget from the rest, and a space of small ones (``tiny``) gets no
     more turns than the others (in the offline simulation of four shipped tables, ``python -m
@@ -109,6 +109,8 @@ def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[
     per = [spread_order(calibration_archs(sp, n, resolution=resolution) + extra.pop(sp.name, [])) for sp in spaces]
     if extra:
         raise ValueError(f"calibration_order: pruned networks of spaces not given: {sorted(extra)}")
+    if seconds is not None:  # a network whose seconds are None is left out (one a replayed table lacks)
+        per = [[a for a in p if seconds(a) is not None] for p in per]
     cost = [[1.0 if seconds is None else seconds(a) for a in p] for p in per]
     floor = float(np.median([c for p in cost for c in p])) if any(cost) else 0.0
     out, spent, at = [], [0.0] * len(per), [0] * len(per)
