@@ -140,7 +140,7 @@ def simulated_profile(table: LatencyTable, settings: ProfileSettings, factors: d
     empty = LatencyTable(dict(table.metadata))
     stores = {"block": table.entries, "network": table.networks}
 
-    def seconds(a):  # a network the table lacks (a space's networks since redefined) is left out of the order
+    def seconds(a):  # None for a network the table lacks (a seeded one it never held, or of a space since redefined)
         e = table.networks.get(a)
         return expected_seconds(a, "network", settings, e.median_ms) if e is not None else None
 

@@ -85,17 +85,17 @@ def calibration_archs(space, n: int, *, resolution: int | None = None) -> list[A
     return [a.with_resolution(resolution) for a in archs] if resolution else archs
 
 
-def calibration_order(spaces, n: int, resolution: int | None, seconds: Callable[[Arch], float] | None = None,
-                      pruned: Sequence[Arch] = ()) -> list[Arch]:
+def calibration_order(spaces, n: int, resolution: int | None,
+                      seconds: Callable[[Arch], float | None] | None = None, pruned: Sequence[Arch] = ()) -> list[Arch]:
     """The calibration networks of every space, each space's in ``spread_order``, taken in turn from
     the space that has had the least of the measuring time so far, a network counting at least the
     median network's time (``seconds``: a network's expected seconds, or None to leave it out;
-    without it, one network each in turn).  A budget that stops early has calibrated on every space, from its smallest networks
-    to its largest; a space of large networks (``effnetlike``: 3x the seconds of the others' a
-    network) does not take the budget from the rest, and a space of small ones (``tiny``) gets no
-    more turns than the others (in the offline simulation of four shipped tables, ``python -m
-    benchmarks onboard``, extra turns for the cheap spaces cost 1.3-2.9 points within ±10% at 0.5-1
-    minute).  The whole set is the same at any budget.
+    without it, one network each in turn).  A budget that stops early has calibrated on every
+    space, from its smallest networks to its largest; a space of large networks (``effnetlike``: 3x
+    the seconds of the others' a network) does not take the budget from the rest, and a space of
+    small ones (``tiny``) gets no more turns than the others (in the offline simulation of four
+    shipped tables, ``python -m benchmarks onboard``, extra turns for the cheap spaces cost
+    1.3-2.9 points within ±10% at 0.5-1 minute).  The whole set is the same at any budget.
 
     ``pruned`` (``pruned_archs`` of the spaces) join their space's networks (by ``Arch.name``) before
     the spread, so a short budget reaches the small end that a space's pruned networks span:

@@ -309,8 +309,9 @@ class SearchSpace:
         if st.kind == "conv":
             return ConvBlock(width, o["kernel"], stride, st.act)
         if st.kind == "ds":
+            # noskip only where the shapes allow a residual, as from_timm marks PP-LCNet's blocks
             return DSConvBlock(width, o["kernel"], stride, st.act, self._se(in_ch) if o["se"] else None,
-                               pw_act=st.pw_act, noskip=st.noskip and stride == 1 and in_ch == width)  # as from_timm marks it
+                               pw_act=st.pw_act, noskip=st.noskip and stride == 1 and in_ch == width)
         if st.kind in ("ir", "fused"):
             mid = make_divisible(in_ch * o["expansion"], self.channel_multiple)
             cls = MBConvBlock if st.kind == "ir" else FusedMBConvBlock
