@@ -274,10 +274,7 @@ class _Reader:
             options["expansion"] = self.numbers(st, "expansion", where)
         if "se" in opts:
             vals = self.choices(st, "se", where) if "se" in st else (False,)
-            for v in vals:
-                if not isinstance(v, bool):
-                    raise self.err(f"{where}.se", f"value {v!r} must be true or false")
-            options["se"] = vals
+            options["se"] = tuple(self.boolean(v, f"{where}.se") for v in vals)
         if kind == "attn":
             options["heads"] = self.heads(st, where, width)
             options["mlp_ratio"] = self.numbers(st, "mlp_ratio", where)
@@ -286,13 +283,12 @@ class _Reader:
             raise self.err(where, f"{' x '.join(str(len(v)) for v in options.values())} = {combos} combinations of "
                                   f"{', '.join(options)} for a block, more than the limit of {MAX_COMBOS}; {LIMITS_DOC}")
         proj_act = self.act(st.get("proj_act", "swish"), f"{where}.proj_act") if kind == "attn" else "swish"
-        flags = {k: self.flag(st, k, where) for k in ("pw_act", "noskip") if kind == "ds"}
+        flags = {k: self.boolean(st.get(k, False), f"{where}.{k}") for k in ("pw_act", "noskip") if kind == "ds"}
         return StageSpec(kind, depth, width, stride, act, options, proj_act, **flags)
 
-    def flag(self, st: dict, key: str, where: str) -> bool:
-        v = st.get(key, False)
+    def boolean(self, v: Any, where: str) -> bool:
         if not isinstance(v, bool):
-            raise self.err(f"{where}.{key}", f"value {v!r} must be true or false")
+            raise self.err(where, f"value {v!r} must be true or false")
         return v
 
     def heads(self, st: dict, where: str, width: tuple[int, ...]) -> tuple[int, ...]:

@@ -109,9 +109,9 @@ def calibration_order(spaces, n: int, resolution: int | None,
     per = [spread_order(calibration_archs(sp, n, resolution=resolution) + extra.pop(sp.name, [])) for sp in spaces]
     if extra:
         raise ValueError(f"calibration_order: pruned networks of spaces not given: {sorted(extra)}")
-    if seconds is not None:  # a network whose seconds are None is left out (one a replayed table lacks)
-        per = [[a for a in p if seconds(a) is not None] for p in per]
-    cost = [[1.0 if seconds is None else seconds(a) for a in p] for p in per]
+    timed = [[(a, 1.0 if seconds is None else seconds(a)) for a in p] for p in per]
+    timed = [[(a, c) for a, c in p if c is not None] for p in timed]  # None: left out (a replayed table lacks it)
+    per, cost = [[a for a, _ in p] for p in timed], [[c for _, c in p] for p in timed]
     floor = float(np.median([c for p in cost for c in p])) if any(cost) else 0.0
     out, spent, at = [], [0.0] * len(per), [0] * len(per)
     while live := [i for i in range(len(per)) if at[i] < len(per[i])]:

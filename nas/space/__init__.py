@@ -43,6 +43,7 @@ parts into parameters, architectures and blocks.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -309,9 +310,9 @@ class SearchSpace:
         if st.kind == "conv":
             return ConvBlock(width, o["kernel"], stride, st.act)
         if st.kind == "ds":
+            b = DSConvBlock(width, o["kernel"], stride, st.act, self._se(in_ch) if o["se"] else None, pw_act=st.pw_act)
             # noskip only where the shapes allow a residual, as from_timm marks PP-LCNet's blocks
-            return DSConvBlock(width, o["kernel"], stride, st.act, self._se(in_ch) if o["se"] else None,
-                               pw_act=st.pw_act, noskip=st.noskip and stride == 1 and in_ch == width)
+            return dataclasses.replace(b, noskip=True) if st.noskip and b.has_skip(in_ch) else b
         if st.kind in ("ir", "fused"):
             mid = make_divisible(in_ch * o["expansion"], self.channel_multiple)
             cls = MBConvBlock if st.kind == "ir" else FusedMBConvBlock
