@@ -9,6 +9,7 @@ again and where it came from; ``write_result`` writes the JSON atomically, with 
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shlex
@@ -18,6 +19,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from scipy import stats
 
 from nas._io import atomic_write_json, atomic_write_text
 from nas.config import compose_app
@@ -128,6 +132,30 @@ def interleaved(cases: Mapping[str, Callable[[], float]], rounds: int, *,
 def medians(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """The median of each case's values."""
     return {k: statistics.median(v) for k, v in values.items()}
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The mean of ``values`` and the half-width of its ``level`` confidence interval (Student's t over
+    the values: seeds, runs); the half-width is NaN for a single value."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def diff_ci(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """``mean(x) - mean(y)`` and the bounds of its ``level`` confidence interval (Welch's t: independent
+    runs of each, their variances not assumed equal); no spread in either gives the difference itself
+    as both bounds."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    d = float(x.mean() - y.mean())
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(vx + vy)
+    if se == 0:
+        return d, d, d
+    dof = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
+    h = float(stats.t.ppf(0.5 + level / 2, dof) * se)
+    return d, d - h, d + h
 
 
 def markdown_table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:

@@ -61,11 +61,10 @@ import matplotlib
 import numpy as np
 import optuna
 import torch
-from scipy import stats
 
 import nas
 from benchmarks._jobs import Part, job_cores, run_parts
-from benchmarks.harness import RESULTS, machine, markdown_table, usable_device, write_result
+from benchmarks.harness import RESULTS, diff_ci, machine, markdown_table, mean_ci, usable_device, write_result
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
 from nas.arch import Arch
@@ -425,27 +424,6 @@ def part_measure(a: argparse.Namespace, out: Path) -> None:
 # statistics
 
 
-def mean_ci(v: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """The mean and the half-width of its ``level`` confidence interval (Student's t); 0 for one value."""
-    x = np.asarray(v, dtype=float)
-    if len(x) < 2:
-        return float(x.mean()), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-
-
-def diff_ci(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """``mean(x) - mean(y)`` and its ``level`` confidence interval (Welch's t); x == y gives (0, 0, 0)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    d = float(x.mean() - y.mean())
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(vx + vy)
-    if se == 0:
-        return d, d, d
-    dof = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
-    h = float(stats.t.ppf(0.5 + level / 2, dof) * se)
-    return d, d - h, d + h
-
-
 def verdict(lo: float, hi: float) -> str:
     return "beats" if lo > 0 else "loses" if hi < 0 else "ties"
 
@@ -585,13 +563,12 @@ def _plot(res: dict[str, Any], path: Path) -> None:
 
 def part_table(a: argparse.Namespace) -> None:
     """``nas.profile`` of the target for the space at the benchmark's resolution, one channel, ten classes
-    (a re-run measures only what the table lacks)."""
-    if a.target != "here":
+    (a re-run measures only what the table lacks).  ``--quick`` measures nothing: without a table its
+    latencies are the target's roofline estimates, labelled so."""
+    if a.target != "here" or a.quick:
         return
     cmd = [sys.executable, "-m", "nas.profile", "conf=here", f"search_space={a.space}", f"resolution={a.resolution}",
            "in_chans=[1]", "num_classes=[10]", "progress=false"]
-    if a.quick:
-        cmd.append("limit=20")
     if subprocess.run(cmd).returncode != 0:
         raise SystemExit("the profile of this machine's table stopped (its message above); run the same command "
                          "again on a quiet core to continue it")

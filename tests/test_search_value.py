@@ -1,0 +1,96 @@
+"""benchmarks search_value's pieces on small inputs: the budgets, each method's pick, the final
+trainings, the intervals and the verdicts (the benchmark itself runs for hours; its --quick run is
+checked in the slow set)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import search_value as sv
+from benchmarks.harness import diff_ci, mean_ci
+
+
+def _rec(number, score, ms, macs, digest=None):
+    return {"number": number, "score": score, "latency_ms": ms, "macs": macs, "digest": digest or f"d{number}",
+            "_arch": {"n": number}}
+
+
+RECS = [_rec(0, 0.80, 1.0, 10e6), _rec(1, 0.85, 2.0, 30e6), _rec(2, 0.84, 1.5, 40e6), _rec(3, 0.90, 3.0, 50e6)]
+
+
+def test_budgets_sit_at_the_pools_percentiles_with_matched_macs():
+    pool = {"ms": np.arange(1, 101, dtype=float), "macs": np.arange(1, 101, dtype=float) * 1e6}
+    b = sv.budgets(pool)
+    assert [x["quantile"] for x in b] == [25, 50, 75]
+    assert [x["latency_ms"] for x in b] == pytest.approx([25.75, 50.5, 75.25])
+    assert [x["macs"] for x in b] == pytest.approx([25.75e6, 50.5e6, 75.25e6])
+
+
+def test_each_method_picks_by_its_own_rule_under_the_budget():
+    b = {"latency_ms": 2.0, "macs": 35e6}
+    assert sv.pick("nsga2", RECS, b)["number"] == 1      # the best score that fits 2 ms
+    assert sv.pick("largest", RECS, b)["number"] == 2    # the most MACs that fits 2 ms, whatever its score
+    assert sv.pick("macs", RECS, b)["number"] == 1       # the best score under 35M MACs, latency unseen
+    assert sv.pick("random", RECS, {"latency_ms": 0.5, "macs": 1.0}) is None
+
+
+def test_a_tie_goes_to_the_earlier_trial():
+    recs = [_rec(4, 0.9, 1.0, 1e6), _rec(2, 0.9, 1.0, 1e6)]
+    assert sv.pick("nsga2", recs, {"latency_ms": 1.0, "macs": 1e6})["number"] == 2
+
+
+def test_trainings_train_each_distinct_pick_once_per_seed_budget_by_budget():
+    a, b, c = RECS[0], RECS[1], RECS[2]
+    picks = {"nsga2": [a, b], "supernet": [a, None], "random": [b, c], "largest": [c, c], "macs": [a, b]}
+    t = sv.trainings(picks, seeds=2)
+    assert [(d, s) for d, _, s in t] == [("d0", 0), ("d0", 1), ("d1", 0), ("d1", 1), ("d2", 0), ("d2", 1)]
+
+
+def test_mean_ci_is_students_t():
+    m, h = mean_ci([0.80, 0.82, 0.84])
+    assert m == pytest.approx(0.82)
+    assert h == pytest.approx(4.302653 * 0.02 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) * sd / sqrt(n)
+    assert np.isnan(mean_ci([0.5])[1])
+
+
+def test_diff_ci_is_welchs_and_the_verdict_follows_its_sign():
+    d, lo, hi = diff_ci([0.90, 0.91, 0.92], [0.80, 0.81, 0.82])
+    assert d == pytest.approx(0.10)
+    assert lo > 0 and sv.verdict(lo, hi) == "beats"
+    d, lo, hi = diff_ci([0.80, 0.85, 0.90], [0.82, 0.83, 0.84])
+    assert lo < 0 < hi and sv.verdict(lo, hi) == "ties"
+    assert sv.verdict(*diff_ci([0.1, 0.11, 0.12], [0.5, 0.51, 0.52])[1:]) == "loses"
+
+
+def test_macs_model_reports_millions_of_macs_not_a_latency():
+    import nas
+
+    arch = nas.load_space("tiny").random(0)
+    p = sv.MacsModel().explain(arch)
+    assert p.ms == pytest.approx(nas.arch_cost(arch).macs / 1e6)
+    assert p.source == "estimated" and "not a latency" in p.device
+
+
+def test_a_run_folder_of_other_settings_is_refused(tmp_path):
+    a = sv._args(["--quick", "--out", str(tmp_path)])
+    sv.check_settings(tmp_path, a)
+    b = sv._args(["--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="other settings.*trials: 6 there, 36 now"):
+        sv.check_settings(tmp_path, b)
+
+
+@pytest.mark.slow
+def test_quick_run_reports_every_method_at_every_budget(tmp_path):
+    if not Path("/usr/share/datasets/fashion-mnist").is_dir():
+        pytest.skip("Fashion-MNIST (Debian's dataset-fashion-mnist) is not installed")
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "search_value", "--quick", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    import json
+
+    res = json.loads((tmp_path / "search_value.json").read_text())
+    assert {(r["budget"], r["method"]) for r in res["rows"]} == {(i, m) for i in range(3) for m in sv.METHODS}
+    assert (tmp_path / "search_value.png").is_file() and "differences of test accuracy" in r.stdout
