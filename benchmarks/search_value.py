@@ -239,9 +239,7 @@ def run_study(a: argparse.Namespace, out: Path, method: str, *, evaluator: Any, 
     s = prepare_search(target=target_of(a), search_space=a.space, data=data, evaluator=evaluator, sampler=sampler,
                        budgets=Budgets(), seed=a.search_seed, run_dir=out / "studies" / method, storage=str(path),
                        study_name=method, latency=latency)
-    done = sum(t.state.name == "COMPLETE" for t in s.study.get_trials(deepcopy=False))
-    if done < trials:
-        run_search(s.study, s.problem, n_trials=trials - done, storage=s.storage)
+    run_search(s.study, s.problem, n_trials=trials, storage=s.storage)  # the study's total: a re-run resumes
     return {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}
 
 
@@ -612,7 +610,7 @@ def run_part(a: argparse.Namespace, out: Path, name: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     a = _args(argv)
-    out = a.out
+    out = a.out.resolve()  # the studies record their journal's path: one folder, however it is reached
     check_settings(out, a)
     use_home(out)
     torch.set_num_threads(1)
