@@ -28,6 +28,8 @@ _HOMES = {
     "TrialProgress": "progress",
     "fmt_score": "progress",
     "NOT_RUN": "results",
+    "baseline_to_beat": "results",
+    "noise_neighbours": "results",
     "SHORT_HOW": "results",
     "latency_how": "results",
     "prepare_search": "study",

@@ -1,4 +1,9 @@
-"""Search results: one record per trial, the Pareto front, trials.csv, pareto.json and pareto.png."""
+"""Search results: one record per trial, the Pareto front, trials.csv, pareto.json and pareto.png.
+
+An accuracy (``val_accuracy``) carries its Wilson 95% interval on the validation images it was
+scored on (``nas.stats``); front neighbours whose accuracies are within noise of each other are
+marked (``noise_neighbours``), and the search's most accurate network is compared with the
+largest-MACs network that fits the budgets (``baseline_to_beat``)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +30,10 @@ from nas.latency.base import Prediction
 from nas.search.budget import BUDGET_ATTR, Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
+from nas.stats import AccuracyInterval, Difference, accuracy_difference, wilson_interval
 
-__all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+__all__ = ["NOT_RUN", "SHORT_HOW", "Baseline", "baseline_to_beat", "latency_how", "noise_neighbours",
+           "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
 
 NOT_RUN = ("duplicate", "surplus")  # statuses of trials asked but never run: not in the trial totals
 SHORT_HOW = {"measured": "predicted (table)", "estimated": "ESTIMATE (roofline)"}  # latency_how, for a table column
@@ -48,8 +56,18 @@ def latency_how(lat: Mapping[str, Any]) -> str | None:
         return None
 
 
-def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
-    """One flat record per trial (the rows of trials.csv)."""
+def trial_records(study: optuna.Study, *, images: int | None = None) -> list[dict[str, Any]]:
+    """One flat record per trial (the rows of trials.csv).
+
+    Args:
+        study: the search's study.
+        images: the validation images an evaluation scores, for trials that do not record theirs
+            (``metrics["val_images"]``, recorded by the accuracy evaluators).
+
+    Returns:
+        The records, by trial number; a scored accuracy's Wilson 95% interval in ``ci95_low`` /
+        ``ci95_high`` (``_ci``: the ``AccuracyInterval``) on ``scored_images`` images.
+    """
     rows = []
     for t in study.get_trials(deepcopy=False):
         ua = t.user_attrs
@@ -87,7 +105,96 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "_latency": lat,
             "_metrics": ua.get("metrics"),
         })
+    objectives = (study.user_attrs.get(STUDY_ATTR) or {}).get("objectives") or ["score"]
+    _add_intervals(rows, accuracy=objectives[0] == "val_accuracy", images=images)
     return rows
+
+
+def _add_intervals(rows: list[dict[str, Any]], *, accuracy: bool, images: int | None) -> None:
+    """Each scored accuracy's Wilson interval on the images it was scored on (none for a proxy score)."""
+    for r in rows:
+        n = (r["_metrics"] or {}).get("val_images") or images
+        ci = wilson_interval(min(1.0, max(0.0, r["score"])), int(n)) if accuracy and r["score"] is not None and n else None
+        r.update({"ci95_low": ci.low if ci else None, "ci95_high": ci.high if ci else None,
+                  "scored_images": ci.n if ci else None, "_ci": ci})
+
+
+def noise_neighbours(front: Sequence[dict[str, Any]]) -> dict[int, list[int]]:
+    """The front's neighbours (by latency) whose accuracies are within noise of each other.
+
+    Args:
+        front: ``pareto_front``'s records, by latency.
+
+    Returns:
+        Trial number -> the numbers of its faster and slower neighbours whose difference's 95% interval
+        (Newcombe's, ``nas.stats.accuracy_difference``) holds 0; trials without one are left out.
+    """
+    out: dict[int, list[int]] = {}
+    for a, b in zip(front, front[1:]):
+        if a.get("_ci") and b.get("_ci") and accuracy_difference(b["_ci"], a["_ci"]).within_noise:
+            out.setdefault(a["number"], []).append(b["number"])
+            out.setdefault(b["number"], []).append(a["number"])
+    return out
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The network to beat: the largest-MACs evaluated trial within the budgets, against the search's pick
+    (the front's most accurate trial), scored by the same evaluator."""
+
+    trial: int
+    macs: int
+    latency_ms: float
+    score: float
+    interval: AccuracyInterval | None
+    candidates: int  # the feasible evaluated trials (one per architecture) it is the largest of
+    pick: int
+    pick_score: float
+    pick_interval: AccuracyInterval | None
+    difference: Difference | None  # pick - baseline; None for a proxy score
+
+    @property
+    def verdict(self) -> str:
+        """``same`` (the pick is this network), ``beats`` / ``ties`` / ``loses`` beyond noise, or ``higher`` /
+        ``lower`` / ``equal`` for a proxy score (no interval)."""
+        if self.pick == self.trial:
+            return "same"
+        if self.difference is not None:
+            return self.difference.verdict
+        return "higher" if self.pick_score > self.score else "lower" if self.pick_score < self.score else "equal"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As pareto.json's ``baseline``."""
+        return {"trial": self.trial, "macs": self.macs, "latency_ms": self.latency_ms, "score": self.score,
+                "ci95": self.interval.to_dict() if self.interval else None, "among": self.candidates,
+                "chosen_from": "the study's evaluated trials within the budgets (no extra evaluation)",
+                "pick": {"trial": self.pick, "score": self.pick_score,
+                         "ci95": self.pick_interval.to_dict() if self.pick_interval else None},
+                "difference": self.difference.to_dict() if self.difference else None, "verdict": self.verdict}
+
+
+def baseline_to_beat(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]]) -> Baseline | None:
+    """The largest-MACs network that fits the budgets among the study's evaluated trials, and whether the
+    front's most accurate network beats it beyond noise.
+
+    Args:
+        records: ``trial_records``.
+        front: ``pareto_front(records)``.
+
+    Returns:
+        The comparison; None while no feasible trial has a score.
+    """
+    cands: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r["state"] == "COMPLETE" and r["score"] is not None and r["feasible"] and r["macs"] is not None:
+            cands.setdefault(r["digest"] or str(r["number"]), r)
+    if not cands or not front:
+        return None
+    big = max(cands.values(), key=lambda r: (r["macs"], -r["latency_ms"], -r["number"]))
+    pick = max(front, key=lambda r: (r["score"], -r["latency_ms"]))
+    diff = accuracy_difference(pick["_ci"], big["_ci"]) if pick.get("_ci") and big.get("_ci") else None
+    return Baseline(big["number"], int(big["macs"]), float(big["latency_ms"]), float(big["score"]), big.get("_ci"),
+                    len(cands), pick["number"], float(pick["score"]), pick.get("_ci"), diff)
 
 
 def _epochs_trained(t: optuna.trial.FrozenTrial, status: str) -> int | None:
@@ -136,6 +243,12 @@ _CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_sou
                 "params", "macs",
                 "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "epochs_trained",
                 "epoch_scores", "duration_s", "duplicate_of", "worker", "digest", "error", "arch")
+# the score's Wilson 95% interval and the images it was counted on, beside the score
+_CSV_COLUMNS = (_CSV_COLUMNS[:_CSV_COLUMNS.index("score") + 1] + ("ci95_low", "ci95_high", "scored_images")
+                + _CSV_COLUMNS[_CSV_COLUMNS.index("score") + 1:])
+_ACCURACY_NOTE = ("Wilson 95% interval of each accuracy on the validation images it was scored on (one evaluation "
+                 "per network: no seeds to spread); neighbours within noise: the 95% interval of their difference "
+                 "(Newcombe's hybrid score, treating the two as independent, so conservative) holds 0")
 
 
 def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
@@ -170,8 +283,9 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
                    plot: bool) -> dict[str, Any]:
     rec = dict(study.user_attrs.get(STUDY_ATTR) or {})
     metric = (rec.get("objectives") or ["score"])[0]
-    records = trial_records(study)
+    records = trial_records(study, images=(info or {}).get("val_images"))
     front = pareto_front(records)
+    ties, baseline = noise_neighbours(front), baseline_to_beat(records, front)
     statuses: dict[str, int] = {}
     for r in records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -193,6 +307,8 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
             "summary": r["arch"],
             "metrics": r["_metrics"],
             "arch": r["_arch"],
+            "accuracy_ci95": r["_ci"].to_dict() if r["_ci"] else None,
+            "within_noise_of": ties.get(r["number"], []),
         })
     out = {
         "schema": "hwnas.pareto",
@@ -207,6 +323,8 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
                      "running": sum(r["state"] == "RUNNING" for r in records)},
         "pareto": pareto,
+        "accuracy_uncertainty": _uncertainty_record(metric, records),
+        "baseline": baseline.to_dict() if baseline else None,
         "notes": ("arch: the deployed network (the dataset's classes and input channels at the target's deployment "
                   "resolution); latency is predicted for it, params / MACs / peak memory counted on it; "
                   f"{metric} was measured with the same body at the dataset's resolution "
@@ -222,11 +340,23 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
                  f"for {target.get('name', '?')} ({(target.get('device') or {}).get('name', '?')})")
         how = next((r["latency_how"] for r in records if r["latency_how"]), None)
         paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, latency_budget_ms=budget,
-                                          title=title, source=rec.get("latency_source", "measured"), how=how)
+                                          title=title, source=rec.get("latency_source", "measured"), how=how,
+                                          ties=ties, baseline=baseline)
     paths["front"] = front
+    paths["within_noise"] = ties
+    paths["baseline"] = baseline
     paths["records"] = records
     paths["statuses"] = statuses
     return paths
+
+
+def _uncertainty_record(metric: str, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """pareto.json's ``accuracy_uncertainty``: how the front's intervals were obtained."""
+    if metric != "val_accuracy":
+        return {"method": None, "note": f"{metric} is a proxy score, not an accuracy counted on images: no interval"}
+    ns = sorted({r["scored_images"] for r in records if r["scored_images"]})
+    return {"method": "wilson", "level": 0.95, "split": "val", "images": ns[0] if len(ns) == 1 else ns,
+            "neighbours": "newcombe", "note": _ACCURACY_NOTE}
 
 
 def _jsonable(x: Any) -> Any:
@@ -240,11 +370,15 @@ def _jsonable(x: Any) -> Any:
 
 
 def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], path: str | Path, *,
-                metric: str, latency_budget_ms: float | None, title: str, source: str, how: str | None = None) -> Path:
+                metric: str, latency_budget_ms: float | None, title: str, source: str, how: str | None = None,
+                ties: Mapping[int, Sequence[int]] | None = None, baseline: Baseline | None = None) -> Path:
     """Score vs latency: every evaluated trial faded, the front highlighted, the budget line.
 
     ``source``: the latency model's (``measured`` or ``estimated``); ``how``: how the figures were
     obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
+    The front's accuracies carry their 95% intervals as error bars; ``ties`` (``noise_neighbours``):
+    neighbours within noise, joined by a band; ``baseline`` (``baseline_to_beat``): the largest-MACs
+    network under the budget, marked.
     """
     matplotlib.use("Agg", force=False)
 
@@ -268,16 +402,9 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
             ax.annotate(f"#{r['number']}", (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7,
                         color="tab:blue")
         handles.append(Line2D([], [], color="tab:blue", marker="o", label=f"Pareto front ({len(front)})"))
+        handles += _draw_uncertainty(ax, front, ties or {}, baseline, scale)
     if ev:
-        ys = sorted(r["score"] * scale for r in ev)
-        lo_data = ys[max(0, int(0.1 * len(ys)) - 1)]
-        lo = min(lo_data, min((r["score"] * scale for r in front), default=lo_data))
-        hi = ys[-1]
-        pad = max(1e-6, (hi - lo) * 0.08)
-        ax.set_ylim(lo - pad, hi + pad)
-        hidden = sum(1 for y in ys if y < lo - pad)
-        if hidden:
-            handles.append(Line2D([], [], ls="", label=f"({hidden} low-scoring trials below the axis)"))
+        handles += _set_ylim(ax, ev, front, scale)
     if over:
         ymin = ax.get_ylim()[0]
         ax.scatter([r["latency_ms"] for r in over], [ymin] * len(over), marker="|", s=80, color="tab:red",
@@ -314,3 +441,50 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
     p = Path(path)
     atomic_write_bytes(p, buf.getvalue())
     return p
+
+
+def _set_ylim(ax: Any, ev: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], scale: float) -> list[Line2D]:
+    """The score axis: the top 90% of the trials, the whole front and its intervals; a legend line for
+    the trials below it."""
+    ys = sorted(r["score"] * scale for r in ev)
+    lo_data = ys[max(0, int(0.1 * len(ys)) - 1)]
+    lo = min(lo_data, min((r["score"] * scale for r in front), default=lo_data),
+             min((r["_ci"].low * scale for r in front if r.get("_ci")), default=lo_data))
+    hi = max(ys[-1], max((r["_ci"].high * scale for r in front if r.get("_ci")), default=ys[-1]))
+    pad = max(1e-6, (hi - lo) * 0.08)
+    ax.set_ylim(lo - pad, hi + pad)
+    hidden = sum(1 for y in ys if y < lo - pad)
+    return [Line2D([], [], ls="", label=f"({hidden} low-scoring trials below the axis)")] if hidden else []
+
+
+def _draw_uncertainty(ax: Any, front: Sequence[dict[str, Any]], ties: Mapping[int, Sequence[int]],
+                      baseline: Baseline | None, scale: float) -> list[Line2D]:
+    """The front's 95% intervals (error bars), a band joining neighbours within noise, the baseline marked."""
+    handles = []
+    cis = [r for r in front if r.get("_ci")]
+    if cis:
+        ns = sorted({r["_ci"].n for r in cis})
+        ax.errorbar([r["latency_ms"] for r in cis], [r["score"] * scale for r in cis], fmt="none", ecolor="tab:blue",
+                    elinewidth=1.0, capsize=2.5, alpha=0.8, zorder=3,
+                    yerr=[[(r["score"] - r["_ci"].low) * scale for r in cis],
+                          [(r["_ci"].high - r["score"]) * scale for r in cis]])
+        n = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+        handles.append(Line2D([], [], color="tab:blue", marker="|", ls="", markersize=9,
+                              label=f"95% interval (Wilson, {n} val images)"))
+    pairs = [(a, b) for a, b in zip(front, front[1:]) if b["number"] in ties.get(a["number"], ())]
+    for a, b in pairs:
+        ax.plot([a["latency_ms"], b["latency_ms"]], [a["score"] * scale, b["score"] * scale], color="tab:orange",
+                lw=7, alpha=0.35, solid_capstyle="round", zorder=2.5)
+    if pairs:
+        handles.append(Line2D([], [], color="tab:orange", lw=7, alpha=0.35,
+                              label=f"neighbours within noise ({len(pairs)} pairs)"))
+    if baseline is not None:
+        ax.scatter([baseline.latency_ms], [baseline.score * scale], marker="D", s=70, facecolors="none",
+                   edgecolors="tab:green", linewidths=1.6, zorder=5)
+        iv = baseline.interval
+        if iv is not None and baseline.trial not in {r["number"] for r in front}:
+            ax.errorbar([baseline.latency_ms], [baseline.score * scale], fmt="none", ecolor="tab:green", capsize=2.5,
+                        elinewidth=1.0, zorder=3, yerr=[[(baseline.score - iv.low) * scale], [(iv.high - baseline.score) * scale]])
+        handles.append(Line2D([], [], ls="", marker="D", markerfacecolor="none", color="tab:green",
+                              label=f"baseline: largest MACs under the budget (#{baseline.trial})"))
+    return handles
