@@ -12,7 +12,7 @@ from optuna.distributions import IntDistribution
 
 from nas.cli.search import _baseline_lines, _with_intervals
 from nas.search.budget import Budgets
-from nas.search.results import baseline_to_beat, noise_neighbours, pareto_front, write_outputs
+from nas.search.results import baseline_to_beat, noise_neighbours, write_outputs
 from nas.search.storage import STUDY_ATTR
 from nas.stats import accuracy_difference, fmt_interval, wilson_interval
 from nas.train.report import accuracy_uncertainty, deployment_choice, report_rows, write_report
@@ -127,12 +127,12 @@ def test_the_baseline_is_the_largest_network_within_the_budget(tmp_path):
     pj = json.loads((tmp_path / "pareto.json").read_text())
     assert pj["baseline"]["trial"] == 4 and pj["baseline"]["verdict"] == "beats" and pj["baseline"]["ci95"]["n"] == 360
     lines = _baseline_lines("val_accuracy", b, Budgets(latency_budget_ms=1.0))
-    assert lines[0] == ("baseline: #4, the largest-MACs network within the budget among the study's 5 evaluated "
+    assert lines[0] == ("baseline: #4, the largest-MACs network within the budget among the study's 5 evaluated trials "
                         "(9.00M MACs, 0.900 ms): 90.00% [86.5, 92.7]")
     assert lines[1] == ("  the search's pick #3 (96.00% [93.4, 97.6]) beats it beyond noise: +6.00 points "
                         "(95% CI +2.29 to +9.87)")
     close = baseline_to_beat(*_records(tmp_path, [(0.95, 0.5, 3, True), (0.94, 0.4, 5, True)]))
-    assert close.verdict == "ties" and "ties with it: the difference is within noise" in _baseline_lines(
+    assert close.verdict == "ties" and "ties with it, within noise: " in _baseline_lines(
         "val_accuracy", close, Budgets(latency_budget_ms=1.0))[1]
     same = baseline_to_beat(*_records(tmp_path, [(0.95, 0.5, 9, True), (0.90, 0.4, 5, True)]))
     assert same.verdict == "same" and "is this one" in _baseline_lines("val_accuracy", same, Budgets())[1]

@@ -184,7 +184,7 @@ def _with_intervals(rows: list[list[str]], header: list[str], front: list[dict],
     return rows, header[:2] + ["95% CI", "within noise of"] + header[2:]
 
 
-_VERDICTS = {"beats": "beats it beyond noise", "ties": "ties with it: the difference is within noise",
+_VERDICTS = {"beats": "beats it beyond noise", "ties": "ties with it, within noise",
              "loses": "loses to it beyond noise", "higher": "scores higher", "lower": "scores lower", "equal": "scores the same"}
 
 
@@ -197,7 +197,7 @@ def _baseline_lines(metric: str, b: Any, budgets: Any) -> list[str]:
         return nas.search.fmt_score(metric, v) + (f" {fmt_interval(iv)}" if iv is not None else "")
 
     where = "within the budget" if budgets.latency_budget_ms or budgets.memory_budget_kb else "(no budget)"
-    line = (f"baseline: #{b.trial}, the largest-MACs network {where} among the study's {b.candidates} evaluated "
+    line = (f"baseline: #{b.trial}, the largest-MACs network {where} among the study's {b.candidates} evaluated trials "
             f"({b.macs / 1e6:.2f}M MACs, {b.latency_ms:.3f} ms): {score(b.score, b.interval)}")
     if b.verdict == "same":
         return [line, "  the search's most accurate network is this one: it found nothing better than the largest "

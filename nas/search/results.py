@@ -248,7 +248,7 @@ _CSV_COLUMNS = (_CSV_COLUMNS[:_CSV_COLUMNS.index("score") + 1] + ("ci95_low", "c
                 + _CSV_COLUMNS[_CSV_COLUMNS.index("score") + 1:])
 _ACCURACY_NOTE = ("Wilson 95% interval of each accuracy on the validation images it was scored on (one evaluation "
                  "per network: no seeds to spread); neighbours within noise: the 95% interval of their difference "
-                 "(Newcombe's hybrid score, treating the two as independent, so conservative) holds 0")
+                 "(Newcombe's hybrid score) holds 0; it treats the two as independent, which makes 'beyond noise' a safe verdict")
 
 
 def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
@@ -477,7 +477,7 @@ def _draw_uncertainty(ax: Any, front: Sequence[dict[str, Any]], ties: Mapping[in
                 lw=7, alpha=0.35, solid_capstyle="round", zorder=2.5)
     if pairs:
         handles.append(Line2D([], [], color="tab:orange", lw=7, alpha=0.35,
-                              label=f"neighbours within noise ({len(pairs)} pairs)"))
+                              label=f"neighbours within noise ({len(pairs)} pair{'s' if len(pairs) > 1 else ''})"))
     if baseline is not None:
         ax.scatter([baseline.latency_ms], [baseline.score * scale], marker="D", s=70, facecolors="none",
                    edgecolors="tab:green", linewidths=1.6, zorder=5)
@@ -486,5 +486,5 @@ def _draw_uncertainty(ax: Any, front: Sequence[dict[str, Any]], ties: Mapping[in
             ax.errorbar([baseline.latency_ms], [baseline.score * scale], fmt="none", ecolor="tab:green", capsize=2.5,
                         elinewidth=1.0, zorder=3, yerr=[[(baseline.score - iv.low) * scale], [(iv.high - baseline.score) * scale]])
         handles.append(Line2D([], [], ls="", marker="D", markerfacecolor="none", color="tab:green",
-                              label=f"baseline: largest MACs under the budget (#{baseline.trial})"))
+                              label=f"baseline: largest MACs within the budget (#{baseline.trial})"))
     return handles
