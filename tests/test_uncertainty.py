@@ -12,8 +12,9 @@ from optuna.distributions import IntDistribution
 
 from nas.cli.search import _baseline_lines, _with_intervals
 from nas.search.budget import Budgets
-from nas.search.results import baseline_to_beat, noise_neighbours, write_outputs
+from nas.search.results import write_outputs
 from nas.search.storage import STUDY_ATTR
+from nas.search.uncertainty import baseline_to_beat, noise_neighbours
 from nas.stats import accuracy_difference, fmt_interval, wilson_interval
 from nas.train.report import accuracy_uncertainty, deployment_choice, report_rows, write_report
 

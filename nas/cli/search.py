@@ -189,7 +189,7 @@ _VERDICTS = {"beats": "beats it beyond noise", "ties": "ties with it, within noi
 
 
 def _baseline_lines(metric: str, b: Any, budgets: Any) -> list[str]:
-    """The network to beat (``nas.search.results.baseline_to_beat``) and the search's pick against it."""
+    """The network to beat (``nas.search.uncertainty.baseline_to_beat``) and the search's pick against it."""
     if b is None:
         return []
 

@@ -1,9 +1,9 @@
 """Search results: one record per trial, the Pareto front, trials.csv, pareto.json and pareto.png.
 
 An accuracy (``val_accuracy``) carries its Wilson 95% interval on the validation images it was
-scored on (``nas.stats``); front neighbours whose accuracies are within noise of each other are
-marked (``noise_neighbours``), and the search's most accurate network is compared with the
-largest-MACs network that fits the budgets (``baseline_to_beat``)."""
+scored on; front neighbours whose accuracies are within noise of each other are marked, and the
+search's most accurate network is compared with the largest-MACs network that fits the budgets
+(``nas.search.uncertainty``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,9 @@ from nas.latency.base import Prediction
 from nas.search.budget import BUDGET_ATTR, Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
-from nas.stats import AccuracyInterval, Difference, accuracy_difference, wilson_interval
+from nas.search.uncertainty import Baseline, add_intervals, baseline_to_beat, noise_neighbours, uncertainty_record
 
-__all__ = ["NOT_RUN", "SHORT_HOW", "Baseline", "baseline_to_beat", "latency_how", "noise_neighbours",
-           "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+__all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
 
 NOT_RUN = ("duplicate", "surplus")  # statuses of trials asked but never run: not in the trial totals
 SHORT_HOW = {"measured": "predicted (table)", "estimated": "ESTIMATE (roofline)"}  # latency_how, for a table column
@@ -106,95 +104,8 @@ def trial_records(study: optuna.Study, *, images: int | None = None) -> list[dic
             "_metrics": ua.get("metrics"),
         })
     objectives = (study.user_attrs.get(STUDY_ATTR) or {}).get("objectives") or ["score"]
-    _add_intervals(rows, accuracy=objectives[0] == "val_accuracy", images=images)
+    add_intervals(rows, accuracy=objectives[0] == "val_accuracy", images=images)
     return rows
-
-
-def _add_intervals(rows: list[dict[str, Any]], *, accuracy: bool, images: int | None) -> None:
-    """Each scored accuracy's Wilson interval on the images it was scored on (none for a proxy score)."""
-    for r in rows:
-        n = (r["_metrics"] or {}).get("val_images") or images
-        ci = wilson_interval(min(1.0, max(0.0, r["score"])), int(n)) if accuracy and r["score"] is not None and n else None
-        r.update({"ci95_low": ci.low if ci else None, "ci95_high": ci.high if ci else None,
-                  "scored_images": ci.n if ci else None, "_ci": ci})
-
-
-def noise_neighbours(front: Sequence[dict[str, Any]]) -> dict[int, list[int]]:
-    """The front's neighbours (by latency) whose accuracies are within noise of each other.
-
-    Args:
-        front: ``pareto_front``'s records, by latency.
-
-    Returns:
-        Trial number -> the numbers of its faster and slower neighbours whose difference's 95% interval
-        (Newcombe's, ``nas.stats.accuracy_difference``) holds 0; trials without one are left out.
-    """
-    out: dict[int, list[int]] = {}
-    for a, b in zip(front, front[1:]):
-        if a.get("_ci") and b.get("_ci") and accuracy_difference(b["_ci"], a["_ci"]).within_noise:
-            out.setdefault(a["number"], []).append(b["number"])
-            out.setdefault(b["number"], []).append(a["number"])
-    return out
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The network to beat: the largest-MACs evaluated trial within the budgets, against the search's pick
-    (the front's most accurate trial), scored by the same evaluator."""
-
-    trial: int
-    macs: int
-    latency_ms: float
-    score: float
-    interval: AccuracyInterval | None
-    candidates: int  # the feasible evaluated trials (one per architecture) it is the largest of
-    pick: int
-    pick_score: float
-    pick_interval: AccuracyInterval | None
-    difference: Difference | None  # pick - baseline; None for a proxy score
-
-    @property
-    def verdict(self) -> str:
-        """``same`` (the pick is this network), ``beats`` / ``ties`` / ``loses`` beyond noise, or ``higher`` /
-        ``lower`` / ``equal`` for a proxy score (no interval)."""
-        if self.pick == self.trial:
-            return "same"
-        if self.difference is not None:
-            return self.difference.verdict
-        return "higher" if self.pick_score > self.score else "lower" if self.pick_score < self.score else "equal"
-
-    def to_dict(self) -> dict[str, Any]:
-        """As pareto.json's ``baseline``."""
-        return {"trial": self.trial, "macs": self.macs, "latency_ms": self.latency_ms, "score": self.score,
-                "ci95": self.interval.to_dict() if self.interval else None, "among": self.candidates,
-                "chosen_from": "the study's evaluated trials within the budgets (no extra evaluation)",
-                "pick": {"trial": self.pick, "score": self.pick_score,
-                         "ci95": self.pick_interval.to_dict() if self.pick_interval else None},
-                "difference": self.difference.to_dict() if self.difference else None, "verdict": self.verdict}
-
-
-def baseline_to_beat(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]]) -> Baseline | None:
-    """The largest-MACs network that fits the budgets among the study's evaluated trials, and whether the
-    front's most accurate network beats it beyond noise.
-
-    Args:
-        records: ``trial_records``.
-        front: ``pareto_front(records)``.
-
-    Returns:
-        The comparison; None while no feasible trial has a score.
-    """
-    cands: dict[str, dict[str, Any]] = {}
-    for r in records:
-        if r["state"] == "COMPLETE" and r["score"] is not None and r["feasible"] and r["macs"] is not None:
-            cands.setdefault(r["digest"] or str(r["number"]), r)
-    if not cands or not front:
-        return None
-    big = max(cands.values(), key=lambda r: (r["macs"], -r["latency_ms"], -r["number"]))
-    pick = max(front, key=lambda r: (r["score"], -r["latency_ms"]))
-    diff = accuracy_difference(pick["_ci"], big["_ci"]) if pick.get("_ci") and big.get("_ci") else None
-    return Baseline(big["number"], int(big["macs"]), float(big["latency_ms"]), float(big["score"]), big.get("_ci"),
-                    len(cands), pick["number"], float(pick["score"]), pick.get("_ci"), diff)
 
 
 def _epochs_trained(t: optuna.trial.FrozenTrial, status: str) -> int | None:
@@ -246,9 +157,7 @@ _CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_sou
 # the score's Wilson 95% interval and the images it was counted on, beside the score
 _CSV_COLUMNS = (_CSV_COLUMNS[:_CSV_COLUMNS.index("score") + 1] + ("ci95_low", "ci95_high", "scored_images")
                 + _CSV_COLUMNS[_CSV_COLUMNS.index("score") + 1:])
-_ACCURACY_NOTE = ("Wilson 95% interval of each accuracy on the validation images it was scored on (one evaluation "
-                 "per network: no seeds to spread); neighbours within noise: the 95% interval of their difference "
-                 "(Newcombe's hybrid score) holds 0; it treats the two as independent, which makes 'beyond noise' a safe verdict")
+
 
 
 def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
@@ -323,7 +232,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
                      "running": sum(r["state"] == "RUNNING" for r in records)},
         "pareto": pareto,
-        "accuracy_uncertainty": _uncertainty_record(metric, records),
+        "accuracy_uncertainty": uncertainty_record(metric, records),
         "baseline": baseline.to_dict() if baseline else None,
         "notes": ("arch: the deployed network (the dataset's classes and input channels at the target's deployment "
                   "resolution); latency is predicted for it, params / MACs / peak memory counted on it; "
@@ -348,15 +257,6 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
     paths["records"] = records
     paths["statuses"] = statuses
     return paths
-
-
-def _uncertainty_record(metric: str, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """pareto.json's ``accuracy_uncertainty``: how the front's intervals were obtained."""
-    if metric != "val_accuracy":
-        return {"method": None, "note": f"{metric} is a proxy score, not an accuracy counted on images: no interval"}
-    ns = sorted({r["scored_images"] for r in records if r["scored_images"]})
-    return {"method": "wilson", "level": 0.95, "split": "val", "images": ns[0] if len(ns) == 1 else ns,
-            "neighbours": "newcombe", "note": _ACCURACY_NOTE}
 
 
 def _jsonable(x: Any) -> Any:
