@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["nas.arch", "nas.space", "nas.builder", "nas.timm_arch", "nas.cost", "nas.registry", "nas.resources",
-           "nas.data.settings", "nas.data.load"]
+           "nas.data.settings", "nas.data.load", "nas.stats"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -55,6 +55,7 @@ def test_short_training_learns_and_is_reproducible(digits, archs):
     r = ev.evaluate(archs[0], digits, seed=0)
     assert r.metric == "val_accuracy" and 0.5 < r.score <= 1.0  # chance is 0.1
     assert r.metrics["steps"] == 400 // 32 and math.isfinite(r.metrics["val_loss"])
+    assert r.metrics["val_images"] == len(digits.val)  # what the score's interval is counted on
     state = torch.random.get_rng_state()
     again = ev.evaluate(archs[0], digits, seed=0)
     assert again.score == r.score and again.metrics["val_loss"] == r.metrics["val_loss"]

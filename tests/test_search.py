@@ -363,7 +363,7 @@ def test_outputs(tmp_path, target, digits):
     front = [(e["val_accuracy"], e["latency_ms"]) for e in pj["pareto"]]
     assert all(not (a2 >= a1 and l2 <= l1 and (a2, l2) != (a1, l1)) for a1, l1 in front for a2, l2 in front)
     rows = out["trials_csv"].read_text().splitlines()
-    assert rows[0].startswith("number,state,status,val_accuracy,latency_ms") and len(rows) == 11
+    assert rows[0].startswith("number,state,status,val_accuracy,ci95_low,ci95_high,scored_images,latency_ms") and len(rows) == 11
     assert out["pareto_png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -334,7 +334,7 @@ def test_the_evaluator_scores_the_subnet_with_recalibrated_batchnorm(trained, di
     assert load_supernet(trained[0])[0] is sn  # loaded once per process
     m = sn.subnet(arch)
     recalibrate_batchnorm(m, digits, batches=2, batch_size=32, generator=torch.Generator().manual_seed(4))
-    assert res.score == pytest.approx(accuracy(m.eval(), digits, "val"))
+    assert res.score == pytest.approx(accuracy(m.eval(), digits, "val")) and res.metrics["val_images"] == len(digits.val)
     assert accuracy(sn.subnet(arch, digits, batches=2, batch_size=32, seed=4), digits, "val") == res.score
     assert ev.evaluate(arch, digits, seed=4).score == res.score
 

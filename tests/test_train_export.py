@@ -221,6 +221,7 @@ def test_another_resolution_reports_both_latencies(search_run, tmp_path):
         assert v["input_shape"] == _onnx_input(v["onnx"]) == [1, 1, 16, 16]
     fp32 = next(v for v in m["variants"] if v["variant"] == "fp32")
     assert fp32["predicted"]["ms"] < entry["latency_ms"]  # a quarter of the pixels
+    assert fp32["accuracy_images"] == fp32["accuracy_ci95"]["n"] == 32 and rep["accuracy_uncertainty"]["seeds"] == [0]
     md = (tmp_path / "report.md").read_text()
     assert f"- {m['id']}: input 1x1x16x16, NOT the searched 1x1x32x32: the front's {entry['latency_ms']:.4f} ms " \
            f"(fp32, target `cpu`) is for 1x1x32x32; the files have the latency of 1x1x16x16 (fp32 file: " \

@@ -22,6 +22,7 @@ from nas._io import atomic_write_text
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
 from nas.search.storage import redact_url
+from nas.stats import fmt_interval
 from nas.target import Target
 
 register_search_configs()
@@ -156,14 +157,55 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
     if running:
         print(f"({running} trials still running in other workers: the last worker to finish rewrites these files)")
     if rows:
-        print(fmt_table(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB", "architecture"]))
+        print(fmt_table(*_with_intervals(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB",
+                                                "architecture"], front, outs["within_noise"])))
         hows = sorted({(nas.search.SHORT_HOW.get(r["latency_source"], ""), r["latency_how"]) for r in front if r["latency_how"]})
         print("\n".join(f"latency: {short} = {how}" for short, how in hows))
     else:
         print("  (no feasible evaluated trial yet)")
+    ns = sorted({r["_ci"].n for r in front if r["_ci"]})
+    if ns:
+        print(f"95% CI: Wilson interval of each accuracy on the {'/'.join(map(str, ns))} validation images it was "
+              f"scored on (one evaluation per network); within noise of: a front neighbour whose difference's 95% "
+              f"interval (Newcombe) holds 0")
+    print("\n".join(_baseline_lines(metric, outs["baseline"], p.budgets)))
     if p.latency.source == "estimated":
         print(f"NOTE: latencies are roofline ESTIMATES for {p.latency.device}; measure the table on the device: "
               f"python -m nas.profile conf={target.name}")
+
+
+def _with_intervals(rows: list[list[str]], header: list[str], front: list[dict],
+                    ties: dict[int, list[int]]) -> tuple[list[list[str]], list[str]]:
+    """The front's table with each accuracy's 95% interval beside it, and the neighbours it is within noise of."""
+    if not any(r["_ci"] for r in front):
+        return rows, header
+    rows = [row[:2] + [fmt_interval(r["_ci"]), " ".join(f"#{n}" for n in ties.get(r["number"], [])) or "-"] + row[2:]
+            for row, r in zip(rows, front)]
+    return rows, header[:2] + ["95% CI", "within noise of"] + header[2:]
+
+
+_VERDICTS = {"beats": "beats it beyond noise", "ties": "ties with it, within noise",
+             "loses": "loses to it beyond noise", "higher": "scores higher", "lower": "scores lower", "equal": "scores the same"}
+
+
+def _baseline_lines(metric: str, b: Any, budgets: Any) -> list[str]:
+    """The network to beat (``nas.search.uncertainty.baseline_to_beat``) and the search's pick against it."""
+    if b is None:
+        return []
+
+    def score(v: float, iv: Any) -> str:
+        return nas.search.fmt_score(metric, v) + (f" {fmt_interval(iv)}" if iv is not None else "")
+
+    where = "within the budget" if budgets.latency_budget_ms or budgets.memory_budget_kb else "(no budget)"
+    line = (f"baseline: #{b.trial}, the largest-MACs network {where} among the study's {b.candidates} evaluated trials "
+            f"({b.macs / 1e6:.2f}M MACs, {b.latency_ms:.3f} ms): {score(b.score, b.interval)}")
+    if b.verdict == "same":
+        return [line, "  the search's most accurate network is this one: it found nothing better than the largest "
+                      "network that fits"]
+    d = b.difference
+    diff = (f": {100 * d.value:+.2f} points (95% CI {100 * d.low:+.2f} to {100 * d.high:+.2f})" if d is not None
+            else f" ({metric} is a proxy score: no interval)")
+    return [line, f"  the search's pick #{b.pick} ({score(b.pick_score, b.pick_interval)}) {_VERDICTS[b.verdict]}{diff}"]
 
 
 @user_errors

@@ -13,7 +13,7 @@ from torch import nn
 from nas.data import Dataset
 from nas.export.onnx import ort_session
 
-__all__ = ["batch1", "calibration_inputs", "eval_split", "onnx_accuracy", "split_note", "verify_onnx"]
+__all__ = ["batch1", "calibration_inputs", "eval_split", "onnx_accuracy", "scored_images", "split_note", "verify_onnx"]
 
 
 def eval_split(data: Dataset) -> str:
@@ -39,6 +39,12 @@ def batch1(data: Dataset, split: str, limit: int | None) -> Iterator[tuple[np.nd
                 return
             yield x[i: i + 1].numpy(), int(y[i])
             n += 1
+
+
+def scored_images(data: Dataset, split: str, limit: int | None = None) -> int:
+    """How many images ``batch1`` (and so ``onnx_accuracy``) scores of ``split``, at most ``limit``."""
+    n = len(data.test if split == "test" else data.val if split == "val" else data.train)
+    return n if limit is None else min(n, limit)
 
 
 def onnx_accuracy(model: bytes, data: Dataset, split: str, *, limit: int | None = None) -> float:

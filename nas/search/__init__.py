@@ -7,6 +7,7 @@
     journal.py    journal file checks, the OS lock, repair_journal (python -m nas.repair)
     rundir.py     one run dir, one study (run.json)
     results.py    trial records, the Pareto front, trials.csv / pareto.json / pareto.png
+    uncertainty.py  each accuracy's interval, front neighbours within noise, the baseline to beat
     evaluate.py   evaluators: short training, zero-cost proxies
 
 The names below are imported on first use, so importing ``nas.search.evaluate`` does not load the study.
@@ -28,6 +29,9 @@ _HOMES = {
     "TrialProgress": "progress",
     "fmt_score": "progress",
     "NOT_RUN": "results",
+    "Baseline": "uncertainty",
+    "baseline_to_beat": "uncertainty",
+    "noise_neighbours": "uncertainty",
     "SHORT_HOW": "results",
     "latency_how": "results",
     "prepare_search": "study",

@@ -208,11 +208,11 @@ class TrainEvaluator(TrainEvaluatorSettings, Evaluator):
             train_s = time.perf_counter() - t0
             recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
                                   generator=gen, device=device, amp_dtype=dtype)
-            acc, val_loss = self._score(model, data, device, dtype)
+            acc, val_loss, n = _val_score(model, data, device, dtype, self.eval_batch_size)
         secs = time.perf_counter() - t0
         return EvalResult(acc, self.metric, secs, {
             "val_loss": val_loss, "train_loss": train_loss, "train_seconds": train_s, "steps": float(steps),
-            "epochs": float(self.epochs),
+            "epochs": float(self.epochs), "val_images": float(n),
         })
 
     def _score_between_epochs(self, model: nn.Module, data: Dataset, device: torch.device, dtype, seed: int,
@@ -224,16 +224,14 @@ class TrainEvaluator(TrainEvaluatorSettings, Evaluator):
             recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
                                   generator=torch.Generator().manual_seed(seed * 7919 + epoch + 1), device=device,
                                   amp_dtype=dtype)
-            acc, _ = self._score(model, data, device, dtype)
+            acc, _, _ = _val_score(model, data, device, dtype, self.eval_batch_size)
         return acc
-
-    def _score(self, model: nn.Module, data: Dataset, device: torch.device, amp_dtype) -> tuple[float, float]:
-        return _val_score(model, data, device, amp_dtype, self.eval_batch_size)
 
 
 @torch.no_grad()
-def _val_score(model: nn.Module, data: Dataset, device: torch.device, amp_dtype, batch_size: int) -> tuple[float, float]:
-    """(top-1 accuracy, mean cross-entropy) on the validation split, in eval mode."""
+def _val_score(model: nn.Module, data: Dataset, device: torch.device, amp_dtype,
+               batch_size: int) -> tuple[float, float, int]:
+    """(top-1 accuracy, mean cross-entropy, images scored) on the validation split, in eval mode."""
     model.eval()
     correct, loss_sum, n = 0, 0.0, 0
     for x, y in data.batches("val", batch_size=batch_size, device=device):
@@ -243,7 +241,7 @@ def _val_score(model: nn.Module, data: Dataset, device: torch.device, amp_dtype,
         loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
         correct += int((out.argmax(1) == y).sum())
         n += len(y)
-    return correct / n, loss_sum / n
+    return correct / n, loss_sum / n, n
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,8 +274,8 @@ class SupernetEvaluator(SupernetEvaluatorSettings, Evaluator):
                 self._finetune(model, data, device, dtype, gen)
             recalibrate_batchnorm(model, data, batches=self.bn_recalibration_batches, batch_size=self.batch_size,
                                   generator=gen, device=device, amp_dtype=dtype)
-            acc, val_loss = _val_score(model, data, device, dtype, self.eval_batch_size)
-        return EvalResult(acc, self.metric, time.perf_counter() - t0, {"val_loss": val_loss})
+            acc, val_loss, n = _val_score(model, data, device, dtype, self.eval_batch_size)
+        return EvalResult(acc, self.metric, time.perf_counter() - t0, {"val_loss": val_loss, "val_images": float(n)})
 
     def _finetune(self, model: nn.Module, data: Dataset, device: torch.device, dtype: torch.dtype | None,
                   gen: torch.Generator) -> None:

@@ -1,4 +1,9 @@
-"""Search results: one record per trial, the Pareto front, trials.csv, pareto.json and pareto.png."""
+"""Search results: one record per trial, the Pareto front, trials.csv, pareto.json and pareto.png.
+
+An accuracy (``val_accuracy``) carries its Wilson 95% interval on the validation images it was
+scored on; front neighbours whose accuracies are within noise of each other are marked, and the
+search's most accurate network is compared with the largest-MACs network that fits the budgets
+(``nas.search.uncertainty``)."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from nas.latency.base import Prediction
 from nas.search.budget import BUDGET_ATTR, Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
+from nas.search.uncertainty import Baseline, add_intervals, baseline_to_beat, noise_neighbours, uncertainty_record
 
 __all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
 
@@ -48,8 +54,18 @@ def latency_how(lat: Mapping[str, Any]) -> str | None:
         return None
 
 
-def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
-    """One flat record per trial (the rows of trials.csv)."""
+def trial_records(study: optuna.Study, *, images: int | None = None) -> list[dict[str, Any]]:
+    """One flat record per trial (the rows of trials.csv).
+
+    Args:
+        study: the search's study.
+        images: the validation images an evaluation scores, for trials that do not record theirs
+            (``metrics["val_images"]``, recorded by the accuracy evaluators).
+
+    Returns:
+        The records, by trial number; a scored accuracy's Wilson 95% interval in ``ci95_low`` /
+        ``ci95_high`` (``_ci``: the ``AccuracyInterval``) on ``scored_images`` images.
+    """
     rows = []
     for t in study.get_trials(deepcopy=False):
         ua = t.user_attrs
@@ -87,6 +103,8 @@ def trial_records(study: optuna.Study) -> list[dict[str, Any]]:
             "_latency": lat,
             "_metrics": ua.get("metrics"),
         })
+    objectives = (study.user_attrs.get(STUDY_ATTR) or {}).get("objectives") or ["score"]
+    add_intervals(rows, accuracy=objectives[0] == "val_accuracy", images=images)
     return rows
 
 
@@ -136,6 +154,10 @@ _CSV_COLUMNS = ("number", "state", "status", "score", "latency_ms", "latency_sou
                 "params", "macs",
                 "peak_activation_kb", "latency_violation", "memory_violation", "eval_seconds", "epochs_trained",
                 "epoch_scores", "duration_s", "duplicate_of", "worker", "digest", "error", "arch")
+# the score's Wilson 95% interval and the images it was counted on, beside the score
+_CSV_COLUMNS = (_CSV_COLUMNS[:_CSV_COLUMNS.index("score") + 1] + ("ci95_low", "ci95_high", "scored_images")
+                + _CSV_COLUMNS[_CSV_COLUMNS.index("score") + 1:])
+
 
 
 def _csv_text(records: Sequence[dict[str, Any]], metric: str) -> str:
@@ -170,8 +192,9 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
                    plot: bool) -> dict[str, Any]:
     rec = dict(study.user_attrs.get(STUDY_ATTR) or {})
     metric = (rec.get("objectives") or ["score"])[0]
-    records = trial_records(study)
+    records = trial_records(study, images=(info or {}).get("val_images"))
     front = pareto_front(records)
+    ties, baseline = noise_neighbours(front), baseline_to_beat(records, front)
     statuses: dict[str, int] = {}
     for r in records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -193,6 +216,8 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
             "summary": r["arch"],
             "metrics": r["_metrics"],
             "arch": r["_arch"],
+            "accuracy_ci95": r["_ci"].to_dict() if r["_ci"] else None,
+            "within_noise_of": ties.get(r["number"], []),
         })
     out = {
         "schema": "hwnas.pareto",
@@ -207,6 +232,8 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "snapshot": {"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{socket.gethostname()}:{os.getpid()}",
                      "running": sum(r["state"] == "RUNNING" for r in records)},
         "pareto": pareto,
+        "accuracy_uncertainty": uncertainty_record(metric, records),
+        "baseline": baseline.to_dict() if baseline else None,
         "notes": ("arch: the deployed network (the dataset's classes and input channels at the target's deployment "
                   "resolution); latency is predicted for it, params / MACs / peak memory counted on it; "
                   f"{metric} was measured with the same body at the dataset's resolution "
@@ -222,8 +249,11 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
                  f"for {target.get('name', '?')} ({(target.get('device') or {}).get('name', '?')})")
         how = next((r["latency_how"] for r in records if r["latency_how"]), None)
         paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, latency_budget_ms=budget,
-                                          title=title, source=rec.get("latency_source", "measured"), how=how)
+                                          title=title, source=rec.get("latency_source", "measured"), how=how,
+                                          ties=ties, baseline=baseline)
     paths["front"] = front
+    paths["within_noise"] = ties
+    paths["baseline"] = baseline
     paths["records"] = records
     paths["statuses"] = statuses
     return paths
@@ -240,11 +270,15 @@ def _jsonable(x: Any) -> Any:
 
 
 def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], path: str | Path, *,
-                metric: str, latency_budget_ms: float | None, title: str, source: str, how: str | None = None) -> Path:
+                metric: str, latency_budget_ms: float | None, title: str, source: str, how: str | None = None,
+                ties: Mapping[int, Sequence[int]] | None = None, baseline: Baseline | None = None) -> Path:
     """Score vs latency: every evaluated trial faded, the front highlighted, the budget line.
 
     ``source``: the latency model's (``measured`` or ``estimated``); ``how``: how the figures were
     obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
+    The front's accuracies carry their 95% intervals as error bars; ``ties`` (``noise_neighbours``):
+    neighbours within noise, joined by a band; ``baseline`` (``baseline_to_beat``): the largest-MACs
+    network under the budget, marked.
     """
     matplotlib.use("Agg", force=False)
 
@@ -268,16 +302,9 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
             ax.annotate(f"#{r['number']}", (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7,
                         color="tab:blue")
         handles.append(Line2D([], [], color="tab:blue", marker="o", label=f"Pareto front ({len(front)})"))
+        handles += _draw_uncertainty(ax, front, ties or {}, baseline, scale)
     if ev:
-        ys = sorted(r["score"] * scale for r in ev)
-        lo_data = ys[max(0, int(0.1 * len(ys)) - 1)]
-        lo = min(lo_data, min((r["score"] * scale for r in front), default=lo_data))
-        hi = ys[-1]
-        pad = max(1e-6, (hi - lo) * 0.08)
-        ax.set_ylim(lo - pad, hi + pad)
-        hidden = sum(1 for y in ys if y < lo - pad)
-        if hidden:
-            handles.append(Line2D([], [], ls="", label=f"({hidden} low-scoring trials below the axis)"))
+        handles += _set_ylim(ax, ev, front, scale)
     if over:
         ymin = ax.get_ylim()[0]
         ax.scatter([r["latency_ms"] for r in over], [ymin] * len(over), marker="|", s=80, color="tab:red",
@@ -314,3 +341,50 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
     p = Path(path)
     atomic_write_bytes(p, buf.getvalue())
     return p
+
+
+def _set_ylim(ax: Any, ev: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]], scale: float) -> list[Line2D]:
+    """The score axis: the top 90% of the trials, the whole front and its intervals; a legend line for
+    the trials below it."""
+    ys = sorted(r["score"] * scale for r in ev)
+    lo_data = ys[max(0, int(0.1 * len(ys)) - 1)]
+    lo = min(lo_data, min((r["score"] * scale for r in front), default=lo_data),
+             min((r["_ci"].low * scale for r in front if r.get("_ci")), default=lo_data))
+    hi = max(ys[-1], max((r["_ci"].high * scale for r in front if r.get("_ci")), default=ys[-1]))
+    pad = max(1e-6, (hi - lo) * 0.08)
+    ax.set_ylim(lo - pad, hi + pad)
+    hidden = sum(1 for y in ys if y < lo - pad)
+    return [Line2D([], [], ls="", label=f"({hidden} low-scoring trials below the axis)")] if hidden else []
+
+
+def _draw_uncertainty(ax: Any, front: Sequence[dict[str, Any]], ties: Mapping[int, Sequence[int]],
+                      baseline: Baseline | None, scale: float) -> list[Line2D]:
+    """The front's 95% intervals (error bars), a band joining neighbours within noise, the baseline marked."""
+    handles = []
+    cis = [r for r in front if r.get("_ci")]
+    if cis:
+        ns = sorted({r["_ci"].n for r in cis})
+        ax.errorbar([r["latency_ms"] for r in cis], [r["score"] * scale for r in cis], fmt="none", ecolor="tab:blue",
+                    elinewidth=1.0, capsize=2.5, alpha=0.8, zorder=3,
+                    yerr=[[(r["score"] - r["_ci"].low) * scale for r in cis],
+                          [(r["_ci"].high - r["score"]) * scale for r in cis]])
+        n = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+        handles.append(Line2D([], [], color="tab:blue", marker="|", ls="", markersize=9,
+                              label=f"95% interval (Wilson, {n} val images)"))
+    pairs = [(a, b) for a, b in zip(front, front[1:]) if b["number"] in ties.get(a["number"], ())]
+    for a, b in pairs:
+        ax.plot([a["latency_ms"], b["latency_ms"]], [a["score"] * scale, b["score"] * scale], color="tab:orange",
+                lw=7, alpha=0.35, solid_capstyle="round", zorder=2.5)
+    if pairs:
+        handles.append(Line2D([], [], color="tab:orange", lw=7, alpha=0.35,
+                              label=f"neighbours within noise ({len(pairs)} pair{'s' if len(pairs) > 1 else ''})"))
+    if baseline is not None:
+        ax.scatter([baseline.latency_ms], [baseline.score * scale], marker="D", s=70, facecolors="none",
+                   edgecolors="tab:green", linewidths=1.6, zorder=5)
+        iv = baseline.interval
+        if iv is not None and baseline.trial not in {r["number"] for r in front}:
+            ax.errorbar([baseline.latency_ms], [baseline.score * scale], fmt="none", ecolor="tab:green", capsize=2.5,
+                        elinewidth=1.0, zorder=3, yerr=[[(baseline.score - iv.low) * scale], [(iv.high - baseline.score) * scale]])
+        handles.append(Line2D([], [], ls="", marker="D", markerfacecolor="none", color="tab:green",
+                              label=f"baseline: largest MACs within the budget (#{baseline.trial})"))
+    return handles

@@ -314,6 +314,7 @@ class Search:
                               "how": latency_how({"source": p.latency.source, "device": p.latency.device}),
                               "describe": p.latency.describe(), "warning": p.latency.warning},
             "data_description": p.data.describe(),
+            "val_images": len(p.data.val),  # what an accuracy evaluator scores on: its interval's n
             "evaluator_description": p.evaluator.describe(),
             "pruner": p.pruner.to_dict() if p.pruner is not None else {"name": "none"},
             "storage": self.storage_desc,

@@ -60,17 +60,18 @@ from nas.data import Dataset, DataSettings, adapt_arch, load_data
 from nas.export.edge import EDGE_FORMATS
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
-from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, split_note
+from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, scored_images, split_note
 from nas.latency.load import load_latency_model
 from nas.latency.measure_model import measure_onnx
 from nas.space import SpaceError, load_space
+from nas.stats import wilson_interval
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
 from nas.train.card import card_path, dataset_record, deployment_card, write_card
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
-from nas.train.report import REPORT_SCHEMA, deployment_choice, quantization_record, write_report
+from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, select_entries
 from nas.train.settings import PipelineSettings
 
@@ -154,7 +155,7 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
         rec = json.loads(cache.read_text())
         if not card_path(path).is_file():
             _card(ctx, rec, arch)
-        return rec
+        return {**rec, **_interval(ctx, rec)} if "accuracy_ci95" not in rec else rec
     data = make()
     atomic_write_bytes(path, data)
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
@@ -167,6 +168,7 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
         "accuracy_split": split, "torch_accuracy": torch_acc, "predicted": _predict(ctx, prec, arch),
         "measured": None,
     }
+    rec.update(_interval(ctx, rec))
     t = ctx.targets.get(prec)
     if ctx.s.export.measure and t is not None and ctx.measure_here.get(prec):
         rec["measured"] = measure_onnx(data, in_shape, t, ctx.s.export)
@@ -179,6 +181,12 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     log.info("%s %s: accuracy %.4f, %d bytes%s", mdir.name, name, rec["accuracy"], len(data),
              f", measured {rec['measured']['median_ms']:.4f} ms" if rec["measured"] else "")
     return rec
+
+
+def _interval(ctx: _Context, rec: dict[str, Any]) -> dict[str, Any]:
+    """A variant's accuracy's Wilson 95% interval on the images it was scored on."""
+    n = scored_images(ctx.data, rec["accuracy_split"], ctx.s.export.eval_samples)
+    return {"accuracy_images": n, "accuracy_ci95": wilson_interval(rec["accuracy"], n).to_dict() if n else None}
 
 
 def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any]
@@ -408,6 +416,7 @@ def _train_front(s: PipelineSettings) -> dict[str, Any]:
                      "export": s.export.to_dict(), "seed": s.seed, "multiple": multiple, "se_ratio": se_ratio},
         "models": results,
         "deploy": {m["id"]: deployment_choice(m) for m in results},
+        "accuracy_uncertainty": accuracy_uncertainty(results, seed=s.seed),
     }
     write_report(Path(s.out or run.path / "train"), report)
     return report

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from nas._io import atomic_write_json, atomic_write_text
 from nas.compress.qat import quant_settings_for
 from nas.export.qdq import qdq_settings_for
+from nas.stats import AccuracyInterval, accuracy_difference, fmt_interval, wilson_interval
 
-__all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "deployment_choice", "input_line",
-           "quantization_record", "report_rows", "write_report"]
+__all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "accuracy_uncertainty", "deployment_choice",
+           "input_line", "quantization_record", "report_rows", "variant_interval", "write_report"]
 
 REPORT_SCHEMA = "hwnas.train_report"
 
@@ -50,14 +51,54 @@ def report_rows(report: Mapping[str, Any]) -> list[list[str]]:
             pred, meas = v.get("predicted"), v.get("measured")
             src = "" if not pred else (" (est.)" if pred.get("source") == "estimated" else
                                        " (extrap.)" if pred.get("outside") else "")
-            rows.append([m["id"], v["variant"], f"{100 * v['accuracy']:.2f}", f"{v['params']:,}",
+            iv = variant_interval(v)
+            acc = f"{100 * v['accuracy']:.2f}" + (f" {fmt_interval(iv)}" if iv else "")
+            rows.append([m["id"], v["variant"], acc, f"{v['params']:,}",
                          f"{v['file_bytes'] / 1024:.1f}", (_f(pred["ms"]) + src) if pred else "—",
                          _f(meas["median_ms"]) if meas else "—",
                          f"{v['error_pct']:+.1f}%" if v.get("error_pct") is not None else "—"])
     return rows
 
 
-REPORT_HEADER = ["model", "variant", "acc %", "params", "KiB", "predicted ms", "measured ms", "pred. error"]
+REPORT_HEADER = ["model", "variant", "acc % [95% CI]", "params", "KiB", "predicted ms", "measured ms", "pred. error"]
+
+
+def variant_interval(v: Mapping[str, Any]) -> AccuracyInterval | None:
+    """A variant's accuracy with its Wilson 95% interval on the ``accuracy_images`` it was scored on;
+    None for a report that does not record them."""
+    n = v.get("accuracy_images")
+    return wilson_interval(min(1.0, max(0.0, float(v["accuracy"]))), int(n)) if n else None
+
+
+def accuracy_uncertainty(models: Sequence[Mapping[str, Any]], *, seed: int) -> dict[str, Any]:
+    """How the report's accuracies are uncertain: the interval's method, and the front's neighbours
+    (by front index) whose fp32 accuracies are within noise of each other (report.json's
+    ``accuracy_uncertainty``).
+
+    Args:
+        models: the report's models (each with its front ``index`` and its variants).
+        seed: the one training seed every model was trained with.
+
+    Returns:
+        ``method``, ``level``, ``seeds``, ``note`` and ``within_noise``: one record per pair of
+        neighbours whose difference's 95% interval holds 0.
+    """
+    fp32 = []
+    for m in sorted(models, key=lambda m: m.get("index", 0)):
+        v = next((v for v in m.get("variants", []) if v["variant"] == "fp32"), None)
+        iv = variant_interval(v) if v else None
+        if iv is not None:
+            fp32.append((m["id"], iv))
+    ties = []
+    for (a, ia), (b, ib) in zip(fp32, fp32[1:]):
+        d = accuracy_difference(ib, ia)
+        if d.within_noise:
+            ties.append({"models": [a, b], "difference": d.to_dict()})
+    return {"method": "wilson", "level": 0.95, "seeds": [seed],
+            "note": "Wilson 95% interval of each accuracy on the images it was scored on; one training run per "
+                    "network (one seed), so the spread between training runs is not in it; neighbours within noise: "
+                    "the 95% interval of the fp32 accuracies' difference (Newcombe's hybrid score) holds 0",
+            "within_noise": ties}
 
 
 DEPLOY_TOLERANCE = 0.01  # accuracy a deployment may give up against the unpruned fp32 network (1 point)
@@ -98,6 +139,7 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
              f"of the exported ONNX models run by onnxruntime (batch 1).", "",
              "| " + " | ".join(REPORT_HEADER) + " |", "|" + "---|" * len(REPORT_HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in report_rows(report)]
+    lines += _uncertainty_lines(report)
     by = ", ".join(f"{p} by target `{n}`" for p, n in report["latency_targets"].items() if n) or "none"
     missing = _no_target(report)
     if missing:
@@ -118,6 +160,23 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     lines += _deploy_lines(report)
     lines += _card_lines(report)
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+def _uncertainty_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the intervals are, and the front's neighbours within noise (``accuracy_uncertainty``)."""
+    ns = sorted({iv.n for m in report["models"] for v in m["variants"] if (iv := variant_interval(v))})
+    if not ns:
+        return []
+    u = report.get("accuracy_uncertainty") or {}
+    seeds = f" (seed {', '.join(map(str, u['seeds']))})" if u.get("seeds") else ""
+    lines = ["", f"Accuracy [95% CI]: the Wilson interval on the {'/'.join(map(str, ns))} {report['accuracy_split']} "
+                 f"images each file was scored on; one training run per network{seeds}, so the spread between "
+                 f"training runs is not in it."]
+    for t in u.get("within_noise", []):
+        d = t["difference"]
+        lines.append(f"Within noise: {t['models'][0]} and {t['models'][1]}, front neighbours whose fp32 accuracies "
+                     f"differ by {100 * d['value']:+.2f} points (95% CI {100 * d['low']:+.2f} to {100 * d['high']:+.2f}).")
+    return lines
 
 
 def _prune_lines(report: Mapping[str, Any]) -> list[str]:
@@ -153,6 +212,17 @@ def _hows(report: Mapping[str, Any]) -> str:
     hows = sorted({rec["how"] for m in report["models"] for v in m["variants"]
                    for rec in (v.get("predicted"), v.get("measured")) if rec and rec.get("how")})
     return "; ".join(hows)
+
+
+def _vs_fp32(model: Mapping[str, Any], variant: str) -> str:
+    """The chosen variant's accuracy against the fp32 file's, beyond noise or not; empty without intervals."""
+    vs = {v["variant"]: variant_interval(v) for v in model["variants"]}
+    a, b = vs.get(variant), vs.get("fp32")
+    if variant == "fp32" or a is None or b is None:
+        return ""
+    d = accuracy_difference(a, b)
+    word = "within noise" if d.within_noise else "beyond noise"
+    return f"; accuracy vs fp32 {100 * d.value:+.2f} points (95% CI {100 * d.low:+.2f} to {100 * d.high:+.2f}), {word}"
 
 
 def _card_lines(report: Mapping[str, Any]) -> list[str]:
@@ -231,5 +301,5 @@ def _deploy_lines(report: Mapping[str, Any]) -> list[str]:
         est = " (estimate)" if d["by"] == "predicted" and any(
             (v.get("predicted") or {}).get("source") == "estimated" for v in m["variants"]) else ""
         lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']}{est} "
-                     f"(latency vs fp32: {rel or 'no other variant within tolerance'})")
+                     f"(latency vs fp32: {rel or 'no other variant within tolerance'}){_vs_fp32(m, d['variant'])}")
     return lines
