@@ -36,8 +36,10 @@ ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # py
 OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt", "torchao", "psycopg",
                      "sqlalchemy", "modelopt", "pycuda", "cuda",
                      "hwnas_trt"}  # the TensorRT timer a device bundle carries beside bundle_script.py
-MAX_MODULE_LINES = 500
-MAX_FUNCTION_LINES = 80  # from the def (or its first decorator) to its last line, docstring included
+# generous caps: a module holds one concern however long that takes (split by concern, never to meet a count);
+# past these, a module or a function is almost always two concerns
+MAX_MODULE_LINES = 1500
+MAX_FUNCTION_LINES = 120  # from the def (or its first decorator) to its last line, docstring included
 
 
 def _module_name(path: Path) -> str:
@@ -180,7 +182,7 @@ def test_the_checks_can_fail(tmp_path):
 
 
 def test_modules_and_functions_stay_small():
-    """A module over MAX_MODULE_LINES or a function over MAX_FUNCTION_LINES is split along a seam of its job."""
+    """A module over MAX_MODULE_LINES or a function over MAX_FUNCTION_LINES holds more than one concern."""
     tests = Path(__file__).resolve().parent
     big = []
     for folder in (ROOT, tests.parent / "benchmarks", tests):
