@@ -228,93 +228,89 @@ def study_path(out: Path, method: str) -> Path:
 
 
 def run_study(a: argparse.Namespace, out: Path, method: str, *, evaluator: Any, latency: Any, trials: int,
-              data: Any) -> dict[str, Any]:
-    """One search of ``trials`` trials (resumed where its journal stopped); returns its cost record."""
-
+              data: Any) -> None:
+    """One search of ``trials`` trials in all (a re-run resumes where its journal stopped)."""
     sampler: dict[str, Any] = {"name": "random"} if method == "random" else {"name": "nsga2",
                                                                             "population_size": a.population}
     path = study_path(out, method)
     path.parent.mkdir(parents=True, exist_ok=True)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
     s = prepare_search(target=target_of(a), search_space=a.space, data=data, evaluator=evaluator, sampler=sampler,
                        budgets=Budgets(), seed=a.search_seed, run_dir=out / "studies" / method, storage=str(path),
                        study_name=method, latency=latency)
     run_search(s.study, s.problem, n_trials=trials, storage=s.storage)  # the study's total: a re-run resumes
-    return {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}
 
 
-def _cost_path(out: Path, method: str) -> Path:
-    return out / "studies" / f"{method}.cost.json"
+def load_records(out: Path, method: str) -> list[dict[str, Any]]:
+    """Every trial of a method's study (``nas.search.results.trial_records``), whatever its status."""
+    st, _ = make_storage(str(study_path(out, method)), run_dir=out / "studies" / method)
+    return trial_records(optuna.load_study(study_name=method, storage=st))
 
 
-def _add_cost(out: Path, method: str, rec: dict[str, float], **extra: Any) -> None:
-    """Adds this process's CPU and wall seconds to the method's recorded search cost (a resumed search
-    adds what it spent)."""
-    path = _cost_path(out, method)
-    have = json.loads(path.read_text()) if path.is_file() else {"cpu_s": 0.0, "wall_s": 0.0}
-    atomic_write_json(path, {**have, **extra, "cpu_s": have["cpu_s"] + rec["cpu_s"],
-                             "wall_s": have["wall_s"] + rec["wall_s"]})
-
-
-def search_cost(out: Path, method: str) -> dict[str, Any] | None:
-    path = _cost_path(out, method)
-    return json.loads(path.read_text()) if path.is_file() else None
+def search_cost(out: Path, method: str) -> dict[str, float] | None:
+    """What a method's search cost, in seconds of one core (each part runs on a core of its own with one
+    torch thread, so its wall time is its compute): every trial's duration (sampling, the latency
+    prediction, the evaluation), plus the supernet's training for (b); None before the search ran."""
+    if not study_path(out, method).is_file():
+        return None
+    trials = sum(r["duration_s"] or 0.0 for r in load_records(out, method))
+    sn = out / "studies" / "supernet_training.json"
+    training = json.loads(sn.read_text())["training_s"] if method == "supernet" and sn.is_file() else 0.0
+    return {"trials_s": trials, "supernet_training_s": training, "total_s": trials + training}
 
 
 def train_evaluator(a: argparse.Namespace) -> Any:
-
     return TrainEvaluator(epochs=a.search_epochs, device=a.device)
 
 
 def part_search(a: argparse.Namespace, out: Path, method: str) -> None:
-
     data = search_data(a)
     if method == "supernet":
         return part_supernet(a, out, data)
     latency = MacsModel() if method == "macs" else nas.load_latency_model(target_of(a))
-    rec = run_study(a, out, method, evaluator=train_evaluator(a), latency=latency, trials=a.trials, data=data)
-    _add_cost(out, method, rec)
-    print(f"search {method}: {a.trials} trials, {search_cost(out, method)['cpu_s']:.0f} CPU s", flush=True)
+    run_study(a, out, method, evaluator=train_evaluator(a), latency=latency, trials=a.trials, data=data)
+    print(f"search {method}: {a.trials} trials, {search_cost(out, method)['total_s']:.0f} core-seconds", flush=True)
     return None
 
 
-def part_supernet(a: argparse.Namespace, out: Path, data: Any) -> None:
-    """(b): a pilot epoch measures a supernet epoch's and a score's cost; the supernet then trains for
-    the epochs (a)'s recorded compute pays for, after the scores of ``--supernet-trials`` trials; then
-    NSGA-II searches with it."""
-
-    budget = search_cost(out, "nsga2")
-    if budget is None:
-        raise SystemExit("search:supernet matches (a)'s compute: run search:nsga2 first")
-    space = nas.load_space(a.space)
-    plan_path = out / "studies" / "supernet.plan.json"
-    if not plan_path.is_file():
-        cpu0 = time.process_time()
+def supernet_plan(a: argparse.Namespace, out: Path, space: Any, data: Any) -> dict[str, Any]:
+    """A pilot epoch's and a supernet score's seconds (measured once, kept in ``supernet.plan.json``), and
+    the epochs that make the supernet's training plus ``--supernet-trials`` scores cost what (a) cost."""
+    path = out / "studies" / "supernet.plan.json"
+    if not path.is_file():
+        t0 = time.perf_counter()
         train_supernet(space, data, SupernetSettings(epochs=1, seed=a.search_seed, device=a.device),
                        out / "studies" / "supernet_pilot")
-        epoch_s = time.process_time() - cpu0
+        epoch_s = time.perf_counter() - t0
         ev = SupernetEvaluator(checkpoint=str(out / "studies" / "supernet_pilot" / "supernet.ckpt"), device=a.device)
-
         rng = np.random.default_rng(0)
-        cpu0 = time.process_time()
+        t0 = time.perf_counter()
         for _ in range(3):
             ev.evaluate(adapt_arch(space.random(rng), data), data, seed=0)
-        score_s = (time.process_time() - cpu0) / 3
-        epochs = max(1, int((budget["cpu_s"] - a.supernet_trials * score_s) // epoch_s))
-        atomic_write_json(plan_path, {"pilot_epoch_cpu_s": epoch_s, "score_cpu_s": score_s, "epochs": epochs,
-                                      "matched_cpu_s": budget["cpu_s"]})
-    plan = json.loads(plan_path.read_text())
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+        atomic_write_json(path, {"pilot_epoch_s": epoch_s, "score_s": (time.perf_counter() - t0) / 3})
+    plan = json.loads(path.read_text())
+    matched = search_cost(out, "nsga2")
+    if matched is None:
+        raise SystemExit("search:supernet matches (a)'s compute: run search:nsga2 first")
+    epochs = max(1, int((matched["total_s"] - a.supernet_trials * plan["score_s"]) // plan["pilot_epoch_s"]))
+    return {**plan, "epochs": epochs, "matched_s": matched["total_s"]}
+
+
+def part_supernet(a: argparse.Namespace, out: Path, data: Any) -> None:
+    """(b): the supernet trains for the epochs (a)'s compute pays for (``supernet_plan``), then NSGA-II
+    searches with ``evaluator=supernet`` for ``--supernet-trials`` trials."""
+    space = nas.load_space(a.space)
+    plan = supernet_plan(a, out, space, data)
     ckpt_dir = out / "studies" / "supernet_ckpt"
-    train_supernet(space, data, SupernetSettings(epochs=plan["epochs"], seed=a.search_seed, device=a.device), ckpt_dir)
-    _add_cost(out, "supernet", {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0},
-              epochs=plan["epochs"])
+    rec = train_supernet(space, data, SupernetSettings(epochs=plan["epochs"], seed=a.search_seed, device=a.device),
+                         ckpt_dir)
+    atomic_write_json(out / "studies" / "supernet_training.json",
+                      {**plan, "training_s": sum(h["seconds"] for h in rec["history"])})
     ev = SupernetEvaluator(checkpoint=str(ckpt_dir / "supernet.ckpt"), device=a.device)
-    rec = run_study(a, out, "supernet", evaluator=ev, latency=nas.load_latency_model(target_of(a)),
-                    trials=a.supernet_trials, data=data)
-    _add_cost(out, "supernet", rec)
+    run_study(a, out, "supernet", evaluator=ev, latency=nas.load_latency_model(target_of(a)),
+              trials=a.supernet_trials, data=data)
     print(f"search supernet: {plan['epochs']} supernet epochs + {a.supernet_trials} trials, "
-          f"{search_cost(out, 'supernet')['cpu_s']:.0f} CPU s (matching (a)'s {plan['matched_cpu_s']:.0f})", flush=True)
+          f"{search_cost(out, 'supernet')['total_s']:.0f} core-seconds (matching (a)'s {plan['matched_s']:.0f})",
+          flush=True)
 
 
 def records(out: Path, method: str) -> list[dict[str, Any]]:
@@ -516,9 +512,10 @@ def _table(res: dict[str, Any]) -> str:
                                       f"{100 * c['diff']:+.2f} [{100 * c['lo']:+.2f}, {100 * c['hi']:+.2f}]",
                                       c["verdict"]] for c in res["comparisons"]],
                                     ["budget", "method", "against", "difference", "verdict"]))
-    cost = [[LABELS[m], f"{c['cpu_s']:.0f}", f"{c['wall_s']:.0f}"] for m, c in res["search_cost"].items() if c]
-    lines.append("\nsearch compute:\n")
-    lines.append(markdown_table(cost, ["method", "CPU s", "wall s"]))
+    cost = [[LABELS[m], f"{c['trials_s']:.0f}", f"{c['supernet_training_s']:.0f}" if m == "supernet" else "-",
+             f"{c['total_s']:.0f}"] for m, c in res["search_cost"].items() if c]
+    lines.append("\nsearch compute (seconds of one core):\n")
+    lines.append(markdown_table(cost, ["method", "trials", "supernet training", "total"]))
     mo = res["macs_over_budget"]
     lines.append(f"\n(e)'s picks over the latency budget (measured): {mo['over']} of {mo['picks']}"
                  + (f" (by {', '.join(f'{100 * x:+.1f}%' for x in mo['by'])})" if mo["by"] else ""))
