@@ -33,7 +33,7 @@ by hand (or across machines sharing the folder), each part computing only its sc
     taskset -c 0 python -m benchmarks supernet --scores supernet train naswot synflow standalone2 &
     taskset -c 1 python -m benchmarks supernet --scores standalone0 standalone1
 
-Whichever finds every score complete writes ``<out>/supernet.json``, ``.md`` (the tables) and ``.png``
+Whichever finds every score complete writes ``<out>/supernet_ranking.json``, ``.md`` (tables), ``.png``
 (default out: benchmarks/results/).  Every supernet and score is cached under ``<out>/bench_supernet/``:
 an interrupted run resumes; a cache of other settings is refused, each difference named.
 """
@@ -492,7 +492,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
               "the report; or run again without --scores)")
         return None
-    return report(collect(a, data, sizes, archs, ms, work), Path(a.out), "supernet_quick" if a.quick else "supernet")
+    name = "supernet_ranking_quick" if a.quick else "supernet_ranking"  # the former benchmark's supernet.json stays
+    return report(collect(a, data, sizes, archs, ms, work), Path(a.out), name)
 
 
 if __name__ == "__main__":
