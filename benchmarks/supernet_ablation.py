@@ -7,7 +7,8 @@ first; its recorded settings, the space, data, resolution and device included, a
 ``--device cuda`` trains and scores the variants on a GPU instead, against the same reference),
 trains one supernet per variant on the same data (with the benchmark's seed unless the variant sets
 one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
-against the same reference (the mean of the stand-alone runs). A variant is ``base`` (the
+against the same reference (the mean of the stand-alone runs): over all architectures, within the
+benchmark's equal-latency bands and partialled on MACs (one supernet each: no interval). A variant is ``base`` (the
 benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings`` (``epochs=40``,
 ``distill=0``, ``sort_channels=false``, ``random_subnets=4``, ``schedule=progressive`` ...); ``seed=1``,
 the same supernet trained with another seed, shows how far the ranking moves by chance alone.  A
