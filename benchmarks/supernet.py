@@ -78,10 +78,10 @@ _SETTINGS = ("data", "data_root", "train_samples", "val_samples", "test_samples"
 # the value of a setting a cache recorded before the benchmark had it
 _ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None, "pick": "spread",
           "test_samples": 0, "reference_split": "val"}
-_RENAMED = {("pick", "random"): "spread"}
+_RENAMED = {("pick", "random"): "spread"}  # a value a cache recorded under a name it no longer has
 # --quick: tiny settings that check the pipeline in minutes (its figures mean nothing)
 QUICK = {"train_samples": 256, "val_samples": 128, "test_samples": 256, "archs": 9, "supernet_epochs": 1,
-         "standalone_epochs": 1, "standalone_seeds": 2, "estimator_seeds": 2, "draws": 200}  # a value a cache recorded under a name it no longer has
+         "standalone_epochs": 1, "standalone_seeds": 2, "estimator_seeds": 2, "draws": 200}
 
 
 @dataclass(frozen=True)
