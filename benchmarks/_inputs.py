@@ -1,11 +1,17 @@
 """What the supernet benchmarks (``benchmarks/supernet.py``, ``supernet_ablation.py``, ``supernet_cost.py``,
-``supernet_search.py``) take in: their data options and the training subset they load, and the
-search space they rank, each bad value a one-line error."""
+``supernet_search.py``) take in: their data options and the training subset they load, the test split a
+reference is scored on, and the search space they rank, each bad value a one-line error."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
+
+import numpy as np
+
+from nas.data import load_data
+from nas.space import load_space
 
 
 def add_subset_args(p: argparse.ArgumentParser) -> None:
@@ -20,8 +26,6 @@ def add_subset_args(p: argparse.ArgumentParser) -> None:
 
 def load_subset(a: argparse.Namespace) -> Any:
     """The dataset ``add_subset_args``'s options name, no augmentation; says what it loaded."""
-    from nas.data import load_data
-
     try:
         data = load_data({"name": a.data, "root": a.data_root, "resolution": a.resolution,
                           "train_samples": a.train_samples or None, "val_samples": a.val_samples or None,
@@ -33,10 +37,31 @@ def load_subset(a: argparse.Namespace) -> Any:
     return data
 
 
+def on_test_split(data: Any, samples: int = 0) -> Any:
+    """``data`` with its test split in the validation split's place, so that an evaluator's score is test
+    accuracy: what nothing was chosen on.
+
+    Args:
+        data: a loaded dataset.
+        samples: score only the test split's first ``samples`` images (0: all; a streamed split: all).
+
+    Returns:
+        The dataset, its ``val`` the test split.
+
+    Raises:
+        SystemExit: the dataset has no test split.
+    """
+    if data.test is None:
+        raise SystemExit(f"--data {data.name}: no test split to score the reference on; give a dataset with one "
+                         "(fashion_mnist has its own 10k test images)")
+    test = data.test
+    if samples and samples < len(test) and hasattr(test, "subset"):
+        test = test.subset(np.arange(samples))
+    return dataclasses.replace(data, val=test)
+
+
 def load_bench_space(name: str) -> Any:
     """The ``--space``; an unknown name or a malformed file is a one-line error."""
-    from nas.space import load_space
-
     try:
         return load_space(name)
     except (ValueError, FileNotFoundError, KeyError) as e:

@@ -1,56 +1,41 @@
-"""Benchmark the weight-sharing supernet as a ranking signal, against stand-alone training.
+"""Benchmark the supernet and the other accuracy estimators as ranking signals where a search decides.
 
-By default on Fashion-MNIST (the Debian package's files; a training subset, said so in the output)
-and the ``tiny`` space, on this machine's CPU; ``--space``, ``--data`` / ``--data-root``,
-``--resolution``, ``--device`` and ``--target`` run the same benchmark elsewhere (below):
+Does an estimator rank networks of one latency better than their size does?  By default on
+Fashion-MNIST at 28 px (a training subset of the Debian package's files) and the ``tiny`` space, on this
+machine's CPU (``--space``, ``--data`` / ``--data-root``, ``--resolution``, ``--device``, ``--target``
+run it elsewhere; docs/supernet.md has the GPU command):
 
-1. train the supernet once (``nas.supernet.train.train_supernet``, the sandwich rule);
-2. pick ``--archs`` architectures spread over the latency range of the space: 2000 random ones
-   (``--pick graded``: 2000 from the space's narrowest to its widest, ``graded_arch``), their
-   latency predicted by the ``--target``'s predictor (``cpu``), the ones at evenly spaced latency
-   quantiles;
-3. score each by (a) the supernet's inherited weights (``evaluator=supernet``), (a') those of a
-   second supernet trained by progressive shrinking (``supernet.schedule=progressive``, same epochs),
-   (b) short training (``evaluator=train`` at its default budget), (b') short training at the
-   supernet's compute (``train_equal``: the epochs that make the 24 trainings cost what the
-   sandwich supernet's training and scoring cost, from the measured seconds of both; it runs once
-   ``supernet`` and ``train`` are complete), (b'') one epoch of training (``train_1epoch``: a
-   supernet trial's cost in a search of many trials, the report says how many), (c) NASWOT and
-   (d) synflow (``evaluator=zero_cost``),
-   and train it stand-alone from scratch (``--standalone-epochs``) with ``--standalone-seeds`` seeds:
-   the reference is the mean of those runs.  How well the runs agree with each other gives the
-   ceiling the reference's noise leaves (``reference_ceiling``: the tau a perfect score would reach,
-   and how many runs a reference needs for tau 0.8).  The estimators (and the supernet's training) use
-   ``--seed``, the stand-alone runs the seeds after it, so no estimator starts from the initial
-   weights of a reference run;
-4. report Kendall's tau between the reference and each score, and the cost of each (the supernet's
-   training wall time; seconds per evaluated architecture).
+1. draw ``--archs`` (60) distinct architectures uniformly from the space (``--pick``: ``spread`` and
+   ``graded`` take evenly spaced latency quantiles of 2000 random or ``graded_arch`` ones instead),
+   predict their latency on ``--target`` and cut them into ``--bands`` (3) bands of equal count by it;
+2. score each on the validation split by the supernet's inherited weights (``supernet``; ``progressive``:
+   a supernet trained by progressive shrinking), short training (``train``; ``train_equal`` at the
+   supernet's measured compute; ``train_1epoch``) and the zero-cost proxies (``naswot``, ``synflow``),
+   each with ``--estimator-seeds`` (5) seeds (a supernet's: its training seed, ``--seed`` + 100 k),
+   beside the trivial scores: MACs, parameters, predicted latency;
+3. train each stand-alone (``--standalone-epochs``, ``--standalone-seeds`` runs, seeds after ``--seed``)
+   and score it on the test split, which no estimator saw: the reference is the mean of the runs;
+4. report each score's Kendall tau against the reference within each band and their mean (the
+   headline), partialled on MACs, and over all architectures: the mean over its seeds, with a paired
+   bootstrap 95% CI (``--draws`` resamples of the architectures within the bands), and its difference
+   from MACs' with its own CI; the ceiling the reference's noise leaves, and each score's cost.
 
-    taskset -c 0 python -m benchmarks supernet              # the benchmark (about 2 hours on one core)
-    taskset -c 0 python -m benchmarks supernet --quick      # a minute or two: checks the pipeline only
+    python -m benchmarks supernet --jobs 2               # hours: it prints its estimate first
+    taskset -c 0 python -m benchmarks supernet --quick   # a few minutes: checks the pipeline only
 
-The scores are independent, so a run splits across cores: ``--jobs 2`` runs its parts (a supernet's
-training with its scores, each stand-alone run, each estimator) as processes pinned to two cores of
-their own, each part's output in ``<out>/bench_supernet/<run>/logs/``; or by hand (or on machines
-sharing the folder):
+The estimate (CPU hours) counts every image at ``--images-per-s`` training images per second on a core
+(640: a ``tiny`` network at 28 px on an AMD EPYC Zen 4 core), a scored image a third of one, a supernet
+epoch six stand-alone epochs (progressive shrinking: seven).  The scores are independent: ``--jobs N``
+runs the parts (a supernet's training with its scores, each stand-alone run, each estimator seed) as
+processes on N cores of their own, each part's output in ``<out>/bench_supernet/<run>/logs/``; or split
+by hand (or across machines sharing the folder), each part computing only its scores:
 
     taskset -c 0 python -m benchmarks supernet --scores supernet train naswot synflow standalone2 &
     taskset -c 1 python -m benchmarks supernet --scores standalone0 standalone1
 
-Each part computes only its scores; whichever finds them all complete writes the report (a run
-without ``--scores`` computes what is missing, then reports).
-
-On a GPU, at 224 px on an ImageFolder, with a larger space (each of the 24 x 3 stand-alone runs
-is a training of its own: plan GPU hours, ``docs/benchmarks.md`` gives measured throughput):
-
-    python -m benchmarks supernet --device cuda --space mbv3 --target gpu --data imagefolder \
-        --data-root ~/data/imagenette --resolution 224 --train-samples 0 --batch-size 128 \
-        --supernet-epochs 60 --standalone-epochs 30 --out runs/bench_mbv3
-
-Writes ``<out>/supernet.json`` and ``<out>/supernet.png`` (scatter plots; default out:
-benchmarks/results/) and prints the table.  The supernet checkpoint and each score of each
-architecture are cached under ``<out>/bench_supernet/``, so an interrupted run resumes where it
-stopped; a cache written with other settings is refused, each difference named.
+Whichever finds every score complete writes ``<out>/supernet_ranking.json``, ``.md`` (tables), ``.png``
+(default out: benchmarks/results/).  Every supernet and score is cached under ``<out>/bench_supernet/``:
+an interrupted run resumes; a cache of other settings is refused, each difference named.
 """
 
 from __future__ import annotations
@@ -59,28 +44,53 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import torch
 
-from benchmarks._inputs import add_subset_args, load_bench_space, load_subset
+from benchmarks._inputs import add_subset_args, load_bench_space, load_subset, on_test_split
 from benchmarks._jobs import Part, job_cores, run_parts
-from benchmarks._ranking import _pick_archs, _tau, ceiling_line, plot_ranking, reference_agreement, reference_ceiling
+from benchmarks._ranking import PICKS, arch_baselines, pick_archs
+from benchmarks._supernet_report import RankingRun, report
 from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
 from nas._io import atomic_write_json
+from nas.arch import Arch
+from nas.data import adapt_arch
+from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
+from nas.supernet.checkpoint import read_checkpoint
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import train_supernet
 
 METHODS = ("supernet", "progressive", "train", "train_equal", "train_1epoch", "naswot", "synflow")
 ACCURACY = ("supernet", "progressive", "train", "train_equal", "train_1epoch")  # scores that are accuracies (the rest: proxies)
-# the estimators --estimator-seeds scores again with other seeds (a supernet's seeds: supernet_ablation's seed=N variants)
-SEEDED = ("train", "train_equal", "train_1epoch", "naswot", "synflow")
+SUPERNETS = {"supernet": "sandwich", "progressive": "progressive"}  # the estimators that train a supernet, its schedule
 SEED_STEP = 100  # estimator seed k is --seed + 100 k: clear of the stand-alone runs' seeds and supernet_again's
+MIN_BAND = 15  # architectures a latency band needs for its tau to mean something (--quick excepted)
+IMAGES_PER_S = 640.0  # the cost estimate's rate: a tiny network's training images/s at 28 px on one AMD EPYC Zen 4 core
+SCORED = 1 / 3  # a scored image costs about a third of a trained one (a forward pass, no backward)
+SUPERNET_EPOCH = {"supernet": 6.0, "progressive": 7.0}  # a supernet epoch in stand-alone epochs (several subnets a step)
 # what a cache was computed with: a re-run with other values of these must not reuse it
-_SETTINGS = ("data", "data_root", "train_samples", "val_samples", "resolution", "space", "target", "device",
-             "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed", "pick")
+_SETTINGS = ("data", "data_root", "train_samples", "val_samples", "test_samples", "resolution", "space", "target",
+             "device", "batch_size", "archs", "supernet_epochs", "standalone_epochs", "seed", "pick", "reference_split")
 # the value of a setting a cache recorded before the benchmark had it
-_ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None, "pick": "random"}
+_ADDED = {"data_root": None, "space": "tiny", "target": "cpu", "device": "cpu", "batch_size": None, "pick": "spread",
+          "test_samples": 0, "reference_split": "val"}
+_RENAMED = {("pick", "random"): "spread"}  # a value a cache recorded under a name it no longer has
+# --quick: tiny settings that check the pipeline in minutes (its figures mean nothing)
+QUICK = {"train_samples": 256, "val_samples": 128, "test_samples": 256, "archs": 9, "supernet_epochs": 1,
+         "standalone_epochs": 1, "standalone_seeds": 2, "estimator_seeds": 2, "draws": 200}
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    """The images a run trains on, its estimators score on (validation) and its reference runs score on (test)."""
+
+    train: int
+    val: int
+    test: int
 
 
 def seed_names(method: str, estimator_seeds: int) -> tuple[str, ...]:
@@ -97,48 +107,64 @@ def _split_seed(name: str) -> tuple[str, int]:
 def score_names(seeds: int, estimator_seeds: int = 1) -> tuple[str, ...]:
     """Every score the benchmark computes: the estimators, the supernet's again with another draw of
     BatchNorm-recalibration batches (how reproducible its score is), one stand-alone run per seed, then
-    the ``SEEDED`` estimators again with each further estimator seed (``train@1``, ``naswot@2`` ...)."""
-    further = [seed_names(m, estimator_seeds)[1:] for m in SEEDED]
+    every estimator again with each further seed (``supernet@1``, ``train@1``, ``naswot@2`` ...)."""
+    further = [seed_names(m, estimator_seeds)[1:] for m in METHODS]
     return (*METHODS, "supernet_again", *(f"standalone{k}" for k in range(seeds)), *(n for ns in zip(*further) for n in ns))
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The benchmark's options (``--quick``: tiny settings), each bad value a one-line error."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     add_subset_args(p)
-    p.set_defaults(train_samples=10000, val_samples=0)
+    p.set_defaults(train_samples=10000, val_samples=0, resolution=28, reference_split="test")
+    p.add_argument("--test-samples", type=int, default=0, help="test images a reference run is scored on (0: all)")
     p.add_argument("--space", default="tiny", help="the search space (a shipped name or a YAML file)")
-    p.add_argument("--target", default="cpu", help="whose predicted latency spreads the architectures")
+    p.add_argument("--target", default="cpu", help="whose predicted latency bands the architectures")
     p.add_argument("--device", default="cpu", help="where everything trains and scores (cpu, cuda, cuda:<i>)")
     p.add_argument("--batch-size", type=int, help="training batch of the supernet and every training score "
                    "(default: each one's own, 64)")
-    p.add_argument("--archs", type=int, default=24, help="architectures spread over the latency range")
-    p.add_argument("--pick", choices=("random", "graded"), default="random",
-                   help="the pool the architectures are picked from by latency: uniformly random ones, or graded "
-                        "ones (every choice near one shared fraction of its range: from the space's narrowest to "
-                        "its widest, which random draws rarely reach)")
+    p.add_argument("--archs", type=int, default=60, help="architectures ranked")
+    p.add_argument("--pick", choices=PICKS, default="uniform",
+                   help="uniform: distinct architectures drawn uniformly from the space; spread: those at evenly "
+                        "spaced latency quantiles of 2000 random ones; graded: the same of 2000 graded ones (every "
+                        "choice near one shared fraction of its range, narrowest to widest: ranks them by size)")
+    p.add_argument("--bands", type=int, default=3, help=f"equal-latency bands (each of {MIN_BAND} architectures or more)")
+    p.add_argument("--draws", type=int, default=2000, help="bootstrap resamples of every confidence interval")
     p.add_argument("--supernet-epochs", type=int, default=20)
     p.add_argument("--standalone-epochs", type=int, default=8, help="the stand-alone (reference) training")
     p.add_argument("--standalone-seeds", type=int, default=3, help="stand-alone runs per architecture (>= 2)")
-    p.add_argument("--estimator-seeds", type=int, default=1,
-                   help=f"seeds of {', '.join(SEEDED)} (their spread; seed k is --seed + {SEED_STEP} k)")
+    p.add_argument("--estimator-seeds", type=int, default=5,
+                   help=f"seeds of every estimator (a supernet's: its training seed; seed k is --seed + {SEED_STEP} k)")
+    p.add_argument("--images-per-s", type=float, default=IMAGES_PER_S,
+                   help="training images per second on one core, for the cost estimate (default: a tiny network at "
+                        "28 px on an AMD EPYC Zen 4 core)")
     p.add_argument("--scores", nargs="+", metavar="NAME",
                    help="compute only these scores (supernet, train, naswot, synflow, supernet_again, standalone<k>, "
-                        "train@<k> ...)")
+                        "supernet@<k>, train@<k> ...)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=1, help="processes the scores run in, each on a core of its own "
                    "(the first cores this process may use)")
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(RESULTS))
+    argv = sys.argv[1:] if argv is None else argv
+    if "--quick" in argv:  # its settings as defaults: an option given still wins
+        p.set_defaults(**QUICK)
     a = p.parse_args(argv)
-    if a.quick:
-        a.train_samples, a.val_samples, a.archs, a.supernet_epochs, a.standalone_epochs = 256, 128, 4, 1, 1
-        a.standalone_seeds = 2
-    if a.batch_size is not None and a.batch_size < 1:
-        p.error(f"--batch-size must be a positive integer, got {a.batch_size}")
+    for k in ("batch_size", "test_samples", "archs", "bands", "draws"):
+        v = getattr(a, k)
+        if v is not None and (v < 1 if k != "test_samples" else v < 0):
+            p.error(f"--{k.replace('_', '-')} must be a {'non-negative' if k == 'test_samples' else 'positive'} "
+                    f"integer, got {v}")
+    least = 2 if a.quick else MIN_BAND
+    if a.archs // a.bands < least:
+        p.error(f"--archs {a.archs} in --bands {a.bands} leaves bands of {a.archs // a.bands} architectures; a band "
+                f"needs at least {least}: give --archs {least * a.bands} or more, or fewer --bands")
     if a.standalone_seeds < 2:
         p.error("--standalone-seeds must be at least 2: the agreement of the runs is what bounds the ranking")
     if a.estimator_seeds < 1:
         p.error("--estimator-seeds must be at least 1")
+    if a.images_per_s <= 0:
+        p.error(f"--images-per-s must be positive, got {a.images_per_s}")
     if a.jobs < 1:
         p.error(f"--jobs must be at least 1, got {a.jobs}")
     if a.jobs > 1 and a.device != "cpu":
@@ -158,7 +184,8 @@ def recorded_settings(work: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     have = json.loads(path.read_text())
-    return {k: have.get(k, _ADDED.get(k)) for k in _SETTINGS}
+    got = {k: have.get(k, _ADDED.get(k)) for k in _SETTINGS}
+    return {k: _RENAMED.get((k, v), v) if isinstance(v, str) else v for k, v in got.items()}
 
 
 def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
@@ -184,47 +211,53 @@ def check_work(work: Path, a: argparse.Namespace) -> None:
 
 
 def _seed(name: str, a: argparse.Namespace) -> int:
-    """The seed of score ``name``: ``--seed`` for the estimators, the next ones for the stand-alone runs,
-    the one after those for the supernet's second draw."""
+    """The seed of score ``name``: ``--seed`` (+ 100 k for seed k) for the estimators, the next ones for
+    the stand-alone runs, the one after those for the supernet's second draw."""
     if name.startswith("standalone"):
         return a.seed + 1 + int(name.removeprefix("standalone"))
-    if "@" in name:
-        return a.seed + SEED_STEP * _split_seed(name)[1]
-    return a.seed + 1 + a.standalone_seeds if name == "supernet_again" else a.seed
+    if name == "supernet_again":
+        return a.seed + 1 + a.standalone_seeds
+    return a.seed + SEED_STEP * _split_seed(name)[1]
 
 
-def supernet_dir(work: Path, schedule: str) -> Path:
-    """Where the benchmark's supernet trained with ``schedule`` keeps its checkpoint (``supernet.ckpt``):
-    the sandwich one in ``work`` itself, the progressive one in ``work/progressive``."""
-    return work if schedule == "sandwich" else work / schedule
+def supernet_of(name: str) -> str | None:
+    """The score whose supernet score ``name`` scores with (``supernet_again``: ``supernet``'s); None for
+    an estimator without one."""
+    name = "supernet" if name == "supernet_again" else name
+    return name if _split_seed(name)[0] in SUPERNETS else None
 
 
-def _evaluator(name: str, a: argparse.Namespace, ckpt: Path) -> tuple[Any, int]:
+def supernet_dir(work: Path, name: str, a: argparse.Namespace) -> Path:
+    """Where the supernet of score ``name`` keeps its checkpoint (``supernet.ckpt``): the sandwich one of
+    ``--seed`` in ``work`` itself, the progressive one in ``work/progressive``, a further seed's in
+    ``work/<estimator>_seed<seed>``."""
+    method, k = _split_seed(supernet_of(name) or name)
+    if k == 0:
+        return work if method == "supernet" else work / method
+    return work / f"{method}_seed{_seed(name, a)}"
+
+
+def _evaluator(name: str, a: argparse.Namespace, work: Path) -> tuple[Any, int]:
     """The evaluator behind score ``name`` and the seed it runs with."""
-    from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, ZeroCostEvaluator
-
-    if "@" in name:  # an estimator with a further seed
-        return _evaluator(_split_seed(name)[0], a, ckpt)[0], _seed(name, a)
-
     batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
-    if name in ("supernet", "supernet_again"):
-        return SupernetEvaluator(checkpoint=str(ckpt), device=a.device, **batch), _seed(name, a)
-    if name == "progressive":
-        return SupernetEvaluator(checkpoint=str(supernet_dir(ckpt.parent, "progressive") / ckpt.name), device=a.device, **batch), a.seed
-    if name == "train":
-        return TrainEvaluator(device=a.device, **batch), a.seed
-    if name == "train_equal":
-        return TrainEvaluator(epochs=equal_epochs(ckpt.parent, a), device=a.device, **batch), a.seed
-    if name == "train_1epoch":  # the least training buys: the supernet's cost per trial in a search of many trials
-        return TrainEvaluator(epochs=1, device=a.device, **batch), a.seed
-    if name in ("naswot", "synflow"):
-        return ZeroCostEvaluator(proxy=name, device=a.device), a.seed
-    return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), _seed(name, a)
+    method, seed = _split_seed(name)[0], _seed(name, a)
+    if supernet_of(name):
+        return SupernetEvaluator(checkpoint=str(supernet_dir(work, name, a) / "supernet.ckpt"), device=a.device,
+                                 **batch), seed
+    if method == "train":
+        return TrainEvaluator(device=a.device, **batch), seed
+    if method == "train_equal":
+        return TrainEvaluator(epochs=equal_epochs(work, a), device=a.device, **batch), seed
+    if method == "train_1epoch":  # the least training buys: the supernet's cost per trial in a search of many trials
+        return TrainEvaluator(epochs=1, device=a.device, **batch), seed
+    if method in ("naswot", "synflow"):
+        return ZeroCostEvaluator(proxy=method, device=a.device), seed
+    return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), seed
 
 
-def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
-    """Where score ``name``'s values are kept; a stand-alone run's and a second draw's file are named by
-    their seed."""
+def cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
+    """Where score ``name``'s values are kept; a stand-alone run's, a second draw's and a further seed's
+    file are named by their seed."""
     stem = name
     if name.startswith("standalone"):
         stem = f"standalone_seed{_seed(name, a)}"
@@ -236,15 +269,13 @@ def _cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
 
 
 def _cache(work: Path, name: str, a: argparse.Namespace) -> dict[str, Any]:
-    p = _cache_path(work, name, a)
+    p = cache_path(work, name, a)
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
-def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Any], data: Any) -> dict[str, Any]:
+def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Arch], data: Any) -> dict[str, Any]:
     """Score with ``ev`` every architecture the cache at ``path`` lacks, saving after each (an interruption
     loses one); the cache, by architecture digest."""
-    from nas.data import adapt_arch
-
     cache = json.loads(path.read_text()) if path.is_file() else {}
     for i, arch in enumerate(archs):
         if arch.digest() in cache:
@@ -259,11 +290,8 @@ def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Any], da
 def equal_epochs(work: Path, a: argparse.Namespace) -> int:
     """The epochs of ``train_equal``: ``evaluator=train``'s epochs scaled by the sandwich supernet's cost
     (its training and its scoring of every architecture) over ``train``'s (its scoring of every
-    architecture), both measured in this run; at least 1.  Kept in ``equal_compute.json`` once computed,
-    so every process of a split run trains the same epochs."""
-    from nas.search.evaluate import TrainEvaluator
-    from nas.supernet.checkpoint import read_checkpoint
-
+    architecture), both measured in this run (``--seed``'s); at least 1.  Kept in ``equal_compute.json``
+    once computed, so every process of a split run, and every seed, trains the same epochs."""
     path = work / "equal_compute.json"
     if path.is_file():
         return int(json.loads(path.read_text())["epochs"])
@@ -279,35 +307,85 @@ def equal_epochs(work: Path, a: argparse.Namespace) -> int:
     return epochs
 
 
-def _missing(names: Any, work: Path, a: argparse.Namespace, archs: list[Any]) -> list[str]:
+def estimated_seconds(name: str, a: argparse.Namespace, n: int, sizes: SplitSizes, work: Path) -> float:
+    """The CPU seconds score ``name`` is estimated to cost on ``n`` architectures: every image trained at
+    ``--images-per-s``, a scored one a third of that, a supernet epoch ``SUPERNET_EPOCH`` stand-alone
+    epochs (and its validation of the largest and the smallest subnet); ``train_equal`` at the epochs it
+    was given, or, before those are known, at the estimated supernet's cost over ``train``'s."""
+    method = _split_seed(name)[0]
+    per_image = 1 / a.images_per_s
+    if name.startswith("standalone"):
+        return n * (a.standalone_epochs * sizes.train + SCORED * sizes.test) * per_image
+    if supernet_of(name):
+        scoring = n * SCORED * sizes.val * per_image
+        if name == "supernet_again":
+            return scoring
+        return scoring + a.supernet_epochs * (SUPERNET_EPOCH[method] * sizes.train + 2 * SCORED * sizes.val) * per_image
+    if method in ("naswot", "synflow"):
+        return n * 64 * per_image  # one batch
+    epochs = {"train": TrainEvaluator().epochs, "train_1epoch": 1}.get(method)
+    if epochs is None:  # train_equal
+        path = work / "equal_compute.json"
+        epochs = json.loads(path.read_text())["epochs"] if path.is_file() else max(1, round(
+            TrainEvaluator().epochs * estimated_seconds("supernet", a, n, sizes, work)
+            / estimated_seconds("train", a, n, sizes, work)))
+    return n * (epochs * sizes.train + SCORED * sizes.val) * per_image
+
+
+def _group(name: str) -> str:
+    """The part a score runs in: a supernet's scores with its training, the zero-cost proxies together."""
+    method = _split_seed(name)[0]
+    return {"supernet_again": "supernet", "naswot": "zero_cost", "synflow": "zero_cost"}.get(method, name)
+
+
+def cost_estimate(a: argparse.Namespace, work: Path, archs: list[Arch], sizes: SplitSizes) -> dict[str, Any]:
+    """The run's estimated CPU hours (``estimated_seconds``): in all, still to compute, and by kind of part."""
+    names = score_names(a.standalone_seeds, a.estimator_seeds)
+    secs = {s: estimated_seconds(s, a, len(archs), sizes, work) for s in names}
+    kinds: dict[str, float] = {}
+    for s, v in secs.items():
+        kind = "reference" if s.startswith("standalone") else _split_seed(_group(s))[0]
+        kinds[kind] = kinds.get(kind, 0.0) + v / 3600
+    missing = _missing(names, work, a, archs)
+    return {"images_per_s": a.images_per_s, "cpu_hours": sum(secs.values()) / 3600,
+            "still_to_compute_h": sum(secs[s] for s in missing) / 3600, "by_kind_h": kinds}
+
+
+def estimate_line(est: dict[str, Any], jobs: int) -> str:
+    """``cost_estimate``'s result in a sentence (CPU hours; under one, minutes)."""
+    def t(h: float) -> str:
+        return f"{h:.1f} h" if h >= 1 else f"{60 * h:.1f} min"
+    kinds = ", ".join(f"{k} {t(v)}" for k, v in est["by_kind_h"].items())
+    wall = f"; about {t(est['still_to_compute_h'] / jobs)} of wall time on {jobs} cores" if jobs > 1 else ""
+    return (f"estimated cost: {est['cpu_hours']:.2f} CPU hours ({kinds}), {t(est['still_to_compute_h'])} still to "
+            f"compute{wall}; at {est['images_per_s']:g} training images/s per core (--images-per-s), a scored image a "
+            "third of one: an estimate, not a measurement")
+
+
+def _missing(names: Any, work: Path, a: argparse.Namespace, archs: list[Arch]) -> list[str]:
     """The scores of ``names`` whose cache lacks some of ``archs``."""
     digests = {x.digest() for x in archs}
     return [n for n in names if not digests <= _cache(work, n, a).keys()]
 
 
-def parts(a: argparse.Namespace, work: Path, archs: list[Any]) -> dict[Part, list[str]]:
+def parts(a: argparse.Namespace, work: Path, archs: list[Arch], sizes: SplitSizes) -> dict[Part, list[str]]:
     """The missing scores of ``a.scores`` as ``--jobs`` parts, each with its scores: a supernet's training and
     scores, each stand-alone run or estimator seed, the zero-cost proxies together (``train_equal`` needs
-    ``supernet`` and ``train``); a part's cost: its architecture-epochs, a supernet epoch as about six."""
-    n = len(archs)
+    ``supernet`` and ``train``); a part's cost: its estimated seconds (``estimated_seconds``)."""
     groups: dict[str, list[str]] = {}
     for s in _missing(a.scores, work, a, archs):
-        key = {"supernet_again": "supernet", "naswot": "zero_cost", "synflow": "zero_cost"}.get(_split_seed(s)[0], s)
-        groups.setdefault(key, []).append(s)
-    epochs = {"train": 3, "train_equal": 5, "train_1epoch": 1, "zero_cost": 0.1, "supernet": 6 * a.supernet_epochs / n,
-              "progressive": 7 * a.supernet_epochs / n}
+        groups.setdefault(_group(s), []).append(s)
     out = {}
     for key, scores in groups.items():
         needs = tuple(k for k in ("supernet", "train") if k in groups) if key.startswith("train_equal") else ()
-        cost = n * epochs.get(_split_seed(key)[0], a.standalone_epochs)
-        out[Part(key, cost, needs)] = scores
+        out[Part(key, sum(estimated_seconds(s, a, len(archs), sizes, work) for s in scores), needs)] = scores
     return out
 
 
-def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Any]) -> None:
+def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Arch], sizes: SplitSizes) -> None:
     """Compute the missing scores of run ``a`` in ``a.jobs`` processes, each on a core of its own; the run's
     wall seconds, each part's, and how many scores it computed go to ``jobs.json`` (the report's ``jobs``)."""
-    todo = parts(a, work, archs)
+    todo = parts(a, work, archs, sizes)
     cores = job_cores(a.jobs)
     argv = _options(a, "num_workers", "out")
     print(f"{len(todo)} parts on cores {', '.join(map(str, cores))} (their output: {work / 'logs'})", flush=True)
@@ -319,8 +397,8 @@ def run_parts_of(a: argparse.Namespace, work: Path, archs: list[Any]) -> None:
     print("wall seconds of each part: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()), flush=True)
 
 
-def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list[list[float]]:
-    """The stand-alone accuracy of every architecture, one list per run; a run that lacks some is a
+def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Arch]) -> list[list[float]]:
+    """The stand-alone (test) accuracy of every architecture, one list per run; a run that lacks some is a
     one-line error."""
     runs = []
     for name in (n for n in score_names(a.standalone_seeds) if n.startswith("standalone")):
@@ -333,91 +411,38 @@ def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Any]) -> list
     return runs
 
 
-def report(a: argparse.Namespace, data: Any, archs: list[Any], ms: list[float], work: Path) -> dict[str, Any]:
-    """The JSON record and plot of a complete run, and its table printed."""
-    from nas.supernet.checkpoint import read_checkpoint
-
+def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arch], ms: list[float],
+            work: Path) -> RankingRun:
+    """What the report of the complete run ``a`` reads, from its caches."""
     names = score_names(a.standalone_seeds, a.estimator_seeds)
     caches = {n: _cache(work, n, a) for n in names}
-    stand = [n for n in names if n.startswith("standalone")]
-    runs = standalone_runs(work, a, archs)
-    ref = [float(v) for v in np.mean(runs, axis=0)]
-    rows = [{"arch": arch.label(), "digest": arch.digest(), "predicted_ms": lat, "reference": r,
-             "scores": {n: caches[n][arch.digest()] for n in names}} for arch, lat, r in zip(archs, ms, ref)]
-    taus = {m: _tau(ref, [r["scores"][m]["score"] for r in rows]) for m in METHODS}
-    taus_one = {m: _tau(runs[0], [r["scores"][m]["score"] for r in rows]) for m in METHODS}
-    seeded = {m: seed_names(m, a.estimator_seeds) for m in SEEDED}
-    by_seed = {m: {"seeds": [_seed(n, a) for n in ns], "taus": [_tau(ref, [r["scores"][n]["score"] for r in rows])
-                                                                for n in ns]} for m, ns in seeded.items()}
-    agreement = reference_agreement(runs)
-    ceiling = reference_ceiling(runs)
-    sn_again = _tau([r["scores"]["supernet"]["score"] for r in rows], [r["scores"]["supernet_again"]["score"] for r in rows])
-    by_latency = _tau(ref, ms)  # the baseline any estimator must beat: slower networks are more accurate
-    secs = {m: float(np.mean([r["scores"][m]["seconds"] for r in rows])) for m in names}
-    history = read_checkpoint(work / "supernet.ckpt")["history"]
-    sn_train_s = float(sum(h["seconds"] for h in history))
-    pg_history = read_checkpoint(supernet_dir(work, "progressive") / "supernet.ckpt")["history"]
-    pg_train_s = float(sum(h["seconds"] for h in pg_history))
-    # what each score cost per architecture, a supernet's training shared over the architectures
-    cost = {**secs, "supernet": secs["supernet"] + sn_train_s / len(rows),
-            "progressive": secs["progressive"] + pg_train_s / len(rows)}
-    # the trials of a search over which the supernet's training, shared, makes a trial cost one epoch of training;
-    # supernet and supernet_again are the same scoring timed twice: the lesser is the less disturbed by other load
-    margin = secs["train_1epoch"] - min(secs["supernet"], secs["supernet_again"])
-    trials_1epoch = sn_train_s / margin if margin > 0 else None
-    spread = {"min": float(min(ref)), "max": float(max(ref)), "std": float(np.std(ref)),
-              "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))}
-    result = {
-        "command": command(a),
-        "data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
-        "target": a.target, "device": a.device, "batch_size": a.batch_size,
-        "archs": len(rows), "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
-        "standalone_seeds": [_seed(n, a) for n in stand], "estimator_seed": a.seed,
-        "supernet_train_seconds": sn_train_s, "supernet_history": history,
-        "progressive_train_seconds": pg_train_s, "progressive_history": pg_history,
-        "train_equal": json.loads((work / "equal_compute.json").read_text()), "cost_per_arch_s": cost,
-        "trials_at_1epoch_cost": trials_1epoch,
-        "kendall_tau_vs_reference": taus, "kendall_tau_vs_one_run": taus_one, "kendall_tau_by_seed": by_seed,
-        "reference_agreement": agreement,
-        "reference_ceiling": ceiling, "supernet_against_itself": sn_again,
-        "kendall_tau_predicted_latency_vs_reference": by_latency,
-        "reference_accuracy": spread, "seconds_per_arch": secs, "rows": rows, "quick": a.quick,
-        "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None,
-    }
-    name = "supernet_quick" if a.quick else "supernet"
-    out = Path(a.out)
-    atomic_write_json(out / f"{name}.json", result)
-    plot_ranking(rows, {**taus, "latency": by_latency}, runs, ceiling["perfect_score_tau"], out / f"{name}.png",
-                 METHODS, ACCURACY)
-    print(f"\n{'method':<12} {'tau vs mean of ' + str(len(runs)):>16} {'tau vs run 1':>13} {'s / arch':>9}")
-    for m in METHODS:
-        print(f"{m:<12} {taus[m]:>16.3f} {taus_one[m]:>13.3f} {cost[m]:>9.2f}")
-    if a.estimator_seeds > 1:
-        for m, v in by_seed.items():
-            print(f"{m:<12} over seeds {', '.join(map(str, v['seeds']))}: tau {' / '.join(f'{t:.3f}' for t in v['taus'])} "
-                  f"(mean {np.mean(v['taus']):.3f})")
-    print(f"{'standalone':<12} {'(reference)':>16} {'':>13} {np.mean([secs[n] for n in stand]):>9.2f}")
-    print(f"{'latency':<12} {by_latency:>16.3f} {_tau(runs[0], ms):>13.3f} {'':>9}  (the predicted latency as the score)")
-    print("s / arch: a supernet's includes its training shared over the architectures; train_equal trained "
-          f"{result['train_equal']['epochs']} epochs")
-    if trials_1epoch:
-        print(f"a supernet trial costs as much as train_1epoch's in a search of {trials_1epoch:.0f} trials")
-    print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {sn_again:.3f}")
-    print(f"the reference against itself: tau between seeds {agreement['pairwise_mean']:.3f} (pairs "
-          f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one seed against the mean of the others "
-          f"{agreement['one_vs_mean_of_rest']:.3f}; reference accuracies {100 * spread['min']:.2f}-"
-          f"{100 * spread['max']:.2f}% (std {100 * spread['std']:.2f} points; run 1 - run 2: std "
-          f"{100 * spread['run_difference_std']:.2f} points)")
-    print(ceiling_line(ceiling))
-    print(f"supernet training: {sn_train_s:.0f} s once ({sn_train_s / max(1, len(rows)):.1f} s per arch over "
-          f"{len(rows)} archs); progressive shrinking {pg_train_s:.0f} s\nwrote {out / (name + '.json')} and {out / (name + '.png')}")
-    return result
+    values = {n: [caches[n][x.digest()]["score"] for x in archs] for n in names}
+    seconds = {n: [caches[n][x.digest()]["seconds"] for x in archs] for n in names}
+    histories = {n: read_checkpoint(supernet_dir(work, n, a) / "supernet.ckpt")["history"]
+                 for n in names if supernet_of(n) == n}
+    estimators = {m: seed_names(m, a.estimator_seeds) for m in METHODS}
+    setup = {"data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
+             "target": a.target, "device": a.device, "batch_size": a.batch_size, "pick": a.pick, "archs": len(archs),
+             "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
+             "estimators_scored_on": f"the validation split ({sizes.val} images)",
+             "reference": f"the mean of {a.standalone_seeds} stand-alone runs, each scored on the test split "
+                          f"({sizes.test} images), which no estimator saw", "quick": a.quick}
+    extra = {"supernet_history": histories["supernet"], "progressive_history": histories["progressive"],
+             "train_equal": json.loads((work / "equal_compute.json").read_text()),
+             "estimated_cost": cost_estimate(a, work, archs, sizes),
+             "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
+    return RankingRun(command(a), setup, [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
+                      arch_baselines(archs, ms, data), estimators, ACCURACY, {n: _seed(n, a) for n in names}, values,
+                      seconds, tuple(n for n in names if n.startswith("standalone")),
+                      {n: float(sum(h["seconds"] for h in hist)) for n, hist in histories.items()},
+                      a.bands, a.draws, a.seed, extra)
 
 
 def _options(a: argparse.Namespace, *more: str) -> list[str]:
     """The options that give run ``a`` again: its settings, seeds and ``more`` that differ from the defaults."""
-    default = _args(["--quick"] if a.quick else [])
-    keys = [k for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds", *more) if getattr(a, k) != getattr(default, k)]
+    default = parse_args(["--quick"] if a.quick else [])
+    keys = [k for k in (*_SETTINGS, "standalone_seeds", "estimator_seeds", "bands", "draws", "images_per_s", *more)
+            if k != "reference_split" and getattr(a, k) != getattr(default, k)]
     return [*(["--quick"] if a.quick else []), *(x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(a, k))))]
 
 
@@ -426,28 +451,27 @@ def command(a: argparse.Namespace) -> str:
     return harness_command("supernet", _options(a), cores=[0] if a.device == "cpu" else None)
 
 
-def compute_here(a: argparse.Namespace, space: Any, data: Any, archs: list[Any], work: Path) -> None:
-    """Compute the scores of ``a.scores`` in this process, training a supernet first where one is needed."""
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
-    for schedule, names in (("sandwich", ("supernet", "supernet_again")), ("progressive", ("progressive",))):
-        if any(n in a.scores and len(_cache(work, n, a)) < len(archs) for n in names):
+def compute_here(a: argparse.Namespace, space: Any, data: Any, reference_data: Any, archs: list[Arch],
+                 work: Path) -> None:
+    """Compute the scores of ``a.scores`` in this process (a stand-alone run's on ``reference_data``), training
+    a supernet first where one is needed."""
+    for name in a.scores:
+        own = supernet_of(name)
+        if own and _missing([name], work, a, archs):
             t0 = time.perf_counter()
             batch = {} if a.batch_size is None else {"batch_size": a.batch_size}
-            settings = SupernetSettings(epochs=a.supernet_epochs, seed=a.seed, device=a.device, schedule=schedule, **batch)
-            rec = train_supernet(space, data, settings, supernet_dir(work, schedule))
-            print(f"supernet ({schedule}): {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
+            settings = SupernetSettings(epochs=a.supernet_epochs, seed=_seed(own, a), device=a.device,
+                                        schedule=SUPERNETS[_split_seed(own)[0]], **batch)
+            rec = train_supernet(space, data, settings, supernet_dir(work, own, a))
+            print(f"supernet of {own}: {a.supernet_epochs} epochs, {sum(h['seconds'] for h in rec['history']):.0f} s "
                   f"of training (this run {time.perf_counter() - t0:.0f} s)", flush=True)
-    for name in a.scores:
-        ev, seed = _evaluator(name, a, work / "supernet.ckpt")
-        score_archs(name, ev, seed, _cache_path(work, name, a), archs, data)
+        ev, seed = _evaluator(name, a, work)
+        score_archs(name, ev, seed, cache_path(work, name, a), archs,
+                    reference_data if name.startswith("standalone") else data)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    import torch
-
-    a = _args(argv)
+    a = parse_args(argv)
     usable_device(a.device)
     if a.device == "cpu":
         torch.set_num_threads(1)
@@ -455,17 +479,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     space = load_bench_space(a.space)
     check_work(work, a)
     data = load_subset(a)
-    archs, ms = _pick_archs(space, data, a.archs, a.seed, a.target, a.pick, keep=work)
+    reference_data = on_test_split(data, a.test_samples)
+    sizes = SplitSizes(len(data.train), len(data.val), len(reference_data.val))
+    archs, ms = pick_archs(space, data, a.archs, a.seed, a.target, a.pick, keep=work)
+    print(estimate_line(cost_estimate(a, work, archs, sizes), a.jobs), flush=True)
     if a.jobs > 1:
-        run_parts_of(a, work, archs)
+        run_parts_of(a, work, archs, sizes)
     else:
-        compute_here(a, space, data, archs, work)
+        compute_here(a, space, data, reference_data, archs, work)
     missing = _missing(score_names(a.standalone_seeds, a.estimator_seeds), work, a, archs)
     if missing:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
               "the report; or run again without --scores)")
         return None
-    return report(a, data, archs, ms, work)
+    name = "supernet_ranking_quick" if a.quick else "supernet_ranking"  # the former benchmark's supernet.json stays
+    return report(collect(a, data, sizes, archs, ms, work), Path(a.out), name)
 
 
 if __name__ == "__main__":

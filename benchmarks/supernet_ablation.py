@@ -7,7 +7,8 @@ first; its recorded settings, the space, data, resolution and device included, a
 ``--device cuda`` trains and scores the variants on a GPU instead, against the same reference),
 trains one supernet per variant on the same data (with the benchmark's seed unless the variant sets
 one), scores the same architectures with each (``evaluator=supernet``) and reports Kendall's tau
-against the same reference (the mean of the stand-alone runs). A variant is ``base`` (the
+against the same reference (the mean of the stand-alone runs): over all architectures, within the
+benchmark's equal-latency bands and partialled on MACs (one supernet each: no interval). A variant is ``base`` (the
 benchmark's own supernet) or ``key=value[,key=value]`` over ``SupernetSettings`` (``epochs=40``,
 ``distill=0``, ``sort_channels=false``, ``random_subnets=4``, ``schedule=progressive`` ...); ``seed=1``,
 the same supernet trained with another seed, shows how far the ranking moves by chance alone.  A
@@ -46,24 +47,34 @@ import copy
 import logging
 import re
 import time
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+import yaml
 
 from benchmarks._inputs import load_subset
-from benchmarks._ranking import _pick_archs, _tau, reference_agreement
+from benchmarks._ranking import (
+    arch_baselines,
+    kendall_tau,
+    latency_bands,
+    pick_archs,
+    point_taus,
+    reference_agreement,
+)
 from benchmarks.harness import RESULTS, usable_device
 from benchmarks.harness import command as harness_command
-from benchmarks.supernet import _args as benchmark_args
-from benchmarks.supernet import (
-    _cache_path,
-    command,
-    recorded_settings,
-    score_archs,
-    standalone_runs,
-)
+from benchmarks.supernet import cache_path, command, parse_args, recorded_settings, score_archs, standalone_runs
 from nas._io import atomic_write_json
+from nas.search.evaluate import SupernetEvaluator
+from nas.search.evaluator_settings import SupernetEvaluatorSettings
+from nas.space import SearchSpace, load_space
+from nas.supernet.checkpoint import read_checkpoint
+from nas.supernet.elastic import locate
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import train_supernet
 
 VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0", "distill=0,seed=1", "distill=0,seed=2",
             "distill=0,seed=3", "sort_channels=false", "sort_channels=false,seed=1", "random_subnets=4",
@@ -73,11 +84,6 @@ VARIANTS = ("base", "seed=1", "seed=2", "seed=3", "epochs=40", "distill=0", "dis
 def parse_variant(text: str) -> dict[str, Any]:
     """``key=value[,key=value]`` as ``SupernetSettings`` overrides (values read as YAML scalars);
     ``base``: none.  A malformed variant or an unknown setting is a one-line error."""
-    import yaml
-
-    from nas.search.evaluator_settings import SupernetEvaluatorSettings
-    from nas.supernet.settings import SupernetSettings
-
     if text == "base":
         return {}
     fields = set(SupernetSettings.__dataclass_fields__) - {"device"} | set(SPLIT_KEYS)
@@ -142,7 +148,7 @@ def benchmark_run(work: Path, out: str, standalone_seeds: int, device: str | Non
     have = recorded_settings(work)
     if have is None:
         raise SystemExit(f"{work}: no benchmarks/supernet.py run there; run python -m benchmarks supernet first")
-    b = benchmark_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
+    b = parse_args(["--out", out, "--standalone-seeds", str(standalone_seeds)])
     for k, v in have.items():
         setattr(b, k, v)
     b.device = device or b.device
@@ -159,17 +165,11 @@ def _reference(work: Path, b: argparse.Namespace, archs: list[Any]) -> tuple[lis
 def _variant(name: str, overrides: dict[str, Any], work: Path, b: argparse.Namespace, data: Any,
              archs: list[Any]) -> dict[str, Any]:
     """Train (or resume) the variant's supernet and score every architecture with it."""
-    from nas.search.evaluate import SupernetEvaluator
-    from nas.space import load_space
-    from nas.supernet.checkpoint import read_checkpoint
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
     if "split" in overrides:
         return _split_variant(name, overrides, work, b, data, archs)
     train, scoring = split_overrides(overrides)
     vdir = work if not train else work / "ablation" / _label(train)  # the supernet, shared by eval.* variants
-    scores_path = _cache_path(work, "supernet", b) if name == "base" else work / "ablation" / _label(overrides) / "scores.json"
+    scores_path = cache_path(work, "supernet", b) if name == "base" else work / "ablation" / _label(overrides) / "scores.json"
     rec = None
     if train:
         kw = {"epochs": b.supernet_epochs, **train}
@@ -199,8 +199,6 @@ def sub_spaces(space: Any, param: str) -> list[tuple[Any, Any]]:
     """``(choice, space)`` for each choice of ``param`` (a stage's width or depth, the stem width or the
     head's hidden width): ``space`` with that choice alone, the sub-spaces a split supernet trains one
     supernet each on.  A parameter the space does not vary is a one-line error."""
-    from nas.space import SearchSpace
-
     choices = space.param_choices()
     if not SPLITTABLE.match(param) or len(choices.get(param, ())) < 2:
         varied = [k for k, v in choices.items() if SPLITTABLE.match(k) and len(v) > 1]
@@ -225,12 +223,6 @@ def _split_variant(name: str, overrides: dict[str, Any], work: Path, b: argparse
                    archs: list[Any]) -> dict[str, Any]:
     """A split supernet: one supernet per choice of ``split`` (trained on the sub-space, from scratch, or
     with ``warm`` from the default supernet of the same seed), each architecture scored by its own."""
-    from nas.search.evaluate import SupernetEvaluator
-    from nas.space import load_space
-    from nas.supernet.elastic import locate
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
     train, scoring = split_overrides(overrides)
     vdir = work / "ablation" / _label(train)  # the sub-supernets, shared by eval.* variants
     param, warm = train.pop("split"), train.pop("warm", False)
@@ -268,16 +260,14 @@ def averaged_supernets(rows: list[dict[str, Any]], ref: list[float]) -> list[dic
     """Kendall's tau against ``ref`` of the mean score of several supernets: for each k, every set
     of k seed supernets (the same settings, other seeds; mean, min and max over the sets), then
     every variant together.  Too few seed supernets (< 2): only the latter."""
-    from itertools import combinations
-
     seeds = [r for r in rows if is_seed_variant(r["overrides"])]
     out = []
     for k in range(1, len(seeds) + 1) if len(seeds) >= 2 else ():
-        taus = [_tau(ref, list(np.mean([r["scores"] for r in c], axis=0))) for c in combinations(seeds, k)]
+        taus = [kendall_tau(ref, list(np.mean([r["scores"] for r in c], axis=0))) for c in combinations(seeds, k)]
         out.append({"supernets": f"{k} of the {len(seeds)} seeds", "k": k, "sets": len(taus),
                     "tau_mean": float(np.mean(taus)), "tau_min": min(taus), "tau_max": max(taus)})
     if len(rows) >= 2:
-        tau = _tau(ref, list(np.mean([r["scores"] for r in rows], axis=0)))
+        tau = kendall_tau(ref, list(np.mean([r["scores"] for r in rows], axis=0)))
         out.append({"supernets": f"all {len(rows)} variants", "k": len(rows), "sets": 1,
                     "tau_mean": tau, "tau_min": tau, "tau_max": tau})
     return out
@@ -321,18 +311,19 @@ def ranked_by(archs: list[Any], predicted_ms: list[float], ref: list[float],
     and against the averaged seed supernets: what each ranking follows."""
     feats = [arch_features(x) for x in archs]
     cols = {k: [float(f[k]) for f in feats] for k in feats[0]} | {"predicted_ms": list(predicted_ms)}
-    return {k: {"vs_reference": _tau(v, ref), "vs_averaged_supernets": _tau(v, averaged) if averaged else None}
+    return {k: {"vs_reference": kendall_tau(v, ref), "vs_averaged_supernets": kendall_tau(v, averaged) if averaged else None}
             for k, v in cols.items()}
 
 
 def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], paired: list[dict[str, Any]],
            by: dict[str, dict[str, Any]]) -> None:
     print(f"\n{'variant':<22} {'epochs':>6} {'train s':>8} {'largest':>8} {'smallest':>9} {'mean score':>10} "
-          f"{'tau vs reference':>16} {'tau vs run 1':>12} {'tau vs base':>11}")
+          f"{'tau vs reference':>16} {'in bands':>8} {'given MACs':>10} {'tau vs run 1':>12} {'tau vs base':>11}")
     for r in rows:
         print(f"{r['variant']:<22} {r['epochs']:>6} {r['train_seconds']:>8.0f} {100 * r['val_accuracy_largest']:>7.1f}% "
               f"{100 * r['val_accuracy_smallest']:>8.1f}% {100 * np.mean(r['scores']):>9.2f}% "
-              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
+              f"{r['kendall_tau_vs_reference']:>16.3f} {r['kendall_tau_in_bands']:>8.3f} "
+              f"{r['partial_tau_given_macs']:>10.3f} {r['kendall_tau_vs_one_run']:>12.3f} "
               f"{r['kendall_tau_vs_base'] if r['kendall_tau_vs_base'] is not None else float('nan'):>11.3f}")
     if averaged:
         print(f"\n{'scores averaged over':<22} {'sets':>5} {'tau vs reference: mean':>23} {'min':>6} {'max':>6}")
@@ -349,9 +340,7 @@ def _print(rows: list[dict[str, Any]], averaged: list[dict[str, Any]], paired: l
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import torch
 
-    from nas.space import load_space
 
     a = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the supernet's epochs as they finish
@@ -361,15 +350,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if b.device == "cpu":
         torch.set_num_threads(1)
     data = load_subset(b)
-    archs, ms = _pick_archs(load_space(b.space), data, b.archs, b.seed, b.target, b.pick, keep=work)
+    archs, ms = pick_archs(load_space(b.space), data, b.archs, b.seed, b.target, b.pick, keep=work)
     rows = [_variant(name, overrides, work, b, data, archs) for name, overrides in a.overrides.items()]
     ref, first = _reference(work, b, archs)  # after the variants: they can be scored while the reference runs
-    for r in rows:
-        r["kendall_tau_vs_reference"] = _tau(ref, r["scores"])
-        r["kendall_tau_vs_one_run"] = _tau(first, r["scores"])
+    macs, bands = arch_baselines(archs, ms, data)["macs"], latency_bands(ms, b.bands)
+    for r in rows:  # the benchmark's statistics, one supernet each (no interval)
+        t = point_taus(ref, r["scores"], macs, bands)
+        r["kendall_tau_vs_reference"], r["kendall_tau_in_bands"] = t["tau_all"], t["tau_bands"]
+        r["partial_tau_given_macs"], r["kendall_tau_vs_one_run"] = t["tau_partial_macs"], kendall_tau(first, r["scores"])
     base = next((r["scores"] for r in rows if r["variant"] == "base"), None)
     for r in rows:  # how alike two supernets rank: the base against itself is 1
-        r["kendall_tau_vs_base"] = _tau(base, r["scores"]) if base is not None else None
+        r["kendall_tau_vs_base"] = kendall_tau(base, r["scores"]) if base is not None else None
     averaged = averaged_supernets(rows, ref)
     paired = by_seed(rows, b.seed)
     seeds = [r["scores"] for r in rows if is_seed_variant(r["overrides"])]

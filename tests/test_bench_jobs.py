@@ -68,54 +68,58 @@ def test_supernet_benchmark_splits_its_missing_scores_into_parts(tmp_path, monke
     """Each supernet with its scores, each stand-alone run and estimator seed a part, the zero-cost
     proxies one; train_equal waits for the supernet and train; a complete score is no part; each
     part's process is the benchmark with the same settings and that part's scores."""
-    a = bs._args(["--standalone-seeds", "2", "--out", str(tmp_path), "--estimator-seeds", "2", "--jobs", "2", "--seed",
+    a = bs.parse_args(["--standalone-seeds", "2", "--out", str(tmp_path), "--estimator-seeds", "2", "--jobs", "2", "--seed",
                   "5", "--space", "bench/wide", "--pick", "graded"])
     work = tmp_path / "w"
     archs = [type("A", (), {"digest": lambda self, k=k: f"d{k}"})() for k in range(4)]
-    got = bs.parts(a, work, archs)
+    sizes = bs.SplitSizes(10000, 12000, 10000)
+    got = bs.parts(a, work, archs, sizes)
     named = {p.name: (p, s) for p, s in got.items()}
     assert set(named) == {"supernet", "progressive", "train", "train_equal", "train_1epoch", "zero_cost", "standalone0",
-                          "standalone1", "train@1", "train_equal@1", "train_1epoch@1"}
-    assert named["supernet"][1] == ["supernet", "supernet_again"]
+                          "standalone1", "supernet@1", "progressive@1", "train@1", "train_equal@1", "train_1epoch@1"}
+    assert named["supernet"][1] == ["supernet", "supernet_again"] and named["supernet@1"][1] == ["supernet@1"]
     assert named["zero_cost"][1] == ["naswot", "synflow", "naswot@1", "synflow@1"]
     assert named["train_equal"][0].needs == named["train_equal@1"][0].needs == ("supernet", "train")
-    # the order follows the training each part does: 8 epochs, a supernet's 20 (about six each), 3, 1
+    # the order follows the training each part does: a supernet's 20 epochs (about seven each), 8, 3, 1
     assert named["progressive"][0].cost > named["standalone0"][0].cost > named["train"][0].cost > \
         named["train_1epoch"][0].cost > named["zero_cost"][0].cost
+    # a part's cost is its estimated seconds: 4 architectures x (8 epochs of 10000 images + a scoring of the
+    # 10000 test images at a third of the cost) at 640 images/s
+    assert named["standalone0"][0].cost == pytest.approx(4 * (8 * 10000 + 10000 / 3) / 640)
     # a score complete in the cache is left out, and nothing waits for it
     for name in ("supernet", "supernet_again"):
-        path = bs._cache_path(work, name, a)
+        path = bs.cache_path(work, name, a)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({f"d{k}": {"score": 0.5, "seconds": 1.0} for k in range(4)}))
-    named = {p.name: p for p in bs.parts(a, work, archs)}
+    named = {p.name: p for p in bs.parts(a, work, archs, sizes)}
     assert "supernet" not in named and named["train_equal"].needs == ("train",)
 
     seen = {}
     monkeypatch.setattr(bs, "job_cores", lambda jobs: [0, 1][:jobs])
     monkeypatch.setattr(bs, "run_parts", lambda todo, command, cores, logs: seen.update(
         cores=cores, commands={p.name: command(p) for p in todo}) or {})
-    bs.run_parts_of(a, work, archs)
+    bs.run_parts_of(a, work, archs, sizes)
     assert seen["cores"] == [0, 1]
     rec = json.loads((work / "jobs.json").read_text())  # what the report gives as its "jobs"
     assert rec["cores"] == [0, 1] and rec["wall_s"] >= 0 and rec["part_wall_s"] == {}
     assert (rec["scores_computed"], rec["scores_complete_before"]) == (len(a.scores) - 2, 2)
     cmd = seen["commands"]["train_equal@1"]
     assert cmd[:4] == [sys.executable, "-m", "benchmarks", "supernet"]
-    again = bs._args(cmd[4:])
+    again = bs.parse_args(cmd[4:])
     assert again.scores == ["train_equal@1"] and again.jobs == 1
     same = (*bs._SETTINGS, "standalone_seeds", "estimator_seeds", "quick", "out")
     assert {k: getattr(again, k) for k in same} == {k: getattr(a, k) for k in same}
-    quick = bs._args(["--quick", "--out", str(tmp_path), "--jobs", "2"])
-    bs.run_parts_of(quick, tmp_path / "q", archs)
-    assert bs._args(seen["commands"]["standalone1"][4:]).quick
+    quick = bs.parse_args(["--quick", "--out", str(tmp_path), "--jobs", "2"])
+    bs.run_parts_of(quick, tmp_path / "q", archs, sizes)
+    assert bs.parse_args(seen["commands"]["standalone1"][4:]).quick
 
 
 def test_supernet_benchmark_jobs_are_cpu_cores(capsys):
     with pytest.raises(SystemExit):
-        bs._args(["--jobs", "2", "--device", "cuda"])
+        bs.parse_args(["--jobs", "2", "--device", "cuda"])
     assert "--jobs runs the parts on CPU cores" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        bs._args(["--jobs", "0"])
+        bs.parse_args(["--jobs", "0"])
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
 
 

@@ -1,0 +1,171 @@
+"""The record, table and plot of a complete run of the ranking benchmark (``benchmarks/supernet.py``): every
+estimator and the trivial scores (MACs, parameters, predicted latency) judged by Kendall's tau over all
+architectures, within equal-latency bands and partialled on MACs, each the mean over the estimator's
+seeds with a paired bootstrap 95% confidence interval, and each score's difference from MACs with its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._ranking import (
+    METRICS,
+    Ranking,
+    band_ceilings,
+    ceiling_line,
+    kendall_tau,
+    latency_bands,
+    plot_ranking,
+    rank_scores,
+    reference_agreement,
+    reference_ceiling,
+)
+from benchmarks.harness import machine, markdown_table, write_result
+
+BASELINES = {"macs": "MACs", "params": "parameters", "latency": "predicted latency"}  # the trivial scores' rows
+HEADERS = {"tau_all": "τ, all {n}", "tau_bands": "τ within latency bands, mean", "tau_partial_macs": "partial τ given MACs"}
+
+
+@dataclass(frozen=True)
+class RankingRun:
+    """Everything a complete run of the ranking benchmark computed, as its report reads it.
+
+    Args:
+        command: the command line that reproduces the run.
+        setup: the run's settings and data, recorded as they are.
+        archs: each architecture's ``{"arch": label, "digest": digest}``, fastest first.
+        predicted_ms: each architecture's predicted latency on the run's target.
+        baselines: the trivial scores per architecture (``arch_baselines``: macs, params, latency).
+        estimators: per estimator, its score names, one per seed, the run's own seed first.
+        accuracy: the estimators whose scores are accuracies (the rest: proxy scores).
+        seeds: each score name's seed.
+        values: each score name's value per architecture (estimators, ``supernet_again``, stand-alone runs).
+        seconds: each score name's seconds per architecture.
+        standalone: the stand-alone runs' score names; the reference is their mean.
+        supernet_seconds: per score name that trained a supernet, that training's seconds.
+        bands: the equal-latency bands.
+        draws: bootstrap resamples.
+        seed: the bootstrap's seed.
+        extra: further records the JSON keeps as they are (histories, train_equal, jobs, the cost estimate).
+    """
+
+    command: str
+    setup: dict[str, Any]
+    archs: list[dict[str, str]]
+    predicted_ms: list[float]
+    baselines: dict[str, list[float]]
+    estimators: dict[str, tuple[str, ...]]
+    accuracy: tuple[str, ...]
+    seeds: dict[str, int]
+    values: dict[str, list[float]]
+    seconds: dict[str, list[float]]
+    standalone: tuple[str, ...]
+    supernet_seconds: dict[str, float]
+    bands: int
+    draws: int
+    seed: int
+    extra: dict[str, Any]
+
+
+def cost_per_arch(run: RankingRun) -> dict[str, float]:
+    """Each estimator's seconds per architecture, the mean over its seeds, a supernet's training shared
+    over the architectures."""
+    n = len(run.archs)
+    return {m: float(np.mean([np.mean(run.seconds[s]) + run.supernet_seconds.get(s, 0.0) / n for s in names]))
+            for m, names in run.estimators.items()}
+
+
+def trials_at_1epoch_cost(run: RankingRun) -> float | None:
+    """The trials of a search over which the supernet's training, shared, makes a trial cost one epoch of
+    training (``supernet`` and ``supernet_again`` are the same scoring timed twice: the lesser is the less
+    disturbed by other load); None where a supernet trial costs no less than one epoch."""
+    sn = min(np.mean(run.seconds["supernet"]), np.mean(run.seconds["supernet_again"]))
+    margin = float(np.mean(run.seconds["train_1epoch"]) - sn)
+    return run.supernet_seconds["supernet"] / margin if margin > 0 else None
+
+
+def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, list[float]],
+           cost: dict[str, float]) -> str:
+    """The report's two markdown tables: each score's taus, then each score's differences from MACs."""
+    n, nb = len(run.archs), run.bands
+    head = ["score", "seeds", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],
+            *(f"band {k + 1}" for k in range(nb)), HEADERS["tau_partial_macs"], "s / arch"]
+    rows = []
+    for name, r in ranking.items():
+        label = BASELINES.get(name, name)
+        rows.append([label, r.seeds, r.tau_all.text(), r.tau_bands.text(), *(f"{b.value:.3f}" for b in r.bands),
+                     r.tau_partial_macs.text(), f"{cost[name]:.2f}" if name in cost else "—"])
+    rows.append(["a perfect score (simulated from the runs' noise)", "—", f"{ceilings[0]:.3f}",
+                 f"{np.mean(ceilings[1]):.3f}", *(f"{c:.3f}" for c in ceilings[1]), "—", "—"])
+    diff = [[BASELINES.get(name, name), *(r.minus_macs[m].text(sign=True) for m in METRICS)]
+            for name, r in ranking.items() if r.minus_macs is not None]
+    return (markdown_table(rows, head) + "\n\nEach score less MACs (paired bootstrap 95% CI):\n\n"
+            + markdown_table(diff, ["score − MACs", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],
+                                    HEADERS["tau_partial_macs"]]))
+
+
+def _panels(run: RankingRun, ranking: dict[str, Ranking]) -> list[tuple[str, list[float], str]]:
+    """The plot's panels: each estimator's mean score over its seeds, then each trivial score."""
+    out = []
+    for m, names in run.estimators.items():
+        mean = np.mean([run.values[s] for s in names], axis=0) * (100 if m in run.accuracy else 1)
+        label = f"{m} {'accuracy %' if m in run.accuracy else 'score'}, mean of {len(names)} seeds"
+        out.append((m, list(mean), label))
+    scale = {"macs": (1e-6, "MACs, millions"), "params": (1e-3, "parameters, thousands"),
+             "latency": (1.0, "predicted latency, ms (a prediction)")}
+    out += [(BASELINES[k], [v * scale[k][0] for v in run.baselines[k]], scale[k][1]) for k in BASELINES]
+    return [(f"{t}: tau {r.tau_all.value:.2f}, in bands {r.tau_bands.value:.2f},\npartial given MACs "
+             f"{r.tau_partial_macs.value:.2f}", v, label)
+            for (t, v, label), r in zip(out, [*(ranking[m] for m in run.estimators), *(ranking[k] for k in BASELINES)])]
+
+
+def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
+    """Judge every score of a complete run, write ``<out>/<name>.json``, ``.md`` (the tables) and ``.png``,
+    print the tables; returns the JSON record."""
+    runs = [run.values[s] for s in run.standalone]
+    ref = np.mean(runs, axis=0)
+    bands = latency_bands(run.predicted_ms, run.bands)
+    scores = {m: [run.values[s] for s in names] for m, names in run.estimators.items()}
+    scores |= {k: [run.baselines[k]] for k in BASELINES if k != "macs"}
+    ranking = rank_scores(ref, scores, run.baselines["macs"], bands, draws=run.draws, seed=run.seed)
+    ranking = {k: ranking[k] for k in (*run.estimators, *BASELINES)}
+    ceiling = reference_ceiling(runs)
+    in_bands = band_ceilings(runs, bands)
+    cost = cost_per_arch(run)
+    agreement = reference_agreement(runs)
+    again = kendall_tau(run.values["supernet"], run.values["supernet_again"])
+    band_rec = [{"band": k + 1, "archs": len(b), "predicted_ms": [float(np.min(np.asarray(run.predicted_ms)[b])),
+                                                                  float(np.max(np.asarray(run.predicted_ms)[b]))],
+                 "reference_accuracy": [float(ref[b].min()), float(ref[b].max())], "perfect_score_tau": c}
+                for k, (b, c) in enumerate(zip(bands, in_bands))]
+    rows = [{**a, "predicted_ms": ms, "reference": float(r), "band": next(k + 1 for k, b in enumerate(bands) if i in b),
+             **{k: run.baselines[k][i] for k in ("macs", "params")},
+             "scores": {s: {"score": run.values[s][i], "seconds": run.seconds[s][i]} for s in run.values}}
+            for i, (a, ms, r) in enumerate(zip(run.archs, run.predicted_ms, ref))]
+    table = _table(run, ranking, (ceiling["perfect_score_tau"], in_bands), cost)
+    result = {"command": run.command, **run.setup, "headline": "each estimator's statistic is the mean over its seeds "
+              "(by_seed: each seed's); ci95: paired bootstrap over architectures, resampled within each band",
+              "ranking": {k: r.to_dict() for k, r in ranking.items()}, "bands": band_rec,
+              "bootstrap": {"draws": run.draws, "seed": run.seed}, "seeds": run.seeds,
+              "cost_per_arch_s": cost, "trials_at_1epoch_cost": trials_at_1epoch_cost(run),
+              "supernet_train_seconds": run.supernet_seconds, "reference_agreement": agreement,
+              "reference_ceiling": ceiling, "supernet_against_itself": again,
+              "reference_accuracy": {"min": float(ref.min()), "max": float(ref.max()), "std": float(np.std(ref)),
+                                     "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))},
+              **run.extra, "rows": rows, "machine": machine()}
+    path = write_result(out / f"{name}.json", result, table=table,
+                        plot=lambda p: plot_ranking(p, list(ref), _panels(run, ranking), runs, bands))
+    print("\n" + table + "\n")
+    print("bands (predicted latency, fastest first): " + "; ".join(
+        f"{b['band']}: {b['archs']} archs, {b['predicted_ms'][0]:.3f}-{b['predicted_ms'][1]:.3f} ms, reference "
+        f"{100 * b['reference_accuracy'][0]:.2f}-{100 * b['reference_accuracy'][1]:.2f}%" for b in band_rec))
+    print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {again:.3f}")
+    print(f"the reference against itself: tau between runs {agreement['pairwise_mean']:.3f} (pairs "
+          f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one run against the mean of the others "
+          f"{agreement['one_vs_mean_of_rest']:.3f}")
+    print(ceiling_line(ceiling))
+    print(f"wrote {path}, {path.with_suffix('.md')} and {path.with_suffix('.png')}")
+    return result
