@@ -19,7 +19,8 @@ __all__ = ["installed_version", "runtime_note"]
 
 # a runtime's name in a table -> the distributions that provide it
 _DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-                  "openvino": ("openvino",), "executorch": ("executorch",), "tensorrt": ("tensorrt",)}
+                  "openvino": ("openvino",), "executorch": ("executorch",), "tensorrt": ("tensorrt",),
+                  "litert": ("ai-edge-litert",)}
 
 
 def installed_version(runtime: str) -> str | None:
