@@ -69,12 +69,15 @@ def _quantize(data: bytes, calib: Sequence[np.ndarray | torch.Tensor]) -> bytes:
     sig = Interpreter(model_content=data).get_signature_list()
     name, spec = next(iter(sig.items()))
     q = quantizer.Quantizer(data, recipe.static_wi8_ai8())
-    # its calibrator keeps every tensor and warns that this is for debugging, and draws a progress bar on
-    # stderr with no switch to turn it off (quantize has one)
-    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+    # its interpreters keep every tensor and warn that this is for debugging; its calibrator draws a progress
+    # bar on stderr with no switch to turn it off (quantize has one); a channel that calibration never moved
+    # (an untrained network's ReLU that stays at 0) gets a zero scale, whose bias cast warns (verify_file
+    # shows what that costs an export)
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = q.calibrate({name: [{spec["inputs"][0]: _nhwc(x)} for x in calib]}, num_threads=1)
-    return bytes(q.quantize(result, enable_progress_bar=False, enable_progress_report=False).quantized_model)
+        with contextlib.redirect_stderr(io.StringIO()):
+            result = q.calibrate({name: [{spec["inputs"][0]: _nhwc(x)} for x in calib]}, num_threads=1)
+        return bytes(q.quantize(result, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
 
 def tflite_bytes(module: nn.Module, example: torch.Tensor, *, precision: str = "fp32",

@@ -152,8 +152,9 @@ class BenchmarkModel:
             self._run("shell", f"mkdir -p {shlex.quote(os.path.dirname(device_binary))}")
             self._run("push", binary, device_binary)
             self._run("shell", f"chmod 755 {shlex.quote(device_binary)}")
-        out = self._run("shell", f"ls {shlex.quote(device_binary)}", check=False)
-        if device_binary not in out:
+        # "test -x": an older adb returns no remote exit status, and ls names a missing file in its error
+        out = self._run("shell", f"test -x {shlex.quote(device_binary)} && echo hwnas-found", check=False)
+        if "hwnas-found" not in out:
             raise BenchmarkError(f"no benchmark_model at {device_binary} on the phone: pass --benchmark-model <file> "
                                  "(LiteRT's android_aarch64 benchmark_model, docs/devices.md) to push it")
         if taskset:
@@ -183,8 +184,8 @@ class BenchmarkModel:
             got = self.parse(text)
             if got["statistic"] != "median":
                 self.info["statistic"] = "mean where this benchmark_model printed no median (its avg=)"
-            if got["xnnpack"]:
-                self.info.setdefault("xnnpack", {})[os.path.basename(path)] = got["xnnpack"]
+            if got["xnnpack"] and not re.fullmatch(r"all nodes|(\d+) of \1 nodes in 1 partition\(s\)", got["xnnpack"]):
+                self.info.setdefault("xnnpack_partial", {})[os.path.basename(path)] = got["xnnpack"]
             return {k: got[k] for k in ("median_ms", "p10_ms", "p90_ms", "n")}
 
         return once
@@ -270,4 +271,5 @@ def litert_factory(runtime: str, args: argparse.Namespace, threads: int, timed: 
         return (lambda path, shape, s: (lambda call: lambda: timed(call, s))(make(path, shape))), info
     bm = BenchmarkModel(args.adb, args.benchmark_model, args.serial, taskset=args.taskset, version=args.litert_version,
                         threads=threads)
-    return bm.factory, {**bm.info, "device": bm.identity()}
+    bm.info["device"] = bm.identity()  # the script takes it out; the rest stays the dict the runs update
+    return bm.factory, bm.info
