@@ -64,7 +64,7 @@ def _quantize(data: bytes, calib: Sequence[np.ndarray | torch.Tensor]) -> bytes:
     """Full-integer int8 of a float graph by ai-edge-quantizer, calibrated on ``calib`` (NCHW batches)."""
     # optional heavy runtimes: ai-edge-quantizer and the interpreter load only where a graph is quantized
     from ai_edge_litert.interpreter import Interpreter
-    from ai_edge_quantizer import quantizer, recipe
+    from ai_edge_quantizer import quantizer, recipe  # optional heavy runtime, as above
 
     sig = Interpreter(model_content=data).get_signature_list()
     name, spec = next(iter(sig.items()))
