@@ -53,7 +53,7 @@ def test_delegation_is_read():
 
 
 def test_median_where_a_build_prints_percentiles():
-    """Builds since 2024 print ``p5= median= p95=`` after the ``Stat`` fields (``StatWithPercentiles::
+    """Newer builds print ``p5= median= p95=`` after the ``Stat`` fields (``StatWithPercentiles::
     OutputToStream`` in xla/tsl/util/stats_calculator.h); this output is constructed in that format, and
     the delegation line in the XNNPACK delegate's (``Replacing N out of M node(s) ...``)."""
     text = ("INFO: Replacing 31 out of 31 node(s) with delegate (TfLiteXNNPackDelegate) node, yielding 1 partitions "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import warnings
 from collections.abc import Sequence
@@ -43,14 +44,26 @@ INT8_SCHEME = ("ai-edge-quantizer static_wi8_ai8: int8 activations (asymmetric, 
 LAYOUT = "NHWC"
 
 
+class _QuietConverter(logging.Filter):
+    """Drops litert-torch's INFO records on the root logger (``Use JAX lowering: aten.add.Tensor``, one per
+    op it lowers), which a command's logging (INFO on the root) would print during a profile."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or "litert_torch" not in record.pathname
+
+
 def _converter() -> Any:
-    """``litert_torch``, quiet: no progress lines, no per-graph INFO lines from its C++ converter."""
+    """``litert_torch``, quiet: no progress lines, no INFO lines from it, jax or its C++ converter."""
     # TF_CPP_MIN_LOG_LEVEL is read when the converter's C++ library loads: its INFO line per graph
     # ("Estimated count of arithmetic ops") would otherwise print for every block a profile converts
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     import litert_torch  # optional heavy runtime: only where a graph is converted
 
     litert_torch.config.show_progress = False
+    root = logging.getLogger()
+    if not any(isinstance(f, _QuietConverter) for f in root.filters):
+        root.addFilter(_QuietConverter())
+    logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'" on a CPU machine
     return litert_torch
 
 

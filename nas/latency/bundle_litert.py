@@ -15,7 +15,7 @@ LiteRT bundle in one of two ways:
 
 ``parse_output`` reads what ``benchmark_model`` prints, in the formats real runs show: the warm-up and
 the timed run each end in a statistics line, ``count=50 first=... curr=... min=... max=... avg=...
-std=...``, to which builds since 2024 add ``p5=... median=... p95=...`` (microseconds; a ``count=N
+std=...``, to which newer builds add ``p5=... median=... p95=...`` (microseconds; a ``count=N
 curr=X(all same)`` line when every run took the same time); lines may carry an ``INFO:`` prefix or
 Android's logcat prefix.  The timed run is the last statistics line after a ``Running benchmark for
 at least ...`` header (never the warm-up's, never op profiling's ``Timings (microseconds):`` line).
