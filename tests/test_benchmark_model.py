@@ -225,6 +225,7 @@ def test_measure_bundle_on_a_phone_imports_as_the_phone(tmp_path, monkeypatch):
     from nas.latency import bundle as bundle_mod
     from nas.latency.bundle import import_bundle, write_bundle
     from nas.latency.measure import ProfileSettings
+    from nas.latency.versions import runtime_note
     from nas.space import load_space
     from nas.target import load_target
 
@@ -249,6 +250,11 @@ def test_measure_bundle_on_a_phone_imports_as_the_phone(tmp_path, monkeypatch):
     table, rep = import_bundle(out / "results.json", phone)
     assert rep["complete"] and table.metadata["device"]["name"] == "Google Pixel 6a"
     assert table.metadata["runtime"]["statistic"].startswith("mean where")
+    # the phone's benchmark_model is never the runtime installed here: no "another release" note
+    assert runtime_note(phone, table.metadata, installed="2.4.0") is None
+    unknown = {**table.metadata, "runtime": {"name": "litert", "version": "unknown (benchmark_model prints none)"}}
+    assert runtime_note(phone, unknown, installed="2.4.0") is None
+    assert "another release" in runtime_note(phone, {"runtime": {"name": "litert", "version": "2.3.0"}}, installed="2.4.0")
 
 
 def test_the_bundle_helper_needs_nothing_of_hwnas():

@@ -38,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEVICE_DIR", "BenchmarkError", "BenchmarkModel", "add_phone_arguments", "android_identity",
+__all__ = ["DEVICE_DIR", "VIA", "BenchmarkError", "BenchmarkModel", "add_phone_arguments", "android_identity",
            "benchmark_command", "interpreter_runner", "litert_factory", "parse_output"]
 
 DEVICE_DIR = "/data/local/tmp/hwnas"  # where graphs and the binary go on the phone (adb can write there)
+VIA = "benchmark_model over adb"  # the runtime's ``via`` in the results and the table of a phone
 _FLAGS = {"asimd", "asimddp", "asimdhp", "i8mm", "bf16", "sve", "sve2", "fphp", "neon"}
 _HEADER = re.compile(r"Running benchmark for (?:at least )?(\d+) iterations")
 _STAT = re.compile(r"\bcount=\d+\b.*")
@@ -145,7 +146,7 @@ class BenchmarkModel:
         if serial is None and len(devices) > 1:
             raise BenchmarkError(f"adb lists {len(devices)} devices ({', '.join(devices)}): pick one with --serial")
         self.info = {"name": "litert", "version": version or "unknown (benchmark_model prints none)",
-                     "provider": "XNNPACK", "via": "benchmark_model over adb", "statistic": "median"}
+                     "provider": "XNNPACK", "via": VIA, "statistic": "median"}
         if binary:
             with open(binary, "rb") as f:
                 self.info["binary_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
