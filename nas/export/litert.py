@@ -45,11 +45,12 @@ LAYOUT = "NHWC"
 
 
 class _QuietConverter(logging.Filter):
-    """Drops litert-torch's INFO records on the root logger (``Use JAX lowering: aten.add.Tensor``, one per
-    op it lowers), which a command's logging (INFO on the root) would print during a profile."""
+    """Drops litert-torch's and ai-edge-quantizer's INFO records on the root logger (``Use JAX lowering:
+    aten.add.Tensor`` per op lowered, ``Serializing model...`` per graph quantized), which a command's
+    logging (INFO on the root) would print for every block of a profile."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > logging.INFO or "litert_torch" not in record.pathname
+        return record.levelno > logging.INFO or not any(p in record.pathname for p in ("litert_torch", "ai_edge_quantizer"))
 
 
 def _converter() -> Any:
