@@ -236,3 +236,13 @@ def test_bundle_measured_and_rehearsed_imports_labelled(tmp_path):
         import_bundle(out / "rehearsal.json", target)
     table, _ = import_bundle(out / "rehearsal.json", target, allow_mismatch=True)
     assert table.metadata["rehearsal"]["target"] == "litert_cpu_int8" and table.metadata["rehearsal"]["measured_on"]
+
+
+def test_a_qat_checkpoint_is_refused_as_tflite_with_the_fix():
+    """Before any conversion (no LiteRT package needed): its int8 is a QDQ ONNX graph."""
+    from torch import nn
+
+    from nas.train import deploy_edge
+
+    with pytest.raises(ValueError, match="litert-torch does not convert.*format=tflite precision=int8.*format=openvino"):
+        deploy_edge._convert("tflite", nn.Identity(), (1, 8, 8), "int8", is_qat=True, calib=[])
