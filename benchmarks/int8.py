@@ -197,7 +197,9 @@ def _int8_settings(table: LatencyTable) -> str:
         return "none (fp32)"
     return {"onnxruntime": "QDQ, u8 activations per-tensor, s8 weights per-channel, reduce_range, MinMax",
             "executorch": "PT2E XNNPACKQuantizer: symmetric int8 activations, per-channel int8 weights",
-            "openvino": "NNCF post-training quantization (default preset)"}.get(rt, str(rt))
+            "openvino": "NNCF post-training quantization (default preset)",
+            "litert": "ai-edge-quantizer static_wi8_ai8: int8 activations per tensor, int8 weights per channel, "
+                      "int8 input and output"}.get(rt, str(rt))
 
 
 def _networks(table: LatencyTable) -> dict:

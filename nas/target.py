@@ -29,7 +29,7 @@ __all__ = ["HERE_NAMES", "PRECISIONS", "REMOVED_FIELDS", "RUNTIME_NAMES", "Devic
 
 PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
-RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino")
+RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino", "litert")
 TORCH_RUNTIMES = ("torch", "torch_compile")
 HERE_NAMES = ("here", "here_gpu")  # this machine's own targets, made by nas.latency.here
 # fields a target no longer has, with why: a config, a target file or a call naming one is refused
@@ -79,7 +79,7 @@ class Target:
         name: the target's name (its file's stem).
         device: the device and its roofline figures (a ``Device``, or a dict of its fields).
         latency_budget_ms: the latency a searched network may spend on this target (a search's default budget).
-        runtime: ``onnxruntime``, ``torch``, ``torch_compile``, ``tensorrt``, ``executorch`` or ``openvino``.
+        runtime: ``onnxruntime``, ``torch``, ``torch_compile``, ``tensorrt``, ``executorch``, ``openvino`` or ``litert``.
         provider: onnxruntime's execution provider (torch's device for the torch runtimes).
         precision: ``fp32``, ``fp16`` or ``int8``.
         batch: the deployment batch size.
@@ -101,7 +101,7 @@ class Target:
     name: str
     device: Device
     latency_budget_ms: float
-    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt | executorch | openvino
+    runtime: str = "onnxruntime"  # onnxruntime | torch | torch_compile | tensorrt | executorch | openvino | litert
     provider: str = "CPUExecutionProvider"  # onnxruntime execution provider
     precision: str = "fp32"  # fp32 | fp16 | int8
     batch: int = 1

@@ -137,3 +137,30 @@ def _no_measure():
     from nas.train.settings import ExportSettings
 
     return ExportSettings(measure=False, calib_samples=8)
+
+
+def test_a_tflite_card_gives_its_nhwc_int8_input_and_its_own_name():
+    """A .tflite's own input (``nas.export.litert.io_spec``: NHWC, int8 with scale and zero point) replaces the
+    NCHW float32 default, the preprocessing says how to reach it, and its card does not take the name of the
+    ONNX export's card beside it."""
+    from nas.train.card import card_path
+
+    data = load_data({"name": "digits"})
+    arch = load_space("tiny").random(0).with_head(in_chans=1, num_classes=10).with_resolution(16)
+    q = {"scale": 0.02, "zero_point": -3, "real_value": "scale * (q - zero_point)"}
+    io = {"input": {"name": "serving_default_args_0", "shape": [1, 16, 16, 1], "dtype": "int8", "layout": "NHWC",
+                    "quantization": q},
+          "output": {"name": "out", "shape": [1, 10], "dtype": "int8", "layout": None, "quantization": q}}
+    card = deployment_card(file="m.int8.tflite", variant="ptq_int8", precision="int8", arch=arch,
+                           data=dataset_record(data), accuracy=None, split="val", split_note=split_note(data),
+                           predicted=None, measured=None, target=load_target("litert_cpu_int8"), io=io)
+    assert card["input"]["layout"] == "NHWC" and card["input"]["shape"] == [1, 16, 16, 1]
+    assert card["input"]["dtype"] == "int8" and card["input"]["quantization"]["zero_point"] == -3
+    assert card["preprocess"]["steps"][-2].startswith("keep HWC") and card["preprocess"]["steps"][-1].startswith(
+        "quantize to int8")
+    assert card["output"]["dtype"] == "int8" and "logits = scale * (q - zero_point)" in card["output"]["meaning"]
+    plain = deployment_card(file="m.onnx", variant="fp32", precision="fp32", arch=arch, data=dataset_record(data),
+                            accuracy=None, split="val", split_note=split_note(data), predicted=None, measured=None,
+                            target=load_target("cpu"))
+    assert plain["input"]["layout"] == "NCHW" and plain["preprocess"]["steps"][-1] == "HWC -> CHW, add the batch axis"
+    assert card_path("e/fp32.onnx").name == "fp32.card.json" and card_path("e/fp32.tflite").name == "fp32.tflite.card.json"

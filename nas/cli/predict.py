@@ -1,4 +1,6 @@
-"""``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``: one prediction."""
+"""``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``: one prediction; with
+``breakdown=true`` every layer's time beside the roofline's verdict on it (``nas.latency.breakdown``) and a
+bar chart of them (``breakdown_png``)."""
 
 from __future__ import annotations
 
@@ -34,14 +36,29 @@ def run(cfg: DictConfig) -> dict:
         print(model.note)
     p = model.explain(arch)
     print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target.name}: {p.label()}")
+    out = {"arch": arch.name or spec, **p.to_dict()}
     if cfg.breakdown:
-        if hasattr(model, "breakdown"):
-            rows = [[r["layer"], f"{r['ms']:.4f}", r["source"]] for r in model.breakdown(arch)]
-        else:
-            rows = [[str(k), f"{model.roofline.predict_key(k):.4f}", "estimated"] for k in arch.keys()]
-        print(fmt_table(rows, ["layer", "ms", "source"]))
-        print("(per-layer figures are before calibration; the total above is calibrated when marked so)")
-    return {"arch": arch.name or spec, **p.to_dict()}
+        out.update(_breakdown(arch, model, target, cfg.breakdown_png))
+    return out
+
+
+def _breakdown(arch, model, target: Target, png: str) -> dict:
+    """Print the per-layer table with the roofline's verdict, write its chart; both for the return value."""
+    rows = latency.layer_breakdown(arch, model, target)  # matplotlib loads here: only where a chart is drawn
+    d, ridge = target.device, latency.ridge_point(target)
+    print(f"roofline of {d.name or d.description or 'the device'}: {d.peak_gflops:g} GFLOP/s, {d.mem_bandwidth_gbs:g} "
+          f"GB/s, ridge point {ridge:.1f} FLOP/byte at {target.precision} ({d.spec_source or 'no source given'})")
+    print(fmt_table([[r.layer, f"{r.ms:.4f}", f"{100 * r.share:.1f}%", r.source, f"{r.intensity:.1f}", r.bound,
+                      f"{r.gflops:.1f} ({r.compute_pct:.0f}%)", f"{r.gbs:.1f} ({r.memory_pct:.0f}%)"] for r in rows],
+                    ["layer", "ms", "share", "source", "FLOP/B", "roofline", "GFLOP/s (% peak)", "GB/s (% peak)"]))
+    print("(per-layer figures are before calibration; the total above is calibrated when marked so.  FLOP/B is the "
+          "arithmetic intensity; a layer far below both peaks is bound by fixed costs, not by either roof; one above "
+          "100% of the GB/s peak works from the caches, faster than the memory the peak was measured on)")
+    chart = latency.breakdown_chart(rows, png, ridge=ridge, title=f"{arch.name or 'network'} at {arch.resolution} px on "
+                               f"{target.name}: {sum(r.ms for r in rows):.3f} ms summed per layer "
+                               f"({', '.join(sorted({r.source for r in rows}))})")
+    print(f"chart: {chart}")
+    return {"breakdown": [r.to_dict() for r in rows], "chart": chart}
 
 
 @hydra_app("predict")

@@ -82,7 +82,8 @@ class PredictAppConfig:
     arch: str | None = None  # an Arch JSON file
     model: str | None = None  # timm:<name>, converted with nas.from_timm.from_timm
     resolution: int | None = None  # default: the target's deployment resolution, else the Arch's own
-    breakdown: bool = False  # print a per-block table
+    breakdown: bool = False  # print a per-layer table: time, share, the roofline's verdict, achieved GFLOP/s and GB/s
+    breakdown_png: str = "breakdown.png"  # with breakdown=true: the per-layer bar chart's file
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
 
 

@@ -88,7 +88,7 @@ class ExportAppConfig:
     arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
     weights: str = MISSING  # the checkpoint to export (a .pt file of nas.train, or a state dict)
     precision: str = "fp32"  # fp32 | int8
-    format: str = "onnx"  # onnx | pte (ExecuTorch, XNNPACK) | openvino (OpenVINO IR .xml + .bin)
+    format: str = "onnx"  # onnx | pte (ExecuTorch, XNNPACK) | openvino (OpenVINO IR .xml + .bin) | tflite (LiteRT, NHWC)
     out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
     data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
     data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)

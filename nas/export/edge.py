@@ -1,5 +1,7 @@
 """ExecuTorch programs (``.pte``) and OpenVINO models from a torch module: the converters the
-``executorch`` and ``openvino`` latency runtimes time, and that ``nas.export format=pte|openvino`` writes.
+``executorch`` and ``openvino`` latency runtimes time, and that ``nas.export format=pte|openvino`` writes;
+``.tflite`` graphs for LiteRT come from ``nas.export.litert`` (``format=tflite``), written and verified here
+as the other two are.
 
 - ``pte_bytes``: ``torch.export`` -> (int8: PT2E quantization with ``XNNPACKQuantizer``, symmetric
   per-channel int8 weights and int8 activations, calibrated on the given inputs) -> XNNPACK delegate ->
@@ -10,7 +12,7 @@
 
 NNCF rather than the onnxruntime QDQ graph for float networks: docs/runtimes.md has the comparison.
 
-``write_file`` writes a converted network (``.pte``, or an OpenVINO IR: ``.xml`` + ``.bin``) atomically;
+``write_file`` writes a converted network (``.pte``, ``.tflite``, or an OpenVINO IR: ``.xml`` + ``.bin``) atomically;
 ``verify_file`` runs the written file against the torch module it came from.  The runtimes'
 packages load only when a converter runs (``nas.latency.runtimes_edge.require`` checks them).
 """
@@ -32,15 +34,17 @@ from torch import nn
 
 from nas._io import atomic_write_bytes
 from nas.data import Dataset
+from nas.export import litert
 from nas.export.onnx import export_onnx
 from nas.export.verify import batch1, eval_split
 
-__all__ = ["EDGE_FORMATS", "OPENVINO_CONFIG", "openvino_compile", "openvino_model", "pte_bytes", "pte_method",
+__all__ = ["EDGE_FORMATS", "OPENVINO_CONFIG", "SUFFIXES", "openvino_compile", "openvino_model", "pte_bytes", "pte_method",
            "verify_file", "write_file", "write_openvino"]
 
 log = logging.getLogger(__name__)
 
-EDGE_FORMATS = {"pte": "executorch", "openvino": "openvino"}  # export format -> runtime
+EDGE_FORMATS = {"pte": "executorch", "openvino": "openvino", "tflite": "litert"}  # export format -> runtime
+SUFFIXES = {"pte": ".pte", "openvino": ".xml", "tflite": ".tflite"}  # export format -> the file it writes
 
 # --------------------------------------------------------------------------------------------
 # ExecuTorch
@@ -170,14 +174,14 @@ def write_file(fmt: str, converted: Any, path: Path) -> int:
     """Write a converted network atomically.
 
     Args:
-        fmt: ``"pte"`` (``converted``: the program's bytes) or ``"openvino"`` (an ``openvino.Model``).
-        converted: what ``pte_bytes`` or ``openvino_model`` returned.
-        path: the ``.pte`` or ``.xml`` file.
+        fmt: ``"pte"`` or ``"tflite"`` (``converted``: the file's bytes) or ``"openvino"`` (an ``openvino.Model``).
+        converted: what ``pte_bytes``, ``nas.export.litert.tflite_bytes`` or ``openvino_model`` returned.
+        path: the ``.pte``, ``.tflite`` or ``.xml`` file.
 
     Returns:
         The size written in bytes.
     """
-    if fmt == "pte":
+    if fmt in ("pte", "tflite"):
         atomic_write_bytes(path, converted)
         return len(converted)
     return write_openvino(converted, path)
@@ -188,6 +192,8 @@ def _outputs(fmt: str, path: Path, xs: list[np.ndarray]) -> np.ndarray:
     if fmt == "pte":
         method = pte_method(path.read_bytes())
         return np.concatenate([method.execute((torch.from_numpy(x),))[0].numpy() for x in xs])
+    if fmt == "tflite":  # NHWC (int8: quantized) at the file's edges; litert.run converts both ways
+        return litert.run(litert.interpreter(path), xs)
     import openvino as ov  # optional heavy runtime: only where an IR is run
 
     request = openvino_compile(ov.Core().read_model(str(path))).create_infer_request()
@@ -196,10 +202,10 @@ def _outputs(fmt: str, path: Path, xs: list[np.ndarray]) -> np.ndarray:
 
 def verify_file(fmt: str, path: Path, model: nn.Module, in_shape: tuple[int, int, int], *, data: Dataset | None,
                 samples: int, is_qat: bool) -> dict[str, Any]:
-    """Run a written ``.pte`` or OpenVINO IR against the torch module it was converted from.
+    """Run a written ``.pte``, ``.tflite`` or OpenVINO IR against the torch module it was converted from.
 
     Args:
-        fmt: ``"pte"`` or ``"openvino"``.
+        fmt: ``"pte"``, ``"tflite"`` or ``"openvino"``.
         path: the written file.
         model: the torch module (the fake-quant network for a QAT export).
         in_shape: ``(channels, height, width)`` of one input.

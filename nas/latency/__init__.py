@@ -18,7 +18,9 @@ _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "pre
           "validate_target": "validate", "ensure_here_target": "here",
           # what nas.validate prints a report with
           **{n: "validate" for n in ("RESCALED", "reproducibility_lines")},
-          "summary_line": "reproducibility"}
+          "summary_line": "reproducibility",
+          # nas.predict breakdown=true: per-layer time beside the roofline's verdict, and its chart
+          **{n: "breakdown" for n in ("layer_breakdown", "breakdown_chart", "ridge_point")}}
 
 
 # scikit-learn and torch load with the first use, not with every submodule: a command refuses a bad value

@@ -4,10 +4,11 @@
 calibration and pruned networks of each space (and of the calibration-only spaces), optional
 held-out networks for validation, the empty-graph overhead and the measurement settings, as ONNX
 files (QDQ-quantized with the target runtime's int8 scheme for int8 targets), ExecuTorch programs
-(``.pte``) or OpenVINO IRs (``.xml`` + ``.bin``) for those runtimes' targets, plus a
+(``.pte``), OpenVINO IRs (``.xml`` + ``.bin``) or LiteRT flatbuffers (``.tflite``) for those runtimes'
+targets, plus a
 ``manifest.json`` and ``measure_bundle.py``, a standalone script that needs only numpy and one
-runtime (onnxruntime with any execution provider, TensorRT's Python API, ``trtexec``, ExecuTorch
-or OpenVINO).  On the
+runtime (onnxruntime with any execution provider, TensorRT's Python API, ``trtexec``, ExecuTorch,
+OpenVINO, LiteRT's Python interpreter or, on an Android phone, LiteRT's ``benchmark_model`` over adb).  On the
 device, ``python3 measure_bundle.py`` writes ``results.json``; ``import_bundle`` turns it into a
 table whose metadata is what the script recorded *on the device*: its identity, runtime and precision.
 
@@ -35,6 +36,7 @@ from nas._io import atomic_write_json, shell_join
 from nas.arch import Arch, BlockKey
 from nas.builder import build, build_layer
 from nas.export.edge import openvino_model, pte_bytes, write_openvino
+from nas.export.litert import tflite_bytes
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.latency.device import device_mismatch
@@ -54,7 +56,7 @@ BUNDLE_VERSION = 2
 ROLES = ("calibration", "pruned", "held_out")
 _LEAD = ("calibration", "pruned")  # the roles a budget measures before the blocks, in the manifest's ``order``
 _SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py",
-            "bundle_device.py": "hwnas_device.py"}
+            "bundle_device.py": "hwnas_device.py", "bundle_litert.py": "hwnas_litert.py"}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
@@ -62,8 +64,9 @@ class BundleError(TableError):
     """A bundle or its results that cannot be written or imported as asked."""
 
 
-#: the file each runtime's script loads: ONNX (onnxruntime, TensorRT), an ExecuTorch program, an OpenVINO IR
-SUFFIX = {"onnxruntime": ".onnx", "tensorrt": ".onnx", "executorch": ".pte", "openvino": ".xml"}
+#: the file each runtime's script loads: ONNX (onnxruntime, TensorRT), an ExecuTorch program, an OpenVINO IR,
+#: a LiteRT flatbuffer
+SUFFIX = {"onnxruntime": ".onnx", "tensorrt": ".onnx", "executorch": ".pte", "openvino": ".xml", "litert": ".tflite"}
 
 
 def _calib(in_shape: Sequence[int], target: Target, gen) -> list:
@@ -74,9 +77,15 @@ def _calib(in_shape: Sequence[int], target: Target, gen) -> list:
 def _graph(module, in_shape: Sequence[int], target: Target, gen, path: Path) -> None:
     """Write the graph the device runs for ``module`` to ``path``: ONNX fp32 (fp16 is the runtime's
     flag) or QDQ int8 with the target runtime's scheme (symmetric for TensorRT); an ExecuTorch
-    program (XNNPACK; int8 by PT2E); or an OpenVINO IR (``.xml`` + ``.bin``; int8 by NNCF)."""
+    program (XNNPACK; int8 by PT2E); an OpenVINO IR (``.xml`` + ``.bin``; int8 by NNCF); or a LiteRT
+    ``.tflite`` (NHWC at its edges; int8 full-integer by ai-edge-quantizer), as the in-process
+    runtimes time them."""
     x = torch.randn(target.batch, *in_shape, generator=gen)
     int8 = target.precision == "int8"
+    if target.runtime == "litert":
+        calib = _calib(in_shape, target, gen) if int8 else ()
+        atomic_bytes(path, tflite_bytes(module.eval(), x, precision=target.precision, calib=calib))
+        return
     if target.runtime == "executorch":
         calib = _calib(in_shape, target, gen) if int8 else ()
         atomic_bytes(path, pte_bytes(module.eval(), x, precision=target.precision, calib=calib))
@@ -123,8 +132,9 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
         raise BundleError(f"target {target.name!r} runs {target.runtime!r}; a bundle holds graphs for "
                           f"{', '.join(dict.fromkeys(SUFFIX))}: profile on the device itself (python -m "
                           f"nas.profile conf={target.name} there)")
-    if target.runtime in ("executorch", "openvino"):
-        require(target.runtime + ("-int8" if target.runtime == "openvino" and target.precision == "int8" else ""))
+    if target.runtime in ("executorch", "openvino", "litert"):
+        require(target.runtime + ("-int8" if target.runtime in ("openvino", "litert") and target.precision == "int8"
+                                  else ""))
     out = Path(out_dir)
     _refuse_overwrite(out)
     networks = {r: list(dict.fromkeys(v)) for r, v in (networks or {}).items() if v}

@@ -82,5 +82,5 @@ def machine_kind():
 
 def measured_kind(rt_info):
     """The kind of processor a runtime measured on: the CPU for CPU runtimes, else this machine's kind."""
-    on_cpu = rt_info["name"] in ("executorch", "openvino") or rt_info.get("provider") == "CPUExecutionProvider"
+    on_cpu = rt_info["name"] in ("executorch", "openvino", "litert") or rt_info.get("provider") == "CPUExecutionProvider"
     return "cpu" if on_cpu else machine_kind()

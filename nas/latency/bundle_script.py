@@ -10,17 +10,22 @@ Copy the bundle folder to the device and run, from inside it:
     python3 measure_bundle.py --only blocks --limit 200  # part of it; run again to continue
     python3 measure_bundle.py --identify                 # print what this device reports, measure nothing
     python3 measure_bundle.py --rehearse                 # any machine: the round trip with what it has
+    python3 measure_bundle.py --runtime benchmark_model --benchmark-model ./benchmark_model  # a phone over adb
 
 Runtimes: onnxruntime (any execution provider it has: fp32, int8 from the QDQ graphs, fp16 through
 the TensorRT provider), TensorRT through its Python API (hwnas_trt.py beside this script, used when
 `import tensorrt` works) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs);
 ExecuTorch (.pte programs, XNNPACK; `pip install executorch`, whose Python runtime imports torch
 itself and takes only torch tensors: this script imports no torch of its own and wraps its numpy
-input with the module that runtime loaded); OpenVINO (IR .xml + .bin, CPU plugin; `pip install openvino`).
+input with the module that runtime loaded); OpenVINO (IR .xml + .bin, CPU plugin; `pip install openvino`);
+LiteRT (.tflite, XNNPACK; hwnas_litert.py beside this script): on an ARM board `--runtime litert` (`pip install
+ai-edge-litert`), on an Android phone `--runtime benchmark_model`, LiteRT's benchmark_model run over adb (its
+results name the phone: getprop, /proc/cpuinfo).
 
 A rehearsal (--rehearse) measures the graphs as they are with onnxruntime (its CUDA provider where
 it has one, else the CPU): fp16 bundles' fp32 graphs in fp32, int8 QDQ graphs in int8.  It goes to
-rehearsal.json, labelled with this machine and runtime, never as the bundle's target.
+rehearsal.json, labelled with this machine and runtime, never as the bundle's target; .pte, IR and .tflite
+bundles are rehearsed with their own runtime's Python package here (a LiteRT one with ai-edge-litert).
 
 It writes results.json next to manifest.json as it goes (atomically, every few seconds and on
 Ctrl-C), so an interrupted run continues where it stopped; every graph is measured in the rounds
@@ -51,6 +56,7 @@ except ImportError:  # the one package besides a runtime that this script needs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the bundle's helpers, beside this script
 from hwnas_device import identity, machine_kind, measured_kind  # noqa: E402
+from hwnas_litert import BenchmarkError, add_phone_arguments, litert_factory  # noqa: E402
 
 RESULTS_SCHEMA = "hwnas.bundle_results"
 BUNDLE_VERSION = 2
@@ -237,9 +243,17 @@ def pick_runtime(args, man):
     runtime = args.runtime or man["runtime"]
     precision = man["precision"]
     fmt = os.path.splitext(man.get("overhead") or ".onnx")[1]
-    runs = {".pte": ("executorch",), ".xml": ("openvino",)}.get(fmt, ("onnxruntime", "tensorrt", "trtexec"))
+    runs = {".pte": ("executorch",), ".xml": ("openvino",), ".tflite": ("litert", "benchmark_model")}.get(
+        fmt, ("onnxruntime", "tensorrt", "trtexec"))
     if runtime not in runs:
         fail(f"this bundle holds {fmt} graphs, which {runtime} does not run: use --runtime {' or '.join(runs)}")
+    if runtime in ("litert", "benchmark_model"):  # hwnas_litert.py: the interpreter, or a phone over adb
+        try:
+            return litert_factory(runtime, args, args.threads or man["threads"], timed)
+        except ImportError as e:
+            fail(f"{e.name} is not installed: pip install numpy ai-edge-litert (a phone: --runtime benchmark_model)")
+        except BenchmarkError as e:
+            fail(str(e))
     if runtime == "executorch":
         return executorch_factory(args.threads or man["threads"])
     if runtime == "openvino":
@@ -258,14 +272,14 @@ def pick_runtime(args, man):
             fail("TensorRT is not installed: pip install tensorrt (or JetPack's python3-libnvinfer), or put "
                  "trtexec on PATH")
         return tensorrt_factory(args.bundle, precision)
-    fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt, trtexec, executorch or openvino")
+    fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt, trtexec, executorch, openvino, litert or benchmark_model")
 
 
 def rehearsal_runtime(args, man):
     """The runtime a rehearsal measures with, and the precision its graphs run at here: the bundle's own
-    runtime for .pte / IR bundles; onnxruntime (CUDA provider where present, else CPU) for ONNX ones,
+    runtime for .pte / IR / .tflite bundles (a .tflite one through ai-edge-litert's Python interpreter); onnxruntime (CUDA provider where present, else CPU) for ONNX ones,
     whose fp16 bundles hold fp32 graphs (fp16 is TensorRT's build flag) and int8 ones QDQ graphs."""
-    if man["runtime"] in ("executorch", "openvino"):
+    if man["runtime"] in ("executorch", "openvino", "litert"):
         return pick_runtime(args, man), man["precision"]
     try:
         import onnxruntime as ort  # optional runtime: a rehearsal of an ONNX bundle measures with it
@@ -369,9 +383,11 @@ def plan(man, res, only, rounds, priority=False):
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle", nargs="?", default=os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--runtime", choices=["onnxruntime", "tensorrt", "trtexec", "executorch", "openvino"],
-                    default=None,
-                    help="default: the bundle's (tensorrt: the Python API if it imports, else trtexec)")
+    ap.add_argument("--runtime", choices=["onnxruntime", "tensorrt", "trtexec", "executorch", "openvino", "litert",
+                                          "benchmark_model"], default=None,
+                    help="default: the bundle's (tensorrt: the Python API if it imports, else trtexec; litert: its "
+                         "Python interpreter; benchmark_model: LiteRT's binary on an Android phone over adb)")
+    add_phone_arguments(ap)
     ap.add_argument("--provider", default=None, help="onnxruntime execution provider (default: the bundle's)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: the bundle's)")
     ap.add_argument("--only", choices=["all", "blocks", "networks"], default="all")
@@ -389,7 +405,8 @@ def parse_args():
     if args.budget_min is not None and not args.budget_min > 0:
         fail(f"--budget-min {args.budget_min:g}: give the minutes to spend measuring, a number > 0")
     if args.rehearse and args.runtime:
-        fail("--rehearse picks the runtime this machine has (onnxruntime): leave out --runtime")
+        fail("--rehearse picks the runtime this machine has (onnxruntime, or the bundle's Python package): leave out "
+             "--runtime")
     return args
 
 
@@ -413,7 +430,8 @@ def main():
         (factory, rt_info), precision = pick_runtime(args, man), man["precision"]
     out_path = os.path.join(args.bundle, "rehearsal.json" if args.rehearse else "results.json")
     res = load_results(out_path, man)
-    res.update({"device": identity(measured_kind(rt_info)), "runtime": rt_info, "precision": precision,
+    device = rt_info.pop("device", None) or identity(measured_kind(rt_info))  # a phone's comes from the phone
+    res.update({"device": device, "runtime": rt_info, "precision": precision,
                 "batch": man["batch"], "threads": args.threads or man["threads"], "settings": s})
     if args.rehearse:
         res["rehearsal"] = {"target": man["target"], "runtime": man["runtime"], "precision": man["precision"]}

@@ -1,6 +1,7 @@
-"""CPU runtimes for edge deployment: ExecuTorch (XNNPACK delegate) and OpenVINO (CPU plugin).
+"""CPU runtimes for edge deployment: ExecuTorch (XNNPACK delegate), OpenVINO (CPU plugin) and LiteRT
+(XNNPACK delegate).
 
-Registered in ``nas.latency.runtimes.RUNTIMES`` (``runtime: executorch`` / ``runtime: openvino`` in
+Registered in ``nas.latency.runtimes.RUNTIMES`` (``runtime: executorch`` / ``openvino`` / ``litert`` in
 a target) and timed by the one measuring loop (``nas.latency.measure``) like every other runtime:
 ``prepare(module, in_shape, key=...)`` converts the block once (cached per ``key``: lowering is the
 slow part, seconds per block) and returns a zero-argument callable running one inference.
@@ -14,15 +15,22 @@ slow part, seconds per block) and returns a zero-argument callable running one i
   quantization, compiled with ``INFERENCE_NUM_THREADS=threads``, ``INFERENCE_PRECISION_HINT=f32`` (float
   layers in f32, never bf16 on CPUs with AMX) and ``PERFORMANCE_HINT=LATENCY``; one
   infer request with its input set once (its outputs are the request's own buffers).
+- ``litert``: ``provider: XNNPACK``; a ``.tflite`` graph converted by litert-torch with NHWC at its
+  edges (as a block sits inside a converted network), fp32, or full-integer int8 by ai-edge-quantizer
+  (``nas.export.litert.INT8_SCHEME``: the block's input and output are int8 too, as between the
+  blocks of an int8 network), run by ``ai_edge_litert``'s interpreter on ``threads`` threads with
+  XNNPACK, LiteRT's default CPU delegate (ops it does not take run on LiteRT's own kernels, as they
+  do on a phone); the input set once, the outputs in the interpreter's own buffers.
 
-Converters live in ``nas.export.edge`` (shared with ``nas.export format=pte|openvino``); ``require``
-checks that a runtime's packages are installed.  Int8 blocks
+Converters live in ``nas.export.edge`` and ``nas.export.litert`` (shared with ``nas.export
+format=pte|openvino|tflite``); ``require`` checks that a runtime's packages are installed.  Int8 blocks
 are calibrated on a few seeded random inputs, as the onnxruntime int8 tables are.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -32,11 +40,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from nas.export import edge
+from nas.export import edge, litert
 from nas.latency.runtime_base import Runtime, register
 from nas.machine import RuntimeUnavailable
 
-__all__ = ["ExecuTorchRuntime", "OpenVINORuntime", "require"]
+__all__ = ["ExecuTorchRuntime", "LiteRTRuntime", "OpenVINORuntime", "require"]
 
 _CALIB = 4  # random input batches calibrating an int8 block
 _CACHE_ITEMS = 512  # converted blocks kept for the profiler's later rounds
@@ -47,14 +55,19 @@ _NEEDS = {
     "executorch": ("executorch.runtime", "executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner"),
     "openvino": ("openvino",),
     "openvino-int8": ("openvino", "nncf"),
+    "litert": ("litert_torch", "ai_edge_litert.interpreter"),
+    "litert-int8": ("litert_torch", "ai_edge_litert.interpreter", "ai_edge_quantizer"),
 }
+_FIND_ONLY = {"litert_torch"}  # found, not imported: importing it loads jax (seconds), done where a graph converts
+_PACKAGES = {"litert": "ai-edge-litert"}  # a runtime's distribution, where its name differs
 
 
 def require(what: str) -> None:
     """Check that the packages a runtime (and its converter) needs are installed.
 
     Args:
-        what: ``"executorch"``, ``"openvino"`` or ``"openvino-int8"`` (OpenVINO with NNCF).
+        what: ``"executorch"``, ``"openvino"``, ``"litert"``, or ``"openvino-int8"`` / ``"litert-int8"`` (with
+            the int8 quantizer: NNCF, ai-edge-quantizer).
 
     Raises:
         RuntimeUnavailable: one line naming the missing module and the command that installs it.
@@ -62,12 +75,17 @@ def require(what: str) -> None:
     extra = what.split("-")[0]
     for mod in _NEEDS[what]:
         try:
+            if mod in _FIND_ONLY:
+                if importlib.util.find_spec(mod) is None:
+                    raise ImportError(name=mod)
+                continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 importlib.import_module(mod)
-        except ImportError as e:
+        except (ImportError, ValueError) as e:  # ValueError: find_spec of a module set to None (not importable)
             raise RuntimeUnavailable(
-                f"{extra} runtime: {e.name or mod} is not installed: pip install \"hwnas[{extra}]\"") from None
+                f"{extra} runtime: {getattr(e, 'name', None) or mod} is not installed: pip install \"hwnas[{extra}]\""
+            ) from None
 
 
 
@@ -93,10 +111,10 @@ class _EdgeRuntime(Runtime):
         if self.provider != self.provider_name:
             raise RuntimeUnavailable(f"runtime {self.name!r} takes provider {self.provider_name!r}, the target "
                                      f"names {self.provider!r}: set conf.provider={self.provider_name}")
-        require(self.package + ("-int8" if self.precision == "int8" and self.package == "openvino" else ""))
+        require(self.package + ("-int8" if self.precision == "int8" and self.package in ("openvino", "litert") else ""))
 
     def version(self) -> str:
-        return _version(self.package)
+        return _version(_PACKAGES.get(self.package, self.package))
 
     def info(self) -> dict[str, Any]:
         """Name, version and provider (what a table is matched on), and how a timed call does its I/O:
@@ -188,4 +206,44 @@ class OpenVINORuntime(_EdgeRuntime):
 
         runner.output = lambda: request.get_output_tensor(0).data.copy()  # type: ignore[attr-defined]
         runner.keep = xin  # type: ignore[attr-defined]  # the input buffer lives as long as the runner
+        return runner
+
+
+@register("litert")
+class LiteRTRuntime(_EdgeRuntime):
+    provider_name = "XNNPACK"
+    package = "litert"
+    io = "input tensor set once; outputs in the interpreter's own buffers"
+
+    def info(self) -> dict[str, Any]:
+        out = {**super().info(), "delegate": "XNNPACK (LiteRT's default CPU delegate)", "layout": litert.LAYOUT,
+               "converter": f"litert-torch {_version('litert-torch')}"}
+        if self.precision == "int8":
+            out["quantizer"], out["scheme"] = f"ai-edge-quantizer {_version('ai-edge-quantizer')}", litert.INT8_SCHEME
+        return out
+
+    def tflite(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> bytes:
+        """The ``.tflite`` graph this runtime runs for ``module`` (cached per ``key``)."""
+        return self._cached(key, in_shape, lambda: litert.tflite_bytes(
+            module, self._input(in_shape), precision=self.precision,
+            calib=self.calibration(in_shape) if self.precision == "int8" else ()))
+
+    def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
+        return self.runner_for_tflite(self.tflite(module, in_shape, key=key), in_shape)
+
+    def runner_for_tflite(self, model: bytes | str, in_shape: tuple[int, int, int],
+                          x: torch.Tensor | None = None) -> Callable[[], Any]:
+        """A runner for a ``.tflite`` graph (bytes or a file): its interpreter on ``threads`` threads with
+        XNNPACK, the (NCHW) input set once; ``runner.output()`` is its last output (float, NCHW)."""
+        interp = litert.interpreter(model, threads=self.threads)
+        litert.set_input(interp, self._input(in_shape) if x is None else x)
+        invoke = interp.invoke
+        invoke()
+
+        def runner() -> None:
+            invoke()  # outputs stay in the interpreter's buffers: the timed call is the graph alone
+
+        runner.output = lambda: litert.output(interp)  # type: ignore[attr-defined]
+        runner.partitions = litert.xnnpack_partitions(interp)  # type: ignore[attr-defined]
+        runner.keep = interp  # type: ignore[attr-defined]
         return runner

@@ -13,13 +13,15 @@ import importlib.metadata
 import re
 from typing import Any
 
+from nas.latency.bundle_litert import VIA as PHONE_VIA
 from nas.target import Target
 
 __all__ = ["installed_version", "runtime_note"]
 
 # a runtime's name in a table -> the distributions that provide it
 _DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-                  "openvino": ("openvino",), "executorch": ("executorch",), "tensorrt": ("tensorrt",)}
+                  "openvino": ("openvino",), "executorch": ("executorch",), "tensorrt": ("tensorrt",),
+                  "litert": ("ai-edge-litert",)}
 
 
 def installed_version(runtime: str) -> str | None:
@@ -39,10 +41,11 @@ def _release(version: str) -> tuple[int, ...]:
 def runtime_note(target: Target, metadata: dict[str, Any], *, installed: str | None = None) -> str | None:
     """One line when a CPU target's table was measured with another version of its runtime than the
     one installed here (``installed``, default looked up), saying whether that matters; else None.
-    Remote devices (a Jetson, a GPU) run their own runtime, so their tables get no note."""
+    Remote devices (a Jetson, a GPU, a phone measured by LiteRT's ``benchmark_model`` over adb) run their
+    own runtime, so their tables get no note; nor does a table whose runtime version is not known."""
     rt = metadata.get("runtime") or {}
     name, measured = rt.get("name"), rt.get("version")
-    if target.device.kind != "cpu" or not name or not measured:
+    if target.device.kind != "cpu" or not name or not measured or rt.get("via") == PHONE_VIA or not _release(measured):
         return None
     installed = installed or installed_version(name)
     if installed is None or _release(installed) == _release(measured):

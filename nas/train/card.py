@@ -1,7 +1,8 @@
 """Deployment cards: everything a user needs to run an exported network without this package.
 
-``card.json`` beside each exported file (``<variant>.card.json``) says what goes in (input name,
-shape, layout, dtype, colour mode), how an image becomes that input (resize, crop, scale, mean,
+``card.json`` beside each exported file (``<variant>.card.json``; ``<variant>.tflite.card.json`` and the
+like for the edge formats) says what goes in (input name, shape, layout, dtype and, for an int8 ``.tflite``,
+its quantization; colour mode), how an image becomes that input (resize, crop, scale, mean,
 std, interpolation: exactly what the data loader did), what comes out (logits, the class names in
 output order), how accurate it is and on which split, how fast and how that figure was obtained
 (measured here, predicted from a measured table, or estimated), and which runtime and precision it
@@ -70,13 +71,34 @@ def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
     return out
 
 
+def _io(card: dict[str, Any], io: Mapping[str, Any]) -> None:
+    """Set the file's own input and output (a ``.tflite``: NHWC, int8 with its scale and zero point) in
+    ``card``, and the preprocessing steps that reach that input."""
+    i, o = io["input"], io["output"]
+    card["input"].update({"name": i["name"], "shape": list(i["shape"]), "layout": i.get("layout") or "NCHW",
+                          "dtype": i["dtype"]})
+    card["output"].update({"name": o["name"], "shape": list(o["shape"]), "dtype": o["dtype"]})
+    steps = card["preprocess"]["steps"]
+    if card["input"]["layout"] == "NHWC":
+        steps[-1] = "keep HWC (the file's layout is NHWC), add the batch axis"
+    for key, part in (("input", i), ("output", o)):
+        if part.get("quantization"):
+            card[key]["quantization"] = dict(part["quantization"])
+    if i.get("quantization"):
+        steps.append(f"quantize to {i['dtype']}: q = round(x / scale) + zero_point, clipped to the type's range "
+                     "(input.quantization)")
+    if o.get("quantization"):
+        card["output"]["meaning"] += f"; {o['dtype']}: logits = scale * (q - zero_point) (output.quantization)"
+
+
 def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any, data: Mapping[str, Any],
                     accuracy: float | None, split: str, split_note: str, predicted: Mapping[str, Any] | None,
-                    measured: Mapping[str, Any] | None, target: Any) -> dict[str, Any]:
+                    measured: Mapping[str, Any] | None, target: Any, io: Mapping[str, Any] | None = None
+                    ) -> dict[str, Any]:
     """The card of one exported file.
 
     Args:
-        file: the exported file (ONNX, ``.pte`` or OpenVINO ``.xml``).
+        file: the exported file (ONNX, ``.pte``, ``.tflite`` or OpenVINO ``.xml``).
         variant, precision: what it is (``fp32``, ``pruned``, ``ptq_int8`` ...; ``fp32`` / ``int8``).
         arch: its ``Arch`` (input channels and resolution).
         data: the ``dataset_record`` of the data it was trained and scored on.
@@ -85,13 +107,15 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         predicted, measured: the latency records of the export (``Prediction.to_dict()`` + label, and a
             ``measure_onnx`` result), either may be None.
         target: the ``Target`` it was made for.
+        io: the file's own input and output when they are not ``[1, C, H, W]`` float32 in and float32
+            logits out (``nas.export.litert.io_spec`` of a ``.tflite``: NHWC, int8 with its quantization).
 
     Returns:
         The card (a JSON-ready dict).
     """
     shape = [1, arch.in_chans, arch.resolution, arch.resolution]
     classes = list(data["classes"])
-    return {
+    card = {
         "schema": CARD_SCHEMA, "version": 1, "file": Path(file).name, "variant": variant, "precision": precision,
         "input": {"name": "input", "shape": shape, "layout": "NCHW", "dtype": "float32",
                   "colour": "L" if arch.in_chans == 1 else "RGB"},
@@ -103,12 +127,17 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         "made_for": {"target": target.name, "device": target.device.name or target.device.kind,
                      "runtime": target.runtime, "provider": target.provider, "precision": precision},
     }
+    if io:
+        _io(card, io)
+    return card
 
 
 def card_path(file: str | Path) -> Path:
-    """Where the card of an exported file goes: ``<stem>.card.json`` beside it."""
+    """Where the card of an exported file goes, beside it: ``<stem>.card.json`` for an ONNX file,
+    ``<name>.card.json`` for the other formats (``fp32.tflite.card.json``), so that the cards of one
+    network's ONNX and ``.tflite`` / ``.pte`` / ``.xml`` files do not overwrite each other."""
     p = Path(file)
-    return p.with_name(f"{p.stem}.card.json")
+    return p.with_name(f"{p.stem if p.suffix == '.onnx' else p.name}.card.json")
 
 
 def write_card(card: Mapping[str, Any], file: str | Path) -> Path:

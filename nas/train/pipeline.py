@@ -25,9 +25,9 @@ and for each selected architecture, in ``<out>/<id>/`` (``id`` = pareto index + 
    QDQ quantization of the final float model, calibrated on training images: the baseline) and
    ``qat_int8`` — each scored by onnxruntime on the test split (the exact deployed bytes), its
    latency predicted at its input shape and, when the target is this machine, measured.  For an
-   ExecuTorch or OpenVINO target the same variants are also written in its format (``.pte``, or an
-   IR ``.xml`` + ``.bin``; ``results.json``'s ``edge_variants``), run against torch, predicted and,
-   on the target's CPU, measured with that runtime.
+   ExecuTorch, OpenVINO or LiteRT target the same variants are also written in its format (``.pte``, an
+   IR ``.xml`` + ``.bin``, or a ``.tflite``; ``results.json``'s ``edge_variants``), run against torch,
+   predicted and, on the target's CPU, measured with that runtime.
 
 Every checkpoint is written atomically at the end of each epoch; re-running the same command
 resumes each stage at its last finished epoch and skips finished stages (Ctrl-C loses at most
@@ -57,7 +57,7 @@ from nas.builder import build
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
-from nas.export.edge import EDGE_FORMATS
+from nas.export.edge import EDGE_FORMATS, SUFFIXES
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, scored_images, split_note
@@ -266,10 +266,11 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
 
 def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
                 ) -> list[dict[str, Any]]:
-    """4b. For an ExecuTorch or OpenVINO target, the variants in its format too (``export/<variant>.pte``
-    or ``.xml``): fp32, pruned and int8 of the final float network (PT2E for ExecuTorch, NNCF for
-    OpenVINO; calibrated on the PTQ baseline's images), and for OpenVINO the QAT network's QDQ graph,
-    each run against torch on the test split, predicted and (on this CPU) measured."""
+    """4b. For an ExecuTorch, OpenVINO or LiteRT target, the variants in its format too (``export/<variant>.pte``,
+    ``.xml`` or ``.tflite``): fp32, pruned and int8 of the final float network (PT2E for ExecuTorch, NNCF for
+    OpenVINO, ai-edge-quantizer for LiteRT; calibrated on the PTQ baseline's images), and for OpenVINO the
+    QAT network's QDQ graph, each run against torch on the test split, predicted, (on this CPU) measured,
+    and given its card (``<variant>.<suffix>.card.json``)."""
     fmt = {rt: f for f, rt in EDGE_FORMATS.items()}.get(ctx.s.target.runtime)
     if fmt is None:
         return []
@@ -278,18 +279,18 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
     if "pruned" in models:
         todo.append(("pruned", "fp32", models["final"], False))
     todo.append(("ptq_int8", "int8", models["final"], False))
-    if "qat" in models and fmt == "openvino":  # ExecuTorch int8 is PT2E's: it does not read a QDQ graph
+    if "qat" in models and fmt == "openvino":  # ExecuTorch's and LiteRT's int8 are their own: neither reads QDQ
         todo.append(("qat_int8", "int8", models["qat"], True))
     out = []
     for name, prec, (model, arch), is_qat in todo:
-        path = mdir / "export" / f"{name}{'.pte' if fmt == 'pte' else '.xml'}"
+        path = mdir / "export" / f"{name}{SUFFIXES[fmt]}"
         if path.is_file() and report_path(path).is_file():
             out.append(json.loads(report_path(path).read_text()))
             continue
         rec = {"variant": name, **export_model(
             fmt, model, arch, path, prec, is_qat=is_qat, calib=calib if prec == "int8" and not is_qat else [],
             data=ctx.data, verify_samples=ctx.s.export.eval_samples, target=ctx.s.target, export=ctx.s.export,
-            allow_mismatch=ctx.s.allow_mismatch)}
+            allow_mismatch=ctx.s.allow_mismatch, variant=name)}
         atomic_write_json(report_path(path), rec)
         log.info("%s %s.%s: accuracy %.4f%s", mdir.name, name, fmt, rec["verify"].get("accuracy", float("nan")),
                  f", measured {rec['measured']['median_ms']:.4f} ms" if rec["measured"] else "")
