@@ -201,7 +201,9 @@ class LatencyTable:
 
     @property
     def source(self) -> str:
-        return str(self.metadata.get("source", "unknown"))
+        """Where the figures come from (``nas.latency.base.SOURCES``): ``rehearsal`` for a table a
+        device bundle's rehearsal measured on another machine, else the metadata's (``measured``)."""
+        return "rehearsal" if self.metadata.get("rehearsal") else str(self.metadata.get("source", "unknown"))
 
     @property
     def timing_label(self) -> str:
@@ -213,17 +215,30 @@ class LatencyTable:
         return f"{label}, {len(fell)} block(s) eager" if label and fell else label
 
     @property
-    def rehearsal_label(self) -> str:
-        """``REHEARSAL of <target>`` for a table measured by a bundle's rehearsal, else empty."""
+    def rehearsal_of(self) -> str:
+        """``<target> (<runtime>, <precision>)``: what a rehearsal table stands in for, else empty."""
         r = self.metadata.get("rehearsal")
-        return f"REHEARSAL of {r.get('target')} ({r.get('runtime')}, {r.get('precision')})" if r else ""
+        return f"{r.get('target')} ({r.get('runtime')}, {r.get('precision')})" if r else ""
+
+    @property
+    def rehearsal_label(self) -> str:
+        """``REHEARSAL of <target> (<runtime>, <precision>) on <machine> (<its runtime>)`` for a table
+        measured by a bundle's rehearsal, else empty: the words every output carries for its figures."""
+        if not self.rehearsal_of:
+            return ""
+        rt = self.metadata.get("runtime") or {}
+        dev = (self.metadata.get("device") or {}).get("name", "?")
+        return f"REHEARSAL of {self.rehearsal_of} on {dev} ({' '.join(x for x in (rt.get('name'), rt.get('provider')) if x)})"
 
     def describe(self) -> str:
         m = self.metadata
         rt = m.get("runtime", {})
-        how = "".join(f", {x}" for x in (self.timing_label, self.rehearsal_label) if x)
+        how = f", {self.timing_label}" if self.timing_label else ""
+        head = f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')}"
+        if self.rehearsal_of:
+            head = f"REHEARSAL of {self.rehearsal_of}, measured on {m.get('device', {}).get('name', '?')}"
         return (
-            f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')} "
+            f"{head} "
             f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
             f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries, "
             + (f"{len(self.networks)} calibration networks" if self.networks

@@ -416,7 +416,7 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     if bundle is not None:
         vs = bundle_validation_set(model, bundle, allow_mismatch=allow_mismatch)
         rehearsal = model.table_.rehearsal_label
-        where = f"on {model.device} in a {rehearsal}" if rehearsal else "on the device"
+        where = f"in a {rehearsal}" if rehearsal else "on the device"
         say(f"validating on {len(vs.archs)} held-out networks ({', '.join(sorted(set(vs.groups)))}) measured "
             f"{where} through the bundle {bundle}")
         return _finish(model, target, vs, Path(out), spaces, resolution, recalibrate=False)
@@ -450,14 +450,16 @@ def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, 
     report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate, target_name=target.name)
     report["target"] = target.name
     report["table"] = model.describe()
+    report["latency_source"], report["latency_how"] = model.source, model.how
     report["calibration_networks"] = model.n_calibration_
     table_ceiling(model.table_, report)
+    title = f"{target.name}: {model.table_.rehearsal_label or model.device}"
     budget = _budget_section(model, vs, space_names(spaces), resolution or target.resolution, report, out,
-                             title=f"{target.name}: {model.device}")
+                             title=title)
     if budget is not None:
         report["budget"] = budget
     atomic_write_json(out, report)
-    scatter_plot(report, out.with_suffix(".png"), title=f"{target.name}: {model.device}")
+    scatter_plot(report, out.with_suffix(".png"), title=title)
     return report
 
 

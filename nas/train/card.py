@@ -4,8 +4,9 @@
 shape, layout, dtype, colour mode), how an image becomes that input (resize, crop, scale, mean,
 std, interpolation: exactly what the data loader did), what comes out (logits, the class names in
 output order), how accurate it is and on which split, how fast and how that figure was obtained
-(measured here, predicted from a measured table, or estimated), and which runtime and precision it
-was made for.  ``dataset_record`` is what ``nas.train`` stores in each checkpoint so ``nas.export``
+(measured here, predicted from a measured table, estimated, or a REHEARSAL's), and which runtime and
+precision it was made for.  A figure of another precision than the file's (the fp16 engine TensorRT
+builds from an fp32 file) says so in its ``precision`` and ``for``.  ``dataset_record`` is what ``nas.train`` stores in each checkpoint so ``nas.export``
 can write the same card, and reload the same data, from the checkpoint alone.
 
 The recipe in ``preprocess`` is the loader's: a streamed dataset (ImageFolder, CIFAR-10) scores with
@@ -56,15 +57,21 @@ def preprocess(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | None,
-             target: Any) -> dict[str, Any]:
+             target: Any, precision: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if measured:
         out["measured"] = {"ms": measured["median_ms"], "p10_ms": measured.get("p10_ms"),
-                           "p90_ms": measured.get("p90_ms"),
+                           "p90_ms": measured.get("p90_ms"), "precision": precision,
                            "how": measured.get("how") or how_measured(target.device.name or "this machine")}
     if predicted:
-        how = predicted.get("how") or how_predicted(predicted.get("source", "measured"), predicted["device"])
-        out["predicted"] = {"ms": predicted["ms"], "how": how, "target": predicted.get("target")}
+        source = predicted.get("source", "measured")
+        how = predicted.get("how") or how_predicted(source, predicted["device"], predicted.get("rehearsal", ""))
+        at = getattr(target, "precision", precision)
+        out["predicted"] = {"ms": predicted["ms"], "how": how, "source": source, "target": predicted.get("target"),
+                            "precision": at}
+        if at != precision:  # an fp16 target predicts the fp32 file: the engine its runtime builds from it
+            out["predicted"]["for"] = (f"the {at} engine {target.runtime} builds from this {precision} file "
+                                       f"(target {target.name}), not the file run at {precision}")
     if not out:
         out["none"] = f"no target predicts this precision for {getattr(target, 'name', target)}"
     return out
@@ -99,7 +106,7 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         "output": {"name": "output", "shape": [1, len(classes)], "meaning": "logits (softmax for probabilities)",
                    "classes": classes},
         "accuracy": {"value": accuracy, "split": split, "split_note": split_note},
-        "latency": _latency(predicted, measured, target),
+        "latency": _latency(predicted, measured, target, precision),
         "made_for": {"target": target.name, "device": target.device.name or target.device.kind,
                      "runtime": target.runtime, "provider": target.provider, "precision": precision},
     }

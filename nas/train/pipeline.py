@@ -292,12 +292,15 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
 def _input_record(ctx: _Context, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
     """The exported input shape against the searched one: the report's ``input``.  ``as_searched``:
     the fp32 export is the very network the search scored (same Arch digest), so the front's
-    latency (``searched_ms``, predicted by the search for ``searched_target``) is the file's."""
+    latency (``searched_ms``, predicted by the search for ``searched_target``, obtained as
+    ``searched_how`` says) is the file's."""
     target = ctx.run.record.get("target") or {}
     return {"shape": [1, arch0.in_chans, arch0.resolution, arch0.resolution],
             "searched_shape": ctx.run.searched_shape(index), "as_searched": arch0.digest() == searched.digest(),
             "searched_ms": ctx.run.entries[index].get("latency_ms"), "searched_target": target.get("name"),
-            "searched_precision": target.get("precision")}
+            "searched_precision": target.get("precision"),
+            "searched_source": ctx.run.entries[index].get("latency_source"),
+            "searched_how": ctx.run.entries[index].get("latency_how")}
 
 
 def _train_one(ctx: _Context, index: int) -> dict[str, Any]:

@@ -5,8 +5,9 @@ pruned network is kept.
 What pruning may cost (``prune.*``, ``nas.train.settings.PruneSettings``):
 
 - **Toward what.** ``prune.by=latency`` (default) plans against the target's latency model.  On a
-  target whose latency is a roofline ESTIMATE (no measured table) that would trade accuracy for a number
-  nobody measured, so pruning is skipped, and says so, unless ``prune.on_estimate=true``;
+  target whose latency is a roofline ESTIMATE (no measured table) or a REHEARSAL (a table a device
+  bundle's rehearsal measured on another machine) that would trade accuracy for a number the device
+  never gave, so pruning is skipped, and says so, unless ``prune.on_estimate=true``;
   ``prune.by=macs`` prunes toward ``prune.ratio`` x the network's MACs instead, labelled as such.
 - **Each step.** The planner stops before a step that saves less than ``prune.min_gain`` (0.1%) of the
   unpruned network's latency: such a gain is below what the model can tell apart.
@@ -36,6 +37,7 @@ from nas.cost import arch_cost
 from nas.data import Dataset
 from nas.export.onnx import export_onnx
 from nas.export.verify import eval_split
+from nas.latency.base import on_device
 from nas.latency.measure_model import measure_onnx
 from nas.train.fit import accuracy, fit
 
@@ -106,6 +108,11 @@ def prune_guide(ctx: Any) -> tuple[Callable | None, str, str]:
         return None, "ms", (f"pruning skipped: target {ctx.s.target.name!r} has no measured latency table, and pruning "
                             "toward a roofline estimate trades accuracy for a number nobody measured; prune.by=macs "
                             "prunes toward prune.ratio of the MACs, prune.on_estimate=true toward the estimate")
+    if not on_device(ctx.guide.source) and not p.on_estimate:
+        return None, "ms", (f"pruning skipped: target {ctx.s.target.name!r}'s latency table is a {ctx.guide.how}, "
+                            "not the device's, and pruning toward it trades accuracy for a number the device never "
+                            "gave; prune.by=macs prunes toward prune.ratio of the MACs, prune.on_estimate=true "
+                            "toward the rehearsal's figures")
     return ctx.guide.predict, "ms", ""
 
 

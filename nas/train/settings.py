@@ -129,7 +129,7 @@ class PruneSettings:
     # a pruning step must save at least this share of the unpruned network's latency (or MACs) to be taken
     min_gain: float = 0.001
     by: str = "latency"  # latency: toward the target's latency model | macs: toward prune.ratio x the MACs
-    on_estimate: bool = False  # by=latency on a target whose latency is a roofline estimate: false skips pruning
+    on_estimate: bool = False  # by=latency on a target whose latency is a roofline estimate or a rehearsal: false skips pruning
 
     def __post_init__(self) -> None:
         _bool("prune.enabled", self.enabled)
