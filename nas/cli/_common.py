@@ -69,18 +69,22 @@ _ELSEWHERE = {"profile.watch": "it is nas.profile's: it keeps what the machine m
                                "this command writes no table"}
 
 
-def unknown_option_line(key: str, valid: Iterable[str]) -> str:
+def unknown_option_line(key: str, valid: Iterable[str], *, asked: str | None = None) -> str:
     """``unknown option 'n_trial'; did you mean n_trials=?`` for ``key`` (dotted: the last part is
-    matched within its group) among the ``valid`` names at its level."""
+    matched within its group) among the ``valid`` names at its level.  ``asked``: the option the
+    user gave when ``key`` is a level above it that does not exist (``data`` of ``data.num_workers``
+    where the command has no ``data`` group): the line names both, and lists ``key``'s level."""
     if key in _ELSEWHERE:
         return f"unknown option {key!r}; {_ELSEWHERE[key]}"
     group, _, last = key.rpartition(".")
     valid = sorted(set(valid))
     close = difflib.get_close_matches(last, valid, n=1, cutoff=0.6)
     where = f"{group}." if group else ""
+    head = (f"unknown option {key!r}" if asked is None or asked == key
+            else f"unknown option {asked!r} (no option {key!r} here)")
     if close:
-        return f"unknown option {key!r}; did you mean {where}{close[0]}=?"
-    return f"unknown option {key!r}; {'options of ' + group if group else 'options'}: {', '.join(valid)}"
+        return f"{head}; did you mean {where}{close[0]}=?"
+    return f"{head}; {'options of ' + group if group else 'options'}: {', '.join(valid)}"
 
 
 def _option_names(schema: Any) -> list[str] | None:
@@ -125,7 +129,9 @@ def config_error_line(e: BaseException) -> str:
     m = re.match(r"Could not override '([^']+)'", text)
     names = _option_names(getattr(cause, "object_type", None))
     if m and names is not None and "not in" in str(cause):
-        return unknown_option_line(user_override(m.group(1)), names)
+        asked = user_override(m.group(1))
+        missing = user_override(str(getattr(cause, "full_key", "") or m.group(1)))  # the level that lacks it
+        return unknown_option_line(missing, names, asked=asked)
     m = re.search(r"Could not find '(\w+)/([^']*)'.*?Available options in '\w+':\n((?:\t[^\n]*\n?)*)", text, re.S)
     if m:
         group, value, options = m.groups()

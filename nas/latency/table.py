@@ -17,6 +17,7 @@ One table per (device, runtime, provider, precision, batch, threads).  A table f
         "call_overhead_ms": ...,              # cost of one runtime call on an empty graph
         "created": ..., "updated": ..., "tool": {"name": "hwnas", "version": ...}, "host": {...},
         "reproducibility": {"entries": N, "within_5pct": ..., "within_10pct": ..., ...},  # re-timed at the end
+        "spaces": ["tiny", ...],              # the search spaces it was measured (or its bundle written) for
         "refresh": {"now_over_table": ..., "networks": N, "measured_at": ..., ...},   # nas.profile refresh=N
         "recalibration": {"network_ms": {digest: ms, ...}, "measured_at": ..., ...}  # nas.profile recalibrate=true
       },
@@ -213,6 +214,17 @@ class LatencyTable:
         label = timing_label(_field(self.metadata, "runtime.timing"), kind)
         fell = (self.metadata.get("runtime") or {}).get("graph_fallbacks") or {}
         return f"{label}, {len(fell)} block(s) eager" if label and fell else label
+
+    @property
+    def spaces(self) -> list[str] | None:
+        """The search spaces the table was measured for (``nas.profile`` and a bundle's import record
+        them), or None for a table that does not say."""
+        s = self.metadata.get("spaces")
+        return [str(n) for n in s] if s else None
+
+    def add_spaces(self, names: Iterable[str]) -> None:
+        """Record that the table was measured for the search spaces ``names`` too (``spaces``)."""
+        self.metadata["spaces"] = sorted({*(self.spaces or ()), *(str(n) for n in names)})
 
     @property
     def rehearsal_of(self) -> str:

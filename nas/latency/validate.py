@@ -385,7 +385,9 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
         n: seeded held-out networks drawn from the spaces.
         pruned: seeded pruned-like held-out networks.
         models: timm models (``timm:<name>``) measured too.
-        spaces: the search spaces to draw from (default: the table's).
+        spaces: the search spaces to draw from and to count the table's blocks against (default: the
+            ones the table was measured for, ``LatencyTable.spaces``; every shipped space for a table
+            that does not say).
         resolution: their input resolution (default: the target's).
         out: the report file.
         seed: the seed of the held-out draw (other than the calibration's).
@@ -411,6 +413,7 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
+    spaces = spaces or model.table_.spaces
     if model.note and bundle is None:  # measured here, with the installed runtime
         say(model.note)
     if bundle is not None:
@@ -491,5 +494,6 @@ def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str
     keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
     budget = budget_report(model, vs, space_keys=keys, reached=report["methods"]["predictor"])
     if budget is not None:
+        budget["spaces"] = spaces
         budget["plot"] = budget_plot(budget, out.with_suffix(".budget.png"), title=title)
     return budget

@@ -27,11 +27,15 @@ from nas.builder import build, state_dict_diff
 from nas.compress.qat import prepare_qat
 from nas.compress.quant_settings import QuantSettings
 
-__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "checkpoint_data_settings", "diff_messages",
-           "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
+__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "DATA_FREE", "arch_differences", "checkpoint_data_settings",
+           "diff_messages", "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file",
+           "resume_meta", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
 CKPT_VERSION = 1
+# data settings that change no result: where the files are, how many processes read them, whether an
+# unreadable one stops the loading (a skipped one is named when it loads); never compared on resume
+DATA_FREE = ("root", "download", "skip_bad", "num_workers")
 
 
 def save_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
@@ -78,6 +82,14 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return {"model": obj}
     raise ValueError(f"{p}: neither an hwnas checkpoint nor a state dict")
+
+
+def resume_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``meta`` as a resume compares it: its ``data`` without the ``DATA_FREE`` settings."""
+    out = dict(meta)
+    if isinstance(out.get("data"), Mapping):
+        out["data"] = {k: v for k, v in out["data"].items() if k not in DATA_FREE}
+    return out
 
 
 def diff_messages(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

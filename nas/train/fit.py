@@ -34,6 +34,7 @@ from nas.train.checkpoint import (
     diff_messages,
     load_checkpoint,
     load_state,
+    resume_meta,
     save_checkpoint,
 )
 from nas.train.settings import FitSettings
@@ -263,7 +264,7 @@ def _resume(path: Path, model: nn.Module, opt: torch.optim.Optimizer, meta: Mapp
     if c.get("arch") != model.arch.to_dict():
         raise ValueError(f"{path}: the checkpoint is for another Arch "
                          f"({arch_differences(c['arch'], model.arch.to_dict())}); use another out dir or remove it")
-    d = diff_messages(c.get("meta", {}), meta)
+    d = diff_messages(resume_meta(c.get("meta", {})), resume_meta(meta))
     if d:
         raise ValueError(f"{path}: resuming with other settings than the checkpoint's ({'; '.join(d)}); "
                          f"use the same settings, another out dir, or remove the checkpoint to start over")

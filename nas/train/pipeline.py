@@ -67,6 +67,7 @@ from nas.space import SpaceError, load_space
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
 from nas.train.card import card_path, dataset_record, deployment_card, write_card
+from nas.train.checkpoint import resume_meta
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
@@ -110,6 +111,7 @@ def _data_settings(run: SearchRun, s: PipelineSettings) -> DataSettings:
     d = {k: v for k, v in run.data.items() if k in DataSettings.__dataclass_fields__}
     d["train_samples"] = s.train_samples  # full training: all training images unless capped
     d["resolution"] = _resolution(run, s)  # the images the deployed network takes
+    d.update(s.data)  # data.num_workers: how the images are read, not which
     if s.data_root:
         d["root"] = s.data_root
     return DataSettings.from_dict(d)
@@ -312,10 +314,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     mdir = Path(s.out or ctx.run.path / "train") / mid
     mdir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(mdir / "arch.json", arch0.to_json(indent=1) + "\n")
-    # where the files are, and whether an unreadable one stops the loading (a skipped one is named when it
-    # loads), do not change the result: not checked on resume
-    where = ("root", "download", "skip_bad")
-    base_meta = {"data": {k: v for k, v in data.settings.to_dict().items() if k not in where},
+    base_meta = {"data": resume_meta({"data": data.settings.to_dict()})["data"],
                  "arch": arch0.digest()}
     log.info("model %s: %s", mid, arch0)
     model, res = _stage_fp32(ctx, index, arch0, mdir, base_meta)
