@@ -282,6 +282,22 @@ def _unexpected_errors(show: bool):
         sys.exit(1)
 
 
+#: commands whose target has no default (nas.export's is the one its checkpoint records)
+_NO_DEFAULT_TARGET = ("export",)
+
+
+def _target_key_error(config_name: str, args: Sequence[str]) -> str | None:
+    """``conf.<key>=`` without ``conf=`` for a command whose target has no default: one line saying
+    to name the target, else None."""
+    if config_name not in _NO_DEFAULT_TARGET or any(a.lstrip("+~").startswith("target=") for a in args):
+        return None
+    key = next((a.lstrip("+~").split("=", 1)[0] for a in args if a.lstrip("+~").startswith("target.")), None)
+    if key is None:
+        return None
+    return (f"{user_override(key)}= changes a target, but none is named: nas.{config_name} takes the one the "
+            f"checkpoint records unless given; name it too (conf=<target> {user_override(key)}=...)")
+
+
 def hydra_app(config_name: str) -> Callable:
     """``hydra.main`` over the shipped conf/ (``nas.resources.conf_dir``), with the user's targets
     ($HWNAS_HOME/target/) on the search path, ``conf=<name>`` / ``conf.<key>=`` accepted for ``target=`` / ``target.<key>=``,
@@ -315,6 +331,7 @@ def hydra_app(config_name: str) -> Callable:
             if {"--help", "-h"} & set(sys.argv[1:]):
                 return _help(app, config_name)
             problem = _out_dir_error(sys.argv[1:]) if _run_dir_from_out(config_name) else None
+            problem = problem or _target_key_error(config_name, sys.argv[1:])
             if problem:
                 print(f"error: {problem}", file=sys.stderr)
                 sys.exit(2)

@@ -93,7 +93,7 @@ class TrainAppConfig:
 class ExportAppConfig:
     """``python -m nas.export weights=<ckpt> [arch=<arch.json>] precision=fp32|int8 [out=...]``."""
 
-    target: TargetConfig = MISSING
+    target: TargetConfig | None = None  # conf=<target>; null: the target the checkpoint records (nas.train's)
     arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
     weights: str = MISSING  # the checkpoint to export (a .pt file of nas.train, or a state dict)
     precision: str = "fp32"  # fp32 | int8

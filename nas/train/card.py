@@ -14,6 +14,10 @@ timm's eval transform (resize the shorter side to ``floor(resolution / crop_pct)
 ``resolution``, bilinear, on a PIL image); an in-memory one (digits, Fashion-MNIST) resizes the whole
 image to ``resolution`` x ``resolution`` (bilinear, antialiased).  docs/train.md has a short
 program that reads a card and classifies an image with onnxruntime, numpy and Pillow alone.
+
+When the accuracy is the test split's, ``<variant>.test_files.txt`` beside the card lists the images
+it was scored on, in order (``write_test_files``; the card's ``accuracy.files``), so a deployed
+model can be checked on exactly those images.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nas._io import atomic_write_json
+from nas._io import atomic_write_json, atomic_write_text
 from nas.latency.base import how_measured, how_predicted
 
-__all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "write_card"]
+__all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "test_files_path",
+           "write_card", "write_test_files"]
 
 CARD_SCHEMA = "hwnas.deployment_card"
 
@@ -79,7 +84,7 @@ def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
 
 def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any, data: Mapping[str, Any],
                     accuracy: float | None, split: str, split_note: str, predicted: Mapping[str, Any] | None,
-                    measured: Mapping[str, Any] | None, target: Any) -> dict[str, Any]:
+                    measured: Mapping[str, Any] | None, target: Any, files: str | Path | None = None) -> dict[str, Any]:
     """The card of one exported file.
 
     Args:
@@ -91,7 +96,8 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         split, split_note: the split and where it comes from (``nas.export.verify.split_note``).
         predicted, measured: the latency records of the export (``Prediction.to_dict()`` + label, and a
             ``measure_onnx`` result), either may be None.
-        target: the ``Target`` it was made for.
+        target: the ``Target`` it was made for (the one predicting its precision).
+        files: the list of the images ``accuracy`` was scored on (``write_test_files``), if any.
 
     Returns:
         The card (a JSON-ready dict).
@@ -105,7 +111,8 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         "preprocess": preprocess(data),
         "output": {"name": "output", "shape": [1, len(classes)], "meaning": "logits (softmax for probabilities)",
                    "classes": classes},
-        "accuracy": {"value": accuracy, "split": split, "split_note": split_note},
+        "accuracy": {"value": accuracy, "split": split, "split_note": split_note,
+                     **({"files": Path(files).name} if files else {})},
         "latency": _latency(predicted, measured, target, precision),
         "made_for": {"target": target.name, "device": target.device.name or target.device.kind,
                      "runtime": target.runtime, "provider": target.provider, "precision": precision},
@@ -116,6 +123,37 @@ def card_path(file: str | Path) -> Path:
     """Where the card of an exported file goes: ``<stem>.card.json`` beside it."""
     p = Path(file)
     return p.with_name(f"{p.stem}.card.json")
+
+
+def test_files_path(file: str | Path) -> Path:
+    """Where the list of the test images an exported file was scored on goes: ``<stem>.test_files.txt``."""
+    p = Path(file)
+    return p.with_name(f"{p.stem}.test_files.txt")
+
+
+def write_test_files(data: Any, file: str | Path, *, limit: int | None = None) -> Path | None:
+    """List the test images an exported file was scored on beside it (``test_files_path``).
+
+    Args:
+        data: the loaded ``nas.data.Dataset``.
+        file: the exported file.
+        limit: how many of the test split were scored (its first ``limit``; None: all).
+
+    Returns:
+        The list's path: a comment line saying what it is, then one line per image in the order scored:
+        its file (or ``train[i]`` / ``test[i]``, its index in the dataset's own training / test files),
+        label index and class name, tab-separated.  None when the dataset has no test split.
+    """
+    if data.test is None or not data.test_files:
+        return None
+    n = len(data.test_files) if limit is None else min(limit, len(data.test_files))
+    labels = data.test.labels[:n].tolist()
+    head = (f"# the {n} test images {Path(file).name} was scored on, in order ({data.test_source or 'the test split'}); "
+            f"file (train[i] / test[i]: its index in the dataset's own training / test files), label, class")
+    lines = [head] + [f"{f}\t{y}\t{data.classes[y]}" for f, y in zip(data.test_files[:n], labels, strict=True)]
+    path = test_files_path(file)
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
 
 
 def write_card(card: Mapping[str, Any], file: str | Path) -> Path:

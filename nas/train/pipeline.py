@@ -66,7 +66,7 @@ from nas.latency.measure_model import measure_onnx
 from nas.space import SpaceError, load_space
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
-from nas.train.card import card_path, dataset_record, deployment_card, write_card
+from nas.train.card import card_path, dataset_record, deployment_card, write_card, write_test_files
 from nas.train.checkpoint import resume_meta
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.fit import accuracy, fit
@@ -132,12 +132,14 @@ def _space_params(run: SearchRun, multiple: int | None) -> tuple[int, float | No
 
 
 def _card(ctx: _Context, rec: dict[str, Any], arch: Arch) -> None:
-    """The deployment card beside an exported ONNX file (``nas.train.card``)."""
+    """The deployment card beside an exported ONNX file (``nas.train.card``), with the list of the
+    test images it was scored on."""
+    files = write_test_files(ctx.data, rec["onnx"], limit=ctx.s.export.eval_samples)
     write_card(deployment_card(
         file=rec["onnx"], variant=rec["variant"], precision=rec["precision"], arch=arch, data=dataset_record(ctx.data),
         accuracy=rec["accuracy"], split=rec["accuracy_split"], split_note=split_note(ctx.data),
-        predicted=rec["predicted"], measured=rec["measured"], target=ctx.targets.get(rec["precision"]) or ctx.s.target),
-        rec["onnx"])
+        predicted=rec["predicted"], measured=rec["measured"], target=ctx.targets.get(rec["precision"]) or ctx.s.target,
+        files=files), rec["onnx"])
 
 
 def _predict(ctx: _Context, prec: str, arch: Arch) -> dict[str, Any] | None:
@@ -198,7 +200,7 @@ def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: d
         meta["init"] = {"supernet": sn_meta["space"]["digest"], "epoch": sn_meta["epoch"],
                         "settings": sn_meta["settings"]}
     hist = fit(model, data, settings=s.train, epochs=s.train.epochs, lr=s.train.lr, ckpt=mdir / "fp32.ckpt",
-               seed=s.seed, meta=meta, stage=f"{mid} fp32")
+               seed=s.seed, meta=meta, stage=f"{mid} fp32", target=s.target)
     res: dict[str, Any] = {"id": mid, "index": index, "search": {k: entry.get(k) for k in
                                                                    (ctx.run.metric, "latency_ms", "trial", "digest")},
                            "arch": arch0.to_dict(), "history": {"fp32": hist}}
@@ -224,7 +226,7 @@ def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Mo
                meta={**base_meta, "stage": "qat", "float": final_arch.digest(), "quant": {k: v for k, v in dataclasses.asdict(qs).items() if k != "symmetric" or v},
                      "freeze_epochs": q.freeze_epochs, "calib_batches": q.calib_batches},
                on_epoch_start=observers, stage=f"{mdir.name} qat", teacher=teacher, distill=q.distill,
-               temperature=q.temperature)
+               temperature=q.temperature, target=ctx.targets.get("int8") or s.target)
     set_observers(qat_model, "frozen")
     res["history"]["qat"] = hist
     res["torch_accuracy"]["qat_int8_fakequant"] = accuracy(qat_model, data, eval_split(data))

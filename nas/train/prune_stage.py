@@ -173,7 +173,8 @@ def stage_prune(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, base_meta: 
     atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
     hist = fit(pruned, ctx.data, settings=s.train, epochs=p.epochs, lr=p.lr, ckpt=mdir / "pruned.ckpt",
                seed=s.seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
-               stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature)
+               stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature,
+               target=s.target)
     loop_path = mdir / "prune_measured.json"
     if loop_path.is_file():
         res["prune"]["measured"] = json.loads(loop_path.read_text())
