@@ -50,7 +50,8 @@ def run(cfg: DictConfig) -> dict:
     )
     v = rec["verify"]
     t = rec["target"]
-    print(f"target:    {t['name']} ({t['from']}{'' if t['from'] == 'given' else '; conf=<target> for another'})")
+    of = f"the {rec['precision']} target of {t['of']}, " if t["of"] != t["name"] else ""
+    print(f"target:    {t['name']} ({of}{t['from']}{'' if t['from'] == 'given' else '; conf=<target> for another'})")
     if rec.get("int8_form_mismatch"):
         print(f"WARNING: {rec['int8_form_mismatch']} (allow_mismatch)")
     print(f"exported {rec['precision']} ({rec['how']}): {rec['onnx']} ({rec['file_bytes'] / 1024:.1f} KiB, "

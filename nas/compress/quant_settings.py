@@ -19,8 +19,8 @@ class QuantSettings:
     @property
     def form(self) -> str:
         """The int8 form in words: TensorRT's symmetric one, or onnxruntime's u8/s8."""
-        return ("symmetric int8, zero point 0 (TensorRT's form)" if self.symmetric else
-                "u8 activations, s8 weights (onnxruntime's CPU form)")
+        return ("TensorRT's int8 form (symmetric, zero point 0)" if self.symmetric else
+                "onnxruntime's CPU int8 form (u8 activations, s8 weights)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.symmetric, bool):

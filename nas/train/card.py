@@ -74,9 +74,12 @@ def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | 
         at = getattr(target, "precision", precision)
         out["predicted"] = {"ms": predicted["ms"], "how": how, "source": source, "target": predicted.get("target"),
                             "precision": at}
-        if at != precision:  # an fp16 target predicts the fp32 file: the engine its runtime builds from it
-            out["predicted"]["for"] = (f"the {at} engine {target.runtime} builds from this {precision} file "
-                                       f"(target {target.name}), not the file run at {precision}")
+        what = (f"the {at} engine {target.runtime} builds from this {precision} file (target {target.name}), "
+                f"not the file run at {precision}") if at != precision else ""
+        if source == "rehearsal":  # the graphs timed elsewhere, as that machine ran them
+            what = f"a stand-in, measured on another machine, for {what or f'this file on target {target.name}'}"
+        if what:  # an fp16 target predicts the fp32 file: the engine its runtime builds from it
+            out["predicted"]["for"] = what
     if not out:
         out["none"] = f"no target predicts this precision for {getattr(target, 'name', target)}"
     return out

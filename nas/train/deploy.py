@@ -8,7 +8,6 @@ formats: ``nas.train.deploy_edge``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,8 +40,6 @@ from nas.train.checkpoint import (
 from nas.train.settings import VERIFY_SAMPLES, ExportSettings
 
 __all__ = ["ExportOptions", "export_checkpoint", "export_model", "int8_form_mismatch", "made_for", "onnx_bytes"]
-
-log = logging.getLogger(__name__)
 
 
 class ExportOptions(MeasureSettings, Protocol):
@@ -99,7 +96,7 @@ def int8_form_mismatch(model: nn.Module, target: Target, where: str) -> str | No
     want = quant_settings_for(target)
     if model.settings.symmetric == want.symmetric:
         return None
-    return (f"{where} was quantized in {model.settings.form}, but target {target.name!r} runs {target.runtime} on "
+    return (f"{where} was quantized in {model.settings.form}, but target {target.name!r} ({target.runtime}) runs "
             f"{want.form}: its latency there would not be this graph's")
 
 
@@ -239,8 +236,6 @@ def export_checkpoint(
             "a target whose runtime runs that form"
         raise ValueError(f"{form}; export it for {fix}, or run QAT for {made.name} (nas.train conf={made.name}); "
                          "allow_mismatch=true exports it anyway")
-    if form:
-        log.warning("%s (allow_mismatch)", form)
     out_path = Path(out) if out else Path(weights).with_suffix(f".{precision}.onnx")
     for p in (out_path, out_path.with_suffix(".json")):
         if p.exists() and not overwrite:
@@ -256,7 +251,7 @@ def export_checkpoint(
     rec = export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
                        verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
                        source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
-                               "weights": str(weights), "target": {"name": made.name, "from": origin}})
+                               "weights": str(weights), "target": {"name": made.name, "from": origin, "of": target.name}})
     if form:
         rec["int8_form_mismatch"] = form
         atomic_write_json(out_path.with_suffix(".json"), rec)

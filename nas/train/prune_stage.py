@@ -109,7 +109,7 @@ def prune_guide(ctx: Any) -> tuple[Callable | None, str, str]:
                             "toward a roofline estimate trades accuracy for a number nobody measured; prune.by=macs "
                             "prunes toward prune.ratio of the MACs, prune.on_estimate=true toward the estimate")
     if not on_device(ctx.guide.source) and not p.on_estimate:
-        return None, "ms", (f"pruning skipped: target {ctx.s.target.name!r}'s latency table is a {ctx.guide.how}, "
+        return None, "ms", (f"pruning skipped: the latency table of target {ctx.s.target.name!r} is a {ctx.guide.how}, "
                             "not the device's, and pruning toward it trades accuracy for a number the device never "
                             "gave; prune.by=macs prunes toward prune.ratio of the MACs, prune.on_estimate=true "
                             "toward the rehearsal's figures")
