@@ -170,6 +170,66 @@ def _onnx_input(path):
     return [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
 
 
+def test_resume_ignores_how_the_images_are_read(tmp_path):
+    """data.num_workers (and the folder) change no result: a checkpoint resumes under another value
+    (the code before refused it: its meta holds the dataset's settings)."""
+    from nas.builder import build
+    from nas.data import DataSettings, load_data
+    from nas.space import load_space
+    from nas.train.fit import fit
+    from nas.train.settings import FitSettings
+
+    data = load_data(DataSettings(name="digits", resolution=16, train_samples=64, val_samples=32))
+    arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
+    kw = dict(settings=FitSettings(batch_size=32, bn_recalibration_batches=1), lr=0.005, seed=3, epochs=2,
+              ckpt=tmp_path / "a.ckpt")
+    rec = data.settings.to_dict()
+
+    def stop_at_1(model, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(build(arch), data, meta={"data": {**rec, "num_workers": 4}}, on_epoch_start=stop_at_1, **kw)
+    with pytest.raises(ValueError, match="resuming with other settings.*data"):
+        fit(build(arch), data, meta={"data": {**rec, "seed": 5}}, **kw)
+    hist = fit(build(arch), data, meta={"data": {**rec, "num_workers": 1, "root": "/elsewhere"}}, **kw)
+    assert len(hist) == 2
+
+
+def test_export_defaults_to_the_checkpoints_target_and_agrees_with_train(trained, tmp_path, capsys):
+    """Each checkpoint records the target it was made for (QAT: the int8 one); nas.export exports for
+    it without conf= and names the precision's target as nas.train's card does; a QAT graph of
+    onnxruntime's int8 form predicted for TensorRT's is refused in one line (allow_mismatch: a warning)."""
+    out, _ = trained
+    mdir = next(p for p in out.iterdir() if p.is_dir())
+    assert torch.load(mdir / "fp32.ckpt", weights_only=True)["target"]["name"] == "cpu"
+    assert torch.load(mdir / "qat.ckpt", weights_only=True)["target"]["name"] == "cpu_int8"
+    train_card = json.loads((mdir / "export" / "qat_int8.card.json").read_text())
+    quick = ["verify_samples=20", "export.measure=false", "export.calib_samples=16"]
+    dst = tmp_path / "q.onnx"
+    code, err, stdout = _run_in_process("export", [f"weights={mdir / 'qat.ckpt'}", "precision=int8", f"out={dst}",
+                                                   *quick], capsys)
+    assert code == 0, err
+    assert "target:    cpu_int8 (the checkpoint's; conf=<target> for another)" in stdout
+    card = json.loads(dst.with_name("q.card.json").read_text())
+    assert card["made_for"] == train_card["made_for"] and card["made_for"]["target"] == "cpu_int8"
+    code, err, stdout = _run_in_process("export", ["conf=cpu", f"weights={mdir / 'fp32.ckpt'}", "precision=int8",
+                                                   f"out={tmp_path / 'p.onnx'}", *quick], capsys)
+    assert code == 0, err  # conf=cpu, int8: made for cpu_int8, as nas.train's ptq_int8 card says
+    ptq = json.loads((mdir / "export" / "ptq_int8.card.json").read_text())
+    assert json.loads((tmp_path / "p.card.json").read_text())["made_for"] == ptq["made_for"]
+    args = ["conf=jetson_int8", f"weights={mdir / 'qat.ckpt'}", "precision=int8", f"out={tmp_path / 'j.onnx'}", *quick]
+    code, err, _ = _run_in_process("export", args, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("was quantized in onnxruntime's CPU int8 form (u8 activations, s8 weights), but target 'jetson_int8' "
+            "(tensorrt) runs TensorRT's int8 form (symmetric, zero point 0)") in err
+    assert "export it for conf=cpu_int8, the target it was trained for" in err and not (tmp_path / "j.onnx").exists()
+    code, err, stdout = _run_in_process("export", [*args, "allow_mismatch=true"], capsys)
+    assert code == 0 and "WARNING: " in stdout and "(allow_mismatch)" in stdout
+    assert "int8_form_mismatch" in json.loads((tmp_path / "j.json").read_text())
+
+
 def test_exports_are_the_searched_networks(trained, search_run):
     """The search predicts latency at the target's deployment resolution (the tiny space's 32 px) while
     it scores digits at 16 px: nas.train trains and exports at 32 px, so the fp32 file is the very
@@ -196,7 +256,8 @@ def test_exports_are_the_searched_networks(trained, search_run):
     assert ck["meta"]["data"]["resolution"] == 32
     md = (out / "report.md").read_text()
     assert f"- {m['id']}: input 1x1x32x32; the fp32 file is the network the search scored: the front's " \
-           f"{entry['latency_ms']:.4f} ms (fp32, target `cpu`) is for this input" in md
+           f"{entry['latency_ms']:.4f} ms ({entry['latency_how']}, not measured on target `cpu`'s device) is for this " \
+           "input" in md  # conf.table=null: an estimate, said so
 
 
 def test_another_resolution_reports_both_latencies(search_run, tmp_path):

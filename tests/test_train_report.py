@@ -82,3 +82,19 @@ def test_the_report_says_what_input_the_files_take(tmp_path):
                              "latency is for 1x3x32x32; the files have the latency of 1x3x32x32")
     assert input_line({"id": "old", "variants": []}) is None  # a report written before inputs were recorded
 
+
+
+def test_pruning_that_raised_accuracy_says_gained(tmp_path):
+    """The decision line says how accuracy moved in words: the code before printed '-9.44 points lost'
+    for a network that gained 9.44 points."""
+    from nas.train.report import accuracy_change
+
+    rep = _report({"fp32": "cpu"}, [_var("fp32", "fp32", {"ms": 0.5, "source": "measured", "outside": ""})])
+    plan = {"predicted_ms_before": 0.5, "predicted_ms_after": 0.4, "unit": "ms", "target_ms": 0.35,
+            "criterion": "loss", "steps": [1, 2], "reached": False, "kept": True}
+    rep["models"][0]["prune"] = {**plan, "decision": {"split": "val", "unpruned": 0.5185, "pruned": 0.6130,
+                                                      "drop_points": -9.44, "max_drop": 1.0}}
+    write_report(tmp_path, rep)
+    md = (tmp_path / "report.md").read_text()
+    assert "val accuracy 51.85% → 61.30% (9.44 points gained, at most 1 may be lost): kept" in md
+    assert accuracy_change(0.5) == "0.50 points lost" and accuracy_change(0.001) == "no change"

@@ -65,3 +65,20 @@ def test_train_app_options_default_as_the_pipeline_settings():
     shared = sorted(set(app) & set(lib))
     assert {"select", "latency_budget_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
     assert {k: app[k] for k in shared} == {k: lib[k] for k in shared}
+
+
+def test_train_takes_data_num_workers_from_the_data_settings():
+    """docs/data.md tells 2-core users to set data.num_workers: nas.train takes it (the code before
+    refused it), checked where DataSettings checks it; only settings that change no result."""
+    from nas.cli.train import settings_from_config
+    from nas.data.settings import DataSettings
+
+    base = ["conf=cpu", "run=x"]
+    assert settings_from_config(compose_app("train", base)).data == {"num_workers": DataSettings().num_workers}
+    assert settings_from_config(compose_app("train", [*base, "data.num_workers=1"])).data == {"num_workers": 1}
+    with pytest.raises(ValueError, match=r"data.num_workers must be an integer >= 0"):
+        settings_from_config(compose_app("train", [*base, "data.num_workers=-1"]))
+    from nas.target import load_target
+
+    with pytest.raises(ValueError, match=r"data.seed: nas.train reads the search's dataset as the search did"):
+        PipelineSettings(run="r", target=load_target("cpu"), data={"seed": 1})

@@ -73,13 +73,14 @@ from nas.latency.reproducibility import table_ceiling
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score, score_by_range
+from nas.latency.table import LatencyTable
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
 __all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
            "round_order", "score",
-           "scatter_plot", "validate"]
+           "scatter_plot", "validate", "validated_spaces"]
 
 log = logging.getLogger(__name__)
 
@@ -413,7 +414,7 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
-    spaces = spaces or model.table_.spaces
+    spaces = validated_spaces(model.table_, spaces)
     if model.note and bundle is None:  # measured here, with the installed runtime
         say(model.note)
     if bundle is not None:
@@ -446,6 +447,13 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     except KeyboardInterrupt as e:
         raise Interrupted(f"measurements so far are cached beside {out}; run again to continue") from e
     return _finish(model, target, vs, out, spaces, resolution, recalibrate=recalibrate)
+
+
+def validated_spaces(table: LatencyTable, spaces: str | Sequence[str] | None) -> list[str]:
+    """The search spaces a validation draws from and counts the table's blocks against: ``spaces``
+    when given, else the ones the table was measured for (``LatencyTable.spaces``), else every
+    shipped space (a table that does not say)."""
+    return space_names(spaces or table.spaces)
 
 
 def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool) -> dict[str, Any]:

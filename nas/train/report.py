@@ -210,10 +210,11 @@ def input_line(model: Mapping[str, Any]) -> str | None:
     if not i:
         return None
     ms = i.get("searched_ms")
-    front = (f"the front's {ms:.4f} ms ({i.get('searched_precision') or '?'}, target `{i.get('searched_target') or '?'}`"
-             + (f": {i['searched_how']})" if i.get("searched_how") else ")") if ms is not None else "the front's latency")
-    if ms is not None and i.get("searched_how") and not on_device(i.get("searched_source")):
-        front = f"the front's {ms:.4f} ms ({i['searched_how']}, not target `{i.get('searched_target') or '?'}`'s device)"
+    front = (f"the front's {ms:.4f} ms ({i.get('searched_precision') or '?'}, target `{i.get('searched_target') or '?'}`)"
+             if ms is not None else "the front's latency")
+    if ms is not None and i.get("searched_how") and not on_device(i.get("searched_source")):  # an estimate, a rehearsal
+        front = (f"the front's {ms:.4f} ms ({i['searched_how']}, not measured on target "
+                 f"`{i.get('searched_target') or '?'}`'s device)")
     shape, searched = _shape(i["shape"]), _shape(i["searched_shape"])
     if i["as_searched"]:
         return f"- {model['id']}: input {shape}; the fp32 file is the network the search scored: {front} is for this input"
