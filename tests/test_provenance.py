@@ -149,9 +149,10 @@ def test_cards_say_which_figure_is_which():
 def test_validation_counts_blocks_of_the_tables_own_spaces():
     """A table records the spaces it was measured for; nas.validate counts against them (the code
     before counted a bundle's one-space table against every shipped space: '248 of 868 blocks')."""
-    t = synth_table()
-    assert t.spaces is None and validated_spaces(t, None) == list_spaces()
+    model = LatencyPredictor(calibrate=False, learned=False).fit(synth_table())
+    t = model.table_
+    assert t.spaces is None and validated_spaces(model, None) == list_spaces()
     t.add_spaces(["tiny"])
     t.add_spaces(["tiny"])
     assert t.spaces == ["tiny"] and t.metadata["spaces"] == ["tiny"]
-    assert validated_spaces(t, None) == ["tiny"] and validated_spaces(t, ["mbv3"]) == ["mbv3"]
+    assert validated_spaces(model, None) == ["tiny"] and validated_spaces(model, ["mbv3"]) == ["mbv3"]

@@ -170,33 +170,6 @@ def _onnx_input(path):
     return [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
 
 
-def test_resume_ignores_how_the_images_are_read(tmp_path):
-    """data.num_workers (and the folder) change no result: a checkpoint resumes under another value
-    (the code before refused it: its meta holds the dataset's settings)."""
-    from nas.builder import build
-    from nas.data import DataSettings, load_data
-    from nas.space import load_space
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
-
-    data = load_data(DataSettings(name="digits", resolution=16, train_samples=64, val_samples=32))
-    arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
-    kw = dict(settings=FitSettings(batch_size=32, bn_recalibration_batches=1), lr=0.005, seed=3, epochs=2,
-              ckpt=tmp_path / "a.ckpt")
-    rec = data.settings.to_dict()
-
-    def stop_at_1(model, epoch):
-        if epoch == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        fit(build(arch), data, meta={"data": {**rec, "num_workers": 4}}, on_epoch_start=stop_at_1, **kw)
-    with pytest.raises(ValueError, match="resuming with other settings.*data"):
-        fit(build(arch), data, meta={"data": {**rec, "seed": 5}}, **kw)
-    hist = fit(build(arch), data, meta={"data": {**rec, "num_workers": 1, "root": "/elsewhere"}}, **kw)
-    assert len(hist) == 2
-
-
 def test_export_defaults_to_the_checkpoints_target_and_agrees_with_train(trained, tmp_path, capsys):
     """Each checkpoint records the target it was made for (QAT: the int8 one); nas.export exports for
     it without conf= and names the precision's target as nas.train's card does; a QAT graph of
@@ -426,48 +399,6 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
         fit(build(arch), data, ckpt=tmp_path / "x.ckpt", teacher=teacher, distill=1.5, **kw)
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "qat.distill=2", *FAST], capsys)
     assert code == 2 and "qat.distill must be a weight in [0, 1]" in err
-
-
-def test_deployment_choice_is_the_fastest_within_tolerance():
-    from nas.train.report import deployment_choice
-
-    def var(name, acc, measured, predicted=None):
-        return {"variant": name, "accuracy": acc, "measured": {"median_ms": measured} if measured else None,
-                "predicted": {"ms": predicted or measured}}
-
-    # int8 slower than fp32 on a small network: the pruned fp32 network is the one to ship
-    m = {"variants": [var("fp32", 0.90, 1.0), var("pruned", 0.895, 0.7), var("ptq_int8", 0.893, 1.3),
-                      var("qat_int8", 0.896, 1.2)]}
-    d = deployment_choice(m)
-    assert d["variant"] == "pruned" and d["by"] == "measured" and d["vs_fp32"]["qat_int8"] == pytest.approx(1.2)
-    # a faster variant that loses more than a point is not a candidate
-    m["variants"][3] = var("qat_int8", 0.88, 0.4)
-    assert deployment_choice(m)["variant"] == "pruned" and "qat_int8" not in deployment_choice(m)["vs_fp32"]
-    assert deployment_choice(m, tolerance=0.05)["variant"] == "qat_int8"
-    # not every candidate measured here: chosen by prediction, and it says so
-    m["variants"][1] = var("pruned", 0.9, None, predicted=0.5)
-    d = deployment_choice(m)
-    assert d["by"] == "predicted" and d["variant"] == "pruned"
-    assert deployment_choice({"variants": [var("pruned", 0.9, 0.5)]}) is None  # no fp32 to compare with
-
-
-def test_report_marks_estimates_and_extrapolations(tmp_path):
-    from nas.train.report import report_rows, write_report
-
-    def var(name, pred):
-        return {"variant": name, "accuracy": 0.9, "params": 10, "file_bytes": 2048, "measured": {"median_ms": 0.01},
-                "predicted": pred, "error_pct": 1.0}
-
-    rep = {"run": "r", "target": "t", "data": "d", "accuracy_split": "val", "latency_targets": {"fp32": "t"},
-           "measured_here": {"fp32": True}, "quantization": {"qat": {}, "ptq": {}},
-           "models": [{"id": "m", "variants": [
-               var("fp32", {"ms": 0.02, "source": "measured", "outside": "its raw table sum is below ..."}),
-               var("pruned", {"ms": 0.02, "source": "estimated", "outside": ""}),
-               var("ptq_int8", {"ms": 0.02, "source": "measured", "outside": ""})]}]}
-    cols = {r[1]: r[5] for r in report_rows(rep)}
-    assert cols == {"fp32": "0.0200 (extrap.)", "pruned": "0.0200 (est.)", "ptq_int8": "0.0200"}
-    write_report(tmp_path, rep)
-    assert "*(extrap.)* a network outside the range" in (tmp_path / "report.md").read_text()
 
 
 def test_load_arch_file_reads_arch_and_records(tmp_path):

@@ -199,7 +199,6 @@ class LatencyTable:
         ents = self.entries
         return [k for k in keys if k not in ents or ents[k].rounds < rounds]
 
-
     @property
     def source(self) -> str:
         """Where the figures come from (``nas.latency.base.SOURCES``): ``rehearsal`` for a table a
@@ -218,9 +217,8 @@ class LatencyTable:
     @property
     def spaces(self) -> list[str] | None:
         """The search spaces the table was measured for (``nas.profile`` and a bundle's import record
-        them), or None for a table that does not say."""
-        s = self.metadata.get("spaces")
-        return [str(n) for n in s] if s else None
+        them: ``add_spaces``), or None for a table that does not say."""
+        return [str(n) for n in self.metadata["spaces"]] if self.metadata.get("spaces") else None
 
     def add_spaces(self, names: Iterable[str]) -> None:
         """Record that the table was measured for the search spaces ``names`` too (``spaces``)."""
@@ -236,22 +234,17 @@ class LatencyTable:
     def rehearsal_label(self) -> str:
         """``REHEARSAL of <target> (<runtime>, <precision>) on <machine> (<its runtime>)`` for a table
         measured by a bundle's rehearsal, else empty: the words every output carries for its figures."""
-        if not self.rehearsal_of:
-            return ""
-        rt = self.metadata.get("runtime") or {}
-        dev = (self.metadata.get("device") or {}).get("name", "?")
-        return f"REHEARSAL of {self.rehearsal_of} on {dev} ({' '.join(x for x in (rt.get('name'), rt.get('provider')) if x)})"
+        rt, dev = self.metadata.get("runtime") or {}, (self.metadata.get("device") or {}).get("name", "?")
+        runtime = " ".join(x for x in (rt.get("name"), rt.get("provider")) if x)
+        return f"REHEARSAL of {self.rehearsal_of} on {dev} ({runtime})" if self.rehearsal_of else ""
 
     def describe(self) -> str:
         m = self.metadata
-        rt = m.get("runtime", {})
+        rt, dev = m.get("runtime", {}), m.get("device", {}).get("name", "?")
         how = f", {self.timing_label}" if self.timing_label else ""
-        head = f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')}"
-        if self.rehearsal_of:
-            head = f"REHEARSAL of {self.rehearsal_of}, measured on {m.get('device', {}).get('name', '?')}"
+        head = f"REHEARSAL of {self.rehearsal_of}, measured on {dev}" if self.rehearsal_of else f"{m.get('source', '?')} on {dev}"
         return (
-            f"{head} "
-            f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
+            f"{head} ({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
             f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries, "
             + (f"{len(self.networks)} calibration networks" if self.networks
                else "uncalibrated (no whole networks measured)")

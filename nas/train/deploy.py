@@ -175,13 +175,10 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export a training checkpoint to ONNX, verify it, time it and write its deployment card.
 
-    The ONNX file (fp32, the QAT network's own QDQ graph, or onnxruntime's static PTQ int8 in the
-    target runtime's form) is checked against torch with onnxruntime, its latency predicted by the
-    target for its precision (``made_for``; measured when that target is this machine), and its
-    record (``<out>.json``) and deployment card (``<out>.card.json``, with the list of the test
-    images it was scored on, when there is data) written beside it.  Every input is checked
-    before anything is written.  A QAT graph of another int8 form than the target's runtime runs
-    (``int8_form_mismatch``) is refused, or with ``allow_mismatch`` exported with a warning.
+    The ONNX file (fp32, the QAT network's own QDQ graph, or static PTQ int8 in the target runtime's
+    form) is checked against torch, predicted by the target for its precision (``made_for``; measured
+    when that is this machine), and its record (``<out>.json``), card and test file list written
+    beside it.  Every input, and a QAT graph's int8 form (``int8_form_mismatch``), is checked first.
 
     Args:
         arch_path: an Arch file (``load_arch_file``: an Arch, or a ``nas.train`` record holding one);
@@ -194,30 +191,26 @@ def export_checkpoint(
         data: a ``data`` group replacing the checkpoint's dataset (verification and calibration images).
         verify_samples: images (batch 1) the export is checked on.
         overwrite: replace existing outputs.
-        allow_mismatch: predict with a table measured on another device, or a QAT graph of another
-            int8 form than the target's.
+        allow_mismatch: predict with a table of another device, or a QAT graph of another int8 form.
         export: calibration and timing settings (``ExportSettings``; default its defaults).
         data_root: the folder of the checkpoint's image dataset, when it moved.
 
     Returns:
-        The export record: ``precision``, ``how``, ``onnx``, ``file_bytes``, ``params``, ``verify``,
-        ``predicted``, ``measured``, ``input_shape``, ``target`` (its name and where it came from)
+        The export record: ``target`` (name, where it came from), ``precision``, ``how``, ``onnx``,
+        ``file_bytes``, ``params``, ``verify``, ``predicted``, ``measured``, ``input_shape``
         (``error_pct`` with both, ``card`` with data, ``int8_form_mismatch`` when allowed).
 
     Raises:
         TypeError: ``target`` is none of those.
-        ValueError: an unknown precision, fp32 of a QAT checkpoint, a checkpoint that does not match
-            the Arch, an existing output without ``overwrite``, int8 of a float checkpoint without data,
-            a QAT graph of another int8 form than the target's (without ``allow_mismatch``).
+        ValueError: an unknown precision, fp32 of a QAT checkpoint, a checkpoint that does not match the
+            Arch, an existing output without ``overwrite``, int8 of a float checkpoint without data, a QAT
+            graph of another int8 form than the target's (without ``allow_mismatch``).
         FileNotFoundError: a missing checkpoint or Arch file.
 
     Example::
 
-        rec = nas.export_checkpoint(weights="runs/train/m0/fp32.ckpt", precision="int8",
-                                    target=nas.load_target("cpu_int8"))
+        rec = nas.export_checkpoint(weights="runs/train/m0/qat.ckpt", precision="int8")  # its own target
     """
-    export = export or ExportSettings()
-    given = resolve_target(target) if target is not None else None
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     check_number("verify_samples", verify_samples, integer=True)
@@ -226,16 +219,7 @@ def export_checkpoint(
     if is_qat and precision == "fp32":
         raise ValueError(f"{weights} is a QAT (int8) checkpoint: export it with precision=int8, or give the float "
                          f"checkpoint (fp32.ckpt or pruned.ckpt) for precision=fp32")
-    recorded = checkpoint_target(ckpt, str(weights))
-    target = given or recorded or load_target("cpu")
-    origin = "given" if given else "the checkpoint's" if recorded else "cpu: the checkpoint records no target"
-    made = made_for(target, precision) or target
-    form = int8_form_mismatch(model, made, str(weights)) if precision == "int8" else None
-    if form and not allow_mismatch:
-        fix = f"conf={recorded.name}, the target it was trained for" if recorded and recorded.name != made.name else \
-            "a target whose runtime runs that form"
-        raise ValueError(f"{form}; export it for {fix}, or run QAT for {made.name} (nas.train conf={made.name}); "
-                         "allow_mismatch=true exports it anyway")
+    target, made, told = _export_target(target, ckpt, model, str(weights), precision, allow_mismatch)
     out_path = Path(out) if out else Path(weights).with_suffix(f".{precision}.onnx")
     for p in (out_path, out_path.with_suffix(".json")):
         if p.exists() and not overwrite:
@@ -249,15 +233,33 @@ def export_checkpoint(
         raise ValueError("int8 export of a float checkpoint calibrates onnxruntime's PTQ on training images: "
                          "give data=<dataset> (the checkpoint records none)")
     rec = export_model(model, arch, precision=precision, is_qat=is_qat, target=target, out_path=out_path, data=ds,
-                       verify_samples=verify_samples, export=export, allow_mismatch=allow_mismatch,
+                       verify_samples=verify_samples, export=export or ExportSettings(), allow_mismatch=allow_mismatch,
                        source={"arch": str(arch_path) if arch_path is not None else f"{weights} (its own)",
-                               "weights": str(weights), "target": {"name": made.name, "from": origin, "of": target.name}})
-    if form:
-        rec["int8_form_mismatch"] = form
-        atomic_write_json(out_path.with_suffix(".json"), rec)
+                               "weights": str(weights), **told})
     if ds is not None:
         rec["card"] = _card(rec, Path(weights).stem, arch, ds, made)
     return rec
+
+
+def _export_target(given: Target | str | Mapping[str, Any] | None, ckpt: Mapping[str, Any], model: nn.Module,
+                   weights: str, precision: str, allow_mismatch: bool) -> tuple[Target, Target, dict[str, Any]]:
+    """``(target, made, record)`` of an export: the target given, else the checkpoint's, else cpu; the
+    one its precision is made for (``made_for``); what the export record says of them (``target``,
+    and ``int8_form_mismatch`` when allowed).  A QAT graph of another int8 form than ``made``'s
+    runtime runs raises ``ValueError`` unless ``allow_mismatch``."""
+    given = resolve_target(given) if given is not None else None
+    recorded = checkpoint_target(ckpt, weights)
+    target = given or recorded or load_target("cpu")
+    origin = "given" if given else "the checkpoint's" if recorded else "cpu: the checkpoint records no target"
+    made = made_for(target, precision) or target
+    form = int8_form_mismatch(model, made, weights) if precision == "int8" else None
+    if form and not allow_mismatch:
+        fix = (f"conf={recorded.name}, the target it was trained for" if recorded and recorded.name != made.name
+               else "a target whose runtime runs that form")
+        raise ValueError(f"{form}; export it for {fix}, or run QAT for {made.name} (nas.train conf={made.name}); "
+                         "allow_mismatch=true exports it anyway")
+    told = {"target": {"name": made.name, "from": origin, "of": target.name}}
+    return target, made, {**told, "int8_form_mismatch": form} if form else told
 
 
 def _card(rec: dict[str, Any], variant: str, arch: Arch, ds: Dataset, target: Target) -> str:
