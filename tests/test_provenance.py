@@ -109,6 +109,9 @@ def test_report_marks_rehearsal_figures_and_the_deploy_line_names_each_source(tm
          "input": {"shape": [1, 1, 32, 32], "searched_shape": [1, 1, 32, 32], "as_searched": True,
                    "searched_ms": 0.0689, "searched_target": "jetson", "searched_precision": "fp16",
                    "searched_source": "rehearsal", "searched_how": WORDS}}
+    m["prune"] = {"predicted_ms_before": 0.0689, "predicted_ms_after": 0.0444, "unit": "ms", "target_ms": 0.0482,
+                  "criterion": "loss", "steps": [1], "reached": True, "kept": False, "source": "rehearsal",
+                  "rejected": "x"}  # pruned toward the rehearsal when asked (prune.on_estimate=true): said so
     d = deployment_choice(m)
     assert d["variant"] == "fp32" and d["sources"] == {"fp32": "rehearsal", "qat_int8": "estimated"}
     assert d["on_device"] is False
@@ -121,6 +124,7 @@ def test_report_marks_rehearsal_figures_and_the_deploy_line_names_each_source(tm
     assert ("- m0: **fp32**, 30.00%, 0.0689 ms predicted (REHEARSAL) (latency vs fp32: qat_int8 3.28x (estimate))"
             in md)
     assert "(a choice by REHEARSAL and estimate figures, not the device's" in md
+    assert "- m0: pruned 0.0689 → 0.0444 ms predicted (REHEARSAL, prune.on_estimate) (target 0.0482" in md
     assert f"the front's 0.0689 ms ({WORDS}, not measured on target `jetson`'s device)" in input_line(m)
     assert f"({WORDS}; estimated (roofline, Jetson AGX Orin))" in md  # how each figure was obtained
 

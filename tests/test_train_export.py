@@ -257,8 +257,8 @@ def test_another_resolution_reports_both_latencies(search_run, tmp_path):
     assert fp32["predicted"]["ms"] < entry["latency_ms"]  # a quarter of the pixels
     md = (tmp_path / "report.md").read_text()
     assert f"- {m['id']}: input 1x1x16x16, NOT the searched 1x1x32x32: the front's {entry['latency_ms']:.4f} ms " \
-           f"(fp32, target `cpu`) is for 1x1x32x32; the files have the latency of 1x1x16x16 (fp32 file: " \
-           f"{fp32['predicted']['ms']:.4f} ms predicted)" in md
+           f"({entry['latency_how']}, not measured on target `cpu`'s device) is for 1x1x32x32; the files have the " \
+           f"latency of 1x1x16x16 (fp32 file: {fp32['predicted']['ms']:.4f} ms predicted)" in md
     with pytest.raises(ValueError, match="resolution must be a positive integer, got 0"):
         PipelineSettings(run=str(search_run), target=load_target("cpu"), resolution=0)
 

@@ -164,7 +164,7 @@ def stage_prune(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, base_meta: 
         return None
     plan = _prune_plan(ctx, model, arch0, mdir, predict)
     rec = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
-    res["prune"] = {**rec, "by": p.by, "unit": unit, "kept": False}
+    res["prune"] = {**rec, "by": p.by, "unit": unit, "kept": False, "source": ctx.guide.source if p.by == "latency" else None}
     if not plan.steps:
         res["prune"]["skipped"] = "no pruning step paid for itself (prune.min_gain)"
         log.info("%s: %s", mdir.name, res["prune"]["skipped"])

@@ -139,7 +139,8 @@ def _prune_lines(report: Mapping[str, Any]) -> list[str]:
                 lines.append(f"- {m['id']}: {p.get('skipped', 'not pruned')}")
                 continue
             unit = p.get("unit", "ms")
-            what = "MACs (prune.by=macs)" if unit == "MMACs" else "ms predicted"
+            what = ("MACs (prune.by=macs)" if unit == "MMACs" else f"ms predicted ({_WORDS[p['source']]}, prune.on_estimate)"
+                    if p.get("source") in _WORDS else "ms predicted")
             verdict = ("kept" if p.get("kept", True) else f"NOT KEPT: {p.get('rejected') or p.get('skipped')}")
             d = p.get("decision")
             cost = (f"; val accuracy {100 * d['unpruned']:.2f}% → {100 * d['pruned']:.2f}% "
