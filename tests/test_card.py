@@ -164,3 +164,45 @@ def test_a_tflite_card_gives_its_nhwc_int8_input_and_its_own_name():
                             target=load_target("cpu"))
     assert plain["input"]["layout"] == "NCHW" and plain["preprocess"]["steps"][-1] == "HWC -> CHW, add the batch axis"
     assert card_path("e/fp32.onnx").name == "fp32.card.json" and card_path("e/fp32.tflite").name == "fp32.tflite.card.json"
+
+
+def test_export_lists_the_test_images_and_exports_for_the_checkpoints_target(tmp_path):
+    """The checkpoint records its target and nas.export exports for it (the code before used cpu
+    unless told); the card says for which target and lists the test files it was scored on, each
+    with its label, so a deployed model can be checked on exactly those images."""
+    from nas.train.card import test_files_path
+    from nas.train.checkpoint import load_checkpoint
+    from nas.train.deploy import export_checkpoint
+    from nas.train.fit import fit
+    from nas.train.settings import FitSettings
+
+    _images(tmp_path / "imgs", n=20)
+    data = load_data({"name": "imagefolder", "root": str(tmp_path / "imgs"), "resolution": 16, "channels": 1,
+                      "num_workers": 0})
+    arch = load_space("tiny").random(3).with_head(in_chans=1, num_classes=2).with_resolution(16)
+    trained_for = load_target("cpu").replace(table=None)
+    fit(build(arch), data, settings=FitSettings(epochs=1, batch_size=8, bn_recalibration_batches=1), epochs=1, lr=0.01,
+        ckpt=tmp_path / "fp32.ckpt", seed=0, meta={"data": {}}, target=trained_for)
+    assert load_checkpoint(tmp_path / "fp32.ckpt")["target"]["name"] == "cpu"
+    rec = export_checkpoint(weights=tmp_path / "fp32.ckpt", precision="int8", verify_samples=3, export=_no_measure())
+    assert rec["target"] == {"name": "cpu_int8", "from": "the checkpoint's", "of": "cpu"}
+    card = json.loads(Path(rec["card"]).read_text())
+    assert card["made_for"]["target"] == "cpu_int8" and card["accuracy"]["split"] == "test"
+    listed = test_files_path(rec["onnx"])
+    assert card["accuracy"]["files"] == listed.name
+    head, *lines = listed.read_text().splitlines()
+    assert head.startswith("# the 3 test images ") and len(lines) == 3 == rec["verify"]["samples"]
+    for line, f, y in zip(lines, data.test_files, data.test.labels.tolist(), strict=False):
+        path, label, name = line.split("\t")
+        assert path == f and Path(path).is_file() and int(label) == y and Path(path).parent.name == name
+
+
+def test_in_memory_test_files_are_indices_of_the_datasets_own_files():
+    d = load_data({"name": "digits", "resolution": 8, "test_fraction": 0.1})
+    assert len(d.test_files) == len(d.test) and all(f.startswith("train[") for f in d.test_files)
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    first = int(d.test_files[0][len("train["):-1])
+    assert raw.target[first] == int(d.test.labels[0])  # the index names the very image
+    assert load_data({"name": "digits", "resolution": 8}).test_files == ()  # no test split, nothing listed

@@ -48,6 +48,16 @@ def _one_line(err: str) -> str:
     ("train", ["+selct=0"], "error: unknown option 'selct'; did you mean select=?"),
     ("validate", ["profile.watch=false"], "error: unknown option 'profile.watch'; it is nas.profile's: it keeps what "
                                           "the machine misled out of the table it writes, and this command writes no table"),
+    # below a level the command lacks: that level is named and the options listed are where it is missing
+    ("train", ["foo.bar=1"], "error: unknown option 'foo.bar' (no option 'foo' here); options: allow_mismatch, conf, "
+                             "data, data_root, epochs, export, latency_budget_ms, max_ms, out, prune, qat, resolution, "
+                             "run, seed, select, supernet, target, targets, train, train_samples, wait"),
+    ("train", ["train.optim.x=1"], "error: unknown option 'train.optim.x' (no option 'train.optim' here); did you mean "
+                                   "train.optimizer=?"),
+    ("train", ["data.seed=1"], "error: unknown option 'data.seed'; options of data: num_workers"),
+    ("export", ["weights=w.ckpt", "conf.table=t.json"], "error: conf.table= changes a target, but none is named: "
+                                                        "nas.export takes the one the checkpoint records unless given; "
+                                                        "name it too (conf=<target> conf.table=...)"),
 ])
 def test_a_mistyped_option_names_the_closest(cli, module, args, line):
     code, err = cli(module, *args)

@@ -158,3 +158,7 @@ def test_rehearsal_round_trip(tmp_path, target, precision):
     val = _run([sys.executable, "-m", "nas.validate", *over, f"bundle={target}/rehearsal.json", "out=v.json"], d)
     assert val.returncode == 0, val.stdout + val.stderr
     assert f"in a REHEARSAL of {target}" in val.stdout
+    report = json.loads((d / "v.json").read_text())
+    assert report["latency_source"] == "rehearsal" and report["latency_how"].startswith(f"REHEARSAL of {target}")
+    # the table holds every block of its own space (tiny): nothing counted against spaces it was not made for
+    assert table["metadata"]["spaces"] == ["tiny"] and "budget" not in report and "blocks of the spaces" not in val.stdout

@@ -149,7 +149,9 @@ def test_latency_how_uses_the_shared_words():
     assert latency_how({"ms": 1.0, "source": "measured", "device": "Xeon"}) == "predicted from a measured table (Xeon)"
     assert latency_how({"source": "estimated", "device": "Orin"}) == "estimated (roofline, Orin)"
     assert latency_how({}) is None and latency_how({"source": "guessed"}) is None
-    assert set(SHORT_HOW) == {"measured", "estimated"} and "measured" not in SHORT_HOW["measured"]
+    assert set(SHORT_HOW) == {"measured", "estimated", "rehearsal"} and "measured" not in SHORT_HOW["measured"]
+    words = "REHEARSAL of jetson (tensorrt, fp16) on Xeon (onnxruntime CPUExecutionProvider)"
+    assert latency_how({"source": "rehearsal", "device": "Xeon", "rehearsal": words}) == words
 
 
 def test_outputs_say_how_each_latency_was_obtained(tmp_path, target, digits):

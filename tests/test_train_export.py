@@ -170,6 +170,39 @@ def _onnx_input(path):
     return [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
 
 
+def test_export_defaults_to_the_checkpoints_target_and_agrees_with_train(trained, tmp_path, capsys):
+    """Each checkpoint records the target it was made for (QAT: the int8 one); nas.export exports for
+    it without conf= and names the precision's target as nas.train's card does; a QAT graph of
+    onnxruntime's int8 form predicted for TensorRT's is refused in one line (allow_mismatch: a warning)."""
+    out, _ = trained
+    mdir = next(p for p in out.iterdir() if p.is_dir())
+    assert torch.load(mdir / "fp32.ckpt", weights_only=True)["target"]["name"] == "cpu"
+    assert torch.load(mdir / "qat.ckpt", weights_only=True)["target"]["name"] == "cpu_int8"
+    train_card = json.loads((mdir / "export" / "qat_int8.card.json").read_text())
+    quick = ["verify_samples=20", "export.measure=false", "export.calib_samples=16"]
+    dst = tmp_path / "q.onnx"
+    code, err, stdout = _run_in_process("export", [f"weights={mdir / 'qat.ckpt'}", "precision=int8", f"out={dst}",
+                                                   *quick], capsys)
+    assert code == 0, err
+    assert "target:    cpu_int8 (the checkpoint's; conf=<target> for another)" in stdout
+    card = json.loads(dst.with_name("q.card.json").read_text())
+    assert card["made_for"] == train_card["made_for"] and card["made_for"]["target"] == "cpu_int8"
+    code, err, stdout = _run_in_process("export", ["conf=cpu", f"weights={mdir / 'fp32.ckpt'}", "precision=int8",
+                                                   f"out={tmp_path / 'p.onnx'}", *quick], capsys)
+    assert code == 0, err  # conf=cpu, int8: made for cpu_int8, as nas.train's ptq_int8 card says
+    ptq = json.loads((mdir / "export" / "ptq_int8.card.json").read_text())
+    assert json.loads((tmp_path / "p.card.json").read_text())["made_for"] == ptq["made_for"]
+    args = ["conf=jetson_int8", f"weights={mdir / 'qat.ckpt'}", "precision=int8", f"out={tmp_path / 'j.onnx'}", *quick]
+    code, err, _ = _run_in_process("export", args, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("was quantized in onnxruntime's CPU int8 form (u8 activations, s8 weights), but target 'jetson_int8' "
+            "(tensorrt) runs TensorRT's int8 form (symmetric, zero point 0)") in err
+    assert "export it for conf=cpu_int8, the target it was trained for" in err and not (tmp_path / "j.onnx").exists()
+    code, err, stdout = _run_in_process("export", [*args, "allow_mismatch=true"], capsys)
+    assert code == 0 and "WARNING: " in stdout and "(allow_mismatch)" in stdout
+    assert "int8_form_mismatch" in json.loads((tmp_path / "j.json").read_text())
+
+
 def test_exports_are_the_searched_networks(trained, search_run):
     """The search predicts latency at the target's deployment resolution (the tiny space's 32 px) while
     it scores digits at 16 px: nas.train trains and exports at 32 px, so the fp32 file is the very
@@ -196,7 +229,8 @@ def test_exports_are_the_searched_networks(trained, search_run):
     assert ck["meta"]["data"]["resolution"] == 32
     md = (out / "report.md").read_text()
     assert f"- {m['id']}: input 1x1x32x32; the fp32 file is the network the search scored: the front's " \
-           f"{entry['latency_ms']:.4f} ms (fp32, target `cpu`) is for this input" in md
+           f"{entry['latency_ms']:.4f} ms ({entry['latency_how']}, not measured on target `cpu`'s device) is for this " \
+           "input" in md  # conf.table=null: an estimate, said so
 
 
 def test_another_resolution_reports_both_latencies(search_run, tmp_path):
@@ -224,8 +258,8 @@ def test_another_resolution_reports_both_latencies(search_run, tmp_path):
     assert fp32["accuracy_images"] == fp32["accuracy_ci95"]["n"] == 32 and rep["accuracy_uncertainty"]["seeds"] == [0]
     md = (tmp_path / "report.md").read_text()
     assert f"- {m['id']}: input 1x1x16x16, NOT the searched 1x1x32x32: the front's {entry['latency_ms']:.4f} ms " \
-           f"(fp32, target `cpu`) is for 1x1x32x32; the files have the latency of 1x1x16x16 (fp32 file: " \
-           f"{fp32['predicted']['ms']:.4f} ms predicted)" in md
+           f"({entry['latency_how']}, not measured on target `cpu`'s device) is for 1x1x32x32; the files have the " \
+           f"latency of 1x1x16x16 (fp32 file: {fp32['predicted']['ms']:.4f} ms predicted)" in md
     with pytest.raises(ValueError, match="resolution must be a positive integer, got 0"):
         PipelineSettings(run=str(search_run), target=load_target("cpu"), resolution=0)
 
@@ -366,48 +400,6 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
         fit(build(arch), data, ckpt=tmp_path / "x.ckpt", teacher=teacher, distill=1.5, **kw)
     code, err, _ = _run_in_process("train", ["conf=cpu", f"run={search_run}", "qat.distill=2", *FAST], capsys)
     assert code == 2 and "qat.distill must be a weight in [0, 1]" in err
-
-
-def test_deployment_choice_is_the_fastest_within_tolerance():
-    from nas.train.report import deployment_choice
-
-    def var(name, acc, measured, predicted=None):
-        return {"variant": name, "accuracy": acc, "measured": {"median_ms": measured} if measured else None,
-                "predicted": {"ms": predicted or measured}}
-
-    # int8 slower than fp32 on a small network: the pruned fp32 network is the one to ship
-    m = {"variants": [var("fp32", 0.90, 1.0), var("pruned", 0.895, 0.7), var("ptq_int8", 0.893, 1.3),
-                      var("qat_int8", 0.896, 1.2)]}
-    d = deployment_choice(m)
-    assert d["variant"] == "pruned" and d["by"] == "measured" and d["vs_fp32"]["qat_int8"] == pytest.approx(1.2)
-    # a faster variant that loses more than a point is not a candidate
-    m["variants"][3] = var("qat_int8", 0.88, 0.4)
-    assert deployment_choice(m)["variant"] == "pruned" and "qat_int8" not in deployment_choice(m)["vs_fp32"]
-    assert deployment_choice(m, tolerance=0.05)["variant"] == "qat_int8"
-    # not every candidate measured here: chosen by prediction, and it says so
-    m["variants"][1] = var("pruned", 0.9, None, predicted=0.5)
-    d = deployment_choice(m)
-    assert d["by"] == "predicted" and d["variant"] == "pruned"
-    assert deployment_choice({"variants": [var("pruned", 0.9, 0.5)]}) is None  # no fp32 to compare with
-
-
-def test_report_marks_estimates_and_extrapolations(tmp_path):
-    from nas.train.report import report_rows, write_report
-
-    def var(name, pred):
-        return {"variant": name, "accuracy": 0.9, "params": 10, "file_bytes": 2048, "measured": {"median_ms": 0.01},
-                "predicted": pred, "error_pct": 1.0}
-
-    rep = {"run": "r", "target": "t", "data": "d", "accuracy_split": "val", "latency_targets": {"fp32": "t"},
-           "measured_here": {"fp32": True}, "quantization": {"qat": {}, "ptq": {}},
-           "models": [{"id": "m", "variants": [
-               var("fp32", {"ms": 0.02, "source": "measured", "outside": "its raw table sum is below ..."}),
-               var("pruned", {"ms": 0.02, "source": "estimated", "outside": ""}),
-               var("ptq_int8", {"ms": 0.02, "source": "measured", "outside": ""})]}]}
-    cols = {r[1]: r[5] for r in report_rows(rep)}
-    assert cols == {"fp32": "0.0200 (extrap.)", "pruned": "0.0200 (est.)", "ptq_int8": "0.0200"}
-    write_report(tmp_path, rep)
-    assert "*(extrap.)* a network outside the range" in (tmp_path / "report.md").read_text()
 
 
 def test_load_arch_file_reads_arch_and_records(tmp_path):

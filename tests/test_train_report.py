@@ -1,5 +1,7 @@
 """The training report: labelled estimates, the targets behind each precision, a Deploy section."""
 
+import pytest
+
 from nas.train.report import deployment_choice, quantization_record, write_report
 
 
@@ -82,3 +84,61 @@ def test_the_report_says_what_input_the_files_take(tmp_path):
                              "latency is for 1x3x32x32; the files have the latency of 1x3x32x32")
     assert input_line({"id": "old", "variants": []}) is None  # a report written before inputs were recorded
 
+
+
+def test_pruning_that_raised_accuracy_says_gained(tmp_path):
+    """The decision line says how accuracy moved in words: the code before printed '-9.44 points lost'
+    for a network that gained 9.44 points."""
+    from nas.train.report import accuracy_change
+
+    rep = _report({"fp32": "cpu"}, [_var("fp32", "fp32", {"ms": 0.5, "source": "measured", "outside": ""})])
+    plan = {"predicted_ms_before": 0.5, "predicted_ms_after": 0.4, "unit": "ms", "target_ms": 0.35,
+            "criterion": "loss", "steps": [1, 2], "reached": False, "kept": True}
+    rep["models"][0]["prune"] = {**plan, "decision": {"split": "val", "unpruned": 0.5185, "pruned": 0.6130,
+                                                      "drop_points": -9.44, "max_drop": 1.0}}
+    write_report(tmp_path, rep)
+    md = (tmp_path / "report.md").read_text()
+    assert "val accuracy 51.85% → 61.30% (9.44 points gained, at most 1 may be lost): kept" in md
+    assert accuracy_change(0.5) == "0.50 points lost" and accuracy_change(0.001) == "no change"
+
+
+def test_deployment_choice_is_the_fastest_within_tolerance():
+    from nas.train.report import deployment_choice
+
+    def var(name, acc, measured, predicted=None):
+        return {"variant": name, "accuracy": acc, "measured": {"median_ms": measured} if measured else None,
+                "predicted": {"ms": predicted or measured}}
+
+    # int8 slower than fp32 on a small network: the pruned fp32 network is the one to ship
+    m = {"variants": [var("fp32", 0.90, 1.0), var("pruned", 0.895, 0.7), var("ptq_int8", 0.893, 1.3),
+                      var("qat_int8", 0.896, 1.2)]}
+    d = deployment_choice(m)
+    assert d["variant"] == "pruned" and d["by"] == "measured" and d["vs_fp32"]["qat_int8"] == pytest.approx(1.2)
+    # a faster variant that loses more than a point is not a candidate
+    m["variants"][3] = var("qat_int8", 0.88, 0.4)
+    assert deployment_choice(m)["variant"] == "pruned" and "qat_int8" not in deployment_choice(m)["vs_fp32"]
+    assert deployment_choice(m, tolerance=0.05)["variant"] == "qat_int8"
+    # not every candidate measured here: chosen by prediction, and it says so
+    m["variants"][1] = var("pruned", 0.9, None, predicted=0.5)
+    d = deployment_choice(m)
+    assert d["by"] == "predicted" and d["variant"] == "pruned"
+    assert deployment_choice({"variants": [var("pruned", 0.9, 0.5)]}) is None  # no fp32 to compare with
+
+
+def test_report_marks_estimates_and_extrapolations(tmp_path):
+    from nas.train.report import report_rows, write_report
+
+    def var(name, pred):
+        return {"variant": name, "accuracy": 0.9, "params": 10, "file_bytes": 2048, "measured": {"median_ms": 0.01},
+                "predicted": pred, "error_pct": 1.0}
+
+    rep = {"run": "r", "target": "t", "data": "d", "accuracy_split": "val", "latency_targets": {"fp32": "t"},
+           "measured_here": {"fp32": True}, "quantization": {"qat": {}, "ptq": {}},
+           "models": [{"id": "m", "variants": [
+               var("fp32", {"ms": 0.02, "source": "measured", "outside": "its raw table sum is below ..."}),
+               var("pruned", {"ms": 0.02, "source": "estimated", "outside": ""}),
+               var("ptq_int8", {"ms": 0.02, "source": "measured", "outside": ""})]}]}
+    cols = {r[1]: r[5] for r in report_rows(rep)}
+    assert cols == {"fp32": "0.0200 (extrap.)", "pruned": "0.0200 (est.)", "ptq_int8": "0.0200"}
+    write_report(tmp_path, rep)
+    assert "*(extrap.)* a network outside the range" in (tmp_path / "report.md").read_text()

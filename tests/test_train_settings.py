@@ -65,3 +65,47 @@ def test_train_app_options_default_as_the_pipeline_settings():
     shared = sorted(set(app) & set(lib))
     assert {"select", "latency_budget_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
     assert {k: app[k] for k in shared} == {k: lib[k] for k in shared}
+
+
+def test_train_takes_data_num_workers_from_the_data_settings():
+    """docs/data.md tells 2-core users to set data.num_workers: nas.train takes it (the code before
+    refused it), checked where DataSettings checks it; only settings that change no result."""
+    from nas.cli.train import settings_from_config
+    from nas.data.settings import DataSettings
+
+    base = ["conf=cpu", "run=x"]
+    assert settings_from_config(compose_app("train", base)).data == {"num_workers": DataSettings().num_workers}
+    assert settings_from_config(compose_app("train", [*base, "data.num_workers=1"])).data == {"num_workers": 1}
+    with pytest.raises(ValueError, match=r"data.num_workers must be an integer >= 0"):
+        settings_from_config(compose_app("train", [*base, "data.num_workers=-1"]))
+    from nas.target import load_target
+
+    with pytest.raises(ValueError, match=r"data.seed: nas.train reads the search's dataset as the search did"):
+        PipelineSettings(run="r", target=load_target("cpu"), data={"seed": 1})
+
+
+def test_resume_ignores_how_the_images_are_read(tmp_path):
+    """data.num_workers (and the folder) change no result: a checkpoint resumes under another value
+    (the code before refused it: its meta holds the dataset's settings)."""
+    from nas.builder import build
+    from nas.data import DataSettings, load_data
+    from nas.space import load_space
+    from nas.train.fit import fit
+    from nas.train.settings import FitSettings
+
+    data = load_data(DataSettings(name="digits", resolution=16, train_samples=64, val_samples=32))
+    arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
+    kw = dict(settings=FitSettings(batch_size=32, bn_recalibration_batches=1), lr=0.005, seed=3, epochs=2,
+              ckpt=tmp_path / "a.ckpt")
+    rec = data.settings.to_dict()
+
+    def stop_at_1(model, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(build(arch), data, meta={"data": {**rec, "num_workers": 4}}, on_epoch_start=stop_at_1, **kw)
+    with pytest.raises(ValueError, match="resuming with other settings.*data"):
+        fit(build(arch), data, meta={"data": {**rec, "seed": 5}}, **kw)
+    hist = fit(build(arch), data, meta={"data": {**rec, "num_workers": 1, "root": "/elsewhere"}}, **kw)
+    assert len(hist) == 2

@@ -69,18 +69,22 @@ _ELSEWHERE = {"profile.watch": "it is nas.profile's: it keeps what the machine m
                                "this command writes no table"}
 
 
-def unknown_option_line(key: str, valid: Iterable[str]) -> str:
+def unknown_option_line(key: str, valid: Iterable[str], *, asked: str | None = None) -> str:
     """``unknown option 'n_trial'; did you mean n_trials=?`` for ``key`` (dotted: the last part is
-    matched within its group) among the ``valid`` names at its level."""
+    matched within its group) among the ``valid`` names at its level.  ``asked``: the option the
+    user gave when ``key`` is a level above it that does not exist (``data`` of ``data.num_workers``
+    where the command has no ``data`` group): the line names both, and lists ``key``'s level."""
     if key in _ELSEWHERE:
         return f"unknown option {key!r}; {_ELSEWHERE[key]}"
     group, _, last = key.rpartition(".")
     valid = sorted(set(valid))
     close = difflib.get_close_matches(last, valid, n=1, cutoff=0.6)
     where = f"{group}." if group else ""
+    head = (f"unknown option {key!r}" if asked is None or asked == key
+            else f"unknown option {asked!r} (no option {key!r} here)")
     if close:
-        return f"unknown option {key!r}; did you mean {where}{close[0]}=?"
-    return f"unknown option {key!r}; {'options of ' + group if group else 'options'}: {', '.join(valid)}"
+        return f"{head}; did you mean {where}{close[0]}=?"
+    return f"{head}; {'options of ' + group if group else 'options'}: {', '.join(valid)}"
 
 
 def _option_names(schema: Any) -> list[str] | None:
@@ -125,7 +129,9 @@ def config_error_line(e: BaseException) -> str:
     m = re.match(r"Could not override '([^']+)'", text)
     names = _option_names(getattr(cause, "object_type", None))
     if m and names is not None and "not in" in str(cause):
-        return unknown_option_line(user_override(m.group(1)), names)
+        asked = user_override(m.group(1))
+        missing = user_override(str(getattr(cause, "full_key", "") or m.group(1)))  # the level that lacks it
+        return unknown_option_line(missing, names, asked=asked)
     m = re.search(r"Could not find '(\w+)/([^']*)'.*?Available options in '\w+':\n((?:\t[^\n]*\n?)*)", text, re.S)
     if m:
         group, value, options = m.groups()
@@ -276,6 +282,22 @@ def _unexpected_errors(show: bool):
         sys.exit(1)
 
 
+#: commands whose target has no default (nas.export's is the one its checkpoint records)
+_NO_DEFAULT_TARGET = ("export",)
+
+
+def _target_key_error(config_name: str, args: Sequence[str]) -> str | None:
+    """``conf.<key>=`` without ``conf=`` for a command whose target has no default: one line saying
+    to name the target, else None."""
+    if config_name not in _NO_DEFAULT_TARGET or any(a.lstrip("+~").startswith("target=") for a in args):
+        return None
+    key = next((a.lstrip("+~").split("=", 1)[0] for a in args if a.lstrip("+~").startswith("target.")), None)
+    if key is None:
+        return None
+    return (f"{user_override(key)}= changes a target, but none is named: nas.{config_name} takes the one the "
+            f"checkpoint records unless given; name it too (conf=<target> {user_override(key)}=...)")
+
+
 def hydra_app(config_name: str) -> Callable:
     """``hydra.main`` over the shipped conf/ (``nas.resources.conf_dir``), with the user's targets
     ($HWNAS_HOME/target/) on the search path, ``conf=<name>`` / ``conf.<key>=`` accepted for ``target=`` / ``target.<key>=``,
@@ -309,6 +331,7 @@ def hydra_app(config_name: str) -> Callable:
             if {"--help", "-h"} & set(sys.argv[1:]):
                 return _help(app, config_name)
             problem = _out_dir_error(sys.argv[1:]) if _run_dir_from_out(config_name) else None
+            problem = problem or _target_key_error(config_name, sys.argv[1:])
             if problem:
                 print(f"error: {problem}", file=sys.stderr)
                 sys.exit(2)

@@ -32,8 +32,11 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(f"give weights=<checkpoint>: {_CHECKPOINTS}")
     if not Path(c["weights"]).expanduser().is_file():  # before torch loads to read it
         raise FileNotFoundError(f"weights={c['weights']}: no such file; give {_CHECKPOINTS}")
-    target = Target.coerce(c["target"])
+    target = Target.coerce(c["target"]) if c["target"] else None  # None: the checkpoint's (nas.train records it)
     if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.train.deploy_edge
+        if target is None:
+            raise ValueError(f"format={c['format']} exports for a target of its runtime: give conf=<target> "
+                             "(executorch_cpu, openvino_cpu, ... or their _int8)")
         rec = train.export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
                                 target=target, out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
                                 overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],
@@ -46,6 +49,11 @@ def run(cfg: DictConfig) -> dict:
         allow_mismatch=c["allow_mismatch"], export=ExportSettings(**c["export"]), data_root=c["data_root"],
     )
     v = rec["verify"]
+    t = rec["target"]
+    of = f"the {rec['precision']} target of {t['of']}, " if t["of"] != t["name"] else ""
+    print(f"target:    {t['name']} ({of}{t['from']}{'' if t['from'] == 'given' else '; conf=<target> for another'})")
+    if rec.get("int8_form_mismatch"):
+        print(f"WARNING: {rec['int8_form_mismatch']} (allow_mismatch)")
     print(f"exported {rec['precision']} ({rec['how']}): {rec['onnx']} ({rec['file_bytes'] / 1024:.1f} KiB, "
           f"{rec['params']:,} params, input {'x'.join(map(str, rec['input_shape']))})")
     check = (f"max |onnxruntime - torch| = {v['max_abs_diff']:.3g}" if rec["precision"] == "fp32"

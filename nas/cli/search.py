@@ -93,8 +93,8 @@ def _prepare_search(cfg: DictConfig, run_dir: Path) -> Any:
 
 
 def _model_how(latency: Any) -> str:
-    """How the latency model's figures are obtained, in the shared words (``nas.search.results.latency_how``)."""
-    return nas.search.latency_how({"source": latency.source, "device": latency.device}) or latency.source
+    """How the latency model's figures are obtained, in the shared words (``LatencyModel.how``)."""
+    return latency.how
 
 
 def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> None:
@@ -172,6 +172,9 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
     if p.latency.source == "estimated":
         print(f"NOTE: latencies are roofline ESTIMATES for {p.latency.device}; measure the table on the device: "
               f"python -m nas.profile conf={target.name}")
+    elif p.latency.source == "rehearsal":
+        print(f"NOTE: latencies are from a {p.latency.how}, not from {target.name}'s device; measure the bundle "
+              f"there and import its results.json (docs/devices.md)")
 
 
 def _with_intervals(rows: list[list[str]], header: list[str], front: list[dict],

@@ -39,7 +39,7 @@ def settings_from_config(cfg: DictConfig) -> PipelineSettings:
     return PipelineSettings(
         run=c["run"], target=Target.coerce(c["target"]), out=c["out"], select=c["select"], latency_budget_ms=train_latency_budget(c),
         data_root=c["data_root"], train_samples=c["train_samples"], resolution=c["resolution"],
-        seed=c["seed"], supernet=c["supernet"],
+        seed=c["seed"], supernet=c["supernet"], data=c["data"],
         allow_mismatch=c["allow_mismatch"], train=FitSettings(**train), prune=PruneSettings(**c["prune"]),
         qat=QATSettings(**c["qat"]), export=ExportSettings(**c["export"]), targets=TargetNames(**c["targets"]),
     )

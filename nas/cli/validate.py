@@ -88,7 +88,8 @@ def _budget_lines(b: dict) -> list[str]:
     """The report's budget section (``nas.latency.budget_curve``) as lines for the terminal."""
     bl = b["blocks"]
     budget = f" under a budget of {', '.join(f'{m:g}' for m in b['budget_min'])} min" if b["budget_min"] else ""
-    lines = [f"budget: {bl['measured']} of {bl['of']} blocks of the spaces measured ({100 * bl['share']:.1f}%)"
+    spaces = f" ({', '.join(b['spaces'])})" if b.get("spaces") else ""
+    lines = [f"budget: {bl['measured']} of {bl['of']} blocks of the spaces{spaces} measured ({100 * bl['share']:.1f}%)"
              f"{budget}, covering {100 * b['time_covered']:.1f}% of the held-out networks' time; "
              f"{b['networks']} calibration networks; {b['minutes_measured']:.1f} min of measuring "
              f"(order from the table's {b['order_source']})"]

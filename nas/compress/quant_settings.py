@@ -16,6 +16,12 @@ class QuantSettings:
     ema: float = 0.01  # activation range EMA momentum during fine-tuning
     symmetric: bool = False  # int8 symmetric activations (zero point 0) and float biases: TensorRT's form
 
+    @property
+    def form(self) -> str:
+        """The int8 form in words: TensorRT's symmetric one, or onnxruntime's u8/s8."""
+        return ("TensorRT's int8 form (symmetric, zero point 0)" if self.symmetric else
+                "onnxruntime's CPU int8 form (u8 activations, s8 weights)")
+
     def __post_init__(self) -> None:
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"qat.symmetric must be true or false, got {self.symmetric!r}")

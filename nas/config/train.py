@@ -22,7 +22,9 @@ from omegaconf import MISSING
 from nas.config.common import register_configs
 from nas.config.schema import TargetConfig, defaults_of, schema_from
 from nas.config.search import register_search_configs
+from nas.data.settings import DataSettings
 from nas.train.settings import (
+    TRAIN_DATA_FIELDS,
     VERIFY_SAMPLES,
     ExportSettings,
     FitSettings,
@@ -40,6 +42,7 @@ __all__ = [
     "QATConfig",
     "TrainAppConfig",
     "TrainConfig",
+    "TrainDataConfig",
     "register_train_configs",
     "train_latency_budget",
 ]
@@ -50,7 +53,11 @@ PruneConfig = schema_from(PruneSettings, schema_name="PruneConfig")
 QATConfig = schema_from(QATSettings, schema_name="QATConfig")
 ExportConfig = schema_from(ExportSettings, schema_name="ExportConfig")
 PrecisionTargets = schema_from(TargetNames, schema_name="PrecisionTargets")
-for _s in (TrainConfig, PruneConfig, QATConfig, ExportConfig, PrecisionTargets):
+#: nas.train's ``data``: the search decides the dataset, its split and its images; of DataSettings only
+#: what changes no result (how many processes read the images) may be set here
+TrainDataConfig = schema_from(DataSettings, schema_name="TrainDataConfig",
+                              exclude=tuple(n for n in DataSettings.__dataclass_fields__ if n not in TRAIN_DATA_FIELDS))
+for _s in (TrainConfig, PruneConfig, QATConfig, ExportConfig, PrecisionTargets, TrainDataConfig):
     _s.__module__ = __name__
 
 
@@ -72,6 +79,8 @@ class TrainAppConfig:
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
     supernet: str | None = None  # a supernet.ckpt: start every network from its inherited weights, then fine-tune
     wait: bool = False  # another nas.train writing the same folder: wait for it to end (false: refuse at once)
+    # the search's dataset, read with data.num_workers processes (docs/data.md); the rest is the search's
+    data: TrainDataConfig = field(default_factory=TrainDataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)  # the training: train.<key>=<value>
     prune: PruneConfig = field(default_factory=PruneConfig)  # latency-guided pruning: prune.<key>=<value>
     qat: QATConfig = field(default_factory=QATConfig)  # quantization-aware training: qat.<key>=<value>
@@ -84,7 +93,7 @@ class TrainAppConfig:
 class ExportAppConfig:
     """``python -m nas.export weights=<ckpt> [arch=<arch.json>] precision=fp32|int8 [out=...]``."""
 
-    target: TargetConfig = MISSING
+    target: TargetConfig | None = None  # conf=<target>; null: the target the checkpoint records (nas.train's)
     arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
     weights: str = MISSING  # the checkpoint to export (a .pt file of nas.train, or a state dict)
     precision: str = "fp32"  # fp32 | int8

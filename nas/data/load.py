@@ -91,6 +91,9 @@ class Dataset:
     settings: DataSettings = field(default_factory=DataSettings)
     # where the test split comes from: the dataset's own, or the hold-out carved from its training images
     test_source: str = ""
+    # each test image, in the split's order: its file, or ``train[i]`` / ``test[i]``, its index in the
+    # dataset's own training / test files (in-memory datasets; CIFAR-10's batches)
+    test_files: tuple[str, ...] = ()
     skipped: tuple[BadImage, ...] = ()  # unreadable images left out of the splits (data.skip_bad)
 
     @property
@@ -285,8 +288,10 @@ def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
     x = train.images.float().div_(255.0)
     mean = tuple(float(v) for v in x.mean(dim=(0, 2, 3)))
     std = tuple(max(float(v), 1e-3) for v in x.std(dim=(0, 2, 3)))
+    files = (tuple(f"test[{i}]" for i in range(len(raw.test_y))) if raw.test_x is not None else
+             tuple(f"train[{i}]" for i in te_idx) if te_idx is not None else ())
     ds = Dataset(s.name, train, val, test, len(classes), tuple(classes), s.resolution, mean, std, s.augment,
-                 raw.source, s, test_source)
+                 raw.source, s, test_source, files)
     log.debug("loaded %s", ds.describe())
     return ds
 
@@ -333,9 +338,19 @@ def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
     test = split(te_base, te_idx) if te_idx is not None else None
     ds = Dataset(s.name, split(f.train, tr_idx), split(va_base, va_idx), test,
                  len(f.classes), tuple(f.classes), s.resolution, tuple(f.mean), tuple(f.std), s.augment, f.source, s,
-                 test_source, skipped)
+                 test_source, _file_names(te_base, te_idx, "train" if te_base is f.train else "test"), skipped)
     log.debug("streaming %s (%d workers)", ds.describe(), s.num_workers)
     return ds
+
+
+def _file_names(base: Any, idx: np.ndarray | None, which: str) -> tuple[str, ...]:
+    """The files of ``base`` at ``idx`` (an ImageFolder's paths), else ``<which>[i]``; () without ``idx``."""
+    if idx is None:
+        return ()
+    samples = getattr(base, "samples", None)
+    if samples is not None:
+        return tuple(str(samples[i][0]) for i in idx)
+    return tuple(f"{which}[{i}]" for i in idx)
 
 
 TEST_SEED = 20_261_127  # the test hold-out's: fixed, so every search and training run holds out the same images

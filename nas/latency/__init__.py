@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from nas._lazy import lazy_exports
 
-__all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model", "profile_target",
-           "validate_target", "ensure_here_target"]
+__all__ = ["SOURCES", "LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model",
+           "profile_target", "validate_target", "ensure_here_target"]
 
-_HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
+_HOMES = {"SOURCES": "base", "LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
           "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
           "validate_target": "validate", "ensure_here_target": "here",
           # what nas.validate prints a report with

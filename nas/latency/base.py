@@ -11,12 +11,15 @@ import numpy as np
 
 from nas.arch import Arch
 
-__all__ = ["EAGER", "GRAPH", "LatencyModel", "Prediction", "SOURCES", "how_measured", "how_predicted", "timing_label"]
+__all__ = ["EAGER", "GRAPH", "LatencyModel", "Prediction", "SOURCES", "how_measured", "how_predicted", "on_device",
+           "timing_label", "unmeasured_words"]
 
 GRAPH = "cuda_graph"
 EAGER = "eager"
 
-SOURCES = ("measured", "estimated")
+# where a latency figure comes from: a table measured on the target device, a roofline estimate, or a
+# table measured through a device bundle's rehearsal on another machine (standing in for the device)
+SOURCES = ("measured", "estimated", "rehearsal")
 
 
 @dataclass(frozen=True)
@@ -27,11 +30,13 @@ class Prediction:
         ms: the predicted latency in milliseconds.
         source: ``"measured"`` when it derives from a table measured on the target device (its
             entries, the learned model fitted on them, the calibration fitted on whole networks),
-            ``"estimated"`` for a roofline estimate from published or measured peak figures.
-        device: the device the figure is for.
+            ``"estimated"`` for a roofline estimate from published or measured peak figures,
+            ``"rehearsal"`` for a table a device bundle's rehearsal measured on another machine
+            (``device``), standing in for the target's device.
+        device: the device the figure is for (a rehearsal's: the machine that measured it).
         n_measured, n_learned, n_estimated: layers looked up in the table, filled in by the learned
             per-block model, estimated by the roofline.
-        calibrated, mismatched, rescale, outside, recalibrated, timing: see the fields' comments.
+        calibrated, mismatched, rescale, outside, recalibrated, timing, rehearsal: see the fields' comments.
 
     Raises:
         ValueError: ``source`` is not one of ``SOURCES``.
@@ -54,6 +59,9 @@ class Prediction:
     outside: str = ""  # set when the network lies outside what the calibration was fitted on (an extrapolation)
     recalibrated: str = ""  # when the calibration networks were re-measured (nas.profile recalibrate), if they were
     timing: str = ""  # a GPU table's timing: "CUDA graph" or "eager (host-bound)" (empty on a CPU)
+    # a rehearsal table's words (LatencyTable.rehearsal_label): "REHEARSAL of <target> (<runtime>, <precision>)
+    # on <machine> (<its runtime>)"; empty for the other sources
+    rehearsal: str = ""
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -62,9 +70,10 @@ class Prediction:
     @property
     def how(self) -> str:
         """How this figure was obtained, in the words every output uses (``how_predicted``)."""
-        return how_predicted(self.source, self.device)
+        return how_predicted(self.source, self.device, self.rehearsal)
 
     def label(self) -> str:
+        """The figure and how it was obtained, in one line (what ``nas.predict`` prints)."""
         if self.source == "estimated":
             return f"{self.ms:.3f} ms (ESTIMATE: roofline for {self.device})"
         parts = [f"{self.n_measured} measured"]
@@ -76,7 +85,8 @@ class Prediction:
         rs += f", recalibrated {self.recalibrated}" if self.recalibrated else ""
         out = f", EXTRAPOLATED: {self.outside}" if self.outside else ""
         how = f", {self.timing}" if self.timing else ""
-        return f"{self.ms:.3f} ms (measured table on {self.device}{how}: {' + '.join(parts)} blocks{cal}{rs}{mm}{out})"
+        table = self.how if self.source == "rehearsal" else f"measured table on {self.device}"
+        return f"{self.ms:.3f} ms ({table}{how}: {' + '.join(parts)} blocks{cal}{rs}{mm}{out})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,12 +96,37 @@ class Prediction:
         return {**self.to_dict(), "label": self.label(), "how": self.how, "target": target}
 
 
-def how_predicted(source: str, device: str) -> str:
-    """The words for a predicted figure: ``predicted from a measured table (<device>)``, or
-    ``estimated (roofline, <device>)`` for ``source="estimated"`` (beside ``how_measured``)."""
+def how_predicted(source: str, device: str, rehearsal: str = "") -> str:
+    """The words for a predicted figure (beside ``how_measured``).
+
+    Args:
+        source: one of ``SOURCES``.
+        device: the device the figure is for (a rehearsal's: the machine that measured it).
+        rehearsal: a rehearsal table's words (``Prediction.rehearsal``).
+
+    Returns:
+        ``predicted from a measured table (<device>)``, ``estimated (roofline, <device>)``, or for a
+        rehearsal its words (``REHEARSAL of <target> (...) on <machine> (...)``).
+    """
     if source == "estimated":
         return f"estimated (roofline, {device})"
+    if source == "rehearsal":
+        return rehearsal or f"REHEARSAL on {device}"
     return f"predicted from a measured table ({device})"
+
+
+def on_device(source: str | None) -> bool:
+    """Whether figures of ``source`` come from the target's own device (a measured table): what
+    pruning and the deployment choice trust; an estimate and a rehearsal do not."""
+    return source == "measured"
+
+
+def unmeasured_words(source: str | None) -> str:
+    """What a figure that is not from the device is, in the words warnings use: ``a roofline
+    ESTIMATE`` or ``a REHEARSAL (measured on another machine through a device bundle)``."""
+    if source == "rehearsal":
+        return "a REHEARSAL (measured on another machine through a device bundle, not on the device)"
+    return "a roofline ESTIMATE"
 
 
 def timing_label(timing: str | None, kind: str = "gpu") -> str:
@@ -111,8 +146,8 @@ class LatencyModel(ABC):
     """The one interface of every latency source (a fitted predictor, the roofline estimate).
 
     Subclasses implement ``explain`` (one ``Arch`` -> a ``Prediction``) and ``describe``; ``predict``
-    maps ``explain`` over many.  ``source`` (``"measured"`` / ``"estimated"``) and ``device`` say
-    where the figures come from; ``warning`` and ``note`` are what to show beside them.
+    maps ``explain`` over many.  ``source`` (one of ``SOURCES``), ``device`` and ``how`` say where the
+    figures come from; ``warning`` and ``note`` are what to show beside them.
 
     Example::
 
@@ -147,6 +182,11 @@ class LatencyModel(ABC):
         if isinstance(archs, Arch):
             archs = [archs]
         return np.array([self.explain(a).ms for a in archs], dtype=np.float64)
+
+    @property
+    def how(self) -> str:
+        """How this model's figures are obtained, in the words every output uses (``how_predicted``)."""
+        return how_predicted(self.source, self.device)
 
     @property
     def warning(self) -> str | None:

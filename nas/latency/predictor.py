@@ -50,7 +50,7 @@ from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from nas.arch import Arch, BlockKey
-from nas.latency.base import LatencyModel, Prediction
+from nas.latency.base import LatencyModel, Prediction, how_predicted
 from nas.latency.block_model import KINDS, N_LINEAR, BlockFeaturizer, _ResidualOverOps, make_block_model  # noqa: F401
 from nas.latency.calibration import (  # noqa: F401
     EXTRAPOLATION_MARGIN,
@@ -118,7 +118,9 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             raise ValueError("cannot fit a latency predictor on an empty table")
         self.table_ = table
         self.device = str(table.metadata.get("device", {}).get("name", "?"))
-        self.timing_ = ", ".join(x for x in (table.timing_label, table.rehearsal_label) if x)
+        self.timing_ = table.timing_label
+        self.source = "rehearsal" if table.rehearsal_of else "measured"  # a bundle's rehearsal: not the device's
+        self.rehearsal_ = table.rehearsal_label
         self.overhead_ms_ = float(table.metadata.get("call_overhead_ms") or 0.0)
         self.mismatched_ = mismatched
         self.elsewhere_: str | None = None  # load_latency_model: the table is another processor's (see warning)
@@ -257,9 +259,9 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         n_learn = round(tab[0, 1])
         raw = self.overhead_ms_ + float(tab[0, 2])  # layer_mix's first column: the block figure
         ms = float(self.finish(self.intercept_ + tab[:, 0], tab[:, 2:])[0])
-        return Prediction(ms, "measured", self.device, len(keys) - n_learn, n_learn,
+        return Prediction(ms, self.source, self.device, len(keys) - n_learn, n_learn,
                           0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw),
-                          self.recalibrated_, self.timing_)
+                          self.recalibrated_, self.timing_, self.rehearsal_)
 
     def _outside(self, raw: float) -> str:
         """Why a network whose raw table sum is ``raw`` lies outside the calibration set (well below
@@ -337,6 +339,11 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             ms, measured = self._block_ms(k)
             rows.append({"layer": str(k), "ms": ms, "source": "table" if measured else "learned"})
         return rows
+
+    @property
+    def how(self) -> str:
+        """How the figures are obtained (``how_predicted``): a rehearsal table says so."""
+        return how_predicted(self.source, self.device, getattr(self, "rehearsal_", ""))
 
     @property
     def warning(self) -> str | None:

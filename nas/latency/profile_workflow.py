@@ -236,7 +236,8 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
             return _import(import_bundle, target, table, out, keys, names, where,
                            allow_mismatch=allow_mismatch, command=command, say=say)
         table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
-        if recalibrate and refresh:
+        if not (recalibrate or refresh):
+            table.add_spaces(space_names(names))
             raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
                              "calibration network, refresh a few of them for one scale factor)")
         if recalibrate:
@@ -295,6 +296,7 @@ def _import(results, target: Target, table: LatencyTable | None, out: Path, keys
                           f"import with search_space=[{','.join(man.get('spaces') or [])}], or write a bundle for "
                           f"{','.join(spaces)} and measure it")
     table, rep = _import_bundle(results, target, table, allow_mismatch=allow_mismatch, command=command)
+    table.add_spaces(man.get("spaces") or ())
     table.save(out)
     m = rep["measured"]
     covered = sum(k in table.entries for k in keys)

@@ -17,6 +17,7 @@ One table per (device, runtime, provider, precision, batch, threads).  A table f
         "call_overhead_ms": ...,              # cost of one runtime call on an empty graph
         "created": ..., "updated": ..., "tool": {"name": "hwnas", "version": ...}, "host": {...},
         "reproducibility": {"entries": N, "within_5pct": ..., "within_10pct": ..., ...},  # re-timed at the end
+        "spaces": ["tiny", ...],              # the search spaces it was measured (or its bundle written) for
         "refresh": {"now_over_table": ..., "networks": N, "measured_at": ..., ...},   # nas.profile refresh=N
         "recalibration": {"network_ms": {digest: ms, ...}, "measured_at": ..., ...}  # nas.profile recalibrate=true
       },
@@ -198,10 +199,11 @@ class LatencyTable:
         ents = self.entries
         return [k for k in keys if k not in ents or ents[k].rounds < rounds]
 
-
     @property
     def source(self) -> str:
-        return str(self.metadata.get("source", "unknown"))
+        """Where the figures come from (``nas.latency.base.SOURCES``): ``rehearsal`` for a table a
+        device bundle's rehearsal measured on another machine, else the metadata's (``measured``)."""
+        return "rehearsal" if self.metadata.get("rehearsal") else str(self.metadata.get("source", "unknown"))
 
     @property
     def timing_label(self) -> str:
@@ -213,18 +215,36 @@ class LatencyTable:
         return f"{label}, {len(fell)} block(s) eager" if label and fell else label
 
     @property
-    def rehearsal_label(self) -> str:
-        """``REHEARSAL of <target>`` for a table measured by a bundle's rehearsal, else empty."""
+    def spaces(self) -> list[str] | None:
+        """The search spaces the table was measured for (``nas.profile`` and a bundle's import record
+        them: ``add_spaces``), or None for a table that does not say."""
+        return [str(n) for n in self.metadata["spaces"]] if self.metadata.get("spaces") else None
+
+    def add_spaces(self, names: Iterable[str]) -> None:
+        """Record that the table was measured for the search spaces ``names`` too (``spaces``)."""
+        self.metadata["spaces"] = sorted({*(self.spaces or ()), *(str(n) for n in names)})
+
+    @property
+    def rehearsal_of(self) -> str:
+        """``<target> (<runtime>, <precision>)``: what a rehearsal table stands in for, else empty."""
         r = self.metadata.get("rehearsal")
-        return f"REHEARSAL of {r.get('target')} ({r.get('runtime')}, {r.get('precision')})" if r else ""
+        return f"{r.get('target')} ({r.get('runtime')}, {r.get('precision')})" if r else ""
+
+    @property
+    def rehearsal_label(self) -> str:
+        """``REHEARSAL of <target> (<runtime>, <precision>) on <machine> (<its runtime>)`` for a table
+        measured by a bundle's rehearsal, else empty: the words every output carries for its figures."""
+        rt, dev = self.metadata.get("runtime") or {}, (self.metadata.get("device") or {}).get("name", "?")
+        runtime = " ".join(x for x in (rt.get("name"), rt.get("provider")) if x)
+        return f"REHEARSAL of {self.rehearsal_of} on {dev} ({runtime})" if self.rehearsal_of else ""
 
     def describe(self) -> str:
         m = self.metadata
-        rt = m.get("runtime", {})
-        how = "".join(f", {x}" for x in (self.timing_label, self.rehearsal_label) if x)
+        rt, dev = m.get("runtime", {}), m.get("device", {}).get("name", "?")
+        how = f", {self.timing_label}" if self.timing_label else ""
+        head = f"REHEARSAL of {self.rehearsal_of}, measured on {dev}" if self.rehearsal_of else f"{m.get('source', '?')} on {dev}"
         return (
-            f"{m.get('source', '?')} on {m.get('device', {}).get('name', '?')} "
-            f"({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
+            f"{head} ({rt.get('name', '?')} {rt.get('version', '')} {rt.get('provider', '')}{how}, {m.get('precision')}, "
             f"batch {m.get('batch')}, {m.get('threads')} thread(s)), {len(self)} entries, "
             + (f"{len(self.networks)} calibration networks" if self.networks
                else "uncalibrated (no whole networks measured)")

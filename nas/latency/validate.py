@@ -62,7 +62,7 @@ from nas._io import atomic_write_json
 from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.latency.budget_curve import budget_plot, budget_report
-from nas.latency.bundle import bundle_networks, bundle_results
+from nas.latency.bundle import bundle_manifest, bundle_networks, bundle_results
 from nas.latency.device import device_identity
 from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
@@ -77,9 +77,8 @@ from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
-__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs", "held_out_pruned", "reproducibility_lines",
-           "round_order", "score",
-           "scatter_plot", "validate"]
+__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs",
+           "held_out_pruned", "reproducibility_lines", "round_order", "score", "scatter_plot", "validate", "validated_spaces"]
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +384,8 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
         n: seeded held-out networks drawn from the spaces.
         pruned: seeded pruned-like held-out networks.
         models: timm models (``timm:<name>``) measured too.
-        spaces: the search spaces to draw from (default: the table's).
+        spaces: the search spaces to draw from and to count the table's blocks against (default: the
+            table's, ``validated_spaces``).
         resolution: their input resolution (default: the target's).
         out: the report file.
         seed: the seed of the held-out draw (other than the calibration's).
@@ -411,12 +411,12 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     model = load_latency_model(target, allow_mismatch=allow_mismatch, refresh=False)
     if not isinstance(model, LatencyPredictor):
         raise ValueError(f"target {target.name!r} has no measured table to validate: {model.warning}")
+    spaces = validated_spaces(model, spaces, bundle)
     if model.note and bundle is None:  # measured here, with the installed runtime
         say(model.note)
     if bundle is not None:
         vs = bundle_validation_set(model, bundle, allow_mismatch=allow_mismatch)
-        rehearsal = model.table_.rehearsal_label
-        where = f"on {model.device} in a {rehearsal}" if rehearsal else "on the device"
+        where = f"in a {model.table_.rehearsal_label}" if model.table_.rehearsal_label else "on the device"
         say(f"validating on {len(vs.archs)} held-out networks ({', '.join(sorted(set(vs.groups)))}) measured "
             f"{where} through the bundle {bundle}")
         return _finish(model, target, vs, Path(out), spaces, resolution, recalibrate=False)
@@ -445,19 +445,26 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     return _finish(model, target, vs, out, spaces, resolution, recalibrate=recalibrate)
 
 
+def validated_spaces(model: LatencyPredictor, spaces: str | Sequence[str] | None, bundle: str | Path | None = None) -> list[str]:
+    """The spaces a validation of ``model`` draws from and counts its table's blocks against: ``spaces``,
+    else its table's (``LatencyTable.spaces``), else the ``bundle``'s, else every shipped space."""
+    if not spaces and not model.table_.spaces and bundle is not None:  # imported before tables recorded them
+        spaces = bundle_manifest(bundle).get("spaces")
+    return space_names(spaces or model.table_.spaces)
+
+
 def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool) -> dict[str, Any]:
     """Score ``vs``, add the budget section, write the report and its plots."""
     report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate, target_name=target.name)
-    report["target"] = target.name
-    report["table"] = model.describe()
-    report["calibration_networks"] = model.n_calibration_
+    report.update(target=target.name, table=model.describe(), latency_source=model.source, latency_how=model.how,
+                  calibration_networks=model.n_calibration_)
     table_ceiling(model.table_, report)
-    budget = _budget_section(model, vs, space_names(spaces), resolution or target.resolution, report, out,
-                             title=f"{target.name}: {model.device}")
+    title = f"{target.name}: {model.table_.rehearsal_label or model.device}"
+    budget = _budget_section(model, vs, spaces, resolution or target.resolution, report, out, title=title)
     if budget is not None:
         report["budget"] = budget
     atomic_write_json(out, report)
-    scatter_plot(report, out.with_suffix(".png"), title=f"{target.name}: {model.device}")
+    scatter_plot(report, out.with_suffix(".png"), title=title)
     return report
 
 
@@ -488,6 +495,6 @@ def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str
     (``out`` with ``.budget.png``) when matplotlib is installed; None for a complete table."""
     keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
     budget = budget_report(model, vs, space_keys=keys, reached=report["methods"]["predictor"])
-    if budget is not None:
-        budget["plot"] = budget_plot(budget, out.with_suffix(".budget.png"), title=title)
+    if budget is not None:  # the spaces counted, and the curve's plot
+        budget.update(spaces=spaces, plot=budget_plot(budget, out.with_suffix(".budget.png"), title=title))
     return budget

@@ -170,7 +170,7 @@ def sampled_latencies(space: SearchSpace, latency: LatencyModel, deploy: Any, n:
 
 
 def _words(source: str) -> str:
-    return "predicted" if source == "measured" else "roofline-estimated"
+    return {"measured": "predicted", "rehearsal": "REHEARSAL-predicted"}.get(source, "roofline-estimated")
 
 
 def _against(budget: float, ms: np.ndarray, spread: LatencySpread, where: str, source: str) -> str:
@@ -202,7 +202,7 @@ def choose_latency_budget(latency_budget_ms: float | None, *, given: bool, laten
         given: whether the user set ``latency_budget_ms`` rather than the target.
         latencies: the sampled networks' latencies (``sampled_latencies``).
         where: the space and target, for the note (``"tiny on cpu"``).
-        source: the latency model's source (``measured`` or ``estimated``), for the note's words.
+        source: the latency model's source (``nas.latency.base.SOURCES``), for the note's words.
 
     Returns:
         The ``LatencyBudget``: the budget, its rule and the line to print.

@@ -184,7 +184,7 @@ class SearchProblem:
         if b.latency_budget_ms is not None:
             ms = min(float(self.latency.explain(a).ms) for a in archs)
             if ms > b.latency_budget_ms:
-                est = "" if self.latency.source == "measured" else ", an ESTIMATE"
+                est = {"measured": "", "rehearsal": ", a REHEARSAL"}.get(self.latency.source, ", an ESTIMATE")
                 raise ValueError(f"latency_budget_ms={b.latency_budget_ms:g}: no architecture of space {self.space.name!r} "
                                  f"can meet it on {self.target.name}: its smallest is predicted at {ms:.4g} ms"
                                  f"{est} (at {self.deploy_resolution}x{self.deploy_resolution}). Raise the budget "

@@ -34,7 +34,8 @@ from nas.search.uncertainty import Baseline, add_intervals, baseline_to_beat, no
 __all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
 
 NOT_RUN = ("duplicate", "surplus")  # statuses of trials asked but never run: not in the trial totals
-SHORT_HOW = {"measured": "predicted (table)", "estimated": "ESTIMATE (roofline)"}  # latency_how, for a table column
+# latency_how, for a table column
+SHORT_HOW = {"measured": "predicted (table)", "estimated": "ESTIMATE (roofline)", "rehearsal": "REHEARSAL (table)"}
 
 
 def latency_how(lat: Mapping[str, Any]) -> str | None:
@@ -45,11 +46,13 @@ def latency_how(lat: Mapping[str, Any]) -> str | None:
             at least its ``source`` and ``device``.
 
     Returns:
-        ``predicted from a measured table (<device>)`` or ``estimated (roofline, <device>)``; None
-        when ``lat`` names no known source.
+        ``predicted from a measured table (<device>)``, ``estimated (roofline, <device>)`` or a
+        rehearsal's words (``REHEARSAL of <target> ... on <machine> ...``); None when ``lat`` names no
+        known source.
     """
     try:
-        return Prediction(float(lat.get("ms") or 0.0), str(lat["source"]), str(lat.get("device") or "")).how
+        return Prediction(float(lat.get("ms") or 0.0), str(lat["source"]), str(lat.get("device") or ""),
+                          rehearsal=str(lat.get("rehearsal") or "")).how
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -274,7 +277,7 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
                 ties: Mapping[int, Sequence[int]] | None = None, baseline: Baseline | None = None) -> Path:
     """Score vs latency: every evaluated trial faded, the front highlighted, the budget line.
 
-    ``source``: the latency model's (``measured`` or ``estimated``); ``how``: how the figures were
+    ``source``: the latency model's (``nas.latency.base.SOURCES``); ``how``: how the figures were
     obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
     The front's accuracies carry their 95% intervals as error bars; ``ties`` (``noise_neighbours``):
     neighbours within noise, joined by a band; ``baseline`` (``baseline_to_beat``): the largest-MACs
@@ -326,8 +329,10 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
             handles.append(Line2D([], [], color="tab:red", ls="--",
                                   label=f"latency budget {latency_budget_ms:g} ms (off the chart, right)"))
         ax.set_xlim(*xl)
-    how = how or ("estimated (roofline)" if source == "estimated" else "predicted from a measured table")
-    ax.set_xlabel(f"latency (ms), {how}" + (": an ESTIMATE, no measured table" if source == "estimated" else ""))
+    how = how or {"estimated": "estimated (roofline)", "rehearsal": "REHEARSAL"}.get(source,
+                                                                                    "predicted from a measured table")
+    note = {"estimated": ": an ESTIMATE, no measured table", "rehearsal": ":\nmeasured on another machine, not the device"}
+    ax.set_xlabel(f"latency (ms), {how}{note.get(source, '')}")
     ax.set_ylabel("validation accuracy (%)" if acc else f"{metric} (zero-cost proxy, higher is better)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.25, zorder=0)

@@ -48,7 +48,7 @@ from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
 from nas.search.objective import WORKER, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.progress import TrialProgress
 from nas.search.pruners import make_pruner, pruner_names
-from nas.search.results import latency_how, pareto_front, plot_pareto, trial_records, write_outputs
+from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
 from nas.search.samplers import (
     NSGA2Settings,
@@ -310,8 +310,7 @@ class Search:
         ``nas.search.results.write_outputs``.)"""
         p = self.problem
         return {
-            "latency_model": {"source": p.latency.source,
-                              "how": latency_how({"source": p.latency.source, "device": p.latency.device}),
+            "latency_model": {"source": p.latency.source, "how": p.latency.how,
                               "describe": p.latency.describe(), "warning": p.latency.warning},
             "data_description": p.data.describe(),
             "val_images": len(p.data.val),  # what an accuracy evaluator scores on: its interval's n

@@ -5,8 +5,9 @@ like for the edge formats) says what goes in (input name, shape, layout, dtype a
 its quantization; colour mode), how an image becomes that input (resize, crop, scale, mean,
 std, interpolation: exactly what the data loader did), what comes out (logits, the class names in
 output order), how accurate it is and on which split, how fast and how that figure was obtained
-(measured here, predicted from a measured table, or estimated), and which runtime and precision it
-was made for.  ``dataset_record`` is what ``nas.train`` stores in each checkpoint so ``nas.export``
+(measured here, predicted from a measured table, estimated, or a REHEARSAL's), and which runtime and
+precision it was made for.  A figure of another precision than the file's (the fp16 engine TensorRT
+builds from an fp32 file) says so in its ``precision`` and ``for``.  ``dataset_record`` is what ``nas.train`` stores in each checkpoint so ``nas.export``
 can write the same card, and reload the same data, from the checkpoint alone.
 
 The recipe in ``preprocess`` is the loader's: a streamed dataset (ImageFolder, CIFAR-10) scores with
@@ -14,6 +15,10 @@ timm's eval transform (resize the shorter side to ``floor(resolution / crop_pct)
 ``resolution``, bilinear, on a PIL image); an in-memory one (digits, Fashion-MNIST) resizes the whole
 image to ``resolution`` x ``resolution`` (bilinear, antialiased).  docs/train.md has a short
 program that reads a card and classifies an image with onnxruntime, numpy and Pillow alone.
+
+When the accuracy is the test split's, ``<variant>.test_files.txt`` beside the card lists the images
+it was scored on, in order (``write_test_files``; the card's ``accuracy.files``), so a deployed
+model can be checked on exactly those images.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nas._io import atomic_write_json
+from nas._io import atomic_write_json, atomic_write_text
 from nas.latency.base import how_measured, how_predicted
 
-__all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "write_card"]
+__all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "test_files_path",
+           "write_card", "write_test_files"]
 
 CARD_SCHEMA = "hwnas.deployment_card"
 
@@ -57,15 +63,24 @@ def preprocess(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _latency(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any] | None,
-             target: Any) -> dict[str, Any]:
+             target: Any, precision: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if measured:
         out["measured"] = {"ms": measured["median_ms"], "p10_ms": measured.get("p10_ms"),
-                           "p90_ms": measured.get("p90_ms"),
+                           "p90_ms": measured.get("p90_ms"), "precision": precision,
                            "how": measured.get("how") or how_measured(target.device.name or "this machine")}
     if predicted:
-        how = predicted.get("how") or how_predicted(predicted.get("source", "measured"), predicted["device"])
-        out["predicted"] = {"ms": predicted["ms"], "how": how, "target": predicted.get("target")}
+        source = predicted.get("source", "measured")
+        how = predicted.get("how") or how_predicted(source, predicted["device"], predicted.get("rehearsal", ""))
+        at = getattr(target, "precision", precision)
+        out["predicted"] = {"ms": predicted["ms"], "how": how, "source": source, "target": predicted.get("target"),
+                            "precision": at}
+        what = (f"the {at} engine {target.runtime} builds from this {precision} file (target {target.name}), "
+                f"not the file run at {precision}") if at != precision else ""
+        if source == "rehearsal":  # the graphs timed elsewhere, as that machine ran them
+            what = f"a stand-in, measured on another machine, for {what or f'this file on target {target.name}'}"
+        if what:  # an fp16 target predicts the fp32 file: the engine its runtime builds from it
+            out["predicted"]["for"] = what
     if not out:
         out["none"] = f"no target predicts this precision for {getattr(target, 'name', target)}"
     return out
@@ -93,8 +108,8 @@ def _io(card: dict[str, Any], io: Mapping[str, Any]) -> None:
 
 def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any, data: Mapping[str, Any],
                     accuracy: float | None, split: str, split_note: str, predicted: Mapping[str, Any] | None,
-                    measured: Mapping[str, Any] | None, target: Any, io: Mapping[str, Any] | None = None
-                    ) -> dict[str, Any]:
+                    measured: Mapping[str, Any] | None, target: Any, io: Mapping[str, Any] | None = None,
+                    files: str | Path | None = None) -> dict[str, Any]:
     """The card of one exported file.
 
     Args:
@@ -106,9 +121,10 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         split, split_note: the split and where it comes from (``nas.export.verify.split_note``).
         predicted, measured: the latency records of the export (``Prediction.to_dict()`` + label, and a
             ``measure_onnx`` result), either may be None.
-        target: the ``Target`` it was made for.
+        target: the ``Target`` it was made for (the one predicting its precision).
         io: the file's own input and output when they are not ``[1, C, H, W]`` float32 in and float32
             logits out (``nas.export.litert.io_spec`` of a ``.tflite``: NHWC, int8 with its quantization).
+        files: the list of the images ``accuracy`` was scored on (``write_test_files``), if any.
 
     Returns:
         The card (a JSON-ready dict).
@@ -122,8 +138,9 @@ def deployment_card(*, file: str | Path, variant: str, precision: str, arch: Any
         "preprocess": preprocess(data),
         "output": {"name": "output", "shape": [1, len(classes)], "meaning": "logits (softmax for probabilities)",
                    "classes": classes},
-        "accuracy": {"value": accuracy, "split": split, "split_note": split_note},
-        "latency": _latency(predicted, measured, target),
+        "accuracy": {"value": accuracy, "split": split, "split_note": split_note,
+                     **({"files": Path(files).name} if files else {})},
+        "latency": _latency(predicted, measured, target, precision),
         "made_for": {"target": target.name, "device": target.device.name or target.device.kind,
                      "runtime": target.runtime, "provider": target.provider, "precision": precision},
     }
@@ -138,6 +155,37 @@ def card_path(file: str | Path) -> Path:
     network's ONNX and ``.tflite`` / ``.pte`` / ``.xml`` files do not overwrite each other."""
     p = Path(file)
     return p.with_name(f"{p.stem if p.suffix == '.onnx' else p.name}.card.json")
+
+
+def test_files_path(file: str | Path) -> Path:
+    """Where the list of the test images an exported file was scored on goes: ``<stem>.test_files.txt``."""
+    p = Path(file)
+    return p.with_name(f"{p.stem}.test_files.txt")
+
+
+def write_test_files(data: Any, file: str | Path, *, limit: int | None = None) -> Path | None:
+    """List the test images an exported file was scored on beside it (``test_files_path``).
+
+    Args:
+        data: the loaded ``nas.data.Dataset``.
+        file: the exported file.
+        limit: how many of the test split were scored (its first ``limit``; None: all).
+
+    Returns:
+        The list's path: a comment line saying what it is, then one line per image in the order scored:
+        its file (or ``train[i]`` / ``test[i]``, its index in the dataset's own training / test files),
+        label index and class name, tab-separated.  None when the dataset has no test split.
+    """
+    if data.test is None or not data.test_files:
+        return None
+    n = len(data.test_files) if limit is None else min(limit, len(data.test_files))
+    labels = data.test.labels[:n].tolist()
+    head = (f"# the {n} test images {Path(file).name} was scored on, in order ({data.test_source or 'the test split'}); "
+            f"file (train[i] / test[i]: its index in the dataset's own training / test files), label, class")
+    lines = [head] + [f"{f}\t{y}\t{data.classes[y]}" for f, y in zip(data.test_files[:n], labels, strict=True)]
+    path = test_files_path(file)
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
 
 
 def write_card(card: Mapping[str, Any], file: str | Path) -> Path:

@@ -2,8 +2,9 @@
 
 A checkpoint is a dict (``torch.save``) with ``format`` = ``CKPT_FORMAT``, the stage, the ``Arch``,
 the QAT settings (None for a float network), the finished epoch count, ``meta`` (what defines the
-run: checked on resume, differences named by ``diff_messages``), the model and optimizer states
-and the per-epoch history.  ``nas.train.deploy.export_checkpoint`` (``python -m nas.export``) reads one and
+run: checked on resume, differences named by ``diff_messages``), the model and optimizer states,
+the per-epoch history, the dataset (``nas.train.card.dataset_record``) and the target it was made
+for (``Target.to_dict``; ``checkpoint_target``).  ``nas.train.deploy.export_checkpoint`` (``python -m nas.export``) reads one and
 exports it.
 """
 
@@ -26,12 +27,17 @@ from nas.arch import Arch
 from nas.builder import build, state_dict_diff
 from nas.compress.qat import prepare_qat
 from nas.compress.quant_settings import QuantSettings
+from nas.target import Target
 
-__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "checkpoint_data_settings", "diff_messages",
-           "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
+__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "DATA_FREE", "arch_differences", "checkpoint_data_settings",
+           "checkpoint_target", "diff_messages", "load_arch_file", "load_checkpoint", "load_state",
+           "model_from_checkpoint", "read_torch_file", "resume_meta", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
 CKPT_VERSION = 1
+# data settings that change no result: where the files are, how many processes read them, whether an
+# unreadable one stops the loading (a skipped one is named when it loads); never compared on resume
+DATA_FREE = ("root", "download", "skip_bad", "num_workers")
 
 
 def save_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
@@ -78,6 +84,29 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return {"model": obj}
     raise ValueError(f"{p}: neither an hwnas checkpoint nor a state dict")
+
+
+def checkpoint_target(ckpt: Mapping[str, Any], where: str) -> Target | None:
+    """The target a checkpoint was made for (``nas.train`` records it), or None when it records none.
+
+    Raises:
+        ValueError: the record is not a target's fields (named with ``where``).
+    """
+    rec = ckpt.get("target")
+    if not isinstance(rec, Mapping):
+        return None
+    try:
+        return Target.coerce(dict(rec))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: the target it records cannot be read ({e}); give conf=<target>") from None
+
+
+def resume_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``meta`` as a resume compares it: its ``data`` without the ``DATA_FREE`` settings."""
+    out = dict(meta)
+    if isinstance(out.get("data"), Mapping):
+        out["data"] = {k: v for k, v in out["data"].items() if k not in DATA_FREE}
+    return out
 
 
 def diff_messages(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

@@ -34,6 +34,7 @@ from nas.train.checkpoint import (
     diff_messages,
     load_checkpoint,
     load_state,
+    resume_meta,
     save_checkpoint,
 )
 from nas.train.settings import FitSettings
@@ -263,7 +264,7 @@ def _resume(path: Path, model: nn.Module, opt: torch.optim.Optimizer, meta: Mapp
     if c.get("arch") != model.arch.to_dict():
         raise ValueError(f"{path}: the checkpoint is for another Arch "
                          f"({arch_differences(c['arch'], model.arch.to_dict())}); use another out dir or remove it")
-    d = diff_messages(c.get("meta", {}), meta)
+    d = diff_messages(resume_meta(c.get("meta", {})), resume_meta(meta))
     if d:
         raise ValueError(f"{path}: resuming with other settings than the checkpoint's ({'; '.join(d)}); "
                          f"use the same settings, another out dir, or remove the checkpoint to start over")
@@ -287,6 +288,7 @@ def fit(
     teacher: nn.Module | None = None,
     distill: float = 0.0,
     temperature: float = 4.0,
+    target: Any = None,
 ) -> list[dict[str, float]]:
     """Train ``model`` in place (on the CPU) for ``epochs``, checkpointing after every epoch; resume from ``ckpt``.
 
@@ -295,6 +297,8 @@ def fit(
     With a ``teacher`` and ``distill`` > 0, the loss is knowledge distillation (Hinton et al.
     2015): ``(1 - distill) * cross-entropy + distill * T^2 * KL(teacher || student)`` at
     temperature ``T``, the teacher (eval mode, frozen) seeing the same augmented batch.
+    ``target``: the ``Target`` the network is made for, recorded in the checkpoint (``target``) as
+    its data is (``dataset``), so ``nas.export`` exports for it by default.
     Returns the per-epoch history (train loss, val accuracy, seconds).
     """
     path = Path(ckpt)
@@ -332,7 +336,8 @@ def fit(
                                "arch": m.arch.to_dict(),
                                "qat": dataclasses.asdict(m.settings) if isinstance(m, QATNet) else None,
                                "epoch": epoch + 1, "meta": meta, "model": m.state_dict(), "opt": opt.state_dict(),
-                               "history": history, "dataset": dataset_record(data)})
+                               "history": history, "dataset": dataset_record(data),
+                               "target": target.to_dict() if target is not None else None})
         log.info("%s epoch %d/%d: loss %.4f, val accuracy %.4f (%.1f s)", stage, epoch + 1, epochs, train_loss, val,
                  rec["seconds"])
 

@@ -67,7 +67,8 @@ from nas.space import SpaceError, load_space
 from nas.stats import wilson_interval
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
-from nas.train.card import card_path, dataset_record, deployment_card, write_card
+from nas.train.card import card_path, dataset_record, deployment_card, write_card, write_test_files
+from nas.train.checkpoint import resume_meta
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
@@ -111,6 +112,7 @@ def _data_settings(run: SearchRun, s: PipelineSettings) -> DataSettings:
     d = {k: v for k, v in run.data.items() if k in DataSettings.__dataclass_fields__}
     d["train_samples"] = s.train_samples  # full training: all training images unless capped
     d["resolution"] = _resolution(run, s)  # the images the deployed network takes
+    d.update(s.data)  # data.num_workers: how the images are read, not which
     if s.data_root:
         d["root"] = s.data_root
     return DataSettings.from_dict(d)
@@ -131,12 +133,14 @@ def _space_params(run: SearchRun, multiple: int | None) -> tuple[int, float | No
 
 
 def _card(ctx: _Context, rec: dict[str, Any], arch: Arch) -> None:
-    """The deployment card beside an exported ONNX file (``nas.train.card``)."""
+    """The deployment card beside an exported ONNX file (``nas.train.card``), with the list of the
+    test images it was scored on."""
+    files = write_test_files(ctx.data, rec["onnx"], limit=ctx.s.export.eval_samples)
     write_card(deployment_card(
         file=rec["onnx"], variant=rec["variant"], precision=rec["precision"], arch=arch, data=dataset_record(ctx.data),
         accuracy=rec["accuracy"], split=rec["accuracy_split"], split_note=split_note(ctx.data),
-        predicted=rec["predicted"], measured=rec["measured"], target=ctx.targets.get(rec["precision"]) or ctx.s.target),
-        rec["onnx"])
+        predicted=rec["predicted"], measured=rec["measured"], target=ctx.targets.get(rec["precision"]) or ctx.s.target,
+        files=files), rec["onnx"])
 
 
 def _predict(ctx: _Context, prec: str, arch: Arch) -> dict[str, Any] | None:
@@ -204,7 +208,7 @@ def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: d
         meta["init"] = {"supernet": sn_meta["space"]["digest"], "epoch": sn_meta["epoch"],
                         "settings": sn_meta["settings"]}
     hist = fit(model, data, settings=s.train, epochs=s.train.epochs, lr=s.train.lr, ckpt=mdir / "fp32.ckpt",
-               seed=s.seed, meta=meta, stage=f"{mid} fp32")
+               seed=s.seed, meta=meta, stage=f"{mid} fp32", target=s.target)
     res: dict[str, Any] = {"id": mid, "index": index, "search": {k: entry.get(k) for k in
                                                                    (ctx.run.metric, "latency_ms", "trial", "digest")},
                            "arch": arch0.to_dict(), "history": {"fp32": hist}}
@@ -230,7 +234,7 @@ def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Mo
                meta={**base_meta, "stage": "qat", "float": final_arch.digest(), "quant": {k: v for k, v in dataclasses.asdict(qs).items() if k != "symmetric" or v},
                      "freeze_epochs": q.freeze_epochs, "calib_batches": q.calib_batches},
                on_epoch_start=observers, stage=f"{mdir.name} qat", teacher=teacher, distill=q.distill,
-               temperature=q.temperature)
+               temperature=q.temperature, target=ctx.targets.get("int8") or s.target)
     set_observers(qat_model, "frozen")
     res["history"]["qat"] = hist
     res["torch_accuracy"]["qat_int8_fakequant"] = accuracy(qat_model, data, eval_split(data))
@@ -301,12 +305,15 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
 def _input_record(ctx: _Context, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
     """The exported input shape against the searched one: the report's ``input``.  ``as_searched``:
     the fp32 export is the very network the search scored (same Arch digest), so the front's
-    latency (``searched_ms``, predicted by the search for ``searched_target``) is the file's."""
+    latency (``searched_ms``, predicted by the search for ``searched_target``, obtained as
+    ``searched_how`` says) is the file's."""
     target = ctx.run.record.get("target") or {}
     return {"shape": [1, arch0.in_chans, arch0.resolution, arch0.resolution],
             "searched_shape": ctx.run.searched_shape(index), "as_searched": arch0.digest() == searched.digest(),
             "searched_ms": ctx.run.entries[index].get("latency_ms"), "searched_target": target.get("name"),
-            "searched_precision": target.get("precision")}
+            "searched_precision": target.get("precision"),
+            "searched_source": ctx.run.entries[index].get("latency_source"),
+            "searched_how": ctx.run.entries[index].get("latency_how")}
 
 
 def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
@@ -318,10 +325,7 @@ def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
     mdir = Path(s.out or ctx.run.path / "train") / mid
     mdir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(mdir / "arch.json", arch0.to_json(indent=1) + "\n")
-    # where the files are, and whether an unreadable one stops the loading (a skipped one is named when it
-    # loads), do not change the result: not checked on resume
-    where = ("root", "download", "skip_bad")
-    base_meta = {"data": {k: v for k, v in data.settings.to_dict().items() if k not in where},
+    base_meta = {"data": resume_meta({"data": data.settings.to_dict()})["data"],
                  "arch": arch0.digest()}
     log.info("model %s: %s", mid, arch0)
     model, res = _stage_fp32(ctx, index, arch0, mdir, base_meta)

@@ -5,8 +5,9 @@ pruned network is kept.
 What pruning may cost (``prune.*``, ``nas.train.settings.PruneSettings``):
 
 - **Toward what.** ``prune.by=latency`` (default) plans against the target's latency model.  On a
-  target whose latency is a roofline ESTIMATE (no measured table) that would trade accuracy for a number
-  nobody measured, so pruning is skipped, and says so, unless ``prune.on_estimate=true``;
+  target whose latency is a roofline ESTIMATE (no measured table) or a REHEARSAL (a table a device
+  bundle's rehearsal measured on another machine) that would trade accuracy for a number the device
+  never gave, so pruning is skipped, and says so, unless ``prune.on_estimate=true``;
   ``prune.by=macs`` prunes toward ``prune.ratio`` x the network's MACs instead, labelled as such.
 - **Each step.** The planner stops before a step that saves less than ``prune.min_gain`` (0.1%) of the
   unpruned network's latency: such a gain is below what the model can tell apart.
@@ -36,6 +37,7 @@ from nas.cost import arch_cost
 from nas.data import Dataset
 from nas.export.onnx import export_onnx
 from nas.export.verify import eval_split
+from nas.latency.base import on_device
 from nas.latency.measure_model import measure_onnx
 from nas.train.fit import accuracy, fit
 
@@ -106,6 +108,11 @@ def prune_guide(ctx: Any) -> tuple[Callable | None, str, str]:
         return None, "ms", (f"pruning skipped: target {ctx.s.target.name!r} has no measured latency table, and pruning "
                             "toward a roofline estimate trades accuracy for a number nobody measured; prune.by=macs "
                             "prunes toward prune.ratio of the MACs, prune.on_estimate=true toward the estimate")
+    if not on_device(ctx.guide.source) and not p.on_estimate:
+        return None, "ms", (f"pruning skipped: the latency table of target {ctx.s.target.name!r} is a {ctx.guide.how}, "
+                            "not the device's, and pruning toward it trades accuracy for a number the device never "
+                            "gave; prune.by=macs prunes toward prune.ratio of the MACs, prune.on_estimate=true "
+                            "toward the rehearsal's figures")
     return ctx.guide.predict, "ms", ""
 
 
@@ -157,7 +164,7 @@ def stage_prune(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, base_meta: 
         return None
     plan = _prune_plan(ctx, model, arch0, mdir, predict)
     rec = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
-    res["prune"] = {**rec, "by": p.by, "unit": unit, "kept": False}
+    res["prune"] = {**rec, "by": p.by, "unit": unit, "kept": False, "source": ctx.guide.source if p.by == "latency" else None}
     if not plan.steps:
         res["prune"]["skipped"] = "no pruning step paid for itself (prune.min_gain)"
         log.info("%s: %s", mdir.name, res["prune"]["skipped"])
@@ -166,7 +173,8 @@ def stage_prune(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, base_meta: 
     atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
     hist = fit(pruned, ctx.data, settings=s.train, epochs=p.epochs, lr=p.lr, ckpt=mdir / "pruned.ckpt",
                seed=s.seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
-               stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature)
+               stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature,
+               target=s.target)
     loop_path = mdir / "prune_measured.json"
     if loop_path.is_file():
         res["prune"]["measured"] = json.loads(loop_path.read_text())

@@ -10,12 +10,16 @@ from typing import Any
 from nas._io import atomic_write_json, atomic_write_text
 from nas.compress.qat import quant_settings_for
 from nas.export.qdq import qdq_settings_for
+from nas.latency.base import on_device
 from nas.stats import AccuracyInterval, accuracy_difference, fmt_interval, wilson_interval
 
 __all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "accuracy_uncertainty", "deployment_choice",
            "input_line", "quantization_record", "report_rows", "variant_interval", "write_report"]
 
 REPORT_SCHEMA = "hwnas.train_report"
+# how the table (and, in words, the deploy line) marks a predicted figure that is not the device's, by its source
+MARKS = {"estimated": "est.", "rehearsal": "REHEARSAL"}
+_WORDS = {"estimated": "estimate", "rehearsal": "REHEARSAL"}
 
 
 def quantization_record(reduce_range: bool, calib_samples: int, target: Any | None = None) -> dict[str, Any]:
@@ -49,8 +53,8 @@ def report_rows(report: Mapping[str, Any]) -> list[list[str]]:
     for m in report["models"]:
         for v in m["variants"]:
             pred, meas = v.get("predicted"), v.get("measured")
-            src = "" if not pred else (" (est.)" if pred.get("source") == "estimated" else
-                                       " (extrap.)" if pred.get("outside") else "")
+            mark = MARKS.get((pred or {}).get("source", ""))
+            src = "" if not pred else (f" ({mark})" if mark else " (extrap.)" if pred.get("outside") else "")
             iv = variant_interval(v)
             acc = f"{100 * v['accuracy']:.2f}" + (f" {fmt_interval(iv)}" if iv else "")
             rows.append([m["id"], v["variant"], acc, f"{v['params']:,}",
@@ -109,7 +113,9 @@ def deployment_choice(model: Mapping[str, Any], tolerance: float = DEPLOY_TOLERA
     variant's, by measured latency where every candidate was measured here, else by prediction.
 
     int8 does not always pay: on small networks onnxruntime's int8 kernels can be slower than its
-    fp32 ones, and the report should say which to ship rather than leave it to a reader.
+    fp32 ones, and the report should say which to ship rather than leave it to a reader.  A choice
+    by predictions records each candidate's ``sources`` and whether all of them are the device's own
+    (``on_device``): an estimate and a rehearsal are not, and the report says the choice rests on them.
     """
     vs = {v["variant"]: v for v in model.get("variants", [])}
     base = vs.get("fp32")
@@ -124,9 +130,11 @@ def deployment_choice(model: Mapping[str, Any], tolerance: float = DEPLOY_TOLERA
         return float(v["measured"]["median_ms"] if measured else v["predicted"]["ms"])
 
     best = min(ok, key=ms)
+    sources = {v["variant"]: "measured here" if measured else v["predicted"].get("source", "measured") for v in ok}
     return {"variant": best["variant"], "accuracy": best["accuracy"], "ms": ms(best),
             "by": "measured" if measured else "predicted", "tolerance": tolerance,
-            "vs_fp32": {v["variant"]: ms(v) / ms(base) for v in ok}}
+            "vs_fp32": {v["variant"]: ms(v) / ms(base) for v in ok}, "sources": sources,
+            "on_device": measured or all(on_device(s) for s in sources.values())}
 
 
 def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
@@ -148,7 +156,8 @@ def write_report(out: str | Path, report: Mapping[str, Any]) -> None:
     lines += _input_lines(report)
     hows = _hows(report)
     lines += ["", "Predicted latency: " + by + (f" ({hows})" if hows else "") + "; *(est.)* marks a roofline estimate, "
-              "*(extrap.)* a network "
+              "*(REHEARSAL)* a figure of a table measured through a device bundle's rehearsal on another machine "
+              "(not the device), *(extrap.)* a network "
               "outside the range of the table's calibration networks (the calibration extrapolates: profile at this resolution).  "
               "Error = (predicted − measured) / measured.",
               f"Measured on this machine: {', '.join(p for p, h in report['measured_here'].items() if h) or 'none'}.",
@@ -189,11 +198,12 @@ def _prune_lines(report: Mapping[str, Any]) -> list[str]:
                 lines.append(f"- {m['id']}: {p.get('skipped', 'not pruned')}")
                 continue
             unit = p.get("unit", "ms")
-            what = "MACs (prune.by=macs)" if unit == "MMACs" else "ms predicted"
+            what = ("MACs (prune.by=macs)" if unit == "MMACs" else f"ms predicted ({_WORDS[p['source']]}, prune.on_estimate)"
+                    if p.get("source") in _WORDS else "ms predicted")
             verdict = ("kept" if p.get("kept", True) else f"NOT KEPT: {p.get('rejected') or p.get('skipped')}")
             d = p.get("decision")
             cost = (f"; val accuracy {100 * d['unpruned']:.2f}% → {100 * d['pruned']:.2f}% "
-                    f"({d['drop_points']:+.2f} points lost, at most {d['max_drop']:g})" if d else "")
+                    f"({accuracy_change(d['drop_points'])}, at most {d['max_drop']:g} may be lost)" if d else "")
             lines.append(f"- {m['id']}: pruned {p['predicted_ms_before']:.4f} → {p['predicted_ms_after']:.4f} {what} "
                          f"(target {p['target_ms']:.4f}, criterion {p['criterion']}, "
                          f"{len(p['steps'])} steps{'' if p['reached'] else ', target not reached'}){cost}: {verdict}")
@@ -205,6 +215,13 @@ def _prune_lines(report: Mapping[str, Any]) -> list[str]:
                 lines.append(f"  measured here against the unpruned network ({ml['unpruned_ms']:.4f} ms): "
                              f"{tries}{miss}{again}")
     return ["", "Pruning:", "", *lines] if lines else []
+
+
+def accuracy_change(drop_points: float) -> str:
+    """An accuracy change in words: ``1.20 points lost``, ``9.44 points gained`` or ``no change``."""
+    if round(drop_points, 2) == 0:
+        return "no change"
+    return f"{abs(drop_points):.2f} points {'lost' if drop_points > 0 else 'gained'}"
 
 
 def _hows(report: Mapping[str, Any]) -> str:
@@ -266,6 +283,9 @@ def input_line(model: Mapping[str, Any]) -> str | None:
     ms = i.get("searched_ms")
     front = (f"the front's {ms:.4f} ms ({i.get('searched_precision') or '?'}, target `{i.get('searched_target') or '?'}`)"
              if ms is not None else "the front's latency")
+    if ms is not None and i.get("searched_how") and not on_device(i.get("searched_source")):  # an estimate, a rehearsal
+        front = (f"the front's {ms:.4f} ms ({i['searched_how']}, not measured on target "
+                 f"`{i.get('searched_target') or '?'}`'s device)")
     shape, searched = _shape(i["shape"]), _shape(i["searched_shape"])
     if i["as_searched"]:
         return f"- {model['id']}: input {shape}; the fp32 file is the network the search scored: {front} is for this input"
@@ -297,9 +317,23 @@ def _deploy_lines(report: Mapping[str, Any]) -> list[str]:
             why = (f"no latency for {', '.join(names)}" if names else "no fp32 variant to compare with")
             lines.append(f"- {mid}: not chosen ({why})")
             continue
-        rel = ", ".join(f"{k} {r:.2f}x" for k, r in d["vs_fp32"].items() if k != "fp32")
-        est = " (estimate)" if d["by"] == "predicted" and any(
-            (v.get("predicted") or {}).get("source") == "estimated" for v in m["variants"]) else ""
-        lines.append(f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']}{est} "
-                     f"(latency vs fp32: {rel or 'no other variant within tolerance'}){_vs_fp32(m, d['variant'])}")
+        lines += _choice_lines(mid, d, m["variants"], _vs_fp32(m, d["variant"]))
+    return lines
+
+
+def _choice_lines(mid: str, d: Mapping[str, Any], variants: list[Mapping[str, Any]], vs_fp32: str = "") -> list[str]:
+    """One model's deploy line: the choice, each figure marked by its source when it is not the
+    device's (an estimate, a rehearsal), its accuracy against fp32 (``vs_fp32``), and then a line
+    saying the choice rests on such figures."""
+    src = d.get("sources")
+    if src is None:  # a report written before the choice recorded its sources
+        src = {v["variant"]: (v.get("predicted") or {}).get("source", "measured") for v in variants}
+    marks = {k: f" ({_WORDS[s]})" if d["by"] == "predicted" and s in _WORDS else "" for k, s in src.items()}
+    rel = ", ".join(f"{k} {r:.2f}x{marks.get(k, '')}" for k, r in d["vs_fp32"].items() if k != "fp32")
+    lines = [f"- {mid}: **{d['variant']}**, {100 * d['accuracy']:.2f}%, {d['ms']:.4f} ms {d['by']}"
+             f"{marks.get(d['variant'], '')} (latency vs fp32: {rel or 'no other variant within tolerance'}){vs_fp32}"]
+    off = sorted({_WORDS[s] for k, s in src.items() if k in d["vs_fp32"] and s in _WORDS})
+    if d["by"] == "predicted" and off:
+        lines.append(f"  (a choice by {' and '.join(off)} figures, not the device's: measure the variants there "
+                     "before deploying)")
     return lines

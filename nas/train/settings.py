@@ -15,10 +15,12 @@ from typing import Any
 from nas._checks import check_number
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
+from nas.data.settings import DataSettings
 from nas.latency.measure import ProfileSettings
 from nas.target import Target, require_target
 
 __all__ = [
+    "TRAIN_DATA_FIELDS",
     "VERIFY_SAMPLES",
     "ExportSettings",
     "FitSettings",
@@ -31,6 +33,8 @@ __all__ = [
 
 
 PRUNE_BY = ("latency", "macs")
+# the data settings nas.train takes over the search's: they change no result (the search decides the rest)
+TRAIN_DATA_FIELDS = ("num_workers",)
 
 
 def _bool(name: str, v: Any) -> None:
@@ -129,7 +133,7 @@ class PruneSettings:
     # a pruning step must save at least this share of the unpruned network's latency (or MACs) to be taken
     min_gain: float = 0.001
     by: str = "latency"  # latency: toward the target's latency model | macs: toward prune.ratio x the MACs
-    on_estimate: bool = False  # by=latency on a target whose latency is a roofline estimate: false skips pruning
+    on_estimate: bool = False  # by=latency on a target whose latency is a roofline estimate or a rehearsal: false skips pruning
 
     def __post_init__(self) -> None:
         _bool("prune.enabled", self.enabled)
@@ -247,6 +251,8 @@ class PipelineSettings:
     latency_budget_ms: float | None = None  # only architectures predicted at or under this latency (ms)
     data_root: str | None = None
     train_samples: int | None = None
+    # data settings over the search's: only those in TRAIN_DATA_FIELDS (they change no result: num_workers)
+    data: Mapping[str, Any] = field(default_factory=dict)
     # input resolution trained and exported at; None: the one the search predicted latency at (its
     # deployment resolution), so the exported files are the networks of the Pareto front
     resolution: int | None = None
@@ -274,6 +280,13 @@ class PipelineSettings:
             check_number("latency_budget_ms", self.latency_budget_ms)
         if self.train_samples is not None:
             check_number("train_samples", self.train_samples, integer=True)
+        if not isinstance(self.data, Mapping):
+            raise ValueError(f"data must be a dict of data settings, got {type(self.data).__name__}")
+        other = sorted(set(self.data) - set(TRAIN_DATA_FIELDS))
+        if other:
+            raise ValueError(f"data.{other[0]}: nas.train reads the search's dataset as the search did; of the data "
+                             f"settings it takes only {', '.join('data.' + n for n in TRAIN_DATA_FIELDS)}")
+        DataSettings(**dict(self.data))  # each value checked where the data settings are defined
         if self.resolution is not None:
             check_number("resolution", self.resolution, integer=True)
         if self.supernet is not None and (not isinstance(self.supernet, str) or not self.supernet):
