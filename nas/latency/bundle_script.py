@@ -9,6 +9,7 @@ Copy the bundle folder to the device and run, from inside it:
     python3 measure_bundle.py --runtime trtexec          # TensorRT through trtexec (JetPack ships it)
     python3 measure_bundle.py --only blocks --limit 200  # part of it; run again to continue
     python3 measure_bundle.py --identify                 # print what this device reports, measure nothing
+    python3 measure_bundle.py --print-trtexec --limit 3  # the exact trtexec command lines it would run, run nothing
     python3 measure_bundle.py --rehearse                 # any machine: the round trip with what it has
 
 Runtimes: onnxruntime (any execution provider it has: fp32, int8 from the QDQ graphs, fp16 through
@@ -27,6 +28,8 @@ Ctrl-C), so an interrupted run continues where it stopped; every graph is measur
 the manifest asks for, each round in its own shuffled order.  Bring results.json back and import it
 with the command it prints at the end.
 
+It runs on Python 3.6 and later (JetPack 4.6's 3.6, JetPack 5's 3.8) with numpy.
+
 It keeps its own copy of the timing loop (warm-up, repeats, min time, median/p10/p90) instead of
 hwnas's: it runs on devices without torch or hwnas, so it imports nothing but numpy, the standard
 library and one runtime.
@@ -42,7 +45,11 @@ import statistics
 import sys
 import tempfile
 import time
-from importlib.metadata import version
+
+try:
+    from importlib.metadata import version as package_version  # Python 3.8+
+except ImportError:  # Python 3.6 / 3.7 (JetPack 4.6): read only for ExecuTorch, which needs 3.10+ anyway
+    package_version = None
 
 try:
     import numpy as np
@@ -205,7 +212,8 @@ def executorch_factory(threads):
         call.keep = program
         return lambda: timed(call, s)
 
-    return factory, {"name": "executorch", "version": version("executorch"), "provider": "XNNPACK", "via": "python"}
+    ver = package_version("executorch") if package_version else "unknown"
+    return factory, {"name": "executorch", "version": ver, "provider": "XNNPACK", "via": "python"}
 
 
 def openvino_factory(threads):
@@ -249,14 +257,22 @@ def pick_runtime(args, man):
         return ort_factory(provider, args.threads or man["threads"], precision)
     if runtime == "trtexec":
         return trtexec_factory(args.bundle, precision)
-    if runtime == "tensorrt":  # the Python API where it imports, else trtexec
+    if runtime == "tensorrt":  # the Python API where it imports (8.5+), else trtexec
         try:
-            import tensorrt  # noqa: F401  # optional runtime: its Python API where it imports
+            import tensorrt  # optional runtime: its Python API where it imports
         except ImportError:
             if trtexec_path():
                 return trtexec_factory(args.bundle, precision)
             fail("TensorRT is not installed: pip install tensorrt (or JetPack's python3-libnvinfer), or put "
                  "trtexec on PATH")
+        ver = str(getattr(tensorrt, "__version__", "0"))
+        if not bundle_trt(args.bundle).python_api_supported(ver):
+            if not trtexec_path():
+                fail(f"TensorRT {ver}'s Python API lacks execute_async_v3 (8.5+) and trtexec is not found: put it on "
+                     "PATH (JetPack: /usr/src/tensorrt/bin/trtexec)")
+            print(f"note: TensorRT {ver}'s Python API lacks execute_async_v3 (8.5+): measuring with trtexec",
+                  flush=True)
+            return trtexec_factory(args.bundle, precision)
         return tensorrt_factory(args.bundle, precision)
     fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt, trtexec, executorch or openvino")
 
@@ -281,18 +297,48 @@ def rehearsal_runtime(args, man):
 
 
 def merge(old, st, rounds_done):
-    """An entry plus one more round (the round medians kept; their median is the figure)."""
+    """An entry plus one more round.  Every statistic is the median over the rounds of that round's own
+    statistic (``rounds_ms``, ``rounds_p10_ms``, ``rounds_p90_ms``), so p10 <= median <= p90 always
+    holds (each round's p10 <= its median <= its p90, and the medians of the rounds keep that order)."""
     if old is None:
-        return {**st, "rounds_ms": [st["median_ms"]], "remeasured": rounds_done, "measured_at": now()}
+        return {**st, "rounds_ms": [st["median_ms"]], "rounds_p10_ms": [st["p10_ms"]], "rounds_p90_ms": [st["p90_ms"]],
+                "remeasured": rounds_done, "measured_at": now()}
     k = len(old["rounds_ms"])
     r = old["rounds_ms"] + [st["median_ms"]]
+    # a results.json written before the rounds' percentiles were kept holds only their mean: k copies of it
+    p10s = old.get("rounds_p10_ms") or [old["p10_ms"]] * k
+    p90s = old.get("rounds_p90_ms") or [old["p90_ms"]] * k
+    p10s, p90s = p10s + [st["p10_ms"]], p90s + [st["p90_ms"]]
 
-    def mean(f):  # None: trtexec printed no such percentile (its summary, without --exportTimes)
-        return None if old[f] is None or st[f] is None else (old[f] * k + st[f]) / (k + 1)
+    def med(values):  # None: trtexec printed no such percentile in some round (its summary, without --exportTimes)
+        return None if any(v is None for v in values) else float(statistics.median(values))
 
-    return {"median_ms": float(statistics.median(r)), "p10_ms": mean("p10_ms"), "p90_ms": mean("p90_ms"),
-            "n": old["n"] + st["n"], "rounds_ms": r, "remeasured": old.get("remeasured", 0) + rounds_done,
-            "measured_at": now()}
+    return {"median_ms": float(statistics.median(r)), "p10_ms": med(p10s), "p90_ms": med(p90s),
+            "n": old["n"] + st["n"], "rounds_ms": r, "rounds_p10_ms": p10s, "rounds_p90_ms": p90s,
+            "remeasured": old.get("remeasured", 0) + rounds_done, "measured_at": now()}
+
+
+#: rounds of one graph further apart than this (slowest / fastest round median) are noted
+ROUNDS_APART = 2.0
+
+
+def noise_note(entries):
+    """What the rounds say about the machine: the entries whose rounds' medians are more than
+    ``ROUNDS_APART`` times apart (the device's speed changed between rounds: other work, clocks,
+    thermal limits), as a record for results.json and a line to print; None when there are none."""
+    apart = sorted(((max(e["rounds_ms"]) / min(e["rounds_ms"]), f) for f, e in entries.items()
+                    if len(e.get("rounds_ms") or ()) > 1 and min(e["rounds_ms"]) > 0
+                    and max(e["rounds_ms"]) / min(e["rounds_ms"]) > ROUNDS_APART), reverse=True)
+    if not apart:
+        return None
+    several = [f for f, e in entries.items() if len(e.get("rounds_ms") or ()) > 1]
+    line = (f"noise: in {len(apart)} of {len(several)} graphs measured in several rounds the rounds were more than "
+            f"{ROUNDS_APART:g}x apart (worst {apart[0][0]:.1f}x, {apart[0][1]}): the device's speed changed between "
+            "rounds (other work on it, clocks, thermal limits). Each figure is the median of its rounds; for steadier "
+            "ones stop other work, fix the clocks (Jetson: sudo nvpmodel -m 0 && sudo jetson_clocks) and measure "
+            "again into a fresh results.json")
+    return {"rounds_apart": len(apart), "of": len(several), "factor": ROUNDS_APART,
+            "worst": [{"file": f, "slowest_over_fastest": round(x, 2)} for x, f in apart[:5]], "note": line}
 
 
 def spread(st):
@@ -381,6 +427,11 @@ def parse_args():
                          "order) and most used blocks first "
                          "(default: the bundle's budget_min, if it was written with one)")
     ap.add_argument("--identify", action="store_true", help="print this device's identity and exit")
+    ap.add_argument("--print-trtexec", action="store_true",
+                    help="print the exact trtexec command lines this run would execute (per graph: the engine build "
+                         "and timing; a re-measure loads the engine), run nothing")
+    ap.add_argument("--trt-version", default=None,
+                    help="with --print-trtexec where no trtexec is found: the TensorRT version to show them for")
     ap.add_argument("--rehearse", action="store_true",
                     help="measure with what this machine has (onnxruntime) into rehearsal.json, labelled as such")
     args = ap.parse_args()
@@ -405,6 +456,9 @@ def main():
              "measure_bundle.py written with it")
     if args.identify:
         print(json.dumps(identity(machine_kind()), indent=1))
+        return
+    if args.print_trtexec:
+        print_trtexec(args, man)
         return
     s = man["settings"]
     if args.rehearse:
@@ -432,9 +486,42 @@ def main():
                                               [man["batch"], 8, 8, 8], s)[0]["median_ms"]
     left, _ = plan(man, res, "all", int(s.get("rounds", 1)))
     res["complete"], res["updated"] = not left, now()
+    noise = noise_note(res["entries"])
+    res.pop("noise", None)
+    if noise:
+        res["noise"] = noise
+        print(noise["note"], flush=True)
     atomic_json(out_path, res)
     print(f"done: {out_path} ({len(left)} measurements left"
           f"{'; run again to continue' if left else ''}). Bring it back and import it:\n  {import_cmd(man, args)}")
+
+
+def print_trtexec(args, man):
+    """The trtexec command lines a run (``--runtime trtexec``, or TensorRT before 8.5) would execute for
+    what is left to measure (``--only``, ``--limit``), one per graph and round; nothing runs."""
+    if os.path.splitext(man.get("overhead") or ".onnx")[1] != ".onnx":
+        fail("this bundle holds no ONNX graphs: trtexec does not run it")
+    hwnas_trt = bundle_trt(args.bundle)
+    exe = trtexec_path()
+    ver = args.trt_version or (hwnas_trt.trtexec_help_version(exe) if exe else None)
+    s = man["settings"]
+    res = load_results(os.path.join(args.bundle, "results.json"), man)
+    budget = args.budget_min if args.budget_min is not None else man.get("budget_min")
+    todo, _ = plan(man, res, args.only, int(s.get("rounds", 1)), priority=budget is not None)
+    todo = todo[:args.limit] if args.limit is not None else todo
+    print(f"# {len(todo)} measurement(s) with {exe or 'trtexec (not found here)'}, TensorRT "
+          f"{ver or 'version unknown (its flags then assume 8.5-10)'}; <tmp> is a temporary folder per graph and "
+          "round. Each line builds the engine and times it; a re-measure of a noisy round runs it again with "
+          "--loadEngine=<tmp>/engine.plan in place of --onnx, --saveEngine and the precision flags.")
+    for r, item in todo:
+        path = os.path.join(args.bundle, item["file"])
+        try:
+            flags = hwnas_trt.trtexec_flags(man["precision"], ver, qdq=hwnas_trt.qdq_in_file(path))
+        except RuntimeError as e:
+            fail(str(e))
+        cmd = hwnas_trt.trtexec_command(exe or "trtexec", path, "<tmp>/engine.plan", "<tmp>/times.json", s, flags,
+                                        build=True, trt_version=ver)
+        print(f"# round {r}: {item['label']}\n" + " ".join(cmd))
 
 
 def import_cmd(man, args):
