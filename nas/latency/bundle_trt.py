@@ -252,7 +252,7 @@ class _Cudart:
         self.call("cudaMalloc", ctypes.byref(p), ctypes.c_size_t(max(int(nbytes), 1)))
         return p.value or 0
 
-    def to_device(self, dst: int, host: np.ndarray) -> None:
+    def to_device(self, dst: int, host: "np.ndarray") -> None:
         host = np.ascontiguousarray(host)
         self.call("cudaMemcpy", ctypes.c_void_p(dst), ctypes.c_void_p(host.ctypes.data), ctypes.c_size_t(host.nbytes),
                   1)  # cudaMemcpyHostToDevice
