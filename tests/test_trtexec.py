@@ -28,7 +28,7 @@ SUMMARIES = [
     ("trt_desktop_p90.log", "GPU Compute Time", 7.14139, 10.2881, 12.9485),
     ("trt10.13_jetson_agx_thor.log", "Latency", 640.024, 664.195, 684.747),
     ("trt_desktop_p90_rapidflow.log", "GPU Compute Time", 30.333, 30.4037, 30.4204),
-    ("trt11.0_desktop_5070ti.log", "GPU Compute Time", 140.855, 142.144, 143.038),
+    ("trt8.6_desktop_5070ti.log", "GPU Compute Time", 140.855, 142.144, 143.038),
 ]
 GPU_COMPUTE = [s for s in SUMMARIES if s[1] == "GPU Compute Time"]
 
@@ -53,14 +53,14 @@ def test_total_gpu_compute_time_is_not_the_summary():
 
 def test_the_metric_read_is_in_logs_of_each_summary_format():
     """The line the code reads (GPU Compute Time) in a real log of each format: percentile(99%) only
-    (8.0-8.4: Xavier AGX 8.4), percentile(90, 95, 99%) (8.5: Xavier AGX 8.5.2; unknown versions) and
-    TensorRT 11.0's (an RTX 5070 Ti); the posts of 8.5 on a 2080 Ti, 8.6 on AGX Orin and 10.13 on AGX
-    Thor were cut before it (their Latency line is read above)."""
+    (8.0-8.4: Xavier AGX 8.4), percentile(90, 95, 99%) (8.5: Xavier AGX 8.5.2; 8.6.1 on an RTX 5070 Ti;
+    an unknown version); the posts of 8.5 on a 2080 Ti, 8.6 on AGX Orin and 10.13 on AGX Thor were
+    cut before it (their Latency line is read above)."""
     for name in ("trt8.4_jetson_xavier_agx.log", "trt8.5_jetson_xavier_agx.log", "trt_desktop_p90_rapidflow.log",
-                 "trt11.0_desktop_5070ti.log"):
+                 "trt8.6_desktop_5070ti.log"):
         assert bundle_trt.parse_summary(_fixture(name)) is not None, name
-    text = _fixture("trt11.0_desktop_5070ti.log")
-    assert bundle_trt.trtexec_version(text) == "11.0.0" and bundle_trt.parse_summary(text)["min"] == 139.995
+    text = _fixture("trt8.6_desktop_5070ti.log")
+    assert bundle_trt.trtexec_version(text) == "8.6.1" and bundle_trt.parse_summary(text)["min"] == 139.995
 
 
 def test_versions_as_trtexec_prints_them():
