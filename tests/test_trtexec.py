@@ -65,7 +65,7 @@ def test_the_metric_read_is_in_logs_of_each_summary_format():
 
 def test_versions_as_trtexec_prints_them():
     rows = [ln.split(" | ", 1) for ln in (DATA / "versions.txt").read_text().splitlines() if " | " in ln and not ln.startswith("#")]
-    assert len(rows) == 6
+    assert len(rows) == 7
     for want, line in rows:
         assert bundle_trt.trtexec_version(line) == want, line
     assert bundle_trt.decode_version("8601") == "8.6.1" and bundle_trt.decode_version(100300) == "10.3.0"
