@@ -56,7 +56,7 @@ def test_manifest_and_script_are_standalone(measured):
     assert man["schema_version"] == 2 and man["runtime"] == "onnxruntime" and man["settings"]["rounds"] == 2
     assert [n["role"] for n in man["networks"]] == ["calibration", "calibration", "held_out"]
     assert all((out / n["file"]).is_file() for n in man["blocks"] + man["networks"])
-    for script in ("measure_bundle.py", "hwnas_trt.py", "hwnas_device.py"):
+    for script in ("measure_bundle.py", "hwnas_stats.py", "hwnas_trt.py", "hwnas_cuda.py", "hwnas_device.py"):
         src = (out / script).read_text()
         assert "import torch" not in src and "from nas" not in src and "import nas" not in src
 

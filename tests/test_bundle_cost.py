@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from nas.latency import profile_workflow
-from nas.latency.bundle import BundleCost, bundle_cost, graph_bytes, write_bundle
+from nas.latency.bundle import write_bundle
+from nas.latency.bundle_files import BundleCost, bundle_cost, graph_bytes
 from nas.latency.measure import ProfileSettings
 from nas.latency.profiler import calibration_archs
 from nas.space import load_space
@@ -60,7 +61,8 @@ def test_tensorrt_adds_engine_builds_to_the_time():
 def _decide(tmp_path, monkeypatch, **kw):
     """profile_target's bundle branch up to writing: the lines said and whether (and with what) it writes."""
     written, said = [], []
-    monkeypatch.setattr(profile_workflow, "_write_bundle", lambda *a, **k: written.append(k["cost"]) or {"bundle": "b"})
+    monkeypatch.setattr(profile_workflow, "write_bundle",
+                        lambda keys, target, out, **k: written.append(k["cost"]) or Path(out) / "manifest.json")
     profile_workflow.profile_target(CPU, spaces="tiny", bundle=tmp_path / "b", calibration_networks=2,
                                     pruned_networks=1, say=said.append, **kw)
     return said, written

@@ -18,7 +18,8 @@ import pytest
 from test_trtexec import _fake_trtexec, _fixture, _times_file
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py", "bundle_device.py": "hwnas_device.py"}
+SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_stats.py": "hwnas_stats.py", "bundle_trt.py": "hwnas_trt.py",
+           "bundle_cuda.py": "hwnas_cuda.py", "bundle_device.py": "hwnas_device.py"}
 
 
 def _copy_scripts(folder: Path) -> None:
@@ -191,7 +192,7 @@ def test_the_scripts_run_on_the_devices_python(tmp_path, monkeypatch, version):
         (tmp_path / "stub").mkdir()
         (tmp_path / "stub" / "numpy.py").write_text("")
         env["PYTHONPATH"] = str(tmp_path / "stub")
-    r = subprocess.run([py, "-c", "import sys; sys.path.insert(0, '.'); import hwnas_trt, hwnas_device; "
+    r = subprocess.run([py, "-c", "import sys; sys.path.insert(0, '.'); import hwnas_trt, hwnas_cuda, hwnas_stats, hwnas_device; "
                         "print(hwnas_trt.decode_version(8401))"], cwd=b, capture_output=True, text=True, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "8.4.1", r.stderr
     r = subprocess.run([py, "measure_bundle.py", "--help"], cwd=b, capture_output=True, text=True, env=env)

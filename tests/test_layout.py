@@ -35,7 +35,8 @@ ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # py
 # imported inside a function only, each with its reason: optional or heavy runtimes a user may not have installed
 OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt", "torchao", "psycopg",
                      "sqlalchemy", "modelopt", "pycuda", "cuda",
-                     "hwnas_trt"}  # the TensorRT timer a device bundle carries beside bundle_script.py
+                     "hwnas_trt",  # the TensorRT timer a device bundle carries beside bundle_script.py
+                     "hwnas_cuda"}  # the CUDA helpers a device bundle carries beside hwnas_trt.py
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80  # from the def (or its first decorator) to its last line, docstring included
 

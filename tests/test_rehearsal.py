@@ -45,6 +45,7 @@ def test_identify_reads_the_machine_not_the_bundle(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(man))
     (tmp_path / "measure_bundle.py").write_text((ROOT / "nas/latency/bundle_script.py").read_text())
     (tmp_path / "hwnas_device.py").write_text((ROOT / "nas/latency/bundle_device.py").read_text())
+    (tmp_path / "hwnas_stats.py").write_text((ROOT / "nas/latency/bundle_stats.py").read_text())
     (tmp_path / "old_measure_bundle.py").write_text(old_source("nas/latency/bundle_script.py"))
     new, old = (_run([sys.executable, f"{s}measure_bundle.py", ".", "--identify"], tmp_path) for s in ("", "old_"))
     assert new.returncode == 0 == old.returncode, new.stderr + old.stderr

@@ -1,5 +1,6 @@
-"""The device bundle's TensorRT Python-API timer (``nas.latency.bundle_trt.measure_factory``) against
-``FakeCudart``, a stand-in for the CUDA runtime calls it makes through ctypes, on a simulated GPU and
+"""The device bundle's TensorRT Python-API timer (``nas.latency.bundle_trt.measure_factory``, its
+``GpuTimer`` in ``nas.latency.bundle_cuda``) against ``FakeCudart``, a stand-in for the CUDA runtime
+calls it makes through ctypes, on a simulated GPU and
 a simulated host clock, with an engine whose ``execute_async_v3`` costs the host more than the GPU
 (a small block at batch 1 on a Jetson's ARM cores).  The timer before (``frozen_bundle_trt``, kept
 as it was) is shown reading the host's enqueue time; the timer now reads the GPU's.
@@ -24,7 +25,7 @@ import frozen_bundle_trt
 import numpy as np
 import pytest
 
-from nas.latency import bundle_trt
+from nas.latency import bundle_cuda, bundle_trt
 
 
 class SimClock:
@@ -39,7 +40,7 @@ class SimClock:
 
 
 class FakeCudart:
-    """The calls ``bundle_trt._Cudart`` makes, on one simulated stream (see the module docstring)."""
+    """The calls ``bundle_cuda.Cudart`` makes, on one simulated stream (see the module docstring)."""
 
     def __init__(self, clock: SimClock, *, memset_ms: float = 0.4, call_ms: float = 0.002) -> None:
         self.clock, self.memset_ms, self.call_ms = clock, memset_ms, call_ms
@@ -114,9 +115,14 @@ def _timer(module, monkeypatch, *, kernel_ms: float, launch_ms: float):
     cuda = FakeCudart(clock)
     ctx = SlowHostContext(cuda, kernel_ms, launch_ms)
     io = [("input", True, (1, 3, 8, 8), np.dtype(np.float32)), ("output", False, (1, 8, 8, 8), np.dtype(np.float32))]
-    for name, value in {"time": clock, "available": lambda: None, "build_plan": lambda data, precision: b"plan",
-                        "Engine": lambda plan: SimpleNamespace(context=ctx), "io_tensors": lambda built, shape: io,
-                        "_Cudart": lambda: cuda}.items():
+    fakes = {"available": lambda: None, "build_plan": lambda data, precision: b"plan",
+             "Engine": lambda plan: SimpleNamespace(context=ctx), "io_tensors": lambda built, shape: io}
+    if module is frozen_bundle_trt:  # the CUDA helpers and the timer were in the module then
+        fakes.update(time=clock, _Cudart=lambda: cuda)
+    else:
+        fakes.update(Cudart=lambda: cuda)
+        monkeypatch.setattr(bundle_cuda, "time", clock)
+    for name, value in fakes.items():
         monkeypatch.setattr(module, name, value)
     return module.measure_factory(__file__, [1, 3, 8, 8], "fp16", SETTINGS), cuda, ctx
 
@@ -157,13 +163,13 @@ def test_time_runs_counts_repeats_and_min_time():
     clock = SimClock()
     cuda = FakeCudart(clock)
     ctx = SlowHostContext(cuda, 0.02, 0.06)
-    timer = bundle_trt.GpuTimer(cuda, cuda.new("Stream"), lambda: ctx.execute_async_v3(0))
-    orig = bundle_trt.time
-    bundle_trt.time = clock
+    timer = bundle_cuda.GpuTimer(cuda, cuda.new("Stream"), lambda: ctx.execute_async_v3(0))
+    orig = bundle_cuda.time
+    bundle_cuda.time = clock
     try:
-        st = bundle_trt.time_runs(timer, 2, 5, 0.0)
+        st = bundle_cuda.time_runs(timer, 2, 5, 0.0)
         assert st["n"] == 5 and ctx.runs == 2 + 5
-        st = bundle_trt.time_runs(timer, 0, 5, 0.05)  # 50 ms of runs of about 0.1 ms of host time each
+        st = bundle_cuda.time_runs(timer, 0, 5, 0.05)  # 50 ms of runs of about 0.1 ms of host time each
         assert 5 < st["n"] <= 2000
     finally:
-        bundle_trt.time = orig
+        bundle_cuda.time = orig

@@ -22,6 +22,14 @@ IMPLICIT_BATCH_ERROR = ("Assertion failed: !_importer_ctx.network()->hasImplicit
                         "NetworkDefinitionCreationFlag.\"")
 
 
+#: the BuilderFlag members of TensorRT 11.4's bindings (tensorrt-cu12-bindings==11.4.0.106, the names in
+#: tensorrt_bindings/tensorrt.so): no FP16, no INT8
+BUILDER_FLAGS_11_4 = ("DEBUG", "GPU_FALLBACK", "DISABLE_TIMING_CACHE", "EDITABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
+                      "SAFETY_SCOPE", "DIRECT_IO", "VERSION_COMPATIBLE", "ERROR_ON_TIMING_CACHE_MISS",
+                      "DISABLE_COMPILATION_CACHE", "STRIP_PLAN", "REFIT_IDENTICAL", "WEIGHT_STREAMING",
+                      "REFIT_INDIVIDUAL", "STRICT_NANS", "MONITOR_MEMORY", "DISTRIBUTIVE_INDEPENDENCE")
+
+
 def fake_tensorrt(version: str) -> types.ModuleType:
     """A ``tensorrt`` module of ``version`` with the behaviours that differ between versions:
 
@@ -51,12 +59,8 @@ def fake_tensorrt(version: str) -> types.ModuleType:
     trt.NetworkDefinitionCreationFlag = ns(**creation)
     if major < 11:
         trt.BuilderFlag = ns(FP16="FP16", INT8="INT8")
-    else:  # the 11.4 bindings' BuilderFlag members (no FP16, no INT8)
-        trt.BuilderFlag = ns(**{n: n for n in (
-            "DEBUG", "GPU_FALLBACK", "DISABLE_TIMING_CACHE", "EDITABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
-            "SAFETY_SCOPE", "DIRECT_IO", "VERSION_COMPATIBLE", "ERROR_ON_TIMING_CACHE_MISS",
-            "DISABLE_COMPILATION_CACHE", "STRIP_PLAN", "REFIT_IDENTICAL", "WEIGHT_STREAMING", "REFIT_INDIVIDUAL",
-            "STRICT_NANS", "MONITOR_MEMORY", "DISTRIBUTIVE_INDEPENDENCE")})
+    else:
+        trt.BuilderFlag = ns(**{n: n for n in BUILDER_FLAGS_11_4})
     trt.MemoryPoolType = ns(WORKSPACE="WORKSPACE")
     trt.LayerType = ns(QUANTIZE="Q", DEQUANTIZE="DQ", CONVOLUTION="C")
 

@@ -26,8 +26,9 @@ from typing import Any
 from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
 from nas.latency import reproducibility
-from nas.latency.bundle import BundleCost, BundleError, bundle_cost, bundle_manifest, write_bundle
+from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
+from nas.latency.bundle_files import bundle_cost
 from nas.latency.device import device_identity, device_mismatch
 from nas.latency.load import resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
@@ -220,37 +221,60 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
                                                           in_chans=in_chans, num_classes=num_classes,
                                                           pruned_networks=pruned_networks)
     if bundle:
-        if not bundle_max_gb > 0:
-            raise ValueError(f"bundle_max_gb={bundle_max_gb}: give the size in GB above which to ask first, a number > 0")
-        call_ms = _call_ms(target, None)
-        order = calibration_order(all_spaces, calibration_networks, resolution, _network_seconds(call_ms, settings),
-                                  pruned=pruned)
-        narrowed = set(pruned)
-        nets = {"calibration": [a for a in order if a not in narrowed], "pruned": pruned}
-        if held_out:
-            exclude = {a.digest() for v in nets.values() for a in v}
-            nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
-                                            seed=VALIDATION_SEED)[0]
-        freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
-        keys = sorted(keys, key=lambda k: -freq.get(k, 0))
-        cost = bundle_cost(keys, target, nets, settings, spaces=per_space, seconds=lambda x, kind: expected_seconds(
-            x, kind, settings, call_ms(x, kind), export=False))
-        for line in cost.lines():
-            say(line)
-        if cost.gb > bundle_max_gb and not yes:
-            fix = (f"pass yes=true to write it, bundle_max_gb={math.ceil(cost.gb)} to allow that size, or write less "
-                   "(search_space=[...], calibration_networks=, pruned_networks=, held_out=)")
-            if ask is None:
-                raise ValueError(f"the bundle would take about {cost.gb:.1f} GB, over bundle_max_gb={bundle_max_gb:g}: "
-                                 f"{fix}")
-            if not ask(f"write about {cost.gb:.1f} GB to {bundle}? [y/N] "):
-                raise ValueError(f"the bundle was not written (about {cost.gb:.1f} GB): {fix}")
-        return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, cost=cost,
-                             budget_min=budget_min, order=order, command=command, progress=progress, say=say)
+        return _bundle(target, bundle, keys, all_spaces, pruned, per_space, names, where, settings,
+                       resolution=resolution, calibration_networks=calibration_networks, held_out=held_out,
+                       budget_min=budget_min, yes=yes, bundle_max_gb=bundle_max_gb, ask=ask, command=command,
+                       progress=progress, say=say)
     return _profile_here(target, out, settings, keys, names if spaces else None, where, all_spaces, pruned,
                          import_bundle=import_bundle, resolution=resolution, calibration_networks=calibration_networks,
                          refresh=refresh, recalibrate=recalibrate, allow_mismatch=allow_mismatch, limit=limit,
                          progress=progress, budget_min=budget_min, command=command, wait=wait, say=say)
+
+
+def _bundle(target: Target, bundle, keys: list[BlockKey], all_spaces: list, pruned: list[Arch],
+            per_space: dict[str, list[BlockKey]], names: list[str], where: str, settings: ProfileSettings, *,
+            resolution: int | None, calibration_networks: int, held_out: int, budget_min: float | None, yes: bool,
+            bundle_max_gb: float, ask: Callable[[str], bool] | None, command: str | None, progress: bool,
+            say: Callable[[str], None]) -> dict[str, Any]:
+    """``profile_target``'s bundle: its networks and block order, its cost said first (asked about
+    above ``bundle_max_gb`` unless ``yes``), then written."""
+    if not bundle_max_gb > 0:
+        raise ValueError(f"bundle_max_gb={bundle_max_gb}: give the size in GB above which to ask first, a number > 0")
+    call_ms = _call_ms(target, None)
+    order = calibration_order(all_spaces, calibration_networks, resolution, _network_seconds(call_ms, settings),
+                              pruned=pruned)
+    narrowed = set(pruned)
+    nets = {"calibration": [a for a in order if a not in narrowed], "pruned": pruned}
+    if held_out:
+        exclude = {a.digest() for v in nets.values() for a in v}
+        nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
+                                        seed=VALIDATION_SEED)[0]
+    freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
+    keys = sorted(keys, key=lambda k: -freq.get(k, 0))
+    cost = bundle_cost(keys, target, nets, settings, spaces=per_space, seconds=lambda x, kind: expected_seconds(
+        x, kind, settings, call_ms(x, kind), export=False))
+    for line in cost.lines():
+        say(line)
+    if cost.gb > bundle_max_gb and not yes:
+        fix = (f"pass yes=true to write it, bundle_max_gb={math.ceil(cost.gb)} to allow that size, or write less "
+               "(search_space=[...], calibration_networks=, pruned_networks=, held_out=)")
+        if ask is None:
+            raise ValueError(f"the bundle would take about {cost.gb:.1f} GB, over bundle_max_gb={bundle_max_gb:g}: "
+                             f"{fix}")
+        if not ask(f"write about {cost.gb:.1f} GB to {bundle}? [y/N] "):
+            raise ValueError(f"the bundle was not written (about {cost.gb:.1f} GB): {fix}")
+    # budget_min becomes the script's default budget, spent on the calibration and pruned networks in
+    # ``order`` (``calibration_order``, as here), then the blocks
+    cmd = import_command(command, target, Path(bundle))
+    manifest = write_bundle(keys, target, Path(bundle), networks=nets, settings=settings, spaces=names,
+                            resolution=resolution, import_command=cmd, budget_min=budget_min, order=order, cost=cost,
+                            progress=progress)
+    counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
+    say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent} (its README.md says what "
+        f"to copy and how to measure it)\non the device:  cd {manifest.parent.name} && python3 measure_bundle.py"
+        f"{f'   (budget {budget_min:g} min; run again to continue)' if budget_min else ''}\n"
+        f"then here:      {cmd}")
+    return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
 
 
 def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: list[BlockKey],
@@ -290,25 +314,6 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
             f"{settings.rounds} round(s), blocks and networks interleaved: {len(jobs)} measurements{budget}")
         return _measure_table(jobs, table, out, runtime, settings, freq=freq, budget_min=budget_min,
                               progress=progress, say=say)
-
-
-def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSettings, names: list[str],
-                  resolution: int | None, where: str, *, cost: BundleCost, budget_min: float | None, order: list[Arch], command: str | None,
-                  progress: bool, say: Callable[[str], None]) -> dict[str, Any]:
-    """Write a bundle of everything a local profile measures (+ the held-out networks in ``nets``);
-    ``budget_min`` becomes the script's default budget, spent on the calibration and pruned networks
-    in ``order`` (``calibration_order``, as here), then the blocks."""
-    bdir = Path(bundle)
-    cmd = import_command(command, target, bdir)
-    manifest = write_bundle(keys, target, bdir, networks=nets, settings=settings, spaces=names,
-                            resolution=resolution, import_command=cmd, budget_min=budget_min,
-                            order=order, cost=cost, progress=progress)
-    counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
-    say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent}\n"
-        f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py"
-        f"{f'   (budget {budget_min:g} min; run again to continue)' if budget_min else ''}\n"
-        f"then here:      {cmd}")
-    return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
 
 
 def _import(results, target: Target, table: LatencyTable | None, out: Path, keys: list[BlockKey],
