@@ -35,7 +35,7 @@ META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "k
 def _hold(path, what, held, release):
     with exclusive(path, what=what, command="python -m nas.train conf=cpu run=r"):
         held.set()
-        release.wait(timeout=60)
+        release.wait(timeout=900)  # until the test ends (a command started on a busy core may take minutes to ask)
 
 
 @pytest.fixture

@@ -137,6 +137,7 @@ def bundle_cost(keys: Sequence[BlockKey], target: Target, networks: Mapping[str,
                       sizes[big[0]] if big else 0, largest, measure, build, rounds, by_space)
 
 
+_FORMAT = {".onnx": "an ONNX graph", ".pte": "an ExecuTorch program", ".xml": "an OpenVINO IR (.xml + .bin)"}
 #: the runtimes that measure each graph format on the device: (runtime, command, what it needs)
 _RUN = {
     ".onnx": [
@@ -167,7 +168,7 @@ def bundle_readme(manifest: Mapping[str, Any], cost: BundleCost | None, folder: 
         f"{man['threads']} thread(s))", "",
         f"Written by hwnas {man['tool']['version']} for target `{man['target']}` (device: "
         f"{man.get('expected_device') or 'any ' + man['device_kind']}): {len(man['blocks'])} blocks and {n_nets} "
-        f"networks{size}, each a {fmt[1:]} graph, and a script that measures them on the device with numpy and one "
+        f"network(s){size}, each {_FORMAT[fmt]}, and a script that measures them on the device with numpy and one "
         "runtime: no torch, no hwnas there.", "",
         "## What to copy", "",
         "The whole folder: `manifest.json`, `measure_bundle.py` and its helpers (`hwnas_*.py`), `blocks/`, "
