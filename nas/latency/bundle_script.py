@@ -14,7 +14,7 @@ Copy the bundle folder to the device and run, from inside it:
 
 Runtimes: onnxruntime (any execution provider it has: fp32, int8 from the QDQ graphs, fp16 through
 the TensorRT provider), TensorRT through its Python API (hwnas_trt.py beside this script, used when
-`import tensorrt` works) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs);
+`import tensorrt` works and is 8.5 or later) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs);
 ExecuTorch (.pte programs, XNNPACK; `pip install executorch`, whose Python runtime imports torch
 itself and takes only torch tensors: this script imports no torch of its own and wraps its numpy
 input with the module that runtime loaded); OpenVINO (IR .xml + .bin, CPU plugin; `pip install openvino`).
@@ -25,14 +25,15 @@ rehearsal.json, labelled with this machine and runtime, never as the bundle's ta
 
 It writes results.json next to manifest.json as it goes (atomically, every few seconds and on
 Ctrl-C), so an interrupted run continues where it stopped; every graph is measured in the rounds
-the manifest asks for, each round in its own shuffled order.  Bring results.json back and import it
-with the command it prints at the end.
+the manifest asks for, each round in its own shuffled order; a graph's figures are the medians over
+its rounds of each round's median, p10 and p90, and rounds more than 2x apart are noted (`noise`).
+Bring results.json back and import it with the command it prints at the end.
 
 It runs on Python 3.6 and later (JetPack 4.6's 3.6, JetPack 5's 3.8) with numpy.
 
-It keeps its own copy of the timing loop (warm-up, repeats, min time, median/p10/p90) instead of
-hwnas's: it runs on devices without torch or hwnas, so it imports nothing but numpy, the standard
-library and one runtime.
+It keeps its own copy of the timing loop (warm-up, repeats, min time, median/p10/p90: hwnas_stats.py
+beside it) instead of hwnas's: it runs on devices without torch or hwnas, so it imports nothing but
+numpy, the standard library, its helpers beside it and one runtime.
 """
 
 import argparse
