@@ -274,13 +274,15 @@ def _fake_trt_module(version="10.9.0.34"):
                                                        ("fp32", True, b"INT8")])
 def test_bundle_measurer_glue(monkeypatch, tmp_path, precision, quantized, flags):
     """measure_factory against a stand-in TensorRT and CUDA runtime: the flags reach the builder,
-    every I/O tensor gets a device buffer (the input filled once), once() times warmup + repeats
-    runs between CUDA events, and the buffers are freed with the function."""
+    every I/O tensor gets a device buffer (the input filled once), once() runs warmup + repeats
+    times, the timed ones queued behind a GPU-side wait with an event between consecutive runs (two
+    more time one memset of the wait's scratch buffer, once), and the buffers (the scratch buffer
+    too) are freed with the function."""
     import gc
 
     monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt_module())
     cuda = _FakeCudart()
-    monkeypatch.setattr(bundle_trt, "_Cudart", lambda: cuda)
+    monkeypatch.setattr(bundle_trt, "Cudart", lambda: cuda)
     path = tmp_path / "b.onnx"
     path.write_bytes(b"graph QuantizeLinear" if quantized else b"graph")
     once = bundle_trt.measure_factory(str(path), [1, 3, 8, 8], precision, {"warmup": 2, "repeats": 7, "min_time_s": 0})
@@ -289,24 +291,37 @@ def test_bundle_measurer_glue(monkeypatch, tmp_path, precision, quantized, flags
     assert set(built.context.addresses) == {"input", "output"}
     assert cuda.copied == [(built.context.addresses["input"], (1, 3, 8, 8), np.float32)]
     assert once() == {"median_ms": 0.5, "p10_ms": 0.5, "p90_ms": 0.5, "n": 7}
-    assert built.context.runs == 9 and cuda.calls.count("cudaEventRecord") == 18
+    assert built.context.runs == 9 and cuda.calls.count("cudaEventRecord") == 2 + 7 + 1
+    assert cuda.calls.count("cudaMemsetAsync") >= 3 and cuda.calls.count("cudaStreamSynchronize") == 2
     buffers = sorted(built.context.addresses.values())
     del once, built
     gc.collect()
-    assert cuda.released is not None and sorted(cuda.released[0]) == buffers
+    assert cuda.released is not None and set(buffers) < set(cuda.released[0]) and len(cuda.released[0]) == 3
 
 
-def test_bundle_measurer_imports_only_stdlib_numpy_tensorrt():
-    """bundle_trt.py is copied into device bundles, where torch and this package are absent."""
-    tree = ast.parse(BUNDLE_TRT.read_text())
+def _imported(path):
+    tree = ast.parse(path.read_text())
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     assert not any(isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree))
-    assert mods - set(sys.stdlib_module_names) == {"numpy", "tensorrt"}
+    return mods - set(sys.stdlib_module_names)
+
+
+def test_bundle_measurer_imports_only_stdlib_numpy_tensorrt():
+    """bundle_trt.py and bundle_cuda.py are copied into device bundles (hwnas_trt.py, hwnas_cuda.py),
+    where torch and this package are absent: hwnas_trt.py imports hwnas_cuda.py beside it there (and
+    nas.latency.bundle_cuda only where that is missing: in hwnas)."""
+    assert _imported(BUNDLE_TRT) == {"numpy", "tensorrt", "hwnas_cuda", "nas"}
+    assert _imported(BUNDLE_TRT.with_name("bundle_cuda.py")) == {"numpy"}
 
 
 def test_bundle_measurer_runs_without_torch_or_nas(tmp_path):
-    """Loaded from its file with torch and nas made unimportable, it still answers available()."""
+    """Loaded as a bundle holds it (hwnas_trt.py beside hwnas_cuda.py) with torch and nas made
+    unimportable, it still answers available()."""
+    import shutil
+
+    shutil.copyfile(BUNDLE_TRT, tmp_path / "hwnas_trt.py")
+    shutil.copyfile(BUNDLE_TRT.with_name("bundle_cuda.py"), tmp_path / "hwnas_cuda.py")
     code = f"""
 import importlib.abc, importlib.util, sys
 class Block(importlib.abc.MetaPathFinder):
@@ -314,7 +329,8 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in ("torch", "nas"):
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-spec = importlib.util.spec_from_file_location("bundle_trt", {str(BUNDLE_TRT)!r})
+sys.path.insert(0, {str(tmp_path)!r})
+spec = importlib.util.spec_from_file_location("hwnas_trt", {str(tmp_path / "hwnas_trt.py")!r})
 m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 print("REASON", m.available())

@@ -35,7 +35,8 @@ ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # py
 # imported inside a function only, each with its reason: optional or heavy runtimes a user may not have installed
 OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt", "torchao", "psycopg",
                      "sqlalchemy", "modelopt", "pycuda", "cuda", "litert_torch", "ai_edge_litert", "ai_edge_quantizer",
-                     "hwnas_trt"}  # the TensorRT timer a device bundle carries beside bundle_script.py
+                     "hwnas_trt",  # the TensorRT timer a device bundle carries beside bundle_script.py
+                     "hwnas_cuda"}  # the CUDA helpers a device bundle carries beside hwnas_trt.py
 # generous caps: a module holds one concern however long that takes (split by concern, never to meet a count);
 # past these, a module or a function is almost always two concerns
 MAX_MODULE_LINES = 1500

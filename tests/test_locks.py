@@ -35,7 +35,7 @@ META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "k
 def _hold(path, what, held, release):
     with exclusive(path, what=what, command="python -m nas.train conf=cpu run=r"):
         held.set()
-        release.wait(timeout=60)
+        release.wait(timeout=900)  # until the test ends (a command started on a busy core may take minutes to ask)
 
 
 @pytest.fixture
@@ -201,8 +201,11 @@ def test_an_item_another_run_is_timing_waits_to_the_end_and_is_skipped_once_save
     taken = claims.folder / profile_jobs.job_id(keys[1], "block")
     taken.write_text(json.dumps({"host": claims.host, "pid": os.getppid(), "since": time.time()}))  # a live run
 
-    def other_run_saves():
-        time.sleep(1.5)
+    def other_run_saves():  # once this run has seen the claim and waits for it (no host timing involved)
+        deadline = time.monotonic() + 120
+        while not any("waiting for 1 measurement" in r.getMessage() for r in caplog.records) \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
         theirs = LatencyTable(metadata=dict(META), path=out)
         theirs.entries[keys[1]] = Entry(0.2, 0.19, 0.22, 3)
         theirs.save(out)

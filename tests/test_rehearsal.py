@@ -11,6 +11,7 @@ import pytest
 from old_code import old_source
 
 from nas.latency import bundle_device
+from nas.latency.bundle import SCRIPTS
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
@@ -43,8 +44,8 @@ def test_identify_reads_the_machine_not_the_bundle(tmp_path):
     """--identify on a Jetson bundle reports this machine's kind; the script before copied the bundle's."""
     man = {"schema": "hwnas.bundle", "schema_version": 2, "device_kind": "jetson"}
     (tmp_path / "manifest.json").write_text(json.dumps(man))
-    (tmp_path / "measure_bundle.py").write_text((ROOT / "nas/latency/bundle_script.py").read_text())
-    (tmp_path / "hwnas_device.py").write_text((ROOT / "nas/latency/bundle_device.py").read_text())
+    for src, dst in SCRIPTS.items():
+        (tmp_path / dst).write_text((ROOT / "nas/latency" / src).read_text())
     (tmp_path / "old_measure_bundle.py").write_text(old_source("nas/latency/bundle_script.py"))
     new, old = (_run([sys.executable, f"{s}measure_bundle.py", ".", "--identify"], tmp_path) for s in ("", "old_"))
     assert new.returncode == 0 == old.returncode, new.stderr + old.stderr

@@ -22,6 +22,14 @@ IMPLICIT_BATCH_ERROR = ("Assertion failed: !_importer_ctx.network()->hasImplicit
                         "NetworkDefinitionCreationFlag.\"")
 
 
+#: the BuilderFlag members of TensorRT 11.4's bindings (tensorrt-cu12-bindings==11.4.0.106, the names in
+#: tensorrt_bindings/tensorrt.so): no FP16, no INT8
+BUILDER_FLAGS_11_4 = ("DEBUG", "GPU_FALLBACK", "DISABLE_TIMING_CACHE", "EDITABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
+                      "SAFETY_SCOPE", "DIRECT_IO", "VERSION_COMPATIBLE", "ERROR_ON_TIMING_CACHE_MISS",
+                      "DISABLE_COMPILATION_CACHE", "STRIP_PLAN", "REFIT_IDENTICAL", "WEIGHT_STREAMING",
+                      "REFIT_INDIVIDUAL", "STRICT_NANS", "MONITOR_MEMORY", "DISTRIBUTIVE_INDEPENDENCE")
+
+
 def fake_tensorrt(version: str) -> types.ModuleType:
     """A ``tensorrt`` module of ``version`` with the behaviours that differ between versions:
 
@@ -30,21 +38,29 @@ def fake_tensorrt(version: str) -> types.ModuleType:
       refuses (IMPLICIT_BATCH_ERROR); ``BuilderFlag`` has FP16 and INT8.
     - 10.x (10.x Python API docs: "EXPLICIT_BATCH: [DEPRECATED] Ignored because networks are always
       explicit batch in TensorRT 10.0"): the flag exists and is ignored; ``STRONGLY_TYPED`` is added.
-    - 11.x (TensorRT 11 migration guide, "Removed Python APIs": ``BuilderFlag.FP16``, ``BuilderFlag.INT8``
-      ... "will cause runtime errors if called"; networks are strongly typed): no FP16 / INT8 builder
-      flags; the EXPLICIT_BATCH member is left out too (removed in 11 per the project's issue #35; the
-      11.x pages found list only STRONGLY_TYPED and the Python plugin flags), so code that names it fails.
+    - 11.x, as the 11.4 Python bindings have them (``tensorrt-cu12-bindings==11.4.0.106``: the enum
+      member names in ``tensorrt_bindings/tensorrt.so``) and as ``include/NvInfer.h`` at v11.1 numbers
+      them: ``NetworkDefinitionCreationFlag`` is ``STRONGLY_TYPED = 0`` (deprecated, "strongly typed mode
+      is always enabled"), ``PREFER_JIT_PYTHON_PLUGINS = 1``, ``PREFER_AOT_PYTHON_PLUGINS = 2``, with no
+      EXPLICIT_BATCH; ``BuilderFlag`` has no FP16 or INT8 (the TensorRT 11 migration guide, "Removed
+      Python APIs": they "will cause runtime errors if called").  Code naming any of them fails.
     """
     ns = types.SimpleNamespace
     major = int(version.split(".")[0])
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.Logger = type("Logger", (), {"ERROR": 0, "__init__": lambda self, sev: None})
-    creation = {"EXPLICIT_BATCH": 0} if major < 11 else {}
-    if major >= 10:
-        creation["STRONGLY_TYPED"] = 1
+    if major < 10:  # NvInfer.h, release/8.6
+        creation = {"EXPLICIT_BATCH": 0, "EXPLICIT_PRECISION": 1}
+    elif major == 10:  # NvInfer.h, v10.13.0
+        creation = {"EXPLICIT_BATCH": 0, "STRONGLY_TYPED": 1, "PREFER_JIT_PYTHON_PLUGINS": 2, "PREFER_AOT_PYTHON_PLUGINS": 3}
+    else:  # NvInfer.h, v11.1; the 11.4 bindings' member names
+        creation = {"STRONGLY_TYPED": 0, "PREFER_JIT_PYTHON_PLUGINS": 1, "PREFER_AOT_PYTHON_PLUGINS": 2}
     trt.NetworkDefinitionCreationFlag = ns(**creation)
-    trt.BuilderFlag = ns(FP16="FP16", INT8="INT8") if major < 11 else ns(REFIT="REFIT")
+    if major < 11:
+        trt.BuilderFlag = ns(FP16="FP16", INT8="INT8")
+    else:
+        trt.BuilderFlag = ns(**{n: n for n in BUILDER_FLAGS_11_4})
     trt.MemoryPoolType = ns(WORKSPACE="WORKSPACE")
     trt.LayerType = ns(QUANTIZE="Q", DEQUANTIZE="DQ", CONVOLUTION="C")
 
@@ -102,7 +118,7 @@ def _old_build_plan(tmp_path):
     ("8.6.1", "fp16", False, b"plan:FP16"), ("8.6.1", "int8", True, b"plan:INT8,FP16"),
     ("8.5.2", "fp32", False, b"plan:"),
     ("10.3.0", "fp16", False, b"plan:FP16"), ("10.3.0", "int8", False, b"plan:FP16"),
-    ("11.0.0", "int8", True, b"plan:"), ("11.0.0", "fp32", False, b"plan:"),
+    ("11.0.0", "int8", True, b"plan:"), ("11.0.0", "fp32", False, b"plan:"), ("11.4.0", "int8", True, b"plan:"),
 ])
 def test_build_plan_on_each_version(monkeypatch, version, precision, qdq, plan):
     monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt(version))
@@ -113,6 +129,17 @@ def test_network_flags_per_version():
     assert bundle_trt.network_flags(fake_tensorrt("8.6.1")) == 1
     assert bundle_trt.network_flags(fake_tensorrt("10.3.0")) == 0
     assert bundle_trt.network_flags(fake_tensorrt("11.0.0")) == 0
+    assert bundle_trt.network_flags(fake_tensorrt("11.4.0")) == 0
+
+
+def test_the_11_stand_in_is_the_11_4_bindings():
+    """STRONGLY_TYPED is 0 on 11 (NvInfer.h@v11.1), 1 on 10; 11 has no EXPLICIT_BATCH, FP16 or INT8."""
+    t10, t11 = fake_tensorrt("10.13.0"), fake_tensorrt("11.4.0")
+    assert t10.NetworkDefinitionCreationFlag.STRONGLY_TYPED == 1 and t11.NetworkDefinitionCreationFlag.STRONGLY_TYPED == 0
+    assert not {"EXPLICIT_BATCH"} & set(vars(t11.NetworkDefinitionCreationFlag))
+    assert not {"FP16", "INT8"} & set(vars(t11.BuilderFlag))
+    for precision, qdq in (("fp32", False), ("int8", True), ("fp32", True)):
+        assert bundle_trt.builder_flags(precision, "11.4.0", qdq=qdq) == ()  # names no flag 11 lacks
 
 
 def test_fakes_can_fail():

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import frozen_bundle_trt
 import pytest
 from old_code import load_old
 
@@ -26,6 +27,8 @@ SUMMARIES = [
     ("trt8.6_jetson_agx_orin.log", "Latency", 4.83752, 4.84772, 4.85547),
     ("trt_desktop_p90.log", "GPU Compute Time", 7.14139, 10.2881, 12.9485),
     ("trt10.13_jetson_agx_thor.log", "Latency", 640.024, 664.195, 684.747),
+    ("trt_desktop_p90_rapidflow.log", "GPU Compute Time", 30.333, 30.4037, 30.4204),
+    ("trt8.6_desktop_5070ti.log", "GPU Compute Time", 140.855, 142.144, 143.038),
 ]
 GPU_COMPUTE = [s for s in SUMMARIES if s[1] == "GPU Compute Time"]
 
@@ -48,9 +51,21 @@ def test_total_gpu_compute_time_is_not_the_summary():
     assert bundle_trt.parse_summary(_fixture("trt8.4_jetson_xavier_agx.log"))["min"] == 0.375977
 
 
+def test_the_metric_read_is_in_logs_of_each_summary_format():
+    """The line the code reads (GPU Compute Time) in a real log of each format: percentile(99%) only
+    (8.0-8.4: Xavier AGX 8.4), percentile(90, 95, 99%) (8.5: Xavier AGX 8.5.2; 8.6.1 on an RTX 5070 Ti;
+    an unknown version); the posts of 8.5 on a 2080 Ti, 8.6 on AGX Orin and 10.13 on AGX Thor were
+    cut before it (their Latency line is read above)."""
+    for name in ("trt8.4_jetson_xavier_agx.log", "trt8.5_jetson_xavier_agx.log", "trt_desktop_p90_rapidflow.log",
+                 "trt8.6_desktop_5070ti.log"):
+        assert bundle_trt.parse_summary(_fixture(name)) is not None, name
+    text = _fixture("trt8.6_desktop_5070ti.log")
+    assert bundle_trt.trtexec_version(text) == "8.6.1" and bundle_trt.parse_summary(text)["min"] == 139.995
+
+
 def test_versions_as_trtexec_prints_them():
     rows = [ln.split(" | ", 1) for ln in (DATA / "versions.txt").read_text().splitlines() if " | " in ln and not ln.startswith("#")]
-    assert len(rows) == 6
+    assert len(rows) == 7
     for want, line in rows:
         assert bundle_trt.trtexec_version(line) == want, line
     assert bundle_trt.decode_version("8601") == "8.6.1" and bundle_trt.decode_version(100300) == "10.3.0"
@@ -133,6 +148,23 @@ def test_summary_is_the_fallback(tmp_path, monkeypatch, name):
     want = next(s for s in GPU_COMPUTE if s[0] == name)
     assert got["from"] == "summary" and got["median_ms"] == want[2]
     assert got["p90_ms"] == want[3] and got["p10_ms"] is None
+
+
+def test_warm_up_records_of_8_4_are_dropped(tmp_path):
+    """TensorRT 8.0-8.4's exportJSONTrace writes every inference, warm-up included (release/8.2 and
+    release/8.4 samples/common/sampleReporting.cpp; 8.5 passes the warm-up count and skips them); the
+    records before the first whose compute starts at --warmUp or later are dropped, as those versions'
+    summary drops them (printPerformanceReport: ``computeStart >= warmupMs``).  The parser before read
+    them as timed runs."""
+    times = tmp_path / "times.json"
+    _times_file(times, [4.0] * 50 + [1.0] * 100)  # the first 200 ms: slow warm-up runs
+    text = times.read_text()
+    assert bundle_trt.parse_times(text, warmup_ms=200) == [1.0] * 100
+    assert bundle_trt.parse_times(text) == [4.0] * 50 + [1.0] * 100  # 8.5 on: the file holds timed runs only
+    old = frozen_bundle_trt.parse_times(text)
+    assert len(old) == 150 and old[:50] == [4.0] * 50  # the warm-up runs read as timed ones
+    with pytest.raises(ValueError, match="after the warm-up"):
+        bundle_trt.parse_times(text, warmup_ms=1000)
 
 
 def test_int8_flag_only_for_qdq_graphs_and_none_on_11():

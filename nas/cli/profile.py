@@ -30,7 +30,8 @@ def run(cfg: DictConfig) -> dict:
             pruned_networks=cfg.pruned_networks, models=list(cfg.models or ()), in_chans=list(cfg.in_chans or ()),
             num_classes=list(cfg.num_classes or ()), refresh=cfg.refresh, recalibrate=cfg.recalibrate,
             allow_mismatch=cfg.allow_mismatch, limit=cfg.limit, progress=cfg.progress, budget_min=cfg.budget_min,
-            held_out=cfg.held_out, command=typed_command("nas.profile"), wait=cfg.wait,
+            held_out=cfg.held_out, command=typed_command("nas.profile"), wait=cfg.wait, yes=cfg.yes,
+            bundle_max_gb=cfg.bundle_max_gb, ask=_ask if sys.stdin.isatty() else None,
             say=lambda line: print(line, flush=True))
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)
@@ -38,6 +39,14 @@ def run(cfg: DictConfig) -> dict:
     if (summary.get("watch") or {}).get("stopped"):  # the machine misled the run (said above): not a success
         sys.exit(1)
     return summary
+
+
+def _ask(question: str) -> bool:
+    """The user's yes or no at the terminal (anything but y / yes is no; end of input is no)."""
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 @hydra_app("profile")

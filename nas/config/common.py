@@ -46,6 +46,9 @@ class ProfileAppConfig:
     bundle: str | None = None  # write a device bundle to this folder instead of measuring
     import_bundle: str | None = None  # a bundle's results.json (or folder) to import into the table
     held_out: int = PROFILE.held_out  # with bundle=: seeded networks spread over the spaces, measured for validation only
+    # with bundle=: a bundle estimated above this many GB is written only with yes=true or a yes at the prompt
+    bundle_max_gb: float = PROFILE.bundle_max_gb
+    yes: bool = False  # with bundle=: write it whatever its estimated size, without asking
     allow_mismatch: bool = False  # use a table / machine that does not match the target anyway
     limit: int | None = None  # measure at most this many blocks this run
     # stop measuring when these minutes are spent, most used blocks and calibration networks first;

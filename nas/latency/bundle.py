@@ -39,6 +39,7 @@ from nas.export.edge import openvino_model, pte_bytes, write_openvino
 from nas.export.litert import tflite_bytes
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
+from nas.latency.bundle_files import SUFFIX, BundleCost, bundle_readme
 from nas.latency.device import device_mismatch
 from nas.latency.measure import ProfileSettings
 from nas.latency.runtime_base import Tiny
@@ -46,8 +47,8 @@ from nas.latency.runtimes_edge import require
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
 from nas.target import Target, require_target
 
-__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results", "import_bundle",
-           "write_bundle"]
+__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "SCRIPTS", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results",
+           "import_bundle", "write_bundle"]
 
 BUNDLE_SCHEMA = "hwnas.bundle"
 RESULTS_SCHEMA = "hwnas.bundle_results"
@@ -55,18 +56,14 @@ BUNDLE_VERSION = 2
 #: network roles: the predictor's calibration set (sampled, pruned) and networks only for validation
 ROLES = ("calibration", "pruned", "held_out")
 _LEAD = ("calibration", "pruned")  # the roles a budget measures before the blocks, in the manifest's ``order``
-_SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_trt.py": "hwnas_trt.py",
-            "bundle_device.py": "hwnas_device.py", "bundle_litert.py": "hwnas_litert.py"}
+#: the standalone scripts every bundle carries: this package's module -> its name in the bundle
+SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_stats.py": "hwnas_stats.py", "bundle_trt.py": "hwnas_trt.py",
+            "bundle_cuda.py": "hwnas_cuda.py", "bundle_device.py": "hwnas_device.py", "bundle_litert.py": "hwnas_litert.py"}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
 class BundleError(TableError):
     """A bundle or its results that cannot be written or imported as asked."""
-
-
-#: the file each runtime's script loads: ONNX (onnxruntime, TensorRT), an ExecuTorch program, an OpenVINO IR,
-#: a LiteRT flatbuffer
-SUFFIX = {"onnxruntime": ".onnx", "tensorrt": ".onnx", "executorch": ".pte", "openvino": ".xml", "litert": ".tflite"}
 
 
 def _calib(in_shape: Sequence[int], target: Target, gen) -> list:
@@ -112,10 +109,12 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
                  networks: Mapping[str, Sequence[Arch]] | None = None, settings: ProfileSettings | None = None,
                  spaces: Sequence[str] = (), resolution: int | None = None, import_command: str | None = None,
                  budget_min: float | None = None, order: Sequence[Arch] | None = None,
-                 progress: bool = True) -> Path:
+                 cost: BundleCost | None = None, progress: bool = True) -> Path:
     """Write the blocks, the networks (by role: ``calibration``, ``pruned``, ``held_out``), the
     manifest and the measuring scripts into ``out_dir``; return the manifest path.  A folder holding
     results of a bundle is never overwritten.
+
+    ``cost``: the estimate printed before writing (``bundle_cost``), for the bundle's README.md.
 
     ``order``: the calibration and pruned networks in the order a time budget measures them, before
     the blocks (``nas.profile``'s, ``calibration_order(..., pruned=)``); the manifest gives each
@@ -177,9 +176,10 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
         "import_command": import_command, "budget_min": budget_min,
         "blocks": blocks, "networks": nets,
     }
-    for src, dst in _SCRIPTS.items():
+    for src, dst in SCRIPTS.items():
         shutil.copyfile(Path(__file__).with_name(src), out / dst)
     atomic_write_json(out / "manifest.json", manifest)
+    atomic_bytes(out / "README.md", bundle_readme(manifest, cost, out.name).encode())
     return out / "manifest.json"
 
 

@@ -25,7 +25,8 @@ def read_text(path):
 
 def run_out(cmd):
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                             timeout=20)  # not capture_output / text: Python 3.6
         return out.stdout if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None

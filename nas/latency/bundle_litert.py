@@ -24,17 +24,18 @@ the figure, labelled so (``statistic``).  LiteRT's newer CompiledModel tool prin
 RESULTS`` block instead (``Inference (avg): 7430.20 ms (10 runs)``), read the same way.
 """
 
-from __future__ import annotations
-
 import argparse
 import hashlib
 import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Sequence
-from importlib.metadata import version
-from typing import Any
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple  # typing's: Python 3.6
+
+try:
+    from importlib.metadata import version as _dist_version
+except ImportError:  # Python 3.6 / 3.7 (JetPack 4.6): the bundle's other runtimes still run there
+    _dist_version = None
 
 import numpy as np
 
@@ -56,14 +57,19 @@ class BenchmarkError(RuntimeError):
     """benchmark_model failed, or printed nothing this module can read as a timed run."""
 
 
-def _stat_line(line: str) -> dict[str, Any]:
+def _litert_version() -> str:
+    """ai-edge-litert's version (``importlib.metadata`` from Python 3.8 on; "unknown" before it)."""
+    return "unknown" if _dist_version is None else _dist_version("ai-edge-litert")
+
+
+def _stat_line(line: str) -> Dict[str, Any]:
     vals = {k: float(v) for k, v in _PAIR.findall(line)}
     if "(all same)" in line and "avg" not in vals:  # every run took ``curr``: min = max = median
         vals.update({"avg": vals["curr"], "median": vals.get("median", vals["curr"])})
     return vals
 
 
-def parse_output(text: str) -> dict[str, Any]:
+def parse_output(text: str) -> Dict[str, Any]:
     """The timed run of ``benchmark_model``'s output: ``median_ms`` (the median where printed, else the
     mean, as ``statistic`` says), ``mean_ms``, ``p5_ms`` / ``p95_ms`` (None where not printed), ``n``,
     ``p10_ms`` / ``p90_ms`` (always None: benchmark_model prints no such percentile), and
@@ -89,7 +95,7 @@ def parse_output(text: str) -> dict[str, Any]:
         return {"median_ms": med, "mean_ms": nxt["avg"][0], "p10_ms": None, "p90_ms": None, "p5_ms": None,
                 "p95_ms": None, "n": int(nxt["avg"][1] or 0), "statistic": "median" if "median" in nxt else "mean",
                 "xnnpack": _delegation(text)}
-    def ms(key: str) -> float | None:  # benchmark_model prints microseconds
+    def ms(key: str) -> Optional[float]:  # benchmark_model prints microseconds
         return round(stats[key] * 1e-3, 6) if key in stats else None
 
     return {"median_ms": ms("median") if "median" in stats else ms("avg"), "mean_ms": ms("avg"),
@@ -97,7 +103,7 @@ def parse_output(text: str) -> dict[str, Any]:
             "statistic": "median" if "median" in stats else "mean", "xnnpack": _delegation(text)}
 
 
-def _delegation(text: str) -> str | None:
+def _delegation(text: str) -> Optional[str]:
     m = re.search(r"Replacing (\d+) out of (\d+) node\(s\) with delegate \(TfLiteXNNPackDelegate\) node, yielding "
                   r"(\d+) partitions", text)
     if m:
@@ -109,8 +115,8 @@ def _delegation(text: str) -> str | None:
     return None
 
 
-def benchmark_command(binary: str, graph: str, settings: dict, *, threads: int = 1, taskset: str | None = None
-                      ) -> list[str]:
+def benchmark_command(binary: str, graph: str, settings: dict, *, threads: int = 1, taskset: Optional[str] = None
+                      ) -> List[str]:
     """The ``benchmark_model`` command line run on the phone for one graph and one round: XNNPACK,
     ``threads`` threads, the bundle's warm-up runs (no minimum warm-up time), at least ``repeats``
     runs and ``min_time_s`` seconds; ``taskset`` (a hex CPU mask, e.g. ``f0``: the big cores) pins it."""
@@ -134,9 +140,9 @@ class BenchmarkModel:
         threads: ``--num_threads`` (the bundle's: 1 for the LiteRT targets).
     """
 
-    def __init__(self, adb: str = "adb", binary: str | None = None, serial: str | None = None,
-                 device_binary: str = f"{DEVICE_DIR}/benchmark_model", taskset: str | None = None,
-                 version: str | None = None, threads: int = 1) -> None:
+    def __init__(self, adb: str = "adb", binary: Optional[str] = None, serial: Optional[str] = None,
+                 device_binary: str = f"{DEVICE_DIR}/benchmark_model", taskset: Optional[str] = None,
+                 version: Optional[str] = None, threads: int = 1) -> None:
         self.adb, self.serial, self.device_binary, self.taskset = adb, serial, device_binary, taskset
         self.threads = threads
         self.parse = parse_output
@@ -164,7 +170,7 @@ class BenchmarkModel:
     def _run(self, *args: str, check: bool = True) -> str:
         cmd = [self.adb, *(["-s", self.serial] if self.serial else []), *args]
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=900)
         except FileNotFoundError:
             raise BenchmarkError(f"{self.adb} not found: install Android's platform tools (adb) or pass --adb <path>"
                                  ) from None
@@ -191,17 +197,17 @@ class BenchmarkModel:
 
         return once
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> Dict[str, Any]:
         """The phone's identity (``android_identity``)."""
         return android_identity(lambda cmd: self._run("shell", cmd, check=False))
 
 
-def android_identity(shell: Callable[[str], str]) -> dict[str, Any]:
+def android_identity(shell: Callable[[str], str]) -> Dict[str, Any]:
     """An Android device's identity from its properties and ``/proc/cpuinfo``, in the fields a bundle's
     results record (``hwnas_device.identity``): ``name`` is ``<manufacturer> <model>`` (e.g. ``Google
     Pixel 8``), ``cpu`` the SoC where Android names it (``ro.soc.model``, else the board platform)."""
 
-    def prop(name: str) -> str | None:
+    def prop(name: str) -> Optional[str]:
         v = shell(f"getprop {name}").strip()
         return v or None
 
@@ -219,7 +225,7 @@ def android_identity(shell: Callable[[str], str]) -> dict[str, Any]:
             "build": prop("ro.build.fingerprint"), "gpu": None, "driver": None, "cuda": None, "jetpack": None}
 
 
-def interpreter_runner(threads: int) -> tuple[Callable[[str, Sequence[int]], Callable[[], None]], dict[str, Any]]:
+def interpreter_runner(threads: int) -> Tuple[Callable[[str, Sequence[int]], Callable[[], None]], Dict[str, Any]]:
     """``(make, info)``: ``make(path, shape)`` loads a ``.tflite`` graph into ``ai-edge-litert``'s interpreter
     (``threads`` threads, XNNPACK applied by the default op resolver), sets a seeded input once (quantized
     for an int8 input) and returns the call to time; outputs stay in the interpreter's buffers.
@@ -243,7 +249,7 @@ def interpreter_runner(threads: int) -> tuple[Callable[[str, Sequence[int]], Cal
         call = interp.invoke
         return call
 
-    return make, {"name": "litert", "version": version("ai-edge-litert"), "provider": "XNNPACK", "via": "python"}
+    return make, {"name": "litert", "version": _litert_version(), "provider": "XNNPACK", "via": "python"}
 
 
 def add_phone_arguments(ap: argparse.ArgumentParser) -> None:
@@ -258,7 +264,7 @@ def add_phone_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def litert_factory(runtime: str, args: argparse.Namespace, threads: int, timed: Callable[[Callable[[], Any], dict], dict]
-                   ) -> tuple[Callable[[str, Sequence[int], dict], Callable[[], dict]], dict[str, Any]]:
+                   ) -> Tuple[Callable[[str, Sequence[int], dict], Callable[[], dict]], Dict[str, Any]]:
     """``(factory, info)`` for ``measure_bundle.py``: ``factory(path, shape, settings)`` returns ``once()``,
     one round of one graph's statistics.  ``litert``: the interpreter, timed by ``timed`` (the script's
     loop); ``benchmark_model``: a phone over adb, whose identity ``info["device"]`` carries.

@@ -9,12 +9,13 @@ Copy the bundle folder to the device and run, from inside it:
     python3 measure_bundle.py --runtime trtexec          # TensorRT through trtexec (JetPack ships it)
     python3 measure_bundle.py --only blocks --limit 200  # part of it; run again to continue
     python3 measure_bundle.py --identify                 # print what this device reports, measure nothing
+    python3 measure_bundle.py --print-trtexec --limit 3  # the exact trtexec command lines it would run, run nothing
     python3 measure_bundle.py --rehearse                 # any machine: the round trip with what it has
     python3 measure_bundle.py --runtime benchmark_model --benchmark-model ./benchmark_model  # a phone over adb
 
 Runtimes: onnxruntime (any execution provider it has: fp32, int8 from the QDQ graphs, fp16 through
 the TensorRT provider), TensorRT through its Python API (hwnas_trt.py beside this script, used when
-`import tensorrt` works) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs);
+`import tensorrt` works and is 8.5 or later) or trtexec: fp32, fp16, int8 (explicit quantization from the QDQ graphs);
 ExecuTorch (.pte programs, XNNPACK; `pip install executorch`, whose Python runtime imports torch
 itself and takes only torch tensors: this script imports no torch of its own and wraps its numpy
 input with the module that runtime loaded); OpenVINO (IR .xml + .bin, CPU plugin; `pip install openvino`);
@@ -29,25 +30,30 @@ bundles are rehearsed with their own runtime's Python package here (a LiteRT one
 
 It writes results.json next to manifest.json as it goes (atomically, every few seconds and on
 Ctrl-C), so an interrupted run continues where it stopped; every graph is measured in the rounds
-the manifest asks for, each round in its own shuffled order.  Bring results.json back and import it
-with the command it prints at the end.
+the manifest asks for, each round in its own shuffled order; a graph's figures are the medians over
+its rounds of each round's median, p10 and p90, and rounds more than 2x apart are noted (`noise`).
+Bring results.json back and import it with the command it prints at the end.
 
-It keeps its own copy of the timing loop (warm-up, repeats, min time, median/p10/p90) instead of
-hwnas's: it runs on devices without torch or hwnas, so it imports nothing but numpy, the standard
-library and one runtime.
+It runs on Python 3.6 and later (JetPack 4.6's 3.6, JetPack 5's 3.8) with numpy.
+
+It keeps its own copy of the timing loop (warm-up, repeats, min time, median/p10/p90: hwnas_stats.py
+beside it) instead of hwnas's: it runs on devices without torch or hwnas, so it imports nothing but
+numpy, the standard library, its helpers beside it and one runtime.
 """
 
 import argparse
-import datetime
 import json
 import os
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from importlib.metadata import version
+
+try:
+    from importlib.metadata import version as package_version  # Python 3.8+
+except ImportError:  # Python 3.6 / 3.7 (JetPack 4.6): read only for ExecuTorch, which needs 3.10+ anyway
+    package_version = None
 
 try:
     import numpy as np
@@ -57,6 +63,7 @@ except ImportError:  # the one package besides a runtime that this script needs
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the bundle's helpers, beside this script
 from hwnas_device import identity, machine_kind, measured_kind  # noqa: E402
 from hwnas_litert import BenchmarkError, add_phone_arguments, litert_factory  # noqa: E402
+from hwnas_stats import merge, noise_note, now, spread, timed  # noqa: E402
 
 RESULTS_SCHEMA = "hwnas.bundle_results"
 BUNDLE_VERSION = 2
@@ -66,10 +73,6 @@ def fail(msg):
     sys.exit(f"error: {msg}")
 
 
-def now():
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-
-
 def atomic_json(path, data):
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
@@ -77,28 +80,6 @@ def atomic_json(path, data):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-# ----------------------------------------------------------------------------------------------
-# timing
-
-
-def stats(ms):
-    a = np.asarray(ms, dtype=float)
-    return {"median_ms": float(np.median(a)), "p10_ms": float(np.percentile(a, 10)),
-            "p90_ms": float(np.percentile(a, 90)), "n": int(a.size)}
-
-
-def timed(call, s):
-    """The timing loop: warm-up, then at least `repeats` calls and at least `min_time_s` seconds."""
-    for _ in range(s["warmup"]):
-        call()
-    times, t_end = [], time.perf_counter() + s["min_time_s"]
-    while len(times) < s["repeats"] or (time.perf_counter() < t_end and len(times) < 2000):
-        t0 = time.perf_counter_ns()
-        call()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return stats(times)
 
 
 def ort_factory(provider, threads, precision):
@@ -211,7 +192,8 @@ def executorch_factory(threads):
         call.keep = program
         return lambda: timed(call, s)
 
-    return factory, {"name": "executorch", "version": version("executorch"), "provider": "XNNPACK", "via": "python"}
+    ver = package_version("executorch") if package_version else "unknown"
+    return factory, {"name": "executorch", "version": ver, "provider": "XNNPACK", "via": "python"}
 
 
 def openvino_factory(threads):
@@ -263,14 +245,22 @@ def pick_runtime(args, man):
         return ort_factory(provider, args.threads or man["threads"], precision)
     if runtime == "trtexec":
         return trtexec_factory(args.bundle, precision)
-    if runtime == "tensorrt":  # the Python API where it imports, else trtexec
+    if runtime == "tensorrt":  # the Python API where it imports (8.5+), else trtexec
         try:
-            import tensorrt  # noqa: F401  # optional runtime: its Python API where it imports
+            import tensorrt  # optional runtime: its Python API where it imports
         except ImportError:
             if trtexec_path():
                 return trtexec_factory(args.bundle, precision)
             fail("TensorRT is not installed: pip install tensorrt (or JetPack's python3-libnvinfer), or put "
                  "trtexec on PATH")
+        ver = str(getattr(tensorrt, "__version__", "0"))
+        if not bundle_trt(args.bundle).python_api_supported(ver):
+            if not trtexec_path():
+                fail(f"TensorRT {ver}'s Python API lacks execute_async_v3 (8.5+) and trtexec is not found: put it on "
+                     "PATH (JetPack: /usr/src/tensorrt/bin/trtexec)")
+            print(f"note: TensorRT {ver}'s Python API lacks execute_async_v3 (8.5+): measuring with trtexec",
+                  flush=True)
+            return trtexec_factory(args.bundle, precision)
         return tensorrt_factory(args.bundle, precision)
     fail(f"unknown runtime {runtime!r}: onnxruntime, tensorrt, trtexec, executorch, openvino, litert or benchmark_model")
 
@@ -292,28 +282,6 @@ def rehearsal_runtime(args, man):
 
 
 # ----------------------------------------------------------------------------------------------
-
-
-def merge(old, st, rounds_done):
-    """An entry plus one more round (the round medians kept; their median is the figure)."""
-    if old is None:
-        return {**st, "rounds_ms": [st["median_ms"]], "remeasured": rounds_done, "measured_at": now()}
-    k = len(old["rounds_ms"])
-    r = old["rounds_ms"] + [st["median_ms"]]
-
-    def mean(f):  # None: trtexec printed no such percentile (its summary, without --exportTimes)
-        return None if old[f] is None or st[f] is None else (old[f] * k + st[f]) / (k + 1)
-
-    return {"median_ms": float(statistics.median(r)), "p10_ms": mean("p10_ms"), "p90_ms": mean("p90_ms"),
-            "n": old["n"] + st["n"], "rounds_ms": r, "remeasured": old.get("remeasured", 0) + rounds_done,
-            "measured_at": now()}
-
-
-def spread(st):
-    """(p90 - p10) / median; 0 where a percentile is unknown (nothing to re-measure for)."""
-    if st["p10_ms"] is None or st["p90_ms"] is None or st["median_ms"] <= 0:
-        return 0.0
-    return (st["p90_ms"] - st["p10_ms"]) / st["median_ms"]
 
 
 def measure_one(factory, path, shape, s):
@@ -397,6 +365,11 @@ def parse_args():
                          "order) and most used blocks first "
                          "(default: the bundle's budget_min, if it was written with one)")
     ap.add_argument("--identify", action="store_true", help="print this device's identity and exit")
+    ap.add_argument("--print-trtexec", action="store_true",
+                    help="print the exact trtexec command lines this run would execute (per graph: the engine build "
+                         "and timing; a re-measure loads the engine), run nothing")
+    ap.add_argument("--trt-version", default=None,
+                    help="with --print-trtexec where no trtexec is found: the TensorRT version to show them for")
     ap.add_argument("--rehearse", action="store_true",
                     help="measure with what this machine has (onnxruntime) into rehearsal.json, labelled as such")
     args = ap.parse_args()
@@ -422,6 +395,9 @@ def main():
              "measure_bundle.py written with it")
     if args.identify:
         print(json.dumps(identity(machine_kind()), indent=1))
+        return
+    if args.print_trtexec:
+        print_trtexec(args, man)
         return
     s = man["settings"]
     if args.rehearse:
@@ -450,9 +426,42 @@ def main():
                                               [man["batch"], 8, 8, 8], s)[0]["median_ms"]
     left, _ = plan(man, res, "all", int(s.get("rounds", 1)))
     res["complete"], res["updated"] = not left, now()
+    noise = noise_note(res["entries"])
+    res.pop("noise", None)
+    if noise:
+        res["noise"] = noise
+        print(noise["note"], flush=True)
     atomic_json(out_path, res)
     print(f"done: {out_path} ({len(left)} measurements left"
           f"{'; run again to continue' if left else ''}). Bring it back and import it:\n  {import_cmd(man, args)}")
+
+
+def print_trtexec(args, man):
+    """The trtexec command lines a run (``--runtime trtexec``, or TensorRT before 8.5) would execute for
+    what is left to measure (``--only``, ``--limit``), one per graph and round; nothing runs."""
+    if os.path.splitext(man.get("overhead") or ".onnx")[1] != ".onnx":
+        fail("this bundle holds no ONNX graphs: trtexec does not run it")
+    hwnas_trt = bundle_trt(args.bundle)
+    exe = trtexec_path()
+    ver = args.trt_version or (hwnas_trt.trtexec_help_version(exe) if exe else None)
+    s = man["settings"]
+    res = load_results(os.path.join(args.bundle, "results.json"), man)
+    budget = args.budget_min if args.budget_min is not None else man.get("budget_min")
+    todo, _ = plan(man, res, args.only, int(s.get("rounds", 1)), priority=budget is not None)
+    todo = todo[:args.limit] if args.limit is not None else todo
+    print(f"# {len(todo)} measurement(s) with {exe or 'trtexec (not found here)'}, TensorRT "
+          f"{ver or 'version unknown (its flags then assume 8.5-10)'}; <tmp> is a temporary folder per graph and "
+          "round. Each line builds the engine and times it; a re-measure of a noisy round runs it again with "
+          "--loadEngine=<tmp>/engine.plan in place of --onnx, --saveEngine and the precision flags.")
+    for r, item in todo:
+        path = os.path.join(args.bundle, item["file"])
+        try:
+            flags = hwnas_trt.trtexec_flags(man["precision"], ver, qdq=hwnas_trt.qdq_in_file(path))
+        except RuntimeError as e:
+            fail(str(e))
+        cmd = hwnas_trt.trtexec_command(exe or "trtexec", path, "<tmp>/engine.plan", "<tmp>/times.json", s, flags,
+                                        build=True, trt_version=ver)
+        print(f"# round {r}: {item['label']}\n" + " ".join(cmd))
 
 
 def import_cmd(man, args):

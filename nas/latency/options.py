@@ -23,12 +23,15 @@ class ProfileDefaults:
         pruned_networks: + networks per space narrowed as ``nas.train``'s pruning narrows them.
         refresh: calibration networks per space re-measured to rescale a table that has drifted.
         held_out: with a bundle, seeded networks measured for validation only.
+        bundle_max_gb: a bundle estimated above this many GB is written only when asked to (``yes``) or
+            confirmed at the prompt.
     """
 
     calibration_networks: int = 40
     pruned_networks: int = 20
     refresh: int = 0
     held_out: int = 0
+    bundle_max_gb: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import shlex
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from nas.arch import Arch, BlockKey
 from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
+from nas.latency.bundle_files import bundle_cost
 from nas.latency.device import device_identity, device_mismatch
 from nas.latency.load import resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
@@ -77,20 +79,24 @@ def calibration_space_names(given, *, default: bool) -> list[str]:
 
 
 def _collect(names: list[str], resolution: int | None, calibration_spaces, *, models, in_chans, num_classes,
-             pruned_networks: int) -> tuple[list[BlockKey], list, list[Arch], str]:
-    """Every block to measure, the spaces (search and calibration-only), the pruned networks and a
-    sentence saying where the blocks come from."""
+             pruned_networks: int) -> tuple[list[BlockKey], list, list[Arch], str, dict[str, list[BlockKey]]]:
+    """Every block to measure, the spaces (search and calibration-only), the pruned networks, a
+    sentence saying where the blocks come from, and each space's blocks (its pruned networks' too)."""
     spaces = [load_space(n) for n in names]
     cal_spaces = [load_space(n) for n in calibration_spaces]
-    keys = []
+    per: dict[str, list[BlockKey]] = {}
     for sp in spaces:
-        keys += sp.unique_blocks(resolution=resolution, in_chans=list(in_chans or ()), num_classes=list(num_classes or ()))
+        per[sp.name] = sp.unique_blocks(resolution=resolution, in_chans=list(in_chans or ()),
+                                        num_classes=list(num_classes or ()))
     for sp in cal_spaces:  # calibration only: their own stems and heads
-        keys += sp.unique_blocks(resolution=resolution)
+        per[sp.name] = sp.unique_blocks(resolution=resolution)
+    keys = [k for ks in per.values() for k in ks]
     for m in models or []:
         keys += arch_from_spec(m if m.startswith("timm:") else f"timm:{m}", resolution=resolution).keys()
     # narrowed networks as structured pruning leaves them: their blocks and the networks themselves
     pruned = [a for sp in spaces + cal_spaces for a in pruned_archs(sp, pruned_networks, resolution=resolution)]
+    for a in pruned:
+        per.setdefault(a.name, []).extend(a.keys())
     keys += [k for a in pruned for k in a.keys()]
     keys = list(dict.fromkeys(keys))
     where = f"{', '.join(names)} at {'resolution ' + str(resolution) if resolution else 'their own resolutions'}"
@@ -100,7 +106,7 @@ def _collect(names: list[str], resolution: int | None, calibration_spaces, *, mo
         where += f" + the blocks of {len(pruned)} pruned networks"
     if models:
         where += f" + the blocks of {len(models)} timm models"
-    return keys, spaces + cal_spaces, pruned, where
+    return keys, spaces + cal_spaces, pruned, where, per
 
 
 def default_out(target: Target, here: dict[str, Any] | None = None) -> Path:
@@ -154,7 +160,8 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
                    num_classes: Sequence[int] = (), refresh: int = PROFILE.refresh, recalibrate: bool = False,
                    allow_mismatch: bool = False, limit: int | None = None, progress: bool = True,
                    budget_min: float | None = None, held_out: int = PROFILE.held_out, command: str | None = None,
-                   wait: bool = False, say: Callable[[str], None] = log.info) -> dict[str, Any]:
+                   wait: bool = False, yes: bool = False, bundle_max_gb: float = PROFILE.bundle_max_gb,
+                   ask: Callable[[str], bool] | None = None, say: Callable[[str], None] = log.info) -> dict[str, Any]:
     """Build, extend, refresh or recalibrate a target's latency table on this machine, or write / import a
     device bundle (the ``nas.profile`` command).
 
@@ -185,7 +192,12 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
         held_out: seeded networks a bundle adds for validation only.
         command: the command line as typed, for the hints printed and for another run finding the table taken.
         wait: wait for another run on this machine writing the table instead of stopping.
-        say: where progress lines go.
+        yes: write a bundle whatever its estimated size.
+        bundle_max_gb: a bundle estimated above this many GB is written only with ``yes`` or when ``ask``
+            says yes.
+        ask: the question before writing a large bundle, answered yes or no (None: no one to ask, so
+            such a bundle is refused).
+        say: where progress lines go (a bundle's estimated size and measuring time first).
 
     Returns:
         A summary: the table, its entry and network counts, what was measured or imported.
@@ -193,7 +205,8 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
     Raises:
         TypeError: ``target`` is none of those.
         nas._io.Busy: another run on this machine writes the table and ``wait`` is false.
-        ValueError: a setting out of range, or ``refresh`` with ``recalibrate``.
+        ValueError: a setting out of range, ``refresh`` with ``recalibrate``, or a bundle over
+            ``bundle_max_gb`` not asked for.
         TableError: the table does not fit the target (without ``allow_mismatch``).
     """
 
@@ -204,21 +217,64 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
     names = space_names(spaces)
     resolution = resolution or target.resolution
     cal_names = calibration_space_names(calibration_spaces, default=not spaces and not resolution)
-    keys, all_spaces, pruned, where = _collect(names, resolution, cal_names, models=models, in_chans=in_chans,
-                                               num_classes=num_classes, pruned_networks=pruned_networks)
+    keys, all_spaces, pruned, where, per_space = _collect(names, resolution, cal_names, models=models,
+                                                          in_chans=in_chans, num_classes=num_classes,
+                                                          pruned_networks=pruned_networks)
     if bundle:
-        seconds = _network_seconds(_call_ms(target, None), settings)
-        order = calibration_order(all_spaces, calibration_networks, resolution, seconds, pruned=pruned)
-        narrowed = set(pruned)
-        nets = {"calibration": [a for a in order if a not in narrowed], "pruned": pruned}
-        freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
-        keys = sorted(keys, key=lambda k: -freq.get(k, 0))
-        return _write_bundle(keys, target, bundle, nets, settings, names, resolution, where, held_out=held_out,
-                             budget_min=budget_min, order=order, command=command, progress=progress, say=say)
+        return _bundle(target, bundle, keys, all_spaces, pruned, per_space, names, where, settings,
+                       resolution=resolution, calibration_networks=calibration_networks, held_out=held_out,
+                       budget_min=budget_min, yes=yes, bundle_max_gb=bundle_max_gb, ask=ask, command=command,
+                       progress=progress, say=say)
     return _profile_here(target, out, settings, keys, names if spaces else None, where, all_spaces, pruned,
                          import_bundle=import_bundle, resolution=resolution, calibration_networks=calibration_networks,
                          refresh=refresh, recalibrate=recalibrate, allow_mismatch=allow_mismatch, limit=limit,
                          progress=progress, budget_min=budget_min, command=command, wait=wait, say=say)
+
+
+def _bundle(target: Target, bundle, keys: list[BlockKey], all_spaces: list, pruned: list[Arch],
+            per_space: dict[str, list[BlockKey]], names: list[str], where: str, settings: ProfileSettings, *,
+            resolution: int | None, calibration_networks: int, held_out: int, budget_min: float | None, yes: bool,
+            bundle_max_gb: float, ask: Callable[[str], bool] | None, command: str | None, progress: bool,
+            say: Callable[[str], None]) -> dict[str, Any]:
+    """``profile_target``'s bundle: its networks and block order, its cost said first (asked about
+    above ``bundle_max_gb`` unless ``yes``), then written."""
+    if not bundle_max_gb > 0:
+        raise ValueError(f"bundle_max_gb={bundle_max_gb}: give the size in GB above which to ask first, a number > 0")
+    call_ms = _call_ms(target, None)
+    order = calibration_order(all_spaces, calibration_networks, resolution, _network_seconds(call_ms, settings),
+                              pruned=pruned)
+    narrowed = set(pruned)
+    nets = {"calibration": [a for a in order if a not in narrowed], "pruned": pruned}
+    if held_out:
+        exclude = {a.digest() for v in nets.values() for a in v}
+        nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
+                                        seed=VALIDATION_SEED)[0]
+    freq = block_frequency(all_spaces, resolution=resolution)  # most used first: a budget measures them first
+    keys = sorted(keys, key=lambda k: -freq.get(k, 0))
+    cost = bundle_cost(keys, target, nets, settings, spaces=per_space, seconds=lambda x, kind: expected_seconds(
+        x, kind, settings, call_ms(x, kind), export=False))
+    for line in cost.lines():
+        say(line)
+    if cost.gb > bundle_max_gb and not yes:
+        fix = (f"pass yes=true to write it, bundle_max_gb={math.ceil(cost.gb)} to allow that size, or write less "
+               "(search_space=[...], calibration_networks=, pruned_networks=, held_out=)")
+        if ask is None:
+            raise ValueError(f"the bundle would take about {cost.gb:.1f} GB, over bundle_max_gb={bundle_max_gb:g}: "
+                             f"{fix}")
+        if not ask(f"write about {cost.gb:.1f} GB to {bundle}? [y/N] "):
+            raise ValueError(f"the bundle was not written (about {cost.gb:.1f} GB): {fix}")
+    # budget_min becomes the script's default budget, spent on the calibration and pruned networks in
+    # ``order`` (``calibration_order``, as here), then the blocks
+    cmd = import_command(command, target, Path(bundle))
+    manifest = write_bundle(keys, target, Path(bundle), networks=nets, settings=settings, spaces=names,
+                            resolution=resolution, import_command=cmd, budget_min=budget_min, order=order, cost=cost,
+                            progress=progress)
+    counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
+    say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent} (its README.md says what "
+        f"to copy and how to measure it)\non the device:  cd {manifest.parent.name} && python3 measure_bundle.py"
+        f"{f'   (budget {budget_min:g} min; run again to continue)' if budget_min else ''}\n"
+        f"then here:      {cmd}")
+    return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
 
 
 def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: list[BlockKey],
@@ -259,30 +315,6 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
             f"{settings.rounds} round(s), blocks and networks interleaved: {len(jobs)} measurements{budget}")
         return _measure_table(jobs, table, out, runtime, settings, freq=freq, budget_min=budget_min,
                               progress=progress, say=say)
-
-
-def _write_bundle(keys, target: Target, bundle, nets: dict, settings: ProfileSettings, names: list[str],
-                  resolution: int | None, where: str, *, held_out: int, budget_min: float | None,
-                  order: list[Arch], command: str | None, progress: bool,
-                  say: Callable[[str], None]) -> dict[str, Any]:
-    """Write a bundle of everything a local profile measures (+ ``held_out`` networks); ``budget_min``
-    becomes the script's default budget, spent on the calibration and pruned networks in ``order``
-    (``calibration_order``, as here), then the blocks."""
-    if held_out:
-        exclude = {a.digest() for v in nets.values() for a in v}
-        nets["held_out"] = held_out_set(names, held_out, 0, (), exclude=exclude, resolution=resolution,
-                                        seed=VALIDATION_SEED)[0]
-    bdir = Path(bundle)
-    cmd = import_command(command, target, bdir)
-    manifest = write_bundle(keys, target, bdir, networks=nets, settings=settings, spaces=names,
-                            resolution=resolution, import_command=cmd, budget_min=budget_min, order=order,
-                            progress=progress)
-    counts = ", ".join(f"{len(v)} {k.replace('_', '-')} networks" for k, v in nets.items() if v)
-    say(f"wrote a bundle of {len(keys)} blocks ({where}) and {counts} to {manifest.parent}\n"
-        f"on the device:  cd {manifest.parent.name} && python3 measure_bundle.py"
-        f"{f'   (budget {budget_min:g} min; run again to continue)' if budget_min else ''}\n"
-        f"then here:      {cmd}")
-    return {"bundle": str(manifest.parent), "blocks": len(keys), **{k: len(v) for k, v in nets.items()}}
 
 
 def _import(results, target: Target, table: LatencyTable | None, out: Path, keys: list[BlockKey],
