@@ -75,7 +75,12 @@ def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with JournalFileLock(path):  # no append is under way while the file is checked and replayed
         check_journal(path)
-        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileLock(path)))
+        try:
+            storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileLock(path)))
+        except Exception as e:  # records Optuna cannot replay (a field missing): never a traceback
+            raise ValueError(f"study journal {path} cannot be replayed by Optuna ({type(e).__name__}: {e}); nothing "
+                             f"was written to it. Restore it from a backup, or start the search in a new folder "
+                             f"(out=<new folder>)") from None
     return storage, str(path)
 
 
