@@ -7,7 +7,6 @@ Thin Hydra entry point: parse the config, turn it into the library's objects onc
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -51,23 +50,19 @@ def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None
 
 def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
     """The study and search problem the config names (``nas.search.study.prepare_search``); a failed
-    start leaves no trace in a run dir it found empty."""
+    start leaves no trace in a run dir it found empty, and never touches one another start claimed
+    (``nas.search.starting_in``)."""
     if run_dir is None:
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
-    fresh = not run_dir.exists() or not any(run_dir.iterdir())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
+    with nas.search.starting_in(run_dir) as fresh:  # a new folder: this start alone, removing what it wrote on failure
         check_counts(cfg, {"n_trials": "trials", "max_consecutive_failures": "failed trials in a row (0: never stop)"})
         if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
             raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
                              f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
         search = _prepare_search(cfg, run_dir)
-    except BaseException:
-        if fresh and run_dir.is_dir():
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    _save_config(cfg, run_dir, _user_args())
+        _save_config(cfg, run_dir, _user_args())
     return search
 
 

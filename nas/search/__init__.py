@@ -48,6 +48,7 @@ _HOMES = {
     "check_journal": "journal",
     "repair_journal": "journal",
     "RunDirTaken": "rundir",
+    "starting_in": "rundir",
     "pareto_front": "results",
     "plot_pareto": "results",
     "trial_records": "results",
