@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from nas._space_yaml import LIMITS_DOC, STAGE_KINDS, SpaceError, StageSpec, parse_space
+from nas._yaml import YamlError, load_yaml_config
 from nas.arch import (
     SE,
     Arch,
@@ -441,7 +441,8 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
 
     Raises:
         SpaceError: The name is unknown (the message lists the shipped ones), the file does not
-            exist or is not valid YAML, or the space is malformed or beyond a limit.
+            exist or is not valid YAML (or stands for more values than ``nas._yaml`` reads: an alias
+            bomb), or the space is malformed or beyond a limit.
 
     Example:
         >>> from nas import load_space
@@ -458,10 +459,10 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
             )
     if not p.is_file():
         raise SpaceError(f"search space file not found: {p}")
-    try:
-        cfg = OmegaConf.to_container(OmegaConf.load(p), resolve=True)
-    except Exception as e:  # yaml or interpolation errors
-        raise SpaceError(f"{p}: cannot parse YAML: {e}") from None
+    try:  # bounded before anything expands it (an alias bomb is refused in milliseconds)
+        cfg = load_yaml_config(p)
+    except YamlError as e:  # yaml or interpolation errors, a file beyond the bounds
+        raise SpaceError(str(e)) from None
     return SearchSpace(cfg, source=str(p))  # type: ignore[arg-type]
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
 from nas._io import atomic_write_bytes
+from nas._yaml import load_yaml
 from nas.arch import Arch
 from nas.builder import build, state_dict_diff
 from nas.compress.qat import prepare_qat
@@ -148,15 +148,13 @@ def load_arch_file(path: str | Path) -> Arch:
     if not p.is_file():
         raise FileNotFoundError(f"arch={path}: no such file; give one of {ARCH_FILES} from the model's folder, "
                                 f"or leave arch out to use the Arch the checkpoint records")
-    text = p.read_text()
-    try:
-        if p.suffix.lower() in (".yaml", ".yml"):
-            doc = yaml.safe_load(text)
-        else:
-            doc = json.loads(text)
-    except Exception as e:
-        raise ValueError(f"arch={path}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} "
-                         f"({e})") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        doc = load_yaml(p, what=f"arch={path}")  # bounded before anything expands it
+    else:
+        try:
+            doc = json.loads(p.read_text())
+        except Exception as e:
+            raise ValueError(f"arch={path}: not valid JSON ({e})") from None
     if isinstance(doc, Mapping) and isinstance(doc.get("arch"), Mapping) and "blocks" not in doc:
         doc = doc["arch"]
     if not isinstance(doc, Mapping) or "blocks" not in doc:

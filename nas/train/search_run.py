@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from nas._yaml import load_yaml_config
 from nas.arch import Arch
 
 __all__ = ["SearchRun", "load_search_run", "model_id", "select_entries"]
@@ -58,7 +57,7 @@ def load_search_run(run: str | Path) -> SearchRun:
     space = (record.get("search_space") or {}).get("name")
     hydra_cfg = p / ".hydra" / "config.yaml"
     if hydra_cfg.is_file():  # the full data settings (root included) and the space as the user named it
-        cfg = OmegaConf.to_container(OmegaConf.load(hydra_cfg), resolve=False)
+        cfg = load_yaml_config(hydra_cfg, resolve=False)
         if isinstance(cfg, dict):
             if isinstance(cfg.get("data"), dict):
                 data = {**cfg["data"], **data}
