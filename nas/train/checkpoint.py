@@ -28,7 +28,7 @@ from nas.compress.qat import prepare_qat
 from nas.compress.quant_settings import QuantSettings
 
 __all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "arch_differences", "checkpoint_data_settings", "diff_messages",
-           "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
+           "check_finite", "load_arch_file", "load_checkpoint", "load_state", "model_from_checkpoint", "read_torch_file", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
 CKPT_VERSION = 1
@@ -124,11 +124,23 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) 
     model.load_state_dict(state, strict=True)
 
 
+def check_finite(state: Mapping[str, Any], where: str) -> None:
+    """Refuse (``ValueError``) weights holding NaN or infinite values: a diverged training, nothing to deploy."""
+    floats = {k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    bad = [k for k, v in floats.items() if not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ValueError(f"{where}: {len(bad)} of its {len(floats)} weight tensors hold NaN or infinite values "
+                         f"(first: {bad[0]}): the training diverged, and a network with such weights gives no "
+                         f"answer worth deploying; train it again (a lower train.lr), or use an earlier checkpoint")
+
+
 def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "checkpoint") -> nn.Module:
-    """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``."""
+    """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``; weights that are
+    not all finite are refused (``check_finite``)."""
     if ckpt.get("arch") is not None and Arch.from_dict(ckpt["arch"]) != arch:
         diff = arch_differences(ckpt["arch"], arch.to_dict(), now="in the Arch given")
         raise ValueError(f"{where} was trained for another Arch ({diff}); give the Arch it was trained with")
+    check_finite(ckpt["model"], where)
     model: nn.Module = build(arch)
     if ckpt.get("qat"):
         model = prepare_qat(model, QuantSettings(**ckpt["qat"]))
