@@ -65,3 +65,19 @@ def test_train_app_options_default_as_the_pipeline_settings():
     shared = sorted(set(app) & set(lib))
     assert {"select", "latency_budget_ms", "seed", "allow_mismatch", "train_samples"} <= set(shared)
     assert {k: app[k] for k in shared} == {k: lib[k] for k in shared}
+
+
+def test_nas_train_refuses_epochs_0_without_a_supernet(tmp_path, capsys):
+    """epochs=0 pruned, QAT-trained and exported the untrained network (10% accuracy) with exit 0."""
+    from nas.cli.train import run
+    from nas.target import load_target
+
+    with pytest.raises(ValueError, match="epochs=0"):
+        PipelineSettings(run="r", target=load_target("cpu"), train={"epochs": 0})
+    with pytest.raises(SystemExit) as e:  # before the run dir is read
+        run(compose_app("train", [f"run={tmp_path}", "epochs=0"]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: epochs=0: "), err
+    assert "never be trained" in err and not list(tmp_path.iterdir())
+    s = PipelineSettings(run="r", target=load_target("cpu"), train={"epochs": 0}, supernet="sn.ckpt")
+    assert s.train.epochs == 0  # a supernet's weights are trained: exporting them as they are is a choice

@@ -270,6 +270,10 @@ class PipelineSettings:
                 object.__setattr__(self, name, _from_mapping(cls, name, v))
             elif not isinstance(v, cls):
                 raise ValueError(f"{name} must be a {cls.__name__} or a dict of its fields, got {type(v).__name__}")
+        if self.train.epochs == 0 and self.supernet is None:
+            raise ValueError("epochs=0: the networks would never be trained, and then be pruned, QAT-trained and "
+                             "exported with their random weights; give epochs=1 or more (or supernet=<ckpt> to "
+                             "start from a supernet's trained weights)")
         if self.latency_budget_ms is not None:
             check_number("latency_budget_ms", self.latency_budget_ms)
         if self.train_samples is not None:
