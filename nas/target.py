@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from nas._checks import check_resolution
 from nas._yaml import load_yaml
 from nas.machine import OtherProcessorWarning, cpu_identity, device_mismatch
 from nas.resources import conf_dir, user_home
@@ -120,6 +121,8 @@ class Target:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"target.{f} must be a positive integer, got {v!r}")
+        if self.resolution is not None:
+            check_resolution("target.resolution", self.resolution)
         if isinstance(self.device, Mapping):
             object.__setattr__(self, "device", Device(**dict(self.device)))
         gpu = self.device.kind in ("gpu", "jetson")

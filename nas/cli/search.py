@@ -138,7 +138,7 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
     rows = [[f"#{r['number']}", nas.search.fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
-             nas.search.SHORT_HOW.get(r["latency_source"], str(r["latency_source"])),
+             nas.search.short_how(r["_latency"]),
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
     counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k not in nas.search.NOT_RUN)
@@ -152,7 +152,10 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
         print(f"({running} trials still running in other workers: the last worker to finish rewrites these files)")
     if rows:
         print(fmt_table(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB", "architecture"]))
-        hows = sorted({(nas.search.SHORT_HOW.get(r["latency_source"], ""), r["latency_how"]) for r in front if r["latency_how"]})
+        hows = sorted({(nas.search.short_how(r["_latency"]), nas.search.latency_how(r["_latency"], extrapolation=False)
+                        + ("; EXTRAPOLATED: outside the range of the networks the prediction was calibrated on, "
+                           "so less certain (why, per trial: latency_how in trials.csv)" if r["_latency"].get("outside")
+                           else "")) for r in front if r["latency_how"]})
         print("\n".join(f"latency: {short} = {how}" for short, how in hows))
     else:
         print("  (no feasible evaluated trial yet)")

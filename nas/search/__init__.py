@@ -30,6 +30,7 @@ _HOMES = {
     "NOT_RUN": "results",
     "SHORT_HOW": "results",
     "latency_how": "results",
+    "short_how": "results",
     "prepare_search": "study",
     "run_search": "study",
     "Evaluator": "evaluate",

@@ -71,6 +71,7 @@ from nas.resources import spaces_dir
 
 __all__ = [
     "MAX_PARAMS",
+    "MAX_PEAK_ACTIVATION_BYTES",
     "SPACES_DIR",
     "SearchSpace",
     "SpaceError",
@@ -84,6 +85,7 @@ __all__ = [
 
 SPACES_DIR = spaces_dir()
 MAX_PARAMS = 1_000_000_000  # weights of a space's largest architecture (4 GB in fp32)
+MAX_PEAK_ACTIVATION_BYTES = 16 << 30  # a space's largest architecture's peak activation memory at batch 1 (fp32)
 
 
 def make_divisible(v: float, divisor: int) -> int:
@@ -139,10 +141,15 @@ class SearchSpace:
         self._final_hw = p.final_hw
         self._choices = self._param_choices()
         self.config: dict[str, Any] = copy.deepcopy(config)  # as loaded: rebuilds the space (SearchSpace(config))
-        params = arch_cost(self.largest()).params
-        if params > MAX_PARAMS:
-            raise SpaceError(f"{source}: its largest architecture has {params:.3g} weights, more than the limit of "
-                             f"{MAX_PARAMS:.3g}; narrow its widths or lower its depths ({LIMITS_DOC})")
+        cost = arch_cost(self.largest())
+        if cost.params > MAX_PARAMS:
+            raise SpaceError(f"{source}: its largest architecture has {cost.params:.3g} weights, more than the limit "
+                             f"of {MAX_PARAMS:.3g}; narrow its widths or lower its depths ({LIMITS_DOC})")
+        if cost.peak_activation_bytes > MAX_PEAK_ACTIVATION_BYTES:
+            raise SpaceError(f"{source}: its largest architecture needs {cost.peak_activation_bytes / 2**30:.3g} GiB of "
+                             f"activations at once (batch 1, fp32, at {self.resolution}x{self.resolution}), more than "
+                             f"the limit of {MAX_PEAK_ACTIVATION_BYTES >> 30} GiB; lower input.resolution or narrow its "
+                             f"widths ({LIMITS_DOC})")
 
     def digest(self) -> str:
         """A stable identity of the space's definition.

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas._checks import check_number
+from nas._checks import check_number, check_resolution
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
 from nas.latency.measure import ProfileSettings
@@ -279,6 +279,6 @@ class PipelineSettings:
         if self.train_samples is not None:
             check_number("train_samples", self.train_samples, integer=True)
         if self.resolution is not None:
-            check_number("resolution", self.resolution, integer=True)
+            check_resolution("resolution", self.resolution)
         if self.supernet is not None and (not isinstance(self.supernet, str) or not self.supernet):
             raise ValueError(f"supernet must be the path of a supernet checkpoint (supernet.ckpt), got {self.supernet!r}")
