@@ -17,11 +17,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
-from nas._io import atomic_write_text
-from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
+from nas._io import atomic_write_text, working
+from nas.cli._common import check_counts, fmt_table, hydra_app, typed_command, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
 from nas.search.storage import redact_url
 from nas.target import Target
+from nas.train.search_run import SEARCH_WORK
 
 register_search_configs()
 log = logging.getLogger("nas.search")
@@ -169,6 +170,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
     t_start = time.perf_counter()
     search = _prepare(cfg, run_dir)
+    with working(search.run_dir, SEARCH_WORK, command=typed_command("nas.search")):  # nas.train waits for it
+        return _run(cfg, search, t_start)
+
+
+def _run(cfg: DictConfig, search: Any, t_start: float) -> dict:
     target = search.problem.target
     done = nas.search.count_trials(search.study)
     _print_setup(cfg, target, search, done)
