@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
@@ -122,3 +123,30 @@ def test_two_processes_started_together(tmp_path):
     storage = JournalStorage(JournalFileBackend(str(out / "study.journal")))
     (summary,) = optuna.get_all_study_summaries(storage)
     assert summary.n_trials == 2
+
+
+def test_multirun_jobs_go_under_out():
+    """``-m n_trials=1,2 out=runs/mr``: each job's run dir is ``runs/mr/<job number>`` (they went to
+    ``multirun/<date>/<time>/<n>``, ``out=`` ignored)."""
+    from hydra import compose, initialize_config_dir
+
+    from nas.config import CONF_DIR
+    from nas.config.common import normalize_overrides
+
+    compose_app("search", [])  # registers the schemas
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="search", overrides=normalize_overrides(["out=runs/mr"]), return_hydra_config=True)
+    sweep = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
+    assert cfg.hydra.sweep.dir == "runs/mr" and sweep["subdir"] == "${hydra.job.num}"
+
+
+@pytest.mark.slow
+def test_multirun_honours_out(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "nas.search", "-m", "n_trials=1,2", *SEARCH[:2], "progress=false",
+                        f"out={tmp_path / 'mr'}"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for job, n in (("0", 1), ("1", 2)):
+        storage = JournalStorage(JournalFileBackend(str(tmp_path / "mr" / job / "study.journal")))
+        assert optuna.get_all_study_summaries(storage)[0].n_trials == n
+        assert (tmp_path / "mr" / job / "pareto.json").is_file()
+    assert not (REPO / "multirun").exists() or not any((REPO / "multirun").rglob("study.journal"))
