@@ -20,9 +20,9 @@ import nas.search  # the search's modules load with the search (lazy exports): -
 from nas._io import atomic_write_text, working
 from nas.cli._common import check_counts, fmt_table, hydra_app, typed_command, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
+from nas.search.rundir import SEARCH_WORK
 from nas.search.storage import redact_url
 from nas.target import Target
-from nas.train.search_run import SEARCH_WORK
 
 register_search_configs()
 log = logging.getLogger("nas.search")

@@ -32,10 +32,12 @@ from filelock import FileLock, Timeout
 from nas._io import LOCK_DIR, atomic_write_json, file_lock, lock_path
 from nas.search.journal import study_names
 
-__all__ = ["RUN_FILE", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir", "new_run_command",
-           "read_owner", "starting_in"]
+__all__ = ["RUN_FILE", "SEARCH_WORK", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir",
+           "new_run_command", "read_owner", "starting_in"]
 
 RUN_FILE = "run.json"
+#: What a running search marks its run dir with (``nas._io.working``), one mark per worker: nas.train waits for them.
+SEARCH_WORK = "search"
 SCHEMA = "hwnas.run"
 
 
@@ -147,8 +149,12 @@ def _remove_new(run_dir: Path, inside: bool) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
         return
     for p in run_dir.iterdir():
-        if p.name != LOCK_DIR:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        if p.name == LOCK_DIR:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 @contextmanager

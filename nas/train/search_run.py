@@ -13,11 +13,9 @@ from typing import Any
 from nas._io import Busy, wait_for_workers, workers
 from nas._yaml import load_yaml_config
 from nas.arch import Arch
+from nas.search.rundir import SEARCH_WORK
 
-__all__ = ["SEARCH_WORK", "SearchRun", "load_search_run", "model_id", "search_finished", "select_entries"]
-
-#: What a search marks its run dir with while it runs (``nas._io.working``), so nas.train sees it.
-SEARCH_WORK = "search"
+__all__ = ["SearchRun", "load_search_run", "model_id", "search_finished", "select_entries"]
 
 
 @dataclass(frozen=True)
