@@ -23,8 +23,8 @@ from optuna.trial import TrialState
 from nas._io import lock_path, pid_alive
 from nas.search.journal import JournalFileLock, check_journal
 
-__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
-           "rdb_storage", "redact_url", "storage_description"]
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_file", "journal_storage", "make_storage",
+           "open_study", "rdb_storage", "redact_url", "storage_description"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,15 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
         raise ValueError(f"storage={spec!r} is a folder; give a journal file path (e.g. {p / 'study.journal'}) "
                          f"or a storage URL")
     return journal_storage(p)
+
+
+def journal_file(spec: str | None, *, run_dir: str | Path) -> Path | None:
+    """The journal file ``make_storage(spec)`` would open, without opening it; None for a storage URL."""
+    if not spec:
+        return Path(run_dir) / "study.journal"
+    if "://" in spec:
+        return None
+    return Path(spec).expanduser()
 
 
 def storage_description(spec: str | None, *, run_dir: str | Path) -> str:
