@@ -398,10 +398,7 @@ def prepare_search(
         data = DataSettings.from_dict(dict(data))
     run_dir = Path(run_dir)
     name = study_name or default_study_name(space=space.name, data=data.name, target=target.name)
-    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
-    journal = journal_file(storage, run_dir=run_dir)
-    if journal is not None and journal.is_file():  # a damaged journal is refused before the data loads
-        check_journal(journal)
+    _check_run_dir(run_dir, name, storage, command)
     ds = data if isinstance(data, Dataset) else load_data(data)
     ev.check(space, ds)
     if latency is None:
@@ -410,6 +407,14 @@ def prepare_search(
                             train_seed=seed, pruner=prn)
     return _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed,
                         given=latency_budget_given)
+
+
+def _check_run_dir(run_dir: Path, name: str, storage: str | None, command: Sequence[str] | None) -> None:
+    """Refuse, before the data loads, a run dir of another study (``check_run_dir``) and a damaged journal."""
+    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
+    journal = journal_file(storage, run_dir=run_dir)
+    if journal is not None and journal.is_file():
+        check_journal(journal)
 
 
 def _open_search(problem: SearchProblem, sampler: optuna.samplers.BaseSampler, *, name: str, storage: str | None,
