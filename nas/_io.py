@@ -22,7 +22,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 __all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
-           "file_lock", "lock_path", "pid_alive"]
+           "file_lock", "lock_path", "pid_alive", "wait_for_workers", "workers", "working"]
 
 #: The hidden folder, beside the files they guard, that holds lock and claim files.
 LOCK_DIR = ".locks"
@@ -150,6 +150,69 @@ def exclusive(path: str | os.PathLike, *, what: str, wait: bool = False, option:
         except FileNotFoundError:
             pass
         lock.release()
+
+
+def _mark(folder: Path, kind: str) -> tuple[Path, Path]:
+    lock_file = lock_path(folder / f"{kind}.{socket.gethostname()}.{os.getpid()}", ".lock")
+    return lock_file, lock_file.with_name(lock_file.name[:-len(".lock")] + ".holder.json")
+
+
+@contextmanager
+def working(folder: str | os.PathLike, kind: str, *, command: str | None = None) -> Iterator[None]:
+    """Mark that this process works in ``folder`` as a ``kind`` while the block runs (one of any number:
+    many search workers share a run dir), for ``workers`` to see.
+
+    The mark is an OS lock on this process's own ``.locks/<kind>.<host>.<pid>.lock`` (released when the
+    process dies, so a killed worker leaves no live mark) and a holder file naming it.
+
+    Args:
+        folder: the folder worked in (a search's run dir).
+        kind: what the work is (``"search"``).
+        command: this process's command line, for the holder file.
+    """
+    lock_file, info = _mark(Path(folder), kind)
+    lock = FileLock(str(lock_file), timeout=0)
+    lock.acquire()
+    try:
+        atomic_write_json(info, {"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": command})
+        yield
+    finally:
+        info.unlink(missing_ok=True)
+        lock.release()
+        lock_file.unlink(missing_ok=True)
+
+
+def _marks(folder: Path, kind: str) -> list[tuple[Path, Path]]:
+    d = folder / LOCK_DIR
+    return [(f, f.with_name(f.name[:-len(".lock")] + ".holder.json")) for f in sorted(d.glob(f"{kind}.*.lock"))]
+
+
+def workers(folder: str | os.PathLike, kind: str) -> list[str]:
+    """The processes working in ``folder`` as a ``kind`` (``working``), each named as ``process 123 on host
+    (since ...: command)``; the marks of processes that died are removed."""
+    out = []
+    for lock_file, info in _marks(Path(folder), kind):
+        lock = FileLock(str(lock_file), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            out.append(_holder(info))
+            continue
+        lock.release()  # nobody held it: its process died
+        lock_file.unlink(missing_ok=True)
+        info.unlink(missing_ok=True)
+    return out
+
+
+def wait_for_workers(folder: str | os.PathLike, kind: str) -> None:
+    """Return once no process works in ``folder`` as a ``kind`` (``working``): each live mark is waited
+    on (its OS lock), then the folder is looked at again, for workers that started meanwhile."""
+    while workers(folder, kind):
+        for lock_file, _ in _marks(Path(folder), kind):
+            lock = FileLock(str(lock_file), timeout=-1)
+            lock.acquire()
+            lock.release()
 
 
 def pid_alive(pid: int) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nas._checks import MAX_RESOLUTION
 from nas.arch import ACTIVATIONS, GATES, HEAD_STYLES
 
 __all__ = ["LIMITS_DOC", "MAX_BLOCKS", "MAX_CHOICES", "MAX_COMBOS", "MAX_DEPTH", "MAX_STAGES", "STAGE_KINDS", "SpaceError",
@@ -223,6 +224,9 @@ class _Reader:
         for k, v in (("channels", in_chans), ("resolution", resolution)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise self.err(f"input.{k}", f"value {v!r} must be a positive integer")
+        if resolution > MAX_RESOLUTION:
+            raise self.err("input.resolution", f"{resolution} px is more than the limit of {MAX_RESOLUTION} px on a "
+                                               f"side; give {MAX_RESOLUTION} or less ({LIMITS_DOC})")
         return in_chans, resolution
 
     def se(self, se: Any) -> tuple[float, str, str | None]:

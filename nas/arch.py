@@ -50,6 +50,7 @@ from nas._blocks import (
     block_kinds,
     register_block,
 )
+from nas._checks import check_resolution
 from nas._io import atomic_write_text
 
 __all__ = [
@@ -180,6 +181,7 @@ class Arch:
     def __post_init__(self) -> None:
         _check_pos_int(self, "in_chans", self.in_chans)
         _check_pos_int(self, "resolution", self.resolution)
+        check_resolution("Arch.resolution", self.resolution)
         if not isinstance(self.stem, ConvBlock):
             raise ValueError(f"Arch.stem must be a ConvBlock, got {type(self.stem).__name__}")
         if not isinstance(self.head, Head):

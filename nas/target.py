@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from nas._checks import check_resolution
+from nas._yaml import load_yaml
 from nas.machine import OtherProcessorWarning, cpu_identity, device_mismatch
 from nas.resources import conf_dir, user_home
 
@@ -120,6 +121,8 @@ class Target:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"target.{f} must be a positive integer, got {v!r}")
+        if self.resolution is not None:
+            check_resolution("target.resolution", self.resolution)
         if isinstance(self.device, Mapping):
             object.__setattr__(self, "device", Device(**dict(self.device)))
         gpu = self.device.kind in ("gpu", "jetson")
@@ -248,7 +251,7 @@ def load_target(name: str) -> Target:
     path = next((d / f"{name}.yaml" for d in _target_dirs() if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         raise ValueError(f"unknown target {name!r}; targets: {', '.join(target_names())}")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = load_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"target file {path} is not a mapping of fields")
     raw.pop("defaults", None)

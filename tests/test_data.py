@@ -1,6 +1,9 @@
 """Datasets: digits fully; cifar10, imagefolder and Fashion-MNIST files on tiny fake data; never the network."""
 
+import errno
 import gzip
+import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -256,6 +259,52 @@ def test_imagefolder_errors(tmp_path):
     (tmp_path / "only").mkdir()
     with pytest.raises(DatasetNotFoundError, match="at least two class folders"):
         load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8})
+
+
+def _files_of(d, split):
+    s = getattr(d, split)
+    return [os.path.realpath(s.base.samples[i][0]) for i in s.indices.tolist()]
+
+
+def test_imagefolder_follows_no_link_twice(tmp_path, caplog):
+    """A link back to a parent (``cat/loop -> ..``) and a class folder that is a link to another class list
+    each file once: no file in two splits, no path through the loop, no flood of ``skipping`` lines."""
+    _fake_images(tmp_path, n=10)
+    os.symlink("..", tmp_path / "cat" / "loop")
+    os.symlink(tmp_path / "dog", tmp_path / "puppy")  # a class folder linked to another
+    with caplog.at_level(logging.WARNING, logger="nas"):
+        d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0})
+    files = [f for split in ("train", "val", "test") for f in _files_of(d, split)]
+    assert len(files) == len(set(files)) == 20
+    assert not any("loop" in s[0] for s in d.train.base.samples)
+    assert not any("skipping" in r.message for r in caplog.records)
+    assert any("puppy holds no image" in r.message for r in caplog.records)  # its files are dog's, counted there
+
+
+def test_an_unreadable_class_folder_is_an_error(tmp_path, monkeypatch):
+    """A class folder this user cannot list (mode 000: the tests run as root, which reads it anyway, so
+    ``os.scandir`` refuses it as the kernel refuses an unprivileged user: EACCES) is named, never a
+    class of 0 images."""
+    _fake_images(tmp_path, classes=("cat", "dog", "owl"))
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).rstrip("/").endswith("owl"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(ValueError, match=f"cannot read the folder {tmp_path / 'owl'} \\(Permission denied\\)"):
+        load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0})
+
+
+def test_an_empty_class_folder_is_named(tmp_path, caplog):
+    _fake_images(tmp_path)
+    (tmp_path / "owl").mkdir()
+    with caplog.at_level(logging.WARNING, logger="nas"):
+        d = load_data({"name": "imagefolder", "root": str(tmp_path), "resolution": 8, "num_workers": 0})
+    assert d.classes == ("cat", "dog", "owl")
+    assert any(f"{tmp_path / 'owl'} holds no image" in r.message for r in caplog.records)
 
 
 def test_the_built_in_dataset_names_are_the_loaders_registered():

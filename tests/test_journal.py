@@ -112,10 +112,70 @@ def test_damaged_middle_line(journal):
 
     journal.write_bytes(b"".join(lines))
     creates = [i for i, ln in enumerate(lines) if json.loads(ln)["op_code"] == 4]
-    journal.write_bytes(b"".join(lines[:creates[1]] + [b"\x00\x00\n"] + lines[creates[1] + 1:]))
-    r = repair_journal(journal)
+    damaged = b"".join(lines[:creates[1]] + [b"\x00\x00\n"] + lines[creates[1] + 1:])
+    journal.write_bytes(damaged)
+    backups = list(journal.parent.glob("*.damaged-*"))
+    with pytest.raises(ValueError, match="would drop .* intact record.*nothing was changed.*--keep-prefix") as e:
+        repair_journal(journal)  # it drops intact records: only when asked
+    assert "\n" not in str(e.value) and journal.read_bytes() == damaged
+    assert list(journal.parent.glob("*.damaged-*")) == backups
+    r = repair_journal(journal, keep_prefix=True)
     assert r.prefix_only and r.kept == creates[1] and r.prefix_dropped == len(lines) - creates[1] - 1
     assert [t[0] for t in _trials(journal)] == [0]
+
+
+def test_unknown_op_code_is_named_and_dropped(journal, capsys):
+    """A line that is valid JSON but no record Optuna replays (an unknown op_code) is damage: the check names
+    it, and the repair drops it alone and says why."""
+    intact = journal.read_bytes()
+    journal.write_bytes(intact + b'{"op_code": 99, "worker_id": "x"}\n')
+    n = len(_lines(journal))
+    with pytest.raises(ValueError, match=f"line {n}: valid JSON but not an Optuna journal record "
+                                         "\\(unknown op_code 99"):
+        journal_storage(journal)
+    out = _repair(capsys, "--dry-run", str(journal.parent))
+    assert f"dropped damaged line(s) {n}\n  line {n}: valid JSON but not an Optuna journal record" in out
+    _repair(capsys, str(journal.parent))
+    assert journal.read_bytes() == intact
+
+
+def _pareto_json(tmp_path: Path) -> Path:
+    p = tmp_path / "runs" / "pareto.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps({"schema": "hwnas.pareto", "pareto": [{"trial": 1, "latency_ms": 0.5}]}, indent=1) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: (t / "results.csv", b"number,score\n0,0.5\n1,0.7\n"),
+    lambda t: (t / "services", Path("/etc/services").read_bytes() if Path("/etc/services").is_file()
+               else b"ssh\t\t22/tcp\n# a comment\n"),
+    lambda t: (t / "records.jsonl", b'{"a": 1}\n[1, 2]\n'),
+    lambda t: (_pareto_json(t), None),
+], ids=["csv", "etc-services", "json-lines", "pareto.json"])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["repair", "dry-run"])
+def test_a_file_that_is_not_a_journal_is_refused_and_left_as_it_is(tmp_path, capsys, make, dry_run):
+    path, data = make(tmp_path)
+    if data is not None:
+        path.write_bytes(data)
+    before = {p: p.read_bytes() for p in path.parent.iterdir()}
+    with pytest.raises(SystemExit) as e:
+        repair_cli.main([*(["--dry-run"] if dry_run else []), str(path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {path} is not an Optuna study journal") and "nothing was changed" in err
+    assert {p: p.read_bytes() for p in path.parent.iterdir()} == before  # no backup, no lock folder, same bytes
+
+
+def test_a_repair_never_writes_fewer_bytes_than_the_intact_records(journal, monkeypatch):
+    from nas.search import journal as journal_mod
+
+    damaged = journal.read_bytes() + b'{"op_code":4,"worker_id":"w","stu'
+    journal.write_bytes(damaged)
+    monkeypatch.setattr(journal_mod, "_plan", lambda lines, report, **k: [ln.raw for ln in lines[:2]])
+    with pytest.raises(ValueError, match="fewer than its intact records hold.*nothing was changed"):
+        repair_journal(journal)
+    assert journal.read_bytes() == damaged and not list(journal.parent.glob("*.damaged-*"))
 
 
 def test_dry_run_and_intact_journal_change_nothing(journal, capsys):
@@ -189,8 +249,10 @@ def test_killed_lock_holder_does_not_stall_the_next_start(tmp_path):
     assert journal_lock_path(journal).exists() and Path(str(journal) + ".lock").is_symlink()
 
 
-def test_search_refuses_a_torn_journal(journal):
-    torn = journal.read_bytes() + b'{"op_code":6,"worker_id":"w","tri'
+@pytest.mark.parametrize("bad", [b'{"op_code":6,"worker_id":"w","tri', b'{"op_code": 99, "worker_id": "x"}\n'],
+                         ids=["torn", "unknown-op-code"])
+def test_search_refuses_a_damaged_journal(journal, bad):
+    torn = journal.read_bytes() + bad
     journal.write_bytes(torn)
     p = subprocess.run([sys.executable, "-m", "nas.search", *SEARCH, "study_name=s", f"out={journal.parent}"],
                        cwd=ROOT, capture_output=True, text=True)

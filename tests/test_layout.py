@@ -29,7 +29,8 @@ LAYERS = {
     "nas.arch": 1, "nas._blocks": 1, "nas.target": 1,
     "nas.machine": 0,
     "nas.latency.bundle_device": 0,  # standalone, standard library only: copied into device bundles as it is
-    "nas.registry": 0, "nas.stats": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._lazy": 0, "nas": 0,
+    "nas.registry": 0, "nas.stats": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._yaml": 0, "nas._lazy": 0,
+    "nas": 0,
 }
 ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
 # imported inside a function only, each with its reason: optional or heavy runtimes a user may not have installed

@@ -107,7 +107,7 @@ def test_invalid_space_messages(tmp_path, path, value, expected):
 def test_unparseable_yaml(tmp_path):
     p = tmp_path / "broken.yaml"
     p.write_text("stages: [unclosed\n")
-    with pytest.raises(SpaceError, match="broken.yaml: cannot parse YAML"):
+    with pytest.raises(SpaceError, match="broken.yaml: not valid YAML"):
         load_space(p)
 
 

@@ -1,6 +1,7 @@
 """nas.train's settings: one source of defaults (the dataclasses), validation naming the field."""
 
 import dataclasses
+import warnings
 
 import pytest
 from omegaconf import OmegaConf
@@ -109,3 +110,22 @@ def test_resume_ignores_how_the_images_are_read(tmp_path):
         fit(build(arch), data, meta={"data": {**rec, "seed": 5}}, **kw)
     hist = fit(build(arch), data, meta={"data": {**rec, "num_workers": 1, "root": "/elsewhere"}}, **kw)
     assert len(hist) == 2
+
+
+def test_nas_train_refuses_epochs_0_without_a_supernet(tmp_path, capsys):
+    """epochs=0 pruned, QAT-trained and exported the untrained network (10% accuracy) with exit 0."""
+    from nas.cli.train import run
+    from nas.target import load_target
+
+    with warnings.catch_warnings():  # cpu's processor is not this machine's: not what is tested
+        warnings.simplefilter("ignore")
+        cpu = load_target("cpu")
+    with pytest.raises(ValueError, match="epochs=0"):
+        PipelineSettings(run="r", target=cpu, train={"epochs": 0})
+    with pytest.raises(SystemExit) as e:  # before the run dir is read
+        run(compose_app("train", [f"run={tmp_path}", "epochs=0"]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: epochs=0: "), err
+    assert "never be trained" in err and not list(tmp_path.iterdir())
+    s = PipelineSettings(run="r", target=cpu, train={"epochs": 0}, supernet="sn.ckpt")
+    assert s.train.epochs == 0  # a supernet's weights are trained: exporting them as they are is a choice

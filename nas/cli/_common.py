@@ -25,9 +25,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 import nas.config  # its compose_app (every command's schemas) loads on a config error only
 from nas._io import Busy, shell_join
+from nas._yaml import YamlError, check_yaml
 from nas.cli._help import annotate_help
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
 from nas.machine import OtherProcessorWarning, RuntimeUnavailable
+from nas.resources import user_home
 from nas.target import removed_field_error
 
 __all__ = [
@@ -258,6 +260,40 @@ def _out_dir_error(args: Sequence[str]) -> str | None:
     return folder_error("out", outs[-1]) if outs and outs[-1] else None
 
 
+MAX_CONFIG_FILES = 200  # YAML files checked in one config folder the user adds
+
+
+def _user_config_dirs(args: Sequence[str]) -> list[Path]:
+    """The config folders the user adds to Hydra's search path: ``--config-dir`` / ``-cd``, the
+    ``hydra.searchpath=[file://...]`` entries, and ``$HWNAS_HOME`` (its ``target/``)."""
+    dirs = [user_home()]
+    for i, a in enumerate(args):
+        if a in ("-cd", "--config-dir") and i + 1 < len(args):
+            dirs.append(Path(args[i + 1]))
+        elif a.startswith("--config-dir="):
+            dirs.append(Path(a.split("=", 1)[1]))
+        elif a.lstrip("+").startswith("hydra.searchpath="):
+            dirs += [Path(m) for m in re.findall(r"file://([^,\]'\"]+)", a)]
+    return [d.expanduser() for d in dict.fromkeys(dirs)]
+
+
+def _user_yaml_error(args: Sequence[str]) -> str | None:
+    """A YAML file of the user's that Hydra would read beyond ``nas._yaml``'s bounds (an alias bomb as
+    a target): its one-line error, else None.  Checked before Hydra reads it, as Hydra would expand it."""
+    targets = [a.split("=", 1)[1] for a in args if re.match(r"^\+{0,2}target=[^=]+$", a)]
+    for d in _user_config_dirs(args):
+        files = [(d / "target" / f"{t}.yaml", f"conf={t}") for t in targets]
+        if d != user_home() and d.is_dir():  # a folder of configs: whatever Hydra may compose from it
+            files += [(p, str(p)) for p in sorted(d.rglob("*.yaml"))[:MAX_CONFIG_FILES]]
+        for path, what in files:
+            if path.is_file():
+                try:
+                    check_yaml(path, what=f"{what} ({path})" if what != str(path) else what)
+                except YamlError as e:
+                    return str(e)
+    return None
+
+
 @contextlib.contextmanager
 def _unexpected_errors(show: bool):
     """An unexpected exception as one line (exit 1); an ``OSError`` from the user's environment (no
@@ -331,7 +367,7 @@ def hydra_app(config_name: str) -> Callable:
             if {"--help", "-h"} & set(sys.argv[1:]):
                 return _help(app, config_name)
             problem = _out_dir_error(sys.argv[1:]) if _run_dir_from_out(config_name) else None
-            problem = problem or _target_key_error(config_name, sys.argv[1:])
+            problem = problem or _user_yaml_error(sys.argv[1:]) or _target_key_error(config_name, sys.argv[1:])
             if problem:
                 print(f"error: {problem}", file=sys.stderr)
                 sys.exit(2)

@@ -7,7 +7,6 @@ Thin Hydra entry point: parse the config, turn it into the library's objects onc
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -18,9 +17,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
-from nas._io import atomic_write_text
-from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
+from nas._io import atomic_write_text, working
+from nas.cli._common import check_counts, fmt_table, hydra_app, typed_command, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
+from nas.search.rundir import SEARCH_WORK
 from nas.search.storage import redact_url
 from nas.stats import fmt_interval
 from nas.target import Target
@@ -52,23 +52,19 @@ def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None
 
 def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
     """The study and search problem the config names (``nas.search.study.prepare_search``); a failed
-    start leaves no trace in a run dir it found empty."""
+    start leaves no trace in a run dir it found empty, and never touches one another start claimed
+    (``nas.search.starting_in``)."""
     if run_dir is None:
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
-    fresh = not run_dir.exists() or not any(run_dir.iterdir())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
+    with nas.search.starting_in(run_dir) as fresh:  # a new folder: this start alone, removing what it wrote on failure
         check_counts(cfg, {"n_trials": "trials", "max_consecutive_failures": "failed trials in a row (0: never stop)"})
         if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
             raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
                              f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
         search = _prepare_search(cfg, run_dir)
-    except BaseException:
-        if fresh and run_dir.is_dir():
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    _save_config(cfg, run_dir, _user_args())
+        _save_config(cfg, run_dir, _user_args())
     return search
 
 
@@ -144,7 +140,7 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
     p, metric = search.problem, search.problem.evaluator.metric
     front, statuses = outs["front"], outs["statuses"]
     rows = [[f"#{r['number']}", nas.search.fmt_score(metric, r["score"]), f"{r['latency_ms']:.3f}",
-             nas.search.SHORT_HOW.get(r["latency_source"], str(r["latency_source"])),
+             nas.search.short_how(r["_latency"]),
              f"{r['params'] / 1e3:.1f}K", f"{r['macs'] / 1e6:.2f}M", f"{r['peak_activation_kb']:.0f}", r["arch"]]
             for r in front]
     counts = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()) if k not in nas.search.NOT_RUN)
@@ -159,7 +155,10 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
     if rows:
         print(fmt_table(*_with_intervals(rows, ["trial", metric, "ms", "latency", "params", "MACs", "peak KiB",
                                                 "architecture"], front, outs["within_noise"])))
-        hows = sorted({(nas.search.SHORT_HOW.get(r["latency_source"], ""), r["latency_how"]) for r in front if r["latency_how"]})
+        hows = sorted({(nas.search.short_how(r["_latency"]), nas.search.latency_how(r["_latency"], extrapolation=False)
+                        + ("; EXTRAPOLATED: outside the range of the networks the prediction was calibrated on, "
+                           "so less certain (why, per trial: latency_how in trials.csv)" if r["_latency"].get("outside")
+                           else "")) for r in front if r["latency_how"]})
         print("\n".join(f"latency: {short} = {how}" for short, how in hows))
     else:
         print("  (no feasible evaluated trial yet)")
@@ -216,6 +215,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
     t_start = time.perf_counter()
     search = _prepare(cfg, run_dir)
+    with working(search.run_dir, SEARCH_WORK, command=typed_command("nas.search")):  # nas.train waits for it
+        return _run(cfg, search, t_start)
+
+
+def _run(cfg: DictConfig, search: Any, t_start: float) -> dict:
     target = search.problem.target
     done = nas.search.count_trials(search.study)
     _print_setup(cfg, target, search, done)

@@ -18,7 +18,7 @@ from nas import train as train_lib
 from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
 from nas.config.train import register_train_configs, train_latency_budget
 from nas.target import Target
-from nas.train.search_run import load_search_run
+from nas.train.search_run import load_search_run, search_finished
 from nas.train.settings import (
     ExportSettings,
     FitSettings,
@@ -52,6 +52,7 @@ def run(cfg: DictConfig) -> dict:
     if problem:
         raise ValueError(problem)
     load_search_run(s.run)  # a run dir that is not a search's is refused before the pipeline's libraries load
+    search_finished(s.run, wait=cfg.wait)  # a search still writing it: refused (or waited for) as early
     try:
         # torch and timm load here, once the run dir is read
         report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))

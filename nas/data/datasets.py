@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
 CACHE_DIR = Path(os.environ.get("HWNAS_DATA", Path.home() / ".cache" / "hwnas" / "datasets"))
-_IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 
 class DatasetNotFoundError(FileNotFoundError):

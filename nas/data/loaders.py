@@ -10,16 +10,18 @@ loading scikit-learn, timm or torchvision; ``nas.data.load`` imports this module
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torchvision.datasets import CIFAR10, FashionMNIST, ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from nas.data.datasets import (
     _FASHION_FILES,
-    _IMAGE_EXTS,
     CACHE_DIR,
     DEBIAN_FASHION_MNIST,
     FASHION_CLASSES,
@@ -32,7 +34,7 @@ from nas.data.datasets import (
 )
 from nas.data.settings import DataSettings
 
-__all__ = ["CIFAR10_MEAN", "CIFAR10_STD"]
+__all__ = ["CIFAR10_MEAN", "CIFAR10_STD", "FolderWalk"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,91 @@ def _cifar10(s: DataSettings) -> _Files:
     return _Files(train, None, test, tuple(train.classes), str(folder), 3, CIFAR10_MEAN, CIFAR10_STD)
 
 
+def _key(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+class FolderWalk:
+    """The image files under class folders, each folder walked once however many links lead to it (a
+    link back to a parent, ``a/loop -> ..``, is not followed into a loop) and each file listed once
+    (the same file reached through a link again, in this split or an earlier one, is left out).
+
+    Args:
+        reserved: folders never entered from below (the dataset's root, its split folders and every
+            class folder), so one class's link never walks into another class.
+    """
+
+    def __init__(self, reserved: Iterable[Path]) -> None:
+        self.dirs = {_key(os.stat(d)) for d in reserved}
+        self.files: set[tuple[int, int]] = set()
+        self.again: list[str] = []  # files reached a second time, left out
+
+    def _scan(self, folder: str) -> list[os.DirEntry]:
+        try:
+            with os.scandir(folder) as it:
+                return list(it)
+        except OSError as e:
+            raise ValueError(f"imagefolder: cannot read the folder {folder} ({e.strerror or e}); its images would be "
+                             f"left out of the dataset without a word: make it readable (chmod -R u+rX {folder}), or "
+                             f"move it out of data.root") from None
+
+    def images(self, top: str, is_valid: Callable[[str], bool]) -> list[str]:
+        """The files under ``top`` that ``is_valid``, in torchvision's order (by folder path, then name)."""
+        found: dict[str, list[tuple[str, tuple[int, int]]]] = {}
+        todo = [top]
+        while todo:
+            folder = todo.pop()
+            found[folder] = []
+            for e in self._scan(folder):
+                try:
+                    st = e.stat()  # follows a link; a broken or looping one is no folder nor file
+                except OSError:
+                    continue
+                if e.is_dir() and _key(st) not in self.dirs:
+                    self.dirs.add(_key(st))
+                    todo.append(e.path)
+                elif not e.is_dir() and is_valid(e.path):
+                    found[folder].append((e.name, _key(st)))
+        out = []
+        for folder in sorted(found):
+            for name, key in sorted(found[folder]):
+                path = os.path.join(folder, name)
+                if key in self.files:
+                    self.again.append(path)
+                    continue
+                self.files.add(key)
+                out.append(path)
+        return out
+
+
+class _ImageFolder(ImageFolder):
+    """torchvision's ``ImageFolder`` listing its files with a ``FolderWalk`` (torchvision's own walk
+    follows links for ever: a link to a parent listed the same images thousands of times)."""
+
+    def __init__(self, root: Path, walk: FolderWalk) -> None:
+        self.walk = walk
+        super().__init__(str(root), allow_empty=True)
+
+    def make_dataset(self, directory: str, class_to_idx: dict[str, int], extensions: tuple[str, ...] | None = None,
+                     is_valid_file: Callable[[str], bool] | None = None,
+                     allow_empty: bool = False) -> list[tuple[str, int]]:
+        valid = is_valid_file or (lambda p: p.lower().endswith(tuple(extensions or ())))
+        return [(path, idx) for cls, idx in sorted(class_to_idx.items())
+                for path in self.walk.images(os.path.join(directory, cls), valid)]
+
+
+def _class_dirs(folder: Path) -> list[Path]:
+    return [d for d in folder.iterdir() if d.is_dir()]
+
+
+def _warn_empty(data: ImageFolder, folder: Path) -> None:
+    """A class folder without images is named: the network would learn a class it never saw."""
+    counts = np.bincount(np.asarray(data.targets, dtype=np.int64), minlength=len(data.classes))
+    for c in (c for c, n in zip(data.classes, counts) if n == 0 and not c.startswith(".")):
+        log.warning("imagefolder: the class folder %s holds no image (%s): a class with no example",
+                    folder / c, ", ".join(IMG_EXTENSIONS))
+
+
 @register_dataset("imagefolder")
 def _imagefolder(s: DataSettings) -> _Files:
     if not s.root:
@@ -134,24 +221,31 @@ def _imagefolder(s: DataSettings) -> _Files:
     val_dir = next((root / v for v in ("val", "validation") if (root / v).is_dir()), None)
     split_dirs = (root / "train").is_dir() and val_dir is not None
     tr_dir = root / "train" if split_dirs else root
-    classes = sorted(d.name for d in tr_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
-    n_images = sum(1 for c in classes for p in (tr_dir / c).rglob("*") if p.suffix.lower() in _IMAGE_EXTS)
-    if len(classes) < 2 or not n_images:
+    test_dir = root / "test" if split_dirs and (root / "test").is_dir() else None  # the user's own test split
+    splits = [d for d in (tr_dir, val_dir if split_dirs else None, test_dir) if d is not None]
+    walk = FolderWalk([root, *splits, *(c for d in splits for c in _class_dirs(d))])
+    classes = sorted(d.name for d in _class_dirs(tr_dir) if not d.name.startswith("."))
+    train = _ImageFolder(tr_dir, walk)
+    if len(classes) < 2 or not train.samples:
         raise DatasetNotFoundError(
-            f"imagefolder: found {len(classes)} class folder(s) and {n_images} images ({', '.join(_IMAGE_EXTS)}) "
-            f"in {tr_dir}; expected at least two class folders of images: root/<class>/*.png"
+            f"imagefolder: found {len(classes)} class folder(s) and {len(train.samples)} images "
+            f"({', '.join(IMG_EXTENSIONS)}) in {tr_dir}; expected at least two class folders of images: "
+            f"root/<class>/*.png"
         )
-    train = ImageFolder(str(tr_dir), allow_empty=True)
+    _warn_empty(train, tr_dir)
     val = None
     if split_dirs:
-        val = ImageFolder(str(val_dir), allow_empty=True)
+        val = _ImageFolder(val_dir, walk)
         if val.classes != train.classes:
             raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {val_dir} has {val.classes}")
     test = None
-    if split_dirs and (root / "test").is_dir():  # root/train, root/val and root/test: the user's own test split
-        test = ImageFolder(str(root / "test"), allow_empty=True)
+    if test_dir is not None:
+        test = _ImageFolder(test_dir, walk)
         if test.classes != train.classes:
-            raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {root / 'test'} has {test.classes}")
+            raise ValueError(f"imagefolder: {tr_dir} has classes {train.classes} but {test_dir} has {test.classes}")
+    if walk.again:
+        log.warning("imagefolder: %d file(s) reached again through links were listed once (the first: %s)",
+                    len(walk.again), walk.again[0])
 
     mean, std = ((0.5,), (0.5,)) if channels == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
     return _Files(train, val, test, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))

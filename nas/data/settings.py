@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nas._checks import check_resolution
 from nas.data.datasets import dataset_names
 
 __all__ = ["AUGMENTS", "DataSettings"]
@@ -58,6 +59,7 @@ class DataSettings:
         if self.name not in dataset_names():
             raise ValueError(f"data.name: unknown dataset {self.name!r}; valid datasets: {', '.join(dataset_names())}")
         _pos_int("data.resolution", self.resolution)
+        check_resolution("data.resolution", self.resolution)
         if self.channels is not None and self.channels not in (1, 3):
             raise ValueError(f"data.channels must be 1, 3 or null, got {self.channels!r}")
         if not isinstance(self.val_fraction, (int, float)) or not 0 < self.val_fraction < 1:

@@ -36,7 +36,7 @@ from nas._io import atomic_write_bytes
 from nas.data import Dataset
 from nas.export import litert
 from nas.export.onnx import export_onnx
-from nas.export.verify import batch1, eval_split
+from nas.export.verify import batch1, check_finite_outputs, eval_split
 
 __all__ = ["EDGE_FORMATS", "OPENVINO_CONFIG", "SUFFIXES", "openvino_compile", "openvino_model", "pte_bytes", "pte_method",
            "verify_file", "write_file", "write_openvino"]
@@ -216,6 +216,9 @@ def verify_file(fmt: str, path: Path, model: nn.Module, in_shape: tuple[int, int
     Returns:
         ``samples``, ``inputs``, ``max_abs_diff``, ``top1_agreement``, ``against``, and ``accuracy``
         when ``data`` has labels.
+
+    Raises:
+        ValueError: outputs that are not all finite (``nas.export.verify.check_finite_outputs``).
     """
     if data is not None:
         pairs = list(batch1(data, eval_split(data), samples))
@@ -226,6 +229,7 @@ def verify_file(fmt: str, path: Path, model: nn.Module, in_shape: tuple[int, int
     out = _outputs(fmt, path, xs)
     with torch.no_grad():
         ref = np.concatenate([model(torch.from_numpy(x)).numpy() for x in xs])
+    check_finite_outputs(ref, out, runtime=fmt)
     rec: dict[str, Any] = {"samples": len(xs), "inputs": f"{eval_split(data)} images" if data is not None else
                            "random inputs", "max_abs_diff": float(np.abs(ref - out).max()),
                            "top1_agreement": float((ref.argmax(1) == out.argmax(1)).mean()),

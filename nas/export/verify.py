@@ -13,7 +13,8 @@ from torch import nn
 from nas.data import Dataset
 from nas.export.onnx import ort_session
 
-__all__ = ["batch1", "calibration_inputs", "eval_split", "onnx_accuracy", "scored_images", "split_note", "verify_onnx"]
+__all__ = ["batch1", "calibration_inputs", "check_finite_outputs", "eval_split", "onnx_accuracy", "scored_images",
+           "split_note", "verify_onnx"]
 
 
 def eval_split(data: Dataset) -> str:
@@ -66,6 +67,18 @@ def calibration_inputs(data: Dataset, n: int, *, seed: int) -> list[np.ndarray]:
     return [x[i: i + 1].numpy() for i in range(len(x))]
 
 
+def check_finite_outputs(ref: np.ndarray, got: np.ndarray, *, runtime: str) -> None:
+    """Refuse (``ValueError``) outputs of the torch model (``ref``) or of the exported one run by ``runtime``
+    (``got``) that are not all finite: NaN compares as no difference at all, and such a network gives no
+    answer on the device."""
+    for who, out in (("the torch model", ref), (f"the exported model ({runtime})", got)):
+        bad = int((~np.isfinite(out.reshape(len(out), -1))).any(axis=1).sum())
+        if bad:
+            raise ValueError(f"{who} gives NaN or infinite outputs on {bad} of {len(out)} inputs, so the export "
+                             f"cannot be verified and would give no answer on the device; train the network again "
+                             f"(a lower train.lr), or export an earlier checkpoint")
+
+
 def verify_onnx(onnx: bytes, model: nn.Module, in_shape: tuple[int, int, int], *, data: Dataset | None,
                 samples: int, is_qat: bool) -> dict[str, Any]:
     """Compare an ONNX model run by onnxruntime with the torch model it was exported from.
@@ -81,6 +94,10 @@ def verify_onnx(onnx: bytes, model: nn.Module, in_shape: tuple[int, int, int], *
     Returns:
         ``samples``, ``inputs``, ``max_abs_diff``, ``top1_agreement``, ``against``, and
         ``onnx_accuracy`` when ``data`` has labels.
+
+    Raises:
+        ValueError: the torch model's or the ONNX model's outputs are not all finite (NaN or infinite):
+            nothing to verify against, and nothing worth deploying.
     """
     if data is not None:
         pairs = list(batch1(data, eval_split(data), samples))
@@ -94,6 +111,7 @@ def verify_onnx(onnx: bytes, model: nn.Module, in_shape: tuple[int, int, int], *
     with torch.no_grad():
         ref = np.concatenate([model(torch.from_numpy(x)).numpy() for x in xs])
     got = np.concatenate([sess.run(None, {name: x})[0] for x in xs])
+    check_finite_outputs(ref, got, runtime="onnxruntime")
     verify: dict[str, Any] = {"samples": len(xs),
                               "inputs": f"{eval_split(data)} images" if data is not None else "random inputs",
                               "max_abs_diff": float(np.abs(ref - got).max()),

@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from nas._io import atomic_write_text, file_lock
+from nas._yaml import load_yaml
 from nas.latency.device import device_identity
 from nas.latency.roofline import measure_peaks
 from nas.resources import user_home
@@ -119,7 +120,7 @@ def _device_of(path: Path) -> dict[str, Any] | None:
     """The ``device`` a target file at ``path`` records, or None when it cannot be read (an unreadable
     file is not this machine's: a new name is made beside it)."""
     try:
-        return yaml.safe_load(path.read_text()).get("device") or {}
+        return load_yaml(path).get("device") or {}
     except Exception:
         return None
 

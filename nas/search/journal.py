@@ -27,6 +27,7 @@ from filelock import FileLock
 from optuna.storages import JournalStorage
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend
 from optuna.storages.journal._file import BaseJournalFileLock  # the documented base, not re-exported
+from optuna.storages.journal._storage import JournalOperation  # the op codes Optuna replays, not re-exported
 
 from nas._io import atomic_write_bytes, lock_path
 
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 # Optuna's own file locks use "<journal>.lock" (a symlink or a plain file, left behind by a killed
 # holder); ours is a different file so such leftovers never matter.
 LOCK_SUFFIX = ".flock"
-_ID_CREATING_OPS = {0, 4}  # JournalOperation.CREATE_STUDY, CREATE_TRIAL: later records count them
+_ID_CREATING_OPS = {JournalOperation.CREATE_STUDY, JournalOperation.CREATE_TRIAL}  # later records count them
+_OP_CODES = frozenset(int(op) for op in JournalOperation)
 _OP_CODE = re.compile(rb'^\s*\{\s*"op_code"\s*:\s*(\d+)')
 _RECORD_START = re.compile(rb'\{\s*"op_code"\s*:')
 
@@ -99,11 +101,27 @@ class _Line:
 
 
 def _parse(raw: bytes) -> dict | None:
+    """The journal record on a line, else None."""
+    return _record(raw)[0]
+
+
+def _record(raw: bytes) -> tuple[dict | None, str]:
+    """``(record, "")`` for a line holding an Optuna journal record, else ``(None, what it is instead)``."""
     try:
         rec = json.loads(raw)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError
-        return None
-    return rec if isinstance(rec, dict) else None
+        return None, "not a valid JSON record"
+    if not isinstance(rec, dict):
+        return None, f"valid JSON but not an Optuna journal record (a {type(rec).__name__}, not an object)"
+    op = rec.get("op_code")
+    if isinstance(op, bool) or not isinstance(op, int):
+        return None, "valid JSON but not an Optuna journal record (no integer op_code)"
+    if op not in _OP_CODES:
+        return None, (f"valid JSON but not an Optuna journal record (unknown op_code {op}; Optuna "
+                      f"{optuna.__version__} knows {min(_OP_CODES)}..{max(_OP_CODES)})")
+    if not isinstance(rec.get("worker_id"), str):
+        return None, "valid JSON but not an Optuna journal record (no worker_id)"
+    return rec, ""
 
 
 def _lines(data: bytes) -> Iterator[_Line]:
@@ -113,14 +131,13 @@ def _lines(data: bytes) -> Iterator[_Line]:
             line.problem = "the last line is cut off (no newline: a write was interrupted by a crash or a full disk)"
             if _parse(raw) is not None:  # complete but for its newline
                 line.salvaged = raw + b"\n"
-        elif (rec := _parse(raw)) is not None:
-            line.record = rec
         else:
-            line.problem = "not a valid JSON record"
-            for m in _RECORD_START.finditer(raw, 1):  # a record appended onto a torn one
-                if _parse(raw[m.start():]) is not None:
-                    line.salvaged = raw[m.start():]
-                    break
+            line.record, line.problem = _record(raw)
+            if line.record is None:
+                for m in _RECORD_START.finditer(raw, 1):  # a record appended onto a torn one
+                    if _parse(raw[m.start():]) is not None:
+                        line.salvaged = raw[m.start():]
+                        break
         yield line
 
 
@@ -185,17 +202,23 @@ class RepairReport:
     intact: bool = True
     kept: int = 0  # records in the repaired journal
     dropped: list[int] = field(default_factory=list)  # damaged line numbers
+    problems: dict[int, str] = field(default_factory=dict)  # damaged line number -> what is wrong with it
     salvaged: int = 0  # whole records recovered from damaged lines
-    prefix_only: bool = False  # kept only the records before the first damaged line
+    prefix_only: bool = False  # kept only the records before the first damaged line (``keep_prefix``)
     prefix_dropped: int = 0  # intact records dropped by that fallback
     reason: str = ""  # why the fallback
     backup: Path | None = None
     studies: dict[str, Counter] = field(default_factory=dict)
 
 
-def _plan(lines: list[_Line], report: RepairReport) -> list[bytes]:
+def _plan(lines: list[_Line], report: RepairReport, *, keep_prefix: bool) -> list[bytes]:
     """The lines of the repaired journal: every intact record, unless dropping a damaged line could
-    shift the ids of later studies or trials; then the intact prefix before the first damage."""
+    shift the ids of later studies or trials; then (``keep_prefix`` only) the intact prefix before
+    the first damage.
+
+    Raises:
+        ValueError: only the prefix could be kept and ``keep_prefix`` is false.
+    """
     keep: list[bytes] = []
     first_bad = next(i for i, ln in enumerate(lines) if ln.problem)
     for i, ln in enumerate(lines):
@@ -203,6 +226,7 @@ def _plan(lines: list[_Line], report: RepairReport) -> list[bytes]:
             keep.append(ln.raw)
             continue
         report.dropped.append(ln.number)
+        report.problems[ln.number] = ln.problem
         if ln.salvaged is not None:
             keep.append(ln.salvaged)
             report.salvaged += 1
@@ -211,24 +235,50 @@ def _plan(lines: list[_Line], report: RepairReport) -> list[bytes]:
         if not ln.torn and later and (m is None or int(m.group(1)) in _ID_CREATING_OPS):
             report.reason = (f"line {ln.number} may have created a study or trial, so later records could point "
                              f"at the wrong trial without it")
+    if not report.reason:
+        try:
+            report.studies = study_counts(_RecordsBackend([json.loads(r) for r in keep]))
+        except Exception as e:  # any replay failure: fall back to what was certainly consistent
+            report.reason = f"Optuna could not replay the repaired records ({type(e).__name__}: {e})"
     if report.reason:
-        return _prefix(lines, first_bad, report)
-    try:
-        report.studies = study_counts(_RecordsBackend([json.loads(r) for r in keep]))
-    except Exception as e:  # any replay failure: fall back to what was certainly consistent
-        report.reason = f"Optuna could not replay the repaired records ({type(e).__name__}: {e})"
-        return _prefix(lines, first_bad, report)
+        return _prefix(lines, first_bad, report, keep_prefix=keep_prefix)
     return keep
 
 
-def _prefix(lines: list[_Line], first_bad: int, report: RepairReport) -> list[bytes]:
+def _prefix(lines: list[_Line], first_bad: int, report: RepairReport, *, keep_prefix: bool) -> list[bytes]:
     keep = [ln.raw for ln in lines[:first_bad]]
+    dropped = sum(ln.record is not None or ln.salvaged is not None for ln in lines[first_bad + 1:])
+    if not keep_prefix and dropped:
+        raise ValueError(f"{report.path}: {report.reason}; keeping only the {len(keep)} record(s) before line "
+                         f"{lines[first_bad].number} would drop {dropped} intact record(s) after it, so nothing was "
+                         f"changed. To do that all the same (the original is backed up; the dropped trials run again "
+                         f"on resume), add --keep-prefix")
     report.prefix_only = True
-    report.prefix_dropped = sum(ln.record is not None or ln.salvaged is not None for ln in lines[first_bad + 1:])
+    report.prefix_dropped = dropped
     report.salvaged = 0
     report.dropped = [ln.number for ln in lines[first_bad:] if ln.problem]
+    report.problems = {ln.number: ln.problem for ln in lines[first_bad:] if ln.problem}
     report.studies = study_counts(_RecordsBackend([json.loads(r) for r in keep]))
     return keep
+
+
+def _refuse_not_a_journal(p: Path, lines: list[_Line]) -> None:
+    """Refuse (``ValueError``, nothing changed) a file none of whose lines is an Optuna journal record:
+    a CSV, a text file, a run's pareto.json hold no study to repair, and dropping their lines would empty them."""
+    if any(ln.record is not None or ln.salvaged is not None for ln in lines):
+        return
+    first = lines[0]
+    raise ValueError(f"{p} is not an Optuna study journal: none of its {len(lines)} line(s) is a journal record "
+                     f"(line 1: {first.problem}); nothing was changed. Give a search run folder or its "
+                     f"study.journal (or the storage=<path>.journal file of a search)")
+
+
+def _refuse_losing_records(p: Path, lines: list[_Line], repaired: bytes) -> None:
+    """Refuse (``ValueError``, nothing changed) to replace ``p`` with fewer bytes than its intact records hold."""
+    intact = sum(len(ln.raw) for ln in lines if ln.record is not None)
+    if len(repaired) < intact:
+        raise ValueError(f"the repair of {p} would keep {len(repaired)} bytes, fewer than its intact records hold "
+                         f"({intact} bytes); nothing was changed")
 
 
 def _backup_path(p: Path) -> Path:
@@ -271,36 +321,51 @@ def _write_or_undo(p: Path, what: str, write: Callable[[], Any], backup: Path) -
                          f"it again (the journal is as it was)") from None
 
 
-def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
+def repair_journal(path: str | Path, *, dry_run: bool = False, keep_prefix: bool = False) -> RepairReport:
     """Rewrite the journal at ``path`` without its damaged lines, keeping every intact record.
 
     Under the journal's lock (so no worker appends meanwhile): back the original up as
     ``<file>.damaged-<timestamp>``, write the repaired file atomically, and check that Optuna
     replays it.  ``dry_run``: report what would be done, write nothing.  An intact journal is
-    left as it is.
+    left as it is.  A damaged line is one that is not a whole Optuna journal record: torn, not JSON,
+    or JSON that Optuna does not replay (an unknown ``op_code``).
+
+    Args:
+        path: the journal file.
+        dry_run: report only.
+        keep_prefix: when a damaged line may have created a study or trial (dropping it alone could
+            attach later records to the wrong trial), keep only the records before it; without it,
+            such a repair is refused.
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the disk has no room for the backup and the repaired copy (checked first), a write
-            failed (what was written is removed; the journal is as it was), or the repaired journal
-            does not replay (the original is put back).
+        ValueError: the file holds no journal record (not a journal), only the records before the first
+            damage could be kept and ``keep_prefix`` is false, Optuna cannot replay an undamaged journal,
+            the disk has no room for the backup and the repaired copy (checked first), a write failed
+            (what was written is removed; the journal is as it was), or the repaired journal does not
+            replay (the original is put back).  In each case the file is as it was.
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no journal file at {p}")
     report = RepairReport(p)
+    lines = list(_lines(p.read_bytes()))
+    if lines:  # before the lock, whose file would be made beside it
+        _refuse_not_a_journal(p, lines)
     with JournalFileLock(p):
         lines = list(_lines(p.read_bytes()))
         if not any(ln.problem for ln in lines):
             report.kept = len(lines)
-            report.studies = study_counts(JournalFileBackend(str(p), lock_obj=JournalFileLock(p)))
+            report.studies = _replayed(p)
             return report
         report.intact = False
-        keep = _plan(lines, report)
+        keep = _plan(lines, report, keep_prefix=keep_prefix)
         report.kept = len(keep)
+        repaired = b"".join(keep)
+        if not keep_prefix:
+            _refuse_losing_records(p, lines, repaired)
         if dry_run:
             return report
-        repaired = b"".join(keep)
         _check_space(p, len(repaired))
         report.backup = _backup_path(p)
         _write_or_undo(p, f"the backup {report.backup.name}", lambda: shutil.copy2(p, report.backup), report.backup)
@@ -313,3 +378,12 @@ def repair_journal(path: str | Path, *, dry_run: bool = False) -> RepairReport:
                              f"the original is back in place") from None
     log.info("repaired %s: kept %d records, dropped lines %s", p, report.kept, report.dropped)
     return report
+
+
+def _replayed(p: Path) -> dict[str, Counter]:
+    """``study_counts`` of an undamaged journal; a ``ValueError`` (nothing changed) when Optuna cannot replay it."""
+    try:
+        return study_counts(JournalFileBackend(str(p), lock_obj=JournalFileLock(p)))
+    except Exception as e:
+        raise ValueError(f"{p}: every line is a journal record, but Optuna cannot replay them ({type(e).__name__}: "
+                         f"{e}); nothing was changed. Restore the journal from a backup") from None

@@ -49,9 +49,9 @@ from typing import Any
 
 import optuna
 import torch
-from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
+from nas._yaml import load_yaml_config
 from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.data import Dataset, adapt_arch
@@ -104,7 +104,7 @@ class TrialOutcome:
 
 def _space_digest(space: SearchSpace) -> str:
     try:
-        data: Any = OmegaConf.to_container(OmegaConf.load(space.source), resolve=True)
+        data: Any = load_yaml_config(space.source)
     except Exception:  # not a file (built in code): the parameter encoding is what we have
         data = {k: list(v) for k, v in space.param_choices().items()}
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -31,19 +31,22 @@ from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
 from nas.search.uncertainty import Baseline, add_intervals, baseline_to_beat, noise_neighbours, uncertainty_record
 
-__all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "trial_records", "write_outputs"]
+__all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "short_how", "trial_records",
+           "write_outputs"]
 
 NOT_RUN = ("duplicate", "surplus")  # statuses of trials asked but never run: not in the trial totals
 # latency_how, for a table column
 SHORT_HOW = {"measured": "predicted (table)", "estimated": "ESTIMATE (roofline)", "rehearsal": "REHEARSAL (table)"}
 
 
-def latency_how(lat: Mapping[str, Any]) -> str | None:
+def latency_how(lat: Mapping[str, Any], *, extrapolation: bool = True) -> str | None:
     """How a stored latency figure was obtained, in the words every output uses (``Prediction.how``).
 
     Args:
         lat: a prediction as stored (``Prediction.to_dict()``: a trial's ``latency`` attribute), or
             at least its ``source`` and ``device``.
+        extrapolation: append ``; EXTRAPOLATED: <why>`` when the network lies outside what the
+            prediction was fitted on (``Prediction.outside``).
 
     Returns:
         ``predicted from a measured table (<device>)``, ``estimated (roofline, <device>)`` or a
@@ -51,10 +54,17 @@ def latency_how(lat: Mapping[str, Any]) -> str | None:
         known source.
     """
     try:
-        return Prediction(float(lat.get("ms") or 0.0), str(lat["source"]), str(lat.get("device") or ""),
-                          rehearsal=str(lat.get("rehearsal") or "")).how
+        how = Prediction(float(lat.get("ms") or 0.0), str(lat["source"]), str(lat.get("device") or ""),
+                         rehearsal=str(lat.get("rehearsal") or "")).how
     except (KeyError, TypeError, ValueError):
         return None
+    return f"{how}; EXTRAPOLATED: {lat['outside']}" if extrapolation and lat.get("outside") else how
+
+
+def short_how(lat: Mapping[str, Any]) -> str:
+    """A stored latency's source in a table column's words (``SHORT_HOW``), ``EXTRAPOLATED`` added when it is."""
+    short = SHORT_HOW.get(str(lat.get("source")), str(lat.get("source")))
+    return f"{short}, EXTRAPOLATED" if lat.get("outside") else short
 
 
 def trial_records(study: optuna.Study, *, images: int | None = None) -> list[dict[str, Any]]:
@@ -250,7 +260,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         target = rec.get("target") or {}
         title = (f"{rec.get('search_space', {}).get('name', '?')} on {(rec.get('data') or {}).get('name', '?')} "
                  f"for {target.get('name', '?')} ({(target.get('device') or {}).get('name', '?')})")
-        how = next((r["latency_how"] for r in records if r["latency_how"]), None)
+        how = next((h for r in records if (h := latency_how(r["_latency"], extrapolation=False))), None)
         paths["pareto_png"] = plot_pareto(records, front, run_dir / "pareto.png", metric=metric, latency_budget_ms=budget,
                                           title=title, source=rec.get("latency_source", "measured"), how=how,
                                           ties=ties, baseline=baseline)

@@ -7,25 +7,37 @@ study beside the first and overwrite its ``pareto.json``, ``trials.csv`` and ``p
 start is refused before anything is written, with the command that starts it in a new folder.
 
 Run dirs made before ``run.json`` existed are recognised by the studies in their ``study.journal``.
+
+Starting in a new (empty) folder is atomic: ``starting_in`` holds the folder's start lock (beside it,
+in its parent's hidden ``.locks/``) while that start prepares it, so a second start in the same folder
+waits until the first has claimed it (``run.json``) or given up; only a start that found the folder
+empty, alone in it under that lock, removes what it wrote when it fails.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nas._io import atomic_write_json, file_lock
+from filelock import FileLock, Timeout
+
+from nas._io import LOCK_DIR, atomic_write_json, file_lock, lock_path
 from nas.search.journal import study_names
 
-__all__ = ["RUN_FILE", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir", "new_run_command",
-           "read_owner"]
+__all__ = ["RUN_FILE", "SEARCH_WORK", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir",
+           "new_run_command", "read_owner", "starting_in"]
 
 RUN_FILE = "run.json"
+#: What a running search marks its run dir with (``nas._io.working``), one mark per worker: nas.train waits for them.
+SEARCH_WORK = "search"
 SCHEMA = "hwnas.run"
 
 
@@ -115,3 +127,74 @@ def claim_run_dir(run_dir: str | Path, *, study: str, storage_desc: str,
         if not p.is_file():
             cmd = "python -m nas.search " + " ".join(shlex.quote(a) for a in command) if command is not None else None
             atomic_write_json(p, RunOwner(study, storage_label(storage_desc, run_dir), cmd).to_dict())
+
+
+def _start_lock(run_dir: Path) -> tuple[Path, bool]:
+    """The file that locks starts in ``run_dir``, and whether it lies inside it: beside the folder (its
+    parent's ``.locks/``), so a failed start removes the folder whole; inside it where the parent is
+    not writable."""
+    try:
+        return lock_path(run_dir, ".start.lock"), False
+    except OSError:
+        return lock_path(run_dir / RUN_FILE, ".start.lock"), True
+
+
+def _is_new(run_dir: Path, inside: bool) -> bool:
+    return not run_dir.is_dir() or not any(p for p in run_dir.iterdir() if not (inside and p.name == LOCK_DIR))
+
+
+def _remove_new(run_dir: Path, inside: bool) -> None:
+    """What a failed start wrote in a folder it found new: the folder (or, with the lock inside it, all but the lock)."""
+    if not inside:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for p in run_dir.iterdir():
+        if p.name == LOCK_DIR:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+@contextmanager
+def starting_in(run_dir: str | Path, *, say: Callable[[str], None] | None = None) -> Iterator[bool]:
+    """Start a search in ``run_dir``: yield whether the folder is new (missing or empty).
+
+    A new folder's start holds the folder's start lock until the block ends, so no other start
+    prepares it meanwhile; a start that finds the lock held waits (saying so once through ``say``)
+    and then looks again: the folder is claimed (another search's ``run.json``), or new again (that
+    start failed and removed what it wrote).  When the block raises in a new folder, what this start
+    wrote there is removed; a folder that was not new is never touched.
+
+    Args:
+        run_dir: the run dir.
+        say: where the waiting message goes (default: standard error).
+
+    Yields:
+        Whether the folder is new to this start.
+    """
+    run_dir = Path(run_dir)
+    lock_file, inside = _start_lock(run_dir)
+    lock = FileLock(str(lock_file), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
+            f"waiting: another search is starting in {run_dir}; this one goes on when that one has claimed the "
+            f"folder or given up")
+        lock = FileLock(str(lock_file), timeout=-1)
+        lock.acquire()
+    try:
+        new = _is_new(run_dir, inside)
+        if not new:
+            lock.release()  # a claimed folder is never removed: starts in it need not wait for each other
+        try:
+            yield new
+        except BaseException:
+            if new:
+                _remove_new(run_dir, inside)
+            raise
+    finally:
+        if lock.is_locked:
+            lock.release()

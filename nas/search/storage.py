@@ -23,8 +23,8 @@ from optuna.trial import TrialState
 from nas._io import lock_path, pid_alive
 from nas.search.journal import JournalFileLock, check_journal
 
-__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
-           "rdb_storage", "redact_url", "storage_description"]
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_file", "journal_storage", "make_storage",
+           "open_study", "rdb_storage", "redact_url", "storage_description"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,15 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
     return journal_storage(p)
 
 
+def journal_file(spec: str | None, *, run_dir: str | Path) -> Path | None:
+    """The journal file ``make_storage(spec)`` would open, without opening it; None for a storage URL."""
+    if not spec:
+        return Path(run_dir) / "study.journal"
+    if "://" in spec:
+        return None
+    return Path(spec).expanduser()
+
+
 def storage_description(spec: str | None, *, run_dir: str | Path) -> str:
     """What ``make_storage(spec)`` would describe, without opening or creating anything (a URL's
     password masked)."""
@@ -75,7 +84,12 @@ def journal_storage(path: Path) -> tuple[optuna.storages.BaseStorage, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with JournalFileLock(path):  # no append is under way while the file is checked and replayed
         check_journal(path)
-        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileLock(path)))
+        try:
+            storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileLock(path)))
+        except Exception as e:  # records Optuna cannot replay (a field missing): never a traceback
+            raise ValueError(f"study journal {path} cannot be replayed by Optuna ({type(e).__name__}: {e}); nothing "
+                             f"was written to it. Restore it from a backup, or start the search in a new folder "
+                             f"(out=<new folder>)") from None
     return storage, str(path)
 
 

@@ -45,6 +45,7 @@ from nas.latency.base import LatencyModel
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator, make_evaluator
 from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
+from nas.search.journal import check_journal
 from nas.search.objective import WORKER, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.progress import TrialProgress
 from nas.search.pruners import make_pruner, pruner_names
@@ -61,6 +62,7 @@ from nas.search.samplers import (
 from nas.search.storage import (
     STUDY_ATTR,
     fail_stale_trials,
+    journal_file,
     make_storage,
     open_study,
     storage_description,
@@ -396,7 +398,7 @@ def prepare_search(
         data = DataSettings.from_dict(dict(data))
     run_dir = Path(run_dir)
     name = study_name or default_study_name(space=space.name, data=data.name, target=target.name)
-    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
+    _check_run_dir(run_dir, name, storage, command)
     ds = data if isinstance(data, Dataset) else load_data(data)
     ev.check(space, ds)
     if latency is None:
@@ -405,6 +407,14 @@ def prepare_search(
                             train_seed=seed, pruner=prn)
     return _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed,
                         given=latency_budget_given)
+
+
+def _check_run_dir(run_dir: Path, name: str, storage: str | None, command: Sequence[str] | None) -> None:
+    """Refuse, before the data loads, a run dir of another study (``check_run_dir``) and a damaged journal."""
+    check_run_dir(run_dir, study=name, storage_desc=storage_description(storage, run_dir=run_dir), command=command)
+    journal = journal_file(storage, run_dir=run_dir)
+    if journal is not None and journal.is_file():
+        check_journal(journal)
 
 
 def _open_search(problem: SearchProblem, sampler: optuna.samplers.BaseSampler, *, name: str, storage: str | None,

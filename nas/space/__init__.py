@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from nas._space_yaml import LIMITS_DOC, STAGE_KINDS, SpaceError, StageSpec, parse_space
+from nas._yaml import YamlError, load_yaml_config
 from nas.arch import (
     SE,
     Arch,
@@ -71,6 +71,7 @@ from nas.resources import spaces_dir
 
 __all__ = [
     "MAX_PARAMS",
+    "MAX_PEAK_ACTIVATION_BYTES",
     "SPACES_DIR",
     "SearchSpace",
     "SpaceError",
@@ -84,6 +85,7 @@ __all__ = [
 
 SPACES_DIR = spaces_dir()
 MAX_PARAMS = 1_000_000_000  # weights of a space's largest architecture (4 GB in fp32)
+MAX_PEAK_ACTIVATION_BYTES = 16 << 30  # a space's largest architecture's peak activation memory at batch 1 (fp32)
 
 
 def make_divisible(v: float, divisor: int) -> int:
@@ -139,10 +141,15 @@ class SearchSpace:
         self._final_hw = p.final_hw
         self._choices = self._param_choices()
         self.config: dict[str, Any] = copy.deepcopy(config)  # as loaded: rebuilds the space (SearchSpace(config))
-        params = arch_cost(self.largest()).params
-        if params > MAX_PARAMS:
-            raise SpaceError(f"{source}: its largest architecture has {params:.3g} weights, more than the limit of "
-                             f"{MAX_PARAMS:.3g}; narrow its widths or lower its depths ({LIMITS_DOC})")
+        cost = arch_cost(self.largest())
+        if cost.params > MAX_PARAMS:
+            raise SpaceError(f"{source}: its largest architecture has {cost.params:.3g} weights, more than the limit "
+                             f"of {MAX_PARAMS:.3g}; narrow its widths or lower its depths ({LIMITS_DOC})")
+        if cost.peak_activation_bytes > MAX_PEAK_ACTIVATION_BYTES:
+            raise SpaceError(f"{source}: its largest architecture needs {cost.peak_activation_bytes / 2**30:.3g} GiB of "
+                             f"activations at once (batch 1, fp32, at {self.resolution}x{self.resolution}), more than "
+                             f"the limit of {MAX_PEAK_ACTIVATION_BYTES >> 30} GiB; lower input.resolution or narrow its "
+                             f"widths ({LIMITS_DOC})")
 
     def digest(self) -> str:
         """A stable identity of the space's definition.
@@ -441,7 +448,8 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
 
     Raises:
         SpaceError: The name is unknown (the message lists the shipped ones), the file does not
-            exist or is not valid YAML, or the space is malformed or beyond a limit.
+            exist or is not valid YAML (or stands for more values than ``nas._yaml`` reads: an alias
+            bomb), or the space is malformed or beyond a limit.
 
     Example:
         >>> from nas import load_space
@@ -458,10 +466,10 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
             )
     if not p.is_file():
         raise SpaceError(f"search space file not found: {p}")
-    try:
-        cfg = OmegaConf.to_container(OmegaConf.load(p), resolve=True)
-    except Exception as e:  # yaml or interpolation errors
-        raise SpaceError(f"{p}: cannot parse YAML: {e}") from None
+    try:  # bounded before anything expands it (an alias bomb is refused in milliseconds)
+        cfg = load_yaml_config(p)
+    except YamlError as e:  # yaml or interpolation errors, a file beyond the bounds
+        raise SpaceError(str(e)) from None
     return SearchSpace(cfg, source=str(p))  # type: ignore[arg-type]
 
 

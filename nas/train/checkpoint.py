@@ -19,19 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
 from nas._io import atomic_write_bytes
+from nas._yaml import load_yaml
 from nas.arch import Arch
 from nas.builder import build, state_dict_diff
 from nas.compress.qat import prepare_qat
 from nas.compress.quant_settings import QuantSettings
 from nas.target import Target
 
-__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "DATA_FREE", "arch_differences", "checkpoint_data_settings",
-           "checkpoint_target", "diff_messages", "load_arch_file", "load_checkpoint", "load_state",
-           "model_from_checkpoint", "read_torch_file", "resume_meta", "save_checkpoint"]
+__all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "DATA_FREE", "arch_differences", "check_finite",
+           "checkpoint_data_settings", "checkpoint_target", "diff_messages", "load_arch_file", "load_checkpoint",
+           "load_state", "model_from_checkpoint", "read_torch_file", "resume_meta", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
 CKPT_VERSION = 1
@@ -153,11 +153,23 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) 
     model.load_state_dict(state, strict=True)
 
 
+def check_finite(state: Mapping[str, Any], where: str) -> None:
+    """Refuse (``ValueError``) weights holding NaN or infinite values: a diverged training, nothing to deploy."""
+    floats = {k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    bad = [k for k, v in floats.items() if not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ValueError(f"{where}: {len(bad)} of its {len(floats)} weight tensors hold NaN or infinite values "
+                         f"(first: {bad[0]}): the training diverged, and a network with such weights gives no "
+                         f"answer worth deploying; train it again (a lower train.lr), or use an earlier checkpoint")
+
+
 def model_from_checkpoint(ckpt: Mapping[str, Any], arch: Arch, *, where: str = "checkpoint") -> nn.Module:
-    """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``."""
+    """The float ``ArchNet`` or ``QATNet`` a checkpoint holds, checked against ``arch``; weights that are
+    not all finite are refused (``check_finite``)."""
     if ckpt.get("arch") is not None and Arch.from_dict(ckpt["arch"]) != arch:
         diff = arch_differences(ckpt["arch"], arch.to_dict(), now="in the Arch given")
         raise ValueError(f"{where} was trained for another Arch ({diff}); give the Arch it was trained with")
+    check_finite(ckpt["model"], where)
     model: nn.Module = build(arch)
     if ckpt.get("qat"):
         model = prepare_qat(model, QuantSettings(**ckpt["qat"]))
@@ -177,15 +189,13 @@ def load_arch_file(path: str | Path) -> Arch:
     if not p.is_file():
         raise FileNotFoundError(f"arch={path}: no such file; give one of {ARCH_FILES} from the model's folder, "
                                 f"or leave arch out to use the Arch the checkpoint records")
-    text = p.read_text()
-    try:
-        if p.suffix.lower() in (".yaml", ".yml"):
-            doc = yaml.safe_load(text)
-        else:
-            doc = json.loads(text)
-    except Exception as e:
-        raise ValueError(f"arch={path}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} "
-                         f"({e})") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        doc = load_yaml(p, what=f"arch={path}")  # bounded before anything expands it
+    else:
+        try:
+            doc = json.loads(p.read_text())
+        except Exception as e:
+            raise ValueError(f"arch={path}: not valid JSON ({e})") from None
     if isinstance(doc, Mapping) and isinstance(doc.get("arch"), Mapping) and "blocks" not in doc:
         doc = doc["arch"]
     if not isinstance(doc, Mapping) or "blocks" not in doc:

@@ -73,7 +73,7 @@ from nas.train.deploy_edge import export_model, report_path
 from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
-from nas.train.search_run import SearchRun, load_search_run, model_id, select_entries
+from nas.train.search_run import SearchRun, load_search_run, model_id, search_finished, select_entries
 from nas.train.settings import PipelineSettings
 
 __all__ = ["train_front"]
@@ -368,8 +368,8 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
 
     Args:
         s: the pipeline's settings.
-        wait: another process trains into the same folder: wait for it (``say`` says so) instead of
-            raising ``Busy``.
+        wait: another process trains into the same folder, or a search still writes the run: wait for
+            it (``say`` says so) instead of raising ``Busy``.
         command: this process's command line, named to a second process that finds the lock held.
         say: where the waiting message goes (default: standard error).
 
@@ -378,7 +378,8 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
         variants' accuracy, predicted and measured latency, and the deployment choice.
 
     Raises:
-        nas._io.Busy: another process trains into the same folder and ``wait`` is false.
+        nas._io.Busy: another process trains into the same folder, or a search still writes the run
+            (``nas.train.search_run.search_finished``), and ``wait`` is false.
         ValueError: a run dir that is not a search's, or settings that do not fit it.
 
     Example::
@@ -386,6 +387,7 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
         from nas.train.settings import PipelineSettings
         report = nas.train_front(PipelineSettings(run="runs/search", target=nas.load_target("cpu")))
     """
+    search_finished(s.run, wait=wait, say=say)
     out = Path(s.out or Path(s.run) / "train")
     with exclusive(out, what=f"training into {out}", wait=wait, command=command, say=say):
         return _train_front(s)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from nas._io import Busy, wait_for_workers, workers
+from nas._yaml import load_yaml_config
 from nas.arch import Arch
+from nas.search.rundir import SEARCH_WORK
 
-__all__ = ["SearchRun", "load_search_run", "model_id", "select_entries"]
+__all__ = ["SearchRun", "load_search_run", "model_id", "search_finished", "select_entries"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def load_search_run(run: str | Path) -> SearchRun:
     space = (record.get("search_space") or {}).get("name")
     hydra_cfg = p / ".hydra" / "config.yaml"
     if hydra_cfg.is_file():  # the full data settings (root included) and the space as the user named it
-        cfg = OmegaConf.to_container(OmegaConf.load(hydra_cfg), resolve=False)
+        cfg = load_yaml_config(hydra_cfg, resolve=False)
         if isinstance(cfg, dict):
             if isinstance(cfg.get("data"), dict):
                 data = {**cfg["data"], **data}
@@ -106,3 +109,27 @@ def select_entries(run: SearchRun, select: Any = "all", latency_budget_ms: float
 
 def model_id(index: int, arch: Arch) -> str:
     return f"{index:02d}_{arch.digest()[:8]}"
+
+
+def search_finished(run: str | Path, *, wait: bool = False, say: Callable[[str], None] | None = None) -> None:
+    """Make sure no search still writes the run dir ``run`` (a resumed one would change its front after
+    the networks were chosen): refuse, or with ``wait`` wait for every search in it to end.
+
+    Args:
+        run: the search run dir.
+        wait: wait for the searches to end (saying so once through ``say``) instead of raising ``Busy``.
+        say: where the waiting message goes (default: standard error).
+
+    Raises:
+        nas._io.Busy: a search still writes ``run`` and ``wait`` is false; nothing was trained.
+    """
+    running = workers(run, SEARCH_WORK)
+    if not running:
+        return
+    who = running[0] + (f" and {len(running) - 1} more" if len(running) > 1 else "")
+    if not wait:
+        raise Busy(f"run={run}: a search is still writing it ({who}); its Pareto front is not final, so nothing was "
+                   f"trained: train when the search ends, or add wait=true to start then")
+    (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
+        f"waiting: a search is still writing {run} ({who}); training starts when it ends, on its final front")
+    wait_for_workers(run, SEARCH_WORK)

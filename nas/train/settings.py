@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas._checks import check_number
+from nas._checks import check_number, check_resolution
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
 from nas.data.settings import DataSettings
@@ -276,6 +276,10 @@ class PipelineSettings:
                 object.__setattr__(self, name, _from_mapping(cls, name, v))
             elif not isinstance(v, cls):
                 raise ValueError(f"{name} must be a {cls.__name__} or a dict of its fields, got {type(v).__name__}")
+        if self.train.epochs == 0 and self.supernet is None:
+            raise ValueError("epochs=0: the networks would never be trained, and then be pruned, QAT-trained and "
+                             "exported with their random weights; give epochs=1 or more (or supernet=<ckpt> to "
+                             "start from a supernet's trained weights)")
         if self.latency_budget_ms is not None:
             check_number("latency_budget_ms", self.latency_budget_ms)
         if self.train_samples is not None:
@@ -288,6 +292,6 @@ class PipelineSettings:
                              f"settings it takes only {', '.join('data.' + n for n in TRAIN_DATA_FIELDS)}")
         DataSettings(**dict(self.data))  # each value checked where the data settings are defined
         if self.resolution is not None:
-            check_number("resolution", self.resolution, integer=True)
+            check_resolution("resolution", self.resolution)
         if self.supernet is not None and (not isinstance(self.supernet, str) or not self.supernet):
             raise ValueError(f"supernet must be the path of a supernet checkpoint (supernet.ckpt), got {self.supernet!r}")
