@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import sys
@@ -22,10 +23,21 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 __all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
-           "file_lock", "lock_path", "pid_alive"]
+           "file_lock", "hide_passwords", "lock_path", "pid_alive", "shell_join"]
 
 #: The hidden folder, beside the files they guard, that holds lock and claim files.
 LOCK_DIR = ".locks"
+
+
+# a URL's password: ``scheme://user:<pw>@``, or a query parameter ``?password=<pw>`` (``&passwd=``, ``&pwd=``)
+_USERINFO_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s'\"]*")
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with every URL password in it shown as ``***``: the ``user:password@`` form and the
+    query-parameter form (``?password=``, as libpq, PyMySQL and redis-py accept it)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", text))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import nas.config  # its compose_app (every command's schemas) loads on a config error only
-from nas._io import Busy, shell_join
+from nas._io import Busy, hide_passwords, shell_join
 from nas.cli._help import annotate_help
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
 from nas.machine import OtherProcessorWarning, RuntimeUnavailable
@@ -96,10 +96,13 @@ def _quote_hint(e: BaseException) -> str | None:
     line that shows it quoted, else None."""
     if not isinstance(e, OverrideParseException):
         return None
-    key, eq, value = e.override.partition("=")
+    shown = hide_passwords(e.override)  # never a password on the screen
+    key, eq, value = shown.partition("=")
     why = (str(e.message).strip().splitlines() or ["cannot parse it"])[0].split(":")[0]
     quoted = f"\"{key}='{value}'\"" if eq and "'" not in value else "the value in quotes"
-    return (f"cannot read the option {e.override!r} ({why}); a value with characters other than ASCII letters, "
+    if shown != e.override:
+        quoted += " (with your password in place of ***)"
+    return (f"cannot read the option {shown!r} ({why}); a value with characters other than ASCII letters, "
             f"digits and _-+./: must be quoted for Hydra, inside the shell's quotes: {quoted}")
 
 
@@ -177,8 +180,9 @@ def user_override(arg: str) -> str:
 
 def typed_command(module: str) -> str:
     """This run's command line as the user typed it (``python -m <module>`` and its overrides, with the
-    documented ``conf`` alias), quoted to copy into a shell: for hints that repeat it."""
-    return shell_join(["python", "-m", module, *(user_override(a) for a in sys.argv[1:] if a not in ("-v", "--verbose"))])
+    documented ``conf`` alias, a URL's password masked), quoted to copy into a shell: for hints that repeat it."""
+    args = (hide_passwords(user_override(a)) for a in sys.argv[1:] if a not in VERBOSE_FLAGS)
+    return shell_join(["python", "-m", module, *args])
 
 
 def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:

@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
-from nas._io import atomic_write_text
+from nas._io import atomic_write_text, hide_passwords
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
 from nas.search.storage import redact_url
@@ -30,12 +30,11 @@ log = logging.getLogger("nas.search")
 
 def _user_args() -> list[str] | None:
     """The command-line arguments as the user writes them (``conf=`` rather than ``target=``), a
-    storage URL's password masked."""
+    URL's password masked (``storage=``, quoted or not)."""
     if not HydraConfig.initialized():
         return None
 
-    args = [user_override(a) for a in HydraConfig.get().overrides.task]
-    return [f"storage={redact_url(a[8:])}" if a.startswith("storage=") and "://" in a else a for a in args]
+    return [hide_passwords(user_override(a)) for a in HydraConfig.get().overrides.task]
 
 
 def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None:

@@ -20,7 +20,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 from optuna.trial import TrialState
 
-from nas._io import lock_path, pid_alive
+from nas._io import hide_passwords, lock_path, pid_alive
 from nas.search.journal import JournalFileLock, check_journal
 
 __all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
@@ -86,13 +86,14 @@ PG_CONNECT_TIMEOUT_S = 5  # libpq's connect_timeout unless the URL sets one: a s
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password (if any) shown as ``***``: the form for messages, logs and reports."""
+    """``url`` with its password (if any: ``user:password@``, or a ``?password=`` query parameter) shown
+    as ``***``: the form for messages, logs and reports."""
     from sqlalchemy.engine import make_url  # an RDB storage URL only: SQLAlchemy loads in a second
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: mask what sits between "user:" and "@"
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        return hide_passwords(make_url(url).render_as_string(hide_password=True))
+    except Exception:  # not a URL SQLAlchemy parses: the text's passwords masked
+        return hide_passwords(url)
 
 
 def _with_driver(url: str) -> str:
@@ -179,8 +180,9 @@ def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
     except sqlalchemy.exc.OperationalError as e:
         where = f"{u.host or 'localhost'}:{u.port or 'default port'}/{u.database or ''}"
         line = _db_error_line(e)
-        if u.password:  # masked where it stands alone, not inside other words (a password "p")
-            line = re.sub(rf"(?<![\w]){re.escape(str(u.password))}(?![\w])", "***", line)
+        for pw in (u.password, *(u.query.get(k) for k in u.query if k.lower() in ("password", "passwd", "pwd"))):
+            if pw and isinstance(pw, str):  # masked where it stands alone, not inside other words (a password "p")
+                line = re.sub(rf"(?<![\w]){re.escape(pw)}(?![\w])", "***", line)
         raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
 
 
