@@ -11,6 +11,7 @@ import io
 import logging
 import os
 import re
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +32,7 @@ from nas.machine import OtherProcessorWarning, RuntimeUnavailable
 from nas.target import removed_field_error
 
 __all__ = [
-    "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
+    "VERBOSE_FLAGS", "Stopped", "check_counts", "interruption", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
     "unknown_option_line", "user_errors", "user_override",
 ]
 
@@ -40,6 +41,43 @@ VERBOSE_FLAGS = ("-v", "--verbose")
 _TRACEBACK_HINT = "(add -v to the command, or set HYDRA_FULL_ERROR=1, for the full traceback)"
 
 register_configs()
+
+
+class Stopped(KeyboardInterrupt):
+    """A SIGTERM (``kill``, a scheduler ending the job), raised in the main thread as Ctrl-C's
+    ``KeyboardInterrupt`` is, so a command stops as it does for Ctrl-C: what it finished is kept, and
+    it says how to continue."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def interruption(e: KeyboardInterrupt) -> tuple[str, int]:
+    """How a command reports ``e``: (``interrupted`` or ``stopped by SIGTERM``, its exit code: 130 for
+    Ctrl-C, 128 + the signal's number for a ``Stopped``)."""
+    if isinstance(e, Stopped):
+        return str(e), 128 + e.signum
+    return "interrupted", 130
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Any:
+    """While the block runs, a SIGTERM raises ``Stopped`` in the main thread (once: a second SIGTERM
+    ends the process at once, as by default)."""
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Stopped(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (a command called from a thread): the default stands
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -260,16 +298,18 @@ def _out_dir_error(args: Sequence[str]) -> str | None:
 def _unexpected_errors(show: bool):
     """An unexpected exception as one line (exit 1); an ``OSError`` from the user's environment (no
     permission, a read-only or full disk) as ``error: <file>: <reason>`` (exit 2); a Ctrl-C the command
-    left unhandled as ``interrupted`` (exit 130); ``show``: let them through with their traceback."""
+    left unhandled as ``interrupted`` (exit 130; a SIGTERM, ``Stopped``: ``stopped by SIGTERM``, exit 143);
+    ``show``: let them through with their traceback."""
     try:
         yield
     except (HydraException, OmegaConfBaseException):
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if show:
             raise
-        print("\ninterrupted", file=sys.stderr)
-        sys.exit(130)
+        word, code = interruption(e)
+        print(f"\n{word}", file=sys.stderr)
+        sys.exit(code)
     except Exception as e:
         if show:
             raise
@@ -286,7 +326,8 @@ def hydra_app(config_name: str) -> Callable:
     and every failure reported in one line: a config mistake (an unknown option, a typo, a wrong
     type; exit 2), an unexpected error (``error: <Type>: <message>``; exit 1).  ``-v`` / ``--verbose``
     anywhere on the command line, or ``HYDRA_FULL_ERROR=1``, shows the full traceback instead; ``-v``
-    also turns on debug logging.  A Ctrl-C the command does not handle itself exits 130."""
+    also turns on debug logging.  A Ctrl-C the command does not handle itself exits 130; a SIGTERM
+    stops the command as Ctrl-C does (``Stopped``), exit 143."""
     def deco(fn: Callable) -> Callable:
         state = {"verbose": False, "show": False}
 
@@ -320,7 +361,7 @@ def hydra_app(config_name: str) -> Callable:
             show = state["show"] = full == "1" or state["verbose"]
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its report
             try:
-                with _unexpected_errors(show):
+                with _stop_on_sigterm(), _unexpected_errors(show):
                     problem = _added_key_check(config_name, sys.argv[1:])
                     if problem:
                         print(f"error: {problem}", file=sys.stderr)

@@ -6,10 +6,12 @@ Thin Hydra entry point: parse the config, turn it into the library's objects onc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
 from nas._io import atomic_write_text, hide_passwords
-from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors, user_override
+from nas.cli._common import check_counts, fmt_table, hydra_app, interruption, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
 from nas.search.storage import redact_url
 from nas.target import Target
@@ -125,10 +127,10 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
         rep = nas.search.run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
                          max_consecutive_failures=cfg.max_consecutive_failures, callback=quiet,
                          progress=cfg.progress)
-    except KeyboardInterrupt:
-        code = 130
-        print(f"\ninterrupted: finished trials are saved in {search.storage_desc}; run the same command "
-              f"(out={search.run_dir}) to continue", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, or a SIGTERM (``Stopped``)
+        word, code = interruption(e)
+        print(f"\n{word}: finished trials are saved in {search.storage_desc}; run the same command "
+              f"(out={search.run_dir}) to continue (the interrupted trial is redone)", file=sys.stderr)
     except nas.search.SearchAborted as e:  # printed last, after the results (``run``)
         code, rep, aborted[0] = 1, e.report, f"error: {e}"
     if rep is not None and rep.exhausted:
@@ -165,11 +167,33 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
               f"python -m nas.profile conf={target.name}")
 
 
+@contextlib.contextmanager
+def _storage_lost(search: Any) -> Iterator[None]:
+    """The study's database going away during the search: one line (exit 1) saying so, and how to resume."""
+    try:
+        yield
+    except Exception as e:
+        line = nas.search.lost_storage(e)
+        if line is None:
+            raise
+        log.debug("lost the storage", exc_info=True)
+        print(f"\nerror: the study's database went away: {search.storage_desc}: {line}; the finished trials are "
+              f"saved in it: when it is back, run the same command (out={search.run_dir}) to continue (the "
+              f"interrupted trial is redone)", file=sys.stderr)
+        sys.exit(1)
+
+
 @user_errors
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
     t_start = time.perf_counter()
     search = _prepare(cfg, run_dir)
+    with _storage_lost(search):
+        return _search(cfg, search, t_start)
+
+
+def _search(cfg: DictConfig, search: Any, t_start: float) -> dict:
+    """``run`` once the search is prepared."""
     target = search.problem.target
     done = nas.search.count_trials(search.study)
     _print_setup(cfg, target, search, done)

@@ -23,8 +23,8 @@ from optuna.trial import TrialState
 from nas._io import hide_passwords, lock_path, pid_alive
 from nas.search.journal import JournalFileLock, check_journal
 
-__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "make_storage", "open_study",
-           "rdb_storage", "redact_url", "storage_description"]
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "lost_storage", "make_storage",
+           "open_study", "rdb_storage", "redact_url", "storage_description"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,26 @@ def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
             if pw and isinstance(pw, str):  # masked where it stands alone, not inside other words (a password "p")
                 line = re.sub(rf"(?<![\w]){re.escape(pw)}(?![\w])", "***", line)
         raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
+
+
+# a database that stopped answering: SQLAlchemy's errors for a lost or refused connection (Optuna's RDB storage
+# raises StorageInternalError "... invalid data in the commit, e.g. exceeding max length" over them), Redis's
+_LOST = {"sqlalchemy.exc.OperationalError", "sqlalchemy.exc.InterfaceError", "redis.exceptions.ConnectionError",
+         "redis.exceptions.TimeoutError"}
+
+
+def lost_storage(e: BaseException) -> str | None:
+    """When ``e``, or an exception it was raised from, is the study's database failing to answer (the
+    server stopped, the connection lost or refused): the driver's first line, any password masked;
+    else None."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if {f"{c.__module__}.{c.__name__}" for c in type(cur).__mro__} & _LOST:
+            return hide_passwords(_db_error_line(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 # a record's keys from before the budgets took their config's names: the same settings
