@@ -23,7 +23,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 __all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
-           "file_lock", "hide_passwords", "lock_path", "pid_alive", "shell_join"]
+           "file_lock", "hide_passwords", "lock_path", "not_a_torch_file", "pid_alive", "refuse_if_busy", "shell_join"]
 
 #: The hidden folder, beside the files they guard, that holds lock and claim files.
 LOCK_DIR = ".locks"
@@ -137,16 +137,14 @@ def exclusive(path: str | os.PathLike, *, what: str, wait: bool = False, option:
     Raises:
         Busy: another process holds it and ``wait`` is false; nothing was changed.
     """
-    lock_file = lock_path(path, ".writer.lock")
-    info = lock_file.with_name(lock_file.name[:-len(".lock")] + ".holder.json")
+    lock_file, info = _writer_files(path)
     lock = FileLock(str(lock_file), timeout=0)
     try:
         lock.acquire()
     except Timeout:
         holder = _holder(info)
         if not wait:
-            raise Busy(f"{what} is in progress in {holder}; nothing was changed: add {option} to start when it "
-                       f"ends") from None
+            raise _busy(what, holder, option) from None
         (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f"waiting: {what} is in progress in {holder}; "
                                                                    "this one starts when it ends")
         lock = FileLock(str(lock_file), timeout=-1)
@@ -162,6 +160,52 @@ def exclusive(path: str | os.PathLike, *, what: str, wait: bool = False, option:
         except FileNotFoundError:
             pass
         lock.release()
+
+
+def _writer_files(path: str | os.PathLike) -> tuple[Path, Path]:
+    """The writer's lock file of ``path`` and the holder file beside it."""
+    lock_file = lock_path(path, ".writer.lock")
+    return lock_file, lock_file.with_name(lock_file.name[:-len(".lock")] + ".holder.json")
+
+
+def _busy(what: str, holder: str, option: str) -> Busy:
+    return Busy(f"{what} is in progress in {holder}; nothing was changed: add {option} to start when it ends")
+
+
+def refuse_if_busy(path: str | os.PathLike, *, what: str, option: str = "wait=true") -> None:
+    """Raise ``Busy`` now when another process holds the writer's lock of ``path`` (``exclusive``): a
+    command checks it before it loads the libraries its work needs, and takes the lock itself later
+    (``exclusive``, which refuses a writer that came between).  The lock is not kept.
+
+    Args:
+        path: what is written.
+        what: how the message names it.
+        option: the option that queues, named in the refusal.
+
+    Raises:
+        Busy: another process holds it; nothing was changed.
+    """
+    p = Path(path)
+    if not (p.parent / LOCK_DIR / f"{p.name}.writer.lock").is_file():  # never written: no holder (and no folder made)
+        return
+    lock_file, info = _writer_files(p)
+    lock = FileLock(str(lock_file), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise _busy(what, _holder(info), option) from None
+    lock.release()
+
+
+def not_a_torch_file(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be a file ``torch.save`` wrote, read from its first bytes (no torch needed:
+    a command refuses it before torch loads), else None.  ``torch.save`` writes a zip archive (its
+    default since PyTorch 1.6) or, in the legacy format, a pickle (``\x80``, the protocol byte)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+        return None
+    return "an empty file" if not head else "neither the zip archive nor the pickle that torch.save writes"
 
 
 def pid_alive(pid: int) -> bool:

@@ -32,8 +32,8 @@ from nas.machine import OtherProcessorWarning, RuntimeUnavailable
 from nas.target import removed_field_error
 
 __all__ = [
-    "VERBOSE_FLAGS", "Stopped", "check_counts", "interruption", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
-    "unknown_option_line", "user_errors", "user_override",
+    "VERBOSE_FLAGS", "Stopped", "check_counts", "config_error_line", "file_error", "fmt_table", "folder_error",
+    "hydra_app", "interruption", "unexpected_error_lines", "unknown_option_line", "user_errors", "user_override",
 ]
 
 #: Command-line flags that show the full traceback of a failure and turn on debug logging.
@@ -272,6 +272,17 @@ def folder_error(option: str, value: str) -> str | None:
                 return _unwritable(option, value, p)
             what = "is a file" if p == out else f"is under {p}, a file"
             return f"{option}={value} {what}, not a folder; give a folder (a new one, or one to resume)"
+    return None
+
+
+def file_error(option: str, value: str) -> str | None:
+    """``<option>=<value>``, a file to write, under a path that is a file, or in a folder this process
+    cannot write in: the one-line error, else None."""
+    for p in Path(value).expanduser().parents:
+        if p.exists():
+            if p.is_dir():
+                return _unwritable(option, value, p)
+            return f"{option}={value} is under {p}, a file, not a folder; give a path in a folder"
     return None
 
 

@@ -8,6 +8,7 @@ import nas
 from nas import latency
 from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.latency.table import check_target_table
 from nas.target import Target
 
 
@@ -19,6 +20,7 @@ def run(cfg: DictConfig) -> dict:
     if cfg.model and not cfg.model.startswith("timm:"):
         raise ValueError(f"model must look like timm:<name>, got {cfg.model!r}")
     target = Target.coerce(cfg.target)
+    check_target_table(target)  # a table no predictor can use is refused before torch or scikit-learn load
     if cfg.arch:
         arch = Arch.load(cfg.arch)
         check_widths(arch, cfg.arch)

@@ -23,7 +23,9 @@ import nas.search  # the search's modules load with the search (lazy exports): -
 from nas._io import atomic_write_text, hide_passwords
 from nas.cli._common import check_counts, fmt_table, hydra_app, interruption, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
+from nas.latency.table import check_target_table
 from nas.search.storage import redact_url
+from nas.space import SearchSpace, load_space
 from nas.target import Target
 
 register_search_configs()
@@ -63,7 +65,11 @@ def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
         if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
             raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
                              f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
-        search = _prepare_search(cfg, run_dir)
+        # refused before the libraries that do the work (torch, scikit-learn) load: an unknown or malformed
+        # space, a table no predictor can use
+        space = load_space(cfg.search_space)
+        check_target_table(Target.coerce(cfg.target))
+        search = _prepare_search(cfg, run_dir, space)
     except BaseException:
         if fresh and run_dir.is_dir():
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -72,11 +78,11 @@ def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
     return search
 
 
-def _prepare_search(cfg: DictConfig, run_dir: Path) -> Any:
+def _prepare_search(cfg: DictConfig, run_dir: Path, space: SearchSpace) -> Any:
     s = search_inputs(cfg)  # the config as the library's objects, once
     return nas.search.prepare_search(
         target=s.target,
-        search_space=cfg.search_space,
+        search_space=space,
         data=s.data,
         evaluator=s.evaluator,
         sampler=s.sampler,

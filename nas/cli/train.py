@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nas import train as train_lib
+from nas._io import refuse_if_busy
 from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
 from nas.config.train import register_train_configs, train_latency_budget
 from nas.target import Target
@@ -52,6 +53,8 @@ def run(cfg: DictConfig) -> dict:
     if problem:
         raise ValueError(problem)
     load_search_run(s.run)  # a run dir that is not a search's is refused before the pipeline's libraries load
+    if not cfg.wait:  # and so is a second writer (the pipeline takes the lock itself)
+        refuse_if_busy(s.out_dir, what=s.writing)
     try:
         # torch and timm load here, once the run dir is read
         report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
