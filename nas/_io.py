@@ -41,8 +41,9 @@ def hide_passwords(text: str) -> str:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder, then rename."""
-    atomic_write_bytes(path, text.encode())
+    """Write ``text`` to ``path`` as UTF-8 via a temporary file in the same folder, then rename (a path
+    an ASCII locale decoded to surrogate escapes is written as its own bytes)."""
+    atomic_write_bytes(path, text.encode(errors="surrogateescape"))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

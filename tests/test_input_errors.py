@@ -5,8 +5,10 @@ command can tell without them."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
@@ -23,6 +25,7 @@ from nas.target import load_target
 from tests.test_cli_errors import _one_line, cli  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
+_find_spec = importlib.util.find_spec
 SHIPPED = resolve_table_path("cpu.json")
 
 
@@ -146,3 +149,66 @@ def test_a_second_writer_is_refused_before_torch_loads(tmp_path, command):
         got = _refused(*args, cwd=tmp_path)
     assert got["code"] == 2 and _one_line(got["err"]).startswith(f"error: {what} is in progress in process "), got
     assert "python -m nas.holder" in got["err"] and "add wait=true" in got["err"] and got["heavy"] == []
+
+
+def test_a_file_that_is_no_space_is_not_repeated_in_the_error(tmp_path):
+    """``search_space=/etc/passwd``: YAML reads the whole file as one key; the error quotes its start."""
+    p = tmp_path / "passwd"
+    p.write_text("".join(f"user{i}:x:{i}:{i}:User {i}:/home/user{i}:/bin/sh\n" for i in range(40)))
+    with pytest.raises(ValueError) as e:
+        load_space(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: top level: unknown key 'user0:x:0:0:User 0:/home/user0:/bin/sh user1:x") and \
+        "characters); allowed keys: " in msg and "user39" not in msg and len(msg) < 300, msg
+
+
+def test_a_redis_storage_without_its_client_names_the_package(cli, monkeypatch, tmp_path):  # noqa: F811
+    monkeypatch.setitem(sys.modules, "redis", None)  # not installed (find_spec finds nothing)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "redis" else _find_spec(name, *a))
+    code, err = cli("search", "storage=redis://:secret@localhost:6379/0", f"out={tmp_path / 'run'}", "n_trials=1")
+    assert code == 2 and _one_line(err) == ("error: storage='redis://:***@localhost:6379/0' needs the Redis client "
+                                            "(redis-py), which is not installed: pip install redis")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cfg_job_prints_the_config_with_a_user_config_folder(tmp_path, monkeypatch, capsys):
+    """With ``$HWNAS_HOME/target/`` present the command line gains ``hydra.searchpath=``; Hydra's parser must
+    still read the user's flags (``--cfg job`` after an override)."""
+    import nas.cli.search as m
+    from nas.config import normalize_overrides
+
+    (tmp_path / "home" / "target").mkdir(parents=True)
+    monkeypatch.setenv("HWNAS_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    args = normalize_overrides(["conf=cpu", "n_trials=3", "--cfg", "job"])
+    assert args == [f"hydra.searchpath=[file://{tmp_path / 'home'}]", "target=cpu", "n_trials=3", "--cfg", "job"]
+    monkeypatch.setattr(sys, "argv", ["nas.search", "conf=cpu", "n_trials=3", "--cfg", "job"])
+    m.main()
+    out = capsys.readouterr().out
+    assert "n_trials: 3" in out and "target:\n  name: cpu" in out
+
+
+_LOAD_FOLDER = """
+import sys
+from nas.data import load_data
+print(load_data({"name": "imagefolder", "root": sys.argv[1], "resolution": 8, "num_workers": 0}).test_source)
+"""
+
+
+def test_an_ascii_locale_reads_a_folder_with_non_ascii_names(tmp_path):
+    """``LC_ALL=C`` (no UTF-8 coercion): file names come as surrogate escapes; the data loads, with the same
+    held-out digest as under a UTF-8 locale."""
+    from PIL import Image
+
+    root = tmp_path / "dáta_☃"
+    for c in ("cät", "dog"):
+        (root / c).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (8, 8), (i * 20, 0, 0)).save(root / c / f"{i}.png")
+    out = []
+    for env in ({"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}, {"LC_ALL": "C.UTF-8"}):
+        r = subprocess.run([sys.executable, "-c", _LOAD_FOLDER, str(root)], cwd=ROOT, capture_output=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+        assert r.returncode == 0, r.stderr.decode(errors="replace")
+        out.append(r.stdout)
+    assert out[0] == out[1] and b"files digest" in out[0]

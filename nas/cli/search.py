@@ -24,7 +24,7 @@ from nas._io import atomic_write_text, hide_passwords
 from nas.cli._common import check_counts, fmt_table, hydra_app, interruption, user_errors, user_override
 from nas.config.search import register_search_configs, search_inputs
 from nas.latency.table import check_target_table
-from nas.search.storage import redact_url
+from nas.search.storage import check_storage, redact_url
 from nas.space import SearchSpace, load_space
 from nas.target import Target
 
@@ -67,6 +67,7 @@ def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
                              f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
         # refused before the libraries that do the work (torch, scikit-learn) load: an unknown or malformed
         # space, a table no predictor can use
+        check_storage(cfg.storage)
         space = load_space(cfg.search_space)
         check_target_table(Target.coerce(cfg.target))
         search = _prepare_search(cfg, run_dir, space)

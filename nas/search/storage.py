@@ -3,6 +3,7 @@ settings, and failing the trials that dead processes left running."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from optuna.trial import TrialState
 from nas._io import hide_passwords, lock_path, pid_alive
 from nas.search.journal import JournalFileLock, check_journal
 
-__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_storage", "lost_storage", "make_storage",
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "check_storage", "fail_stale_trials", "journal_storage", "lost_storage", "make_storage",
            "open_study", "rdb_storage", "redact_url", "storage_description"]
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,10 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
         return journal_storage(Path(run_dir) / "study.journal")
     if "://" in spec:
         if spec.startswith("redis"):
-            return JournalStorage(JournalRedisBackend(spec)), redact_url(spec)
+            check_storage(spec)
+            with warnings.catch_warnings():  # Optuna 5.0 marks the Redis journal backend experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return JournalStorage(JournalRedisBackend(spec)), redact_url(spec)
         return rdb_storage(spec)
     p = Path(spec).expanduser()
     if p.suffix in (".db", ".sqlite", ".sqlite3"):
@@ -54,6 +58,18 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
         raise ValueError(f"storage={spec!r} is a folder; give a journal file path (e.g. {p / 'study.journal'}) "
                          f"or a storage URL")
     return journal_storage(p)
+
+
+def check_storage(spec: str | None) -> None:
+    """Refuse a storage whose client library is not installed, before anything is loaded or opened:
+    ``redis://`` needs redis-py.  (A database URL's driver is checked when it is opened: ``rdb_storage``.)
+
+    Raises:
+        ValueError: the storage (its password masked) and the ``pip install`` that adds the library.
+    """
+    if spec and spec.startswith("redis") and "://" in spec and importlib.util.find_spec("redis") is None:
+        raise ValueError(f"storage={hide_passwords(spec)!r} needs the Redis client (redis-py), which is not "
+                         f"installed: pip install redis")
 
 
 def storage_description(spec: str | None, *, run_dir: str | Path) -> str:
