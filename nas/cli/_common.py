@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,9 @@ from nas.machine import OtherProcessorWarning, RuntimeUnavailable
 from nas.target import removed_field_error
 
 __all__ = [
-    "VERBOSE_FLAGS", "Stopped", "check_counts", "config_error_line", "file_error", "fmt_table", "folder_error",
-    "hydra_app", "interruption", "unexpected_error_lines", "unknown_option_line", "user_errors", "user_override",
+    "VERBOSE_FLAGS", "Stopped", "check_counts", "config_error_line", "environment_error_line", "file_error",
+    "fmt_table", "folder_error", "hydra_app", "interruption", "is_full", "unexpected_error_lines", "unknown_option_line",
+    "user_errors", "user_override", "writing_into",
 ]
 
 #: Command-line flags that show the full traceback of a failure and turn on debug logging.
@@ -296,7 +297,37 @@ def _unwritable(option: str, value: str, folder: Path) -> str | None:
     return f"{option}={value}: cannot write there: {folder} {why}; give a folder you can write in"
 
 
-_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# a disk that filled up, or a file size limit reached: what to do (what was finished is kept)
+_FULL_ERRNOS = {errno.ENOSPC: "free space there", errno.EDQUOT: "free space there (a disk quota is reached)",
+                errno.EFBIG: "raise the file size limit (ulimit -f)"}
+
+
+@contextlib.contextmanager
+def writing_into(path: str | os.PathLike) -> Iterator[None]:
+    """While the block writes into ``path`` (a command's output folder): a full disk or a file size limit
+    met by a write that names no file (an append, a library's own write) is reported as ``path``'s."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _FULL_ERRNOS and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+def environment_error_line(e: OSError, *, then: str = "") -> str:
+    """An ``OSError`` from the user's environment as one line: ``error: <file>: <reason>`` and, for a full
+    disk or a file size limit, what to do (``then``: a step before running the command again) and that
+    the command resumes."""
+    line = f"error: {e.filename}: {e.strerror}" if e.filename else f"error: {e.strerror or e}"
+    if e.errno in _FULL_ERRNOS:
+        line += f"; {_FULL_ERRNOS[e.errno]}, {then}then run the same command again: it keeps what it finished"
+    return line
+
+
+def is_full(e: BaseException) -> bool:
+    """Whether ``e`` is a full disk, a disk quota or a file size limit met by a write."""
+    return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
 
 
 def _out_dir_error(args: Sequence[str]) -> str | None:
@@ -325,7 +356,7 @@ def _unexpected_errors(show: bool):
         if show:
             raise
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:  # a permission, a read-only or full disk
-            print(f"error: {e.filename}: {e.strerror}" if e.filename else f"error: {e.strerror or e}", file=sys.stderr)
+            print(environment_error_line(e), file=sys.stderr)
             sys.exit(2)
         print(unexpected_error_lines(e), file=sys.stderr)
         sys.exit(1)

@@ -21,9 +21,19 @@ from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
 from nas._io import atomic_write_text, hide_passwords
-from nas.cli._common import check_counts, fmt_table, hydra_app, interruption, user_errors, user_override
+from nas.cli._common import (
+    check_counts,
+    environment_error_line,
+    fmt_table,
+    hydra_app,
+    interruption,
+    is_full,
+    user_errors,
+    user_override,
+    writing_into,
+)
 from nas.config.search import register_search_configs, search_inputs
-from nas.latency.table import check_target_table
+from nas.latency.table_use import check_target_table
 from nas.search.storage import check_storage, redact_url
 from nas.space import SearchSpace, load_space
 from nas.target import Target
@@ -52,12 +62,9 @@ def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None
         atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(args)))
 
 
-def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
+def _prepare(cfg: DictConfig, run_dir: Path) -> Any:
     """The study and search problem the config names (``nas.search.study.prepare_search``); a failed
     start leaves no trace in a run dir it found empty."""
-    if run_dir is None:
-        run_dir = HydraConfig.get().runtime.output_dir
-    run_dir = Path(run_dir)
     fresh = not run_dir.exists() or not any(run_dir.iterdir())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -194,9 +201,30 @@ def _storage_lost(search: Any) -> Iterator[None]:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
     t_start = time.perf_counter()
-    search = _prepare(cfg, run_dir)
-    with _storage_lost(search):
-        return _search(cfg, search, t_start)
+    run_dir = Path(run_dir if run_dir is not None else HydraConfig.get().runtime.output_dir)
+    try:
+        with writing_into(run_dir):  # a full disk is named: the run dir
+            search = _prepare(cfg, run_dir)
+            with _storage_lost(search):
+                return _search(cfg, search, t_start)
+    except OSError as e:
+        if not is_full(e):
+            raise
+        print(environment_error_line(e, then=_journal_repair(cfg, run_dir)), file=sys.stderr)
+        sys.exit(2)
+
+
+def _journal_repair(cfg: DictConfig, run_dir: Path) -> str:
+    """After a full disk: the repair the study journal needs when the failed write left its last line cut
+    (``nas.repair`` keeps every intact record), as a step of the error's advice; else nothing."""
+    journal = nas.search.storage_description(cfg.storage, run_dir=run_dir)
+    if "://" in journal:
+        return ""
+    try:
+        nas.search.check_journal(journal)
+    except ValueError:
+        return f"repair the study journal, whose last write was cut off (python -m nas.repair {journal}), "
+    return ""
 
 
 def _search(cfg: DictConfig, search: Any, t_start: float) -> dict:

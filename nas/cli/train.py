@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nas import train as train_lib
 from nas._io import refuse_if_busy
-from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
+from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors, writing_into
 from nas.config.train import register_train_configs, train_latency_budget
 from nas.target import Target
 from nas.train.search_run import load_search_run
@@ -57,7 +57,8 @@ def run(cfg: DictConfig) -> dict:
         refuse_if_busy(s.out_dir, what=s.writing)
     try:
         # torch and timm load here, once the run dir is read
-        report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
+        with writing_into(s.out_dir):  # a full disk is named: the output folder
+            report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
     except KeyboardInterrupt:
         print("\ninterrupted: finished epochs are checkpointed; run the same command to resume", file=sys.stderr)
         sys.exit(130)

@@ -17,7 +17,8 @@ from nas.latency.device import OtherProcessorWarning
 from nas.latency.here import is_here_name, load_target, profile_command
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.roofline import Roofline
-from nas.latency.table import LatencyTable, TableError, require_entries, resolve_table_path
+from nas.latency.table import LatencyTable, TableError, resolve_table_path
+from nas.latency.table_use import require_entries
 from nas.latency.versions import runtime_note
 from nas.target import Target, removed_field_error, require_target
 

@@ -45,6 +45,7 @@ _HOMES = {
     "fail_stale_trials": "storage",
     "lost_storage": "storage",
     "make_storage": "storage",
+    "storage_description": "storage",
     "open_study": "storage",
     "redact_url": "storage",
     "check_journal": "journal",
