@@ -15,6 +15,7 @@ import socket
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,7 +207,9 @@ def not_a_torch_file(path: str | os.PathLike) -> str | None:
     default since PyTorch 1.6) or, in the legacy format, a pickle (``\x80``, the protocol byte)."""
     with open(path, "rb") as f:
         head = f.read(4)
-    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+    if head.startswith(b"PK\x03\x04"):  # a zip archive whose end (its central directory) is there, or cut off
+        return None if zipfile.is_zipfile(path) else "a zip archive cut off or damaged (its end is missing)"
+    if head[:1] == b"\x80":
         return None
     return "an empty file" if not head else "neither the zip archive nor the pickle that torch.save writes"
 

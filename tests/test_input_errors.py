@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,9 @@ def test_bad_input_is_refused_before_torch_and_scikit_learn_load(tmp_path):
     empty = _table(tmp_path, lambda d: d.__setitem__("entries", []), "empty.json")
     (tmp_path / "notes.txt").write_text("not a folder\n")
     (tmp_path / "model.ckpt").write_text("# not a checkpoint\n")
-    (tmp_path / "w.ckpt").write_bytes(b"PK\x03\x04")  # a zip archive's start, as torch.save writes
+    with zipfile.ZipFile(tmp_path / "w.ckpt", "w") as z:  # a zip archive, as torch.save writes
+        z.writestr("w/data.pkl", b"\x80\x02}q\x00.")
+    (tmp_path / "cut.ckpt").write_bytes((tmp_path / "w.ckpt").read_bytes()[:-30])  # its end cut off
     under_file = tmp_path / "notes.txt" / "x"
     cases = [
         (["nas.search", "search_space=no_such_space", f"out={tmp_path / 's1'}"], "unknown search space 'no_such_space'"),
@@ -113,6 +116,7 @@ def test_bad_input_is_refused_before_torch_and_scikit_learn_load(tmp_path):
         (["nas.search", f"conf.table={empty}", f"out={tmp_path / 's3'}"], f"{empty}: holds no measured blocks"),
         (["nas.predict", f"conf.table={inf}", "model=timm:mobilenetv3_small_100"], "has median_ms=inf"),
         (["nas.export", f"weights={tmp_path / 'model.ckpt'}"], "model.ckpt: not a torch checkpoint (neither the zip"),
+        (["nas.export", f"weights={tmp_path / 'cut.ckpt'}"], "cut.ckpt: not a torch checkpoint (a zip archive cut off"),
         (["nas.export", f"weights={tmp_path / 'w.ckpt'}", f"out={under_file}.onnx"], f"is under {tmp_path / 'notes.txt'}, a file"),
         (["nas.profile", f"out={under_file}.json"], f"is under {tmp_path / 'notes.txt'}, a file"),
     ]
