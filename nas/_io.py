@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,15 +24,28 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 __all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
-           "file_lock", "lock_path", "pid_alive", "wait_for_workers", "workers", "working"]
+           "file_lock", "hide_passwords", "lock_path", "not_a_torch_file", "pid_alive", "refuse_if_busy", "shell_join",
+           "wait_for_workers", "workers", "working"]
 
 #: The hidden folder, beside the files they guard, that holds lock and claim files.
 LOCK_DIR = ".locks"
 
 
+# a URL's password: ``scheme://user:<pw>@``, or a query parameter ``?password=<pw>`` (``&passwd=``, ``&pwd=``)
+_USERINFO_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s'\"]*")
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with every URL password in it shown as ``***``: the ``user:password@`` form and the
+    query-parameter form (``?password=``, as libpq, PyMySQL and redis-py accept it)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", text))
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder, then rename."""
-    atomic_write_bytes(path, text.encode())
+    """Write ``text`` to ``path`` as UTF-8 via a temporary file in the same folder, then rename (a path
+    an ASCII locale decoded to surrogate escapes is written as its own bytes)."""
+    atomic_write_bytes(path, text.encode(errors="surrogateescape"))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -45,11 +60,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.filename is None:  # a write to a full disk names no file: name it
+            raise OSError(e.errno, e.strerror, str(p)) from e
         raise
 
 
@@ -125,16 +142,14 @@ def exclusive(path: str | os.PathLike, *, what: str, wait: bool = False, option:
     Raises:
         Busy: another process holds it and ``wait`` is false; nothing was changed.
     """
-    lock_file = lock_path(path, ".writer.lock")
-    info = lock_file.with_name(lock_file.name[:-len(".lock")] + ".holder.json")
+    lock_file, info = _writer_files(path)
     lock = FileLock(str(lock_file), timeout=0)
     try:
         lock.acquire()
     except Timeout:
         holder = _holder(info)
         if not wait:
-            raise Busy(f"{what} is in progress in {holder}; nothing was changed: add {option} to start when it "
-                       f"ends") from None
+            raise _busy(what, holder, option) from None
         (say or (lambda m: print(m, file=sys.stderr, flush=True)))(f"waiting: {what} is in progress in {holder}; "
                                                                    "this one starts when it ends")
         lock = FileLock(str(lock_file), timeout=-1)
@@ -213,6 +228,54 @@ def wait_for_workers(folder: str | os.PathLike, kind: str) -> None:
             lock = FileLock(str(lock_file), timeout=-1)
             lock.acquire()
             lock.release()
+
+
+def _writer_files(path: str | os.PathLike) -> tuple[Path, Path]:
+    """The writer's lock file of ``path`` and the holder file beside it."""
+    lock_file = lock_path(path, ".writer.lock")
+    return lock_file, lock_file.with_name(lock_file.name[:-len(".lock")] + ".holder.json")
+
+
+def _busy(what: str, holder: str, option: str) -> Busy:
+    return Busy(f"{what} is in progress in {holder}; nothing was changed: add {option} to start when it ends")
+
+
+def refuse_if_busy(path: str | os.PathLike, *, what: str, option: str = "wait=true") -> None:
+    """Raise ``Busy`` now when another process holds the writer's lock of ``path`` (``exclusive``): a
+    command checks it before it loads the libraries its work needs, and takes the lock itself later
+    (``exclusive``, which refuses a writer that came between).  The lock is not kept.
+
+    Args:
+        path: what is written.
+        what: how the message names it.
+        option: the option that queues, named in the refusal.
+
+    Raises:
+        Busy: another process holds it; nothing was changed.
+    """
+    p = Path(path)
+    if not (p.parent / LOCK_DIR / f"{p.name}.writer.lock").is_file():  # never written: no holder (and no folder made)
+        return
+    lock_file, info = _writer_files(p)
+    lock = FileLock(str(lock_file), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise _busy(what, _holder(info), option) from None
+    lock.release()
+
+
+def not_a_torch_file(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be a file ``torch.save`` wrote, read from its first bytes (no torch needed:
+    a command refuses it before torch loads), else None.  ``torch.save`` writes a zip archive (its
+    default since PyTorch 1.6) or, in the legacy format, a pickle (``\x80``, the protocol byte)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"PK\x03\x04"):  # a zip archive whose end (its central directory) is there, or cut off
+        return None if zipfile.is_zipfile(path) else "a zip archive cut off or damaged (its end is missing)"
+    if head[:1] == b"\x80":
+        return None
+    return "an empty file" if not head else "neither the zip archive nor the pickle that torch.save writes"
 
 
 def pid_alive(pid: int) -> bool:

@@ -111,11 +111,11 @@ def parse_space(cfg: Any, *, source: str) -> SpaceParts:
 
     cm = cfg.get("channel_multiple", 8)
     if cm not in (8, 16) or isinstance(cm, bool):
-        raise r.err("channel_multiple", f"value {cm!r} must be 8 or 16")
+        raise r.err("channel_multiple", f"value {_short(cm)} must be 8 or 16")
     in_chans, resolution = r.input(cfg.get("input", {}))
     nc = cfg.get("num_classes", 1000)
     if isinstance(nc, bool) or not isinstance(nc, int) or nc < 1:
-        raise r.err("num_classes", f"value {nc!r} must be a positive integer")
+        raise r.err("num_classes", f"value {_short(nc)} must be a positive integer")
     se_ratio, se_gate, se_act = r.se(cfg.get("se", {}) or {})
 
     stem = cfg.get("stem")
@@ -147,6 +147,15 @@ def parse_space(cfg: Any, *, source: str) -> SpaceParts:
                       stem_kernel, stem_stride, stem_act, specs, head_style, head_hidden, head_act, head_bias, h)
 
 
+_SHOWN = 60  # characters of a value an error quotes (a whole file read as one key must not fill the screen)
+
+
+def _short(v: Any) -> str:
+    """``repr(v)``, cut to ``_SHOWN`` characters with how long it was: how an error quotes a value."""
+    r = repr(v)
+    return r if len(r) <= _SHOWN else f"{r[:_SHOWN]}... ({len(r)} characters)"
+
+
 class _Reader:
     """The checks of one file's values; each failure is a ``SpaceError`` naming the file and the field."""
 
@@ -159,7 +168,7 @@ class _Reader:
     def choices(self, d: dict, key: str, where: str, *, required: bool = True) -> tuple:
         if key not in d:
             if required:
-                raise self.err(where, f"missing required key {key!r}")
+                raise self.err(where, f"missing required key {_short(key)}")
             return ()
         v = d[key]
         if not isinstance(v, (list, tuple)):
@@ -169,31 +178,31 @@ class _Reader:
         if len(v) > MAX_CHOICES:
             raise self.err(f"{where}.{key}", f"{len(v)} choices, more than the limit of {MAX_CHOICES}; {LIMITS_DOC}")
         if len(set(map(repr, v))) != len(v):
-            raise self.err(f"{where}.{key}", f"duplicate choices in {list(v)}")
+            raise self.err(f"{where}.{key}", f"duplicate choices in {_short(list(v))}")
         return tuple(v)
 
     def int_choices(self, d: dict, key: str, where: str, *, lo: int = 1) -> tuple[int, ...]:
         vals = self.choices(d, key, where)
         for v in vals:
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise self.err(f"{where}.{key}", f"value {v!r} must be an integer >= {lo}")
+                raise self.err(f"{where}.{key}", f"value {_short(v)} must be an integer >= {lo}")
         return vals
 
     def numbers(self, d: dict, key: str, where: str) -> tuple:
         vals = self.choices(d, key, where)
         for v in vals:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise self.err(f"{where}.{key}", f"value {v!r} must be a positive number")
+                raise self.err(f"{where}.{key}", f"value {_short(v)} must be a positive number")
         return vals
 
     def unknown(self, d: dict, allowed: Iterable[str], where: str) -> None:
         unknown = sorted(set(d) - set(allowed))
         if unknown:
-            raise self.err(where, f"unknown key {unknown[0]!r}; allowed keys: {', '.join(sorted(allowed))}")
+            raise self.err(where, f"unknown key {_short(unknown[0])}; allowed keys: {', '.join(sorted(allowed))}")
 
     def act(self, value: Any, where: str) -> str:
         if value not in ACTIVATIONS:
-            raise self.err(where, f"unknown activation {value!r}; allowed: {', '.join(ACTIVATIONS)}")
+            raise self.err(where, f"unknown activation {_short(value)}; allowed: {', '.join(ACTIVATIONS)}")
         return value
 
     def widths(self, d: dict, where: str, multiple: int) -> tuple[int, ...]:
@@ -207,23 +216,23 @@ class _Reader:
         vals = self.choices(d, key, where)
         for k in vals:
             if isinstance(k, bool) or not isinstance(k, int) or k <= 0 or k % 2 == 0:
-                raise self.err(f"{where}.{key}", f"kernel {k!r} must be a positive odd integer")
+                raise self.err(f"{where}.{key}", f"kernel {_short(k)} must be a positive odd integer")
         return vals
 
     def stride(self, d: dict, where: str) -> int:
         s = d.get("stride", 1)
         if s not in (1, 2) or isinstance(s, bool):
-            raise self.err(f"{where}.stride", f"stride {s!r} must be 1 or 2")
+            raise self.err(f"{where}.stride", f"stride {_short(s)} must be 1 or 2")
         return s
 
     def input(self, inp: Any) -> tuple[int, int]:
         if not isinstance(inp, dict):
-            raise self.err("input", f"expected a mapping, got {inp!r}")
+            raise self.err("input", f"expected a mapping, got {_short(inp)}")
         self.unknown(inp, ("channels", "resolution"), "input")
         in_chans, resolution = inp.get("channels", 3), inp.get("resolution", 224)
         for k, v in (("channels", in_chans), ("resolution", resolution)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise self.err(f"input.{k}", f"value {v!r} must be a positive integer")
+                raise self.err(f"input.{k}", f"value {_short(v)} must be a positive integer")
         if resolution > MAX_RESOLUTION:
             raise self.err("input.resolution", f"{resolution} px is more than the limit of {MAX_RESOLUTION} px on a "
                                                f"side; give {MAX_RESOLUTION} or less ({LIMITS_DOC})")
@@ -231,23 +240,23 @@ class _Reader:
 
     def se(self, se: Any) -> tuple[float, str, str | None]:
         if not isinstance(se, dict):
-            raise self.err("se", f"expected a mapping, got {se!r}")
+            raise self.err("se", f"expected a mapping, got {_short(se)}")
         self.unknown(se, ("ratio", "gate", "act"), "se")
         ratio = se.get("ratio", 0.25)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-            raise self.err("se.ratio", f"value {ratio!r} must be in (0, 1]")
+            raise self.err("se.ratio", f"value {_short(ratio)} must be in (0, 1]")
         gate = se.get("gate", "sigmoid")
         if gate not in GATES:
-            raise self.err("se.gate", f"unknown gate {gate!r}; allowed: {', '.join(GATES)}")
+            raise self.err("se.gate", f"unknown gate {_short(gate)}; allowed: {', '.join(GATES)}")
         return ratio, gate, None if se.get("act") is None else self.act(se.get("act"), "se.act")
 
     def head(self, head: Any) -> tuple[str, tuple[int, ...], str, bool]:
         if not isinstance(head, dict):
-            raise self.err("head", f"expected a mapping, got {head!r}")
+            raise self.err("head", f"expected a mapping, got {_short(head)}")
         self.unknown(head, ("style", "hidden", "act", "bias"), "head")
         style = head.get("style", "pool")
         if style not in HEAD_STYLES:
-            raise self.err("head.style", f"unknown style {style!r}; allowed: {', '.join(HEAD_STYLES)}")
+            raise self.err("head.style", f"unknown style {_short(style)}; allowed: {', '.join(HEAD_STYLES)}")
         if style == "pool":
             if head.get("hidden", 0) not in (0, [0], None):
                 raise self.err("head.hidden", "style 'pool' has no hidden layer; drop 'hidden'")
@@ -258,10 +267,10 @@ class _Reader:
 
     def stage(self, st: Any, where: str, multiple: int) -> StageSpec:
         if not isinstance(st, dict):
-            raise self.err(where, f"expected a mapping, got {st!r}")
+            raise self.err(where, f"expected a mapping, got {_short(st)}")
         kind = st.get("kind")
         if kind not in STAGE_KINDS:
-            raise self.err(f"{where}.kind", f"unknown block kind {kind!r}; allowed: {', '.join(STAGE_KINDS)}")
+            raise self.err(f"{where}.kind", f"unknown block kind {_short(kind)}; allowed: {', '.join(STAGE_KINDS)}")
         opts = STAGE_KINDS[kind]
         self.unknown(st, _STAGE_COMMON + opts + _STAGE_EXTRA.get(kind, ()), where)
         depth = self.int_choices(st, "depth", where)
@@ -292,7 +301,7 @@ class _Reader:
 
     def boolean(self, v: Any, where: str) -> bool:
         if not isinstance(v, bool):
-            raise self.err(where, f"value {v!r} must be true or false")
+            raise self.err(where, f"value {_short(v)} must be true or false")
         return v
 
     def heads(self, st: dict, where: str, width: tuple[int, ...]) -> tuple[int, ...]:

@@ -349,6 +349,8 @@ class Arch:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"Arch JSON is not valid JSON: {e}") from None
+        except RecursionError:  # brackets nested deeper than Python's JSON reader goes: no Arch is
+            raise ValueError("Arch JSON is nested too deep to read (an Arch is a few levels deep)") from None
         return cls.from_dict(data)
 
     def save(self, path: str) -> None:

@@ -32,9 +32,45 @@ USER = "hwnas"
     ("postgresql://u@h/d", "postgresql://u@h/d"),
     ("sqlite:///study.db", "sqlite:///study.db"),
     ("not a url://u:secret@h", "not a url://u:***@h"),
+    ("postgresql://u@h:5432/hwnas?password=secret", "postgresql://u@h:5432/hwnas?password=***"),
+    ("postgresql://u@h/d?sslmode=require&PASSWORD=secret&connect_timeout=3",
+     "postgresql://u@h/d?PASSWORD=***&connect_timeout=3&sslmode=require"),  # SQLAlchemy sorts the parameters
+    ("mysql+pymysql://u@h/d?passwd=secret", "mysql+pymysql://u@h/d?passwd=***"),
+    ("'postgresql://u@h/d?password=secret'", "'postgresql://u@h/d?password=***'"),  # a quoted override's value
 ])
 def test_redact_url(url, shown):
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize("storage", ["postgresql://u:secret@db.example.org/hwnas",
+                                     "'postgresql://u@db.example.org/hwnas?password=secret'"])
+def test_the_config_and_overrides_written_to_hydra_hide_the_password(tmp_path, monkeypatch, storage):
+    """Both password forms reach ``.hydra/config.yaml`` and ``.hydra/overrides.yaml`` masked."""
+    from omegaconf import OmegaConf
+
+    from nas.cli import search as cli_search
+
+    monkeypatch.setattr(cli_search.HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(cli_search.HydraConfig, "get", staticmethod(
+        lambda: OmegaConf.create({"overrides": {"task": ["target=cpu", f"storage={storage}"]}})))
+    cfg = OmegaConf.create({"storage": storage.strip("'"), "n_trials": 1})
+    cli_search._save_config(cfg, tmp_path, cli_search._user_args())
+    written = (tmp_path / ".hydra" / "config.yaml").read_text() + (tmp_path / ".hydra" / "overrides.yaml").read_text()
+    assert "secret" not in written and written.count("***") == 2, written
+    assert "- conf=cpu" in written
+
+
+def test_an_unquoted_url_with_a_password_parameter_is_refused_without_showing_it(capsys, monkeypatch, tmp_path):
+    """Hydra's grammar cannot read ``?password=`` unquoted: the line that says how to quote it hides the password."""
+    import nas.cli.search as m
+    from tests.test_cli_errors import _one_line
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["nas.search", "storage=postgresql://u@h/d?password=secret", "n_trials=1"])
+    with pytest.raises(SystemExit) as e:
+        m.main()
+    line = _one_line(capsys.readouterr().err)
+    assert e.value.code == 2 and "secret" not in line and "storage='postgresql://u@h/d?password=***'" in line, line
 
 
 def test_bare_postgresql_url_uses_psycopg_3_and_a_short_connect_timeout():
@@ -190,6 +226,26 @@ def test_workers_started_together_on_an_empty_database(pg_server, tmp_path):
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in counted)  # nothing lost
     digests = [t.user_attrs["digest"] for t in counted]
     assert len(set(digests)) == len(digests), f"architectures evaluated twice: {sorted(digests)}"
+
+
+@pytest.mark.slow
+def test_a_password_given_as_a_query_parameter_is_never_shown_or_written(pg_server, tmp_path, monkeypatch, capsys):
+    """``?password=`` (libpq's parameter) is masked like ``user:password@``: on the console, in run.json,
+    pareto.json and ``.hydra/``."""
+    import nas.cli.search as m
+
+    url = _fresh_database(*pg_server).replace(f":{PASSWORD}@", "@") + f"?password={PASSWORD}"
+    out = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setattr(sys, "argv", ["nas.search", "conf=cpu", "search_space=tiny", "evaluator=zero_cost",
+                                      "n_trials=1", "progress=false", f"storage='{url}'", f"out={out}"])
+    m.main()
+    shown = capsys.readouterr()
+    assert "password=***" in shown.out and PASSWORD not in shown.out + shown.err
+    for f in ("run.json", "pareto.json", ".hydra/config.yaml", ".hydra/overrides.yaml"):
+        text = (out / f).read_text()
+        assert PASSWORD not in text and "password=***" in text, f
 
 
 def test_password_from_the_environment(pg_server, monkeypatch):

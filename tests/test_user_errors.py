@@ -42,8 +42,9 @@ def test_an_environment_oserror_is_a_user_error(capsys, err, code):
         raise err
     line = capsys.readouterr().err.strip()
     assert e.value.code == code
-    if code == 2:
-        assert line == f"error: {err.filename}: {err.strerror}"
+    if code == 2:  # a full disk also says what to do
+        more = "; free space there, then run the same command again: it keeps what it finished"
+        assert line == f"error: {err.filename}: {err.strerror}" + (more if err.errno == errno.ENOSPC else "")
 
 
 def test_an_override_hydra_cannot_read_says_how_to_quote_it(cli):

@@ -11,9 +11,10 @@ import io
 import logging
 import os
 import re
+import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import nas.config  # its compose_app (every command's schemas) loads on a config error only
-from nas._io import Busy, shell_join
+from nas._io import Busy, hide_passwords, shell_join
 from nas._yaml import YamlError, check_yaml
 from nas.cli._help import annotate_help
 from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
@@ -33,8 +34,9 @@ from nas.resources import user_home
 from nas.target import removed_field_error
 
 __all__ = [
-    "VERBOSE_FLAGS", "check_counts", "config_error_line", "fmt_table", "folder_error", "hydra_app", "unexpected_error_lines",
-    "unknown_option_line", "user_errors", "user_override",
+    "VERBOSE_FLAGS", "Stopped", "check_counts", "config_error_line", "environment_error_line", "file_error",
+    "fmt_table", "folder_error", "hydra_app", "interruption", "is_full", "unexpected_error_lines", "unknown_option_line",
+    "user_errors", "user_override", "writing_into",
 ]
 
 #: Command-line flags that show the full traceback of a failure and turn on debug logging.
@@ -42,6 +44,43 @@ VERBOSE_FLAGS = ("-v", "--verbose")
 _TRACEBACK_HINT = "(add -v to the command, or set HYDRA_FULL_ERROR=1, for the full traceback)"
 
 register_configs()
+
+
+class Stopped(KeyboardInterrupt):
+    """A SIGTERM (``kill``, a scheduler ending the job), raised in the main thread as Ctrl-C's
+    ``KeyboardInterrupt`` is, so a command stops as it does for Ctrl-C: what it finished is kept, and
+    it says how to continue."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def interruption(e: KeyboardInterrupt) -> tuple[str, int]:
+    """How a command reports ``e``: (``interrupted`` or ``stopped by SIGTERM``, its exit code: 130 for
+    Ctrl-C, 128 + the signal's number for a ``Stopped``)."""
+    if isinstance(e, Stopped):
+        return str(e), 128 + e.signum
+    return "interrupted", 130
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Any:
+    """While the block runs, a SIGTERM raises ``Stopped`` in the main thread (once: a second SIGTERM
+    ends the process at once, as by default)."""
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Stopped(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (a command called from a thread): the default stands
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -102,10 +141,13 @@ def _quote_hint(e: BaseException) -> str | None:
     line that shows it quoted, else None."""
     if not isinstance(e, OverrideParseException):
         return None
-    key, eq, value = e.override.partition("=")
+    shown = hide_passwords(e.override)  # never a password on the screen
+    key, eq, value = shown.partition("=")
     why = (str(e.message).strip().splitlines() or ["cannot parse it"])[0].split(":")[0]
     quoted = f"\"{key}='{value}'\"" if eq and "'" not in value else "the value in quotes"
-    return (f"cannot read the option {e.override!r} ({why}); a value with characters other than ASCII letters, "
+    if shown != e.override:
+        quoted += " (with your password in place of ***)"
+    return (f"cannot read the option {shown!r} ({why}); a value with characters other than ASCII letters, "
             f"digits and _-+./: must be quoted for Hydra, inside the shell's quotes: {quoted}")
 
 
@@ -185,8 +227,9 @@ def user_override(arg: str) -> str:
 
 def typed_command(module: str) -> str:
     """This run's command line as the user typed it (``python -m <module>`` and its overrides, with the
-    documented ``conf`` alias), quoted to copy into a shell: for hints that repeat it."""
-    return shell_join(["python", "-m", module, *(user_override(a) for a in sys.argv[1:] if a not in ("-v", "--verbose"))])
+    documented ``conf`` alias, a URL's password masked), quoted to copy into a shell: for hints that repeat it."""
+    args = (hide_passwords(user_override(a)) for a in sys.argv[1:] if a not in VERBOSE_FLAGS)
+    return shell_join(["python", "-m", module, *args])
 
 
 def _added_key_error(cfg: Any, overrides: Iterable[str]) -> str | None:
@@ -241,6 +284,17 @@ def folder_error(option: str, value: str) -> str | None:
     return None
 
 
+def file_error(option: str, value: str) -> str | None:
+    """``<option>=<value>``, a file to write, under a path that is a file, or in a folder this process
+    cannot write in: the one-line error, else None."""
+    for p in Path(value).expanduser().parents:
+        if p.exists():
+            if p.is_dir():
+                return _unwritable(option, value, p)
+            return f"{option}={value} is under {p}, a file, not a folder; give a path in a folder"
+    return None
+
+
 def _unwritable(option: str, value: str, folder: Path) -> str | None:
     """``<option>=<value>`` whose nearest existing ``folder`` this process cannot write in: the
     one-line error, else None."""
@@ -251,7 +305,37 @@ def _unwritable(option: str, value: str, folder: Path) -> str | None:
     return f"{option}={value}: cannot write there: {folder} {why}; give a folder you can write in"
 
 
-_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# a disk that filled up, or a file size limit reached: what to do (what was finished is kept)
+_FULL_ERRNOS = {errno.ENOSPC: "free space there", errno.EDQUOT: "free space there (a disk quota is reached)",
+                errno.EFBIG: "raise the file size limit (ulimit -f)"}
+
+
+@contextlib.contextmanager
+def writing_into(path: str | os.PathLike) -> Iterator[None]:
+    """While the block writes into ``path`` (a command's output folder): a full disk or a file size limit
+    met by a write that names no file (an append, a library's own write) is reported as ``path``'s."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _FULL_ERRNOS and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+def environment_error_line(e: OSError, *, then: str = "") -> str:
+    """An ``OSError`` from the user's environment as one line: ``error: <file>: <reason>`` and, for a full
+    disk or a file size limit, what to do (``then``: a step before running the command again) and that
+    the command resumes."""
+    line = f"error: {e.filename}: {e.strerror}" if e.filename else f"error: {e.strerror or e}"
+    if e.errno in _FULL_ERRNOS:
+        line += f"; {_FULL_ERRNOS[e.errno]}, {then}then run the same command again: it keeps what it finished"
+    return line
+
+
+def is_full(e: BaseException) -> bool:
+    """Whether ``e`` is a full disk, a disk quota or a file size limit met by a write."""
+    return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
 
 
 def _out_dir_error(args: Sequence[str]) -> str | None:
@@ -298,21 +382,23 @@ def _user_yaml_error(args: Sequence[str]) -> str | None:
 def _unexpected_errors(show: bool):
     """An unexpected exception as one line (exit 1); an ``OSError`` from the user's environment (no
     permission, a read-only or full disk) as ``error: <file>: <reason>`` (exit 2); a Ctrl-C the command
-    left unhandled as ``interrupted`` (exit 130); ``show``: let them through with their traceback."""
+    left unhandled as ``interrupted`` (exit 130; a SIGTERM, ``Stopped``: ``stopped by SIGTERM``, exit 143);
+    ``show``: let them through with their traceback."""
     try:
         yield
     except (HydraException, OmegaConfBaseException):
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if show:
             raise
-        print("\ninterrupted", file=sys.stderr)
-        sys.exit(130)
+        word, code = interruption(e)
+        print(f"\n{word}", file=sys.stderr)
+        sys.exit(code)
     except Exception as e:
         if show:
             raise
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:  # a permission, a read-only or full disk
-            print(f"error: {e.filename}: {e.strerror}" if e.filename else f"error: {e.strerror or e}", file=sys.stderr)
+            print(environment_error_line(e), file=sys.stderr)
             sys.exit(2)
         print(unexpected_error_lines(e), file=sys.stderr)
         sys.exit(1)
@@ -340,7 +426,8 @@ def hydra_app(config_name: str) -> Callable:
     and every failure reported in one line: a config mistake (an unknown option, a typo, a wrong
     type; exit 2), an unexpected error (``error: <Type>: <message>``; exit 1).  ``-v`` / ``--verbose``
     anywhere on the command line, or ``HYDRA_FULL_ERROR=1``, shows the full traceback instead; ``-v``
-    also turns on debug logging.  A Ctrl-C the command does not handle itself exits 130."""
+    also turns on debug logging.  A Ctrl-C the command does not handle itself exits 130; a SIGTERM
+    stops the command as Ctrl-C does (``Stopped``), exit 143."""
     def deco(fn: Callable) -> Callable:
         state = {"verbose": False, "show": False}
 
@@ -375,7 +462,7 @@ def hydra_app(config_name: str) -> Callable:
             show = state["show"] = full == "1" or state["verbose"]
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its report
             try:
-                with _unexpected_errors(show):
+                with _stop_on_sigterm(), _unexpected_errors(show):
                     problem = _added_key_check(config_name, sys.argv[1:])
                     if problem:
                         print(f"error: {problem}", file=sys.stderr)

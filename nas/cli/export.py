@@ -15,7 +15,8 @@ from pathlib import Path
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from nas import train
-from nas.cli._common import hydra_app, user_errors
+from nas._io import not_a_torch_file
+from nas.cli._common import file_error, hydra_app, user_errors
 from nas.config.train import register_train_configs
 from nas.target import Target
 from nas.train.settings import ExportSettings
@@ -32,6 +33,12 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(f"give weights=<checkpoint>: {_CHECKPOINTS}")
     if not Path(c["weights"]).expanduser().is_file():  # before torch loads to read it
         raise FileNotFoundError(f"weights={c['weights']}: no such file; give {_CHECKPOINTS}")
+    why = not_a_torch_file(Path(c["weights"]).expanduser())
+    if why:
+        raise ValueError(f"weights={c['weights']}: not a torch checkpoint ({why}); give {_CHECKPOINTS}")
+    problem = file_error("out", c["out"]) if c["out"] else None
+    if problem:
+        raise ValueError(problem)
     target = Target.coerce(c["target"]) if c["target"] else None  # None: the checkpoint's (nas.train records it)
     if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.train.deploy_edge
         if target is None:

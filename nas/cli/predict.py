@@ -10,6 +10,7 @@ import nas
 from nas import latency
 from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.latency.table_use import check_target_table
 from nas.target import Target
 
 
@@ -21,6 +22,7 @@ def run(cfg: DictConfig) -> dict:
     if cfg.model and not cfg.model.startswith("timm:"):
         raise ValueError(f"model must look like timm:<name>, got {cfg.model!r}")
     target = Target.coerce(cfg.target)
+    check_target_table(target)  # a table no predictor can use is refused before torch or scikit-learn load
     if cfg.arch:
         arch = Arch.load(cfg.arch)
         check_widths(arch, cfg.arch)

@@ -6,13 +6,18 @@ Thin Hydra entry point: parse the config, call ``nas.latency``, print a summary.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from nas import latency
-from nas.cli._common import check_counts, hydra_app, typed_command, user_errors
+from nas._io import refuse_if_busy
+from nas.cli._common import check_counts, file_error, hydra_app, typed_command, user_errors
 from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.table_use import default_table_out, profile_writer
+from nas.machine import cpu_identity
 from nas.space import load_space, space_names
+from nas.target import Target
 
 
 @user_errors
@@ -21,6 +26,10 @@ def run(cfg: DictConfig) -> dict:
                       "held_out": "held-out networks"})
     for name in space_names(cfg.search_space) if cfg.search_space else ():  # the shipped ones load fine
         load_space(name)  # an unknown or malformed space is refused before the runtimes (torch) load
+    problem = file_error("out", cfg.out) if cfg.out else None
+    if problem:
+        raise ValueError(problem)
+    _refuse_a_second_writer(cfg)
     try:
         summary = latency.profile_target(  # the runtimes (torch) load here
             OmegaConf.to_container(cfg.target, resolve=True), spaces=cfg.search_space, resolution=cfg.resolution,
@@ -47,6 +56,23 @@ def _ask(question: str) -> bool:
         return input(question).strip().lower() in ("y", "yes")
     except EOFError:
         return False
+
+
+def _refuse_a_second_writer(cfg: DictConfig) -> None:
+    """Another profile writing the same table on this machine: refused now, before the runtimes (torch)
+    load (``profile_target`` takes the lock itself).  A device that is not this CPU is named by its
+    identity only once torch is there: then the lock alone refuses it."""
+    if cfg.wait or cfg.bundle:
+        return
+    target = Target.coerce(cfg.target)
+    if cfg.out:
+        out = Path(cfg.out)
+    elif target.device.name is not None or target.device.kind == "cpu":
+        out = default_table_out(target, cpu_identity)
+    else:
+        return
+    lock, what = profile_writer(out)
+    refuse_if_busy(lock, what=what)
 
 
 @hydra_app("profile")

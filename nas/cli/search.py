@@ -6,9 +6,11 @@ Thin Hydra entry point: parse the config, turn it into the library's objects onc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,24 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
-from nas._io import atomic_write_text, working
-from nas.cli._common import check_counts, fmt_table, hydra_app, typed_command, user_errors, user_override
+from nas._io import atomic_write_text, hide_passwords, working
+from nas.cli._common import (
+    check_counts,
+    environment_error_line,
+    fmt_table,
+    hydra_app,
+    interruption,
+    is_full,
+    typed_command,
+    user_errors,
+    user_override,
+    writing_into,
+)
 from nas.config.search import register_search_configs, search_inputs
+from nas.latency.table_use import check_target_table
 from nas.search.rundir import SEARCH_WORK
-from nas.search.storage import redact_url
+from nas.search.storage import check_storage, redact_url
+from nas.space import SearchSpace, load_space
 from nas.stats import fmt_interval
 from nas.target import Target
 
@@ -31,12 +46,11 @@ log = logging.getLogger("nas.search")
 
 def _user_args() -> list[str] | None:
     """The command-line arguments as the user writes them (``conf=`` rather than ``target=``), a
-    storage URL's password masked."""
+    URL's password masked (``storage=``, quoted or not)."""
     if not HydraConfig.initialized():
         return None
 
-    args = [user_override(a) for a in HydraConfig.get().overrides.task]
-    return [f"storage={redact_url(a[8:])}" if a.startswith("storage=") and "://" in a else a for a in args]
+    return [hide_passwords(user_override(a)) for a in HydraConfig.get().overrides.task]
 
 
 def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None:
@@ -50,29 +64,31 @@ def _save_config(cfg: DictConfig, run_dir: Path, args: list[str] | None) -> None
         atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(args)))
 
 
-def _prepare(cfg: DictConfig, run_dir: str | Path | None) -> Any:
+def _prepare(cfg: DictConfig, run_dir: Path) -> Any:
     """The study and search problem the config names (``nas.search.study.prepare_search``); a failed
     start leaves no trace in a run dir it found empty, and never touches one another start claimed
     (``nas.search.starting_in``)."""
-    if run_dir is None:
-        run_dir = HydraConfig.get().runtime.output_dir
-    run_dir = Path(run_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with nas.search.starting_in(run_dir) as fresh:  # a new folder: this start alone, removing what it wrote on failure
         check_counts(cfg, {"n_trials": "trials", "max_consecutive_failures": "failed trials in a row (0: never stop)"})
         if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
             raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
                              f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
-        search = _prepare_search(cfg, run_dir)
+        # refused before the libraries that do the work (torch, scikit-learn) load: an unknown or malformed
+        # space, a table no predictor can use
+        check_storage(cfg.storage)
+        space = load_space(cfg.search_space)
+        check_target_table(Target.coerce(cfg.target))
+        search = _prepare_search(cfg, run_dir, space)
         _save_config(cfg, run_dir, _user_args())
     return search
 
 
-def _prepare_search(cfg: DictConfig, run_dir: Path) -> Any:
+def _prepare_search(cfg: DictConfig, run_dir: Path, space: SearchSpace) -> Any:
     s = search_inputs(cfg)  # the config as the library's objects, once
     return nas.search.prepare_search(
         target=s.target,
-        search_space=cfg.search_space,
+        search_space=space,
         data=s.data,
         evaluator=s.evaluator,
         sampler=s.sampler,
@@ -123,10 +139,10 @@ def _run_trials(cfg: DictConfig, search: Any, todo: int, aborted: list[str]) -> 
         rep = nas.search.run_search(search.study, search.problem, n_trials=cfg.n_trials, storage=search.storage,
                          max_consecutive_failures=cfg.max_consecutive_failures, callback=quiet,
                          progress=cfg.progress)
-    except KeyboardInterrupt:
-        code = 130
-        print(f"\ninterrupted: finished trials are saved in {search.storage_desc}; run the same command "
-              f"(out={search.run_dir}) to continue", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, or a SIGTERM (``Stopped``)
+        word, code = interruption(e)
+        print(f"\n{word}: finished trials are saved in {search.storage_desc}; run the same command "
+              f"(out={search.run_dir}) to continue (the interrupted trial is redone)", file=sys.stderr)
     except nas.search.SearchAborted as e:  # printed last, after the results (``run``)
         code, rep, aborted[0] = 1, e.report, f"error: {e}"
     if rep is not None and rep.exhausted:
@@ -210,16 +226,55 @@ def _baseline_lines(metric: str, b: Any, budgets: Any) -> list[str]:
     return [line, f"  the search's pick #{b.pick} ({score(b.pick_score, b.pick_interval)}) {_VERDICTS[b.verdict]}{diff}"]
 
 
+@contextlib.contextmanager
+def _storage_lost(search: Any) -> Iterator[None]:
+    """The study's database going away during the search: one line (exit 1) saying so, and how to resume."""
+    try:
+        yield
+    except Exception as e:
+        line = nas.search.lost_storage(e)
+        if line is None:
+            raise
+        log.debug("lost the storage", exc_info=True)
+        print(f"\nerror: the study's database went away: {search.storage_desc}: {line}; the finished trials are "
+              f"saved in it: when it is back, run the same command (out={search.run_dir}) to continue (the "
+              f"interrupted trial is redone)", file=sys.stderr)
+        sys.exit(1)
+
+
 @user_errors
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Search as the config says; print the setup, progress and the Pareto front; return a summary."""
     t_start = time.perf_counter()
-    search = _prepare(cfg, run_dir)
-    with working(search.run_dir, SEARCH_WORK, command=typed_command("nas.search")):  # nas.train waits for it
-        return _run(cfg, search, t_start)
+    run_dir = Path(run_dir if run_dir is not None else HydraConfig.get().runtime.output_dir)
+    try:
+        with writing_into(run_dir):  # a full disk is named: the run dir
+            search = _prepare(cfg, run_dir)
+            # nas.train waits for a search that still writes the run dir
+            with working(search.run_dir, SEARCH_WORK, command=typed_command("nas.search")), _storage_lost(search):
+                return _search(cfg, search, t_start)
+    except OSError as e:
+        if not is_full(e):
+            raise
+        print(environment_error_line(e, then=_journal_repair(cfg, run_dir)), file=sys.stderr)
+        sys.exit(2)
 
 
-def _run(cfg: DictConfig, search: Any, t_start: float) -> dict:
+def _journal_repair(cfg: DictConfig, run_dir: Path) -> str:
+    """After a full disk: the repair the study journal needs when the failed write left its last line cut
+    (``nas.repair`` keeps every intact record), as a step of the error's advice; else nothing."""
+    journal = nas.search.storage_description(cfg.storage, run_dir=run_dir)
+    if "://" in journal:
+        return ""
+    try:
+        nas.search.check_journal(journal)
+    except ValueError:
+        return f"repair the study journal, whose last write was cut off (python -m nas.repair {journal}), "
+    return ""
+
+
+def _search(cfg: DictConfig, search: Any, t_start: float) -> dict:
+    """``run`` once the search is prepared."""
     target = search.problem.target
     done = nas.search.count_trials(search.study)
     _print_setup(cfg, target, search, done)

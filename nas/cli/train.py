@@ -15,7 +15,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nas import train as train_lib
-from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors
+from nas._io import refuse_if_busy
+from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors, writing_into
 from nas.config.train import register_train_configs, train_latency_budget
 from nas.target import Target
 from nas.train.search_run import load_search_run, search_finished
@@ -53,9 +54,12 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(problem)
     load_search_run(s.run)  # a run dir that is not a search's is refused before the pipeline's libraries load
     search_finished(s.run, wait=cfg.wait)  # a search still writing it: refused (or waited for) as early
+    if not cfg.wait:  # and so is a second writer (the pipeline takes the lock itself)
+        refuse_if_busy(s.out_dir, what=s.writing)
     try:
         # torch and timm load here, once the run dir is read
-        report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
+        with writing_into(s.out_dir):  # a full disk is named: the output folder
+            report = train_lib.train_front(s, wait=cfg.wait, command=typed_command("nas.train"))
     except KeyboardInterrupt:
         print("\ninterrupted: finished epochs are checkpointed; run the same command to resume", file=sys.stderr)
         sys.exit(130)

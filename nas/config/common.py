@@ -167,7 +167,11 @@ def normalize_overrides(args: Sequence[str]) -> list[str]:
     out = _here_override(out)
     home = user_home()
     if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
-        out.append(f"hydra.searchpath=[file://{home}]")
+        # beside the user's own overrides: Hydra's parser reads them as one run of words, so one placed after
+        # a flag (``conf=cpu --cfg job hydra.searchpath=...``) would be an unrecognized argument
+        first = next((i for i, a in enumerate(out) if not a.startswith("-") and ("=" in a or a.startswith("~"))),
+                     len(out))
+        out.insert(first, f"hydra.searchpath=[file://{home}]")
     return out
 
 

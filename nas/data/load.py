@@ -377,7 +377,8 @@ def _carve_test(y: np.ndarray, s: DataSettings, *, has_test: bool, source: str, 
     # <class>/<file> of each held-out image (so the digest does not depend on where the folder lives), else its index
     names = (["/".join(Path(files[i]).parts[-2:]) for i in test] if files and len(files) == len(y)
              else [str(i) for i in test])
-    digest = hashlib.sha1("\n".join(names).encode()).hexdigest()[:12]
+    # a file name's own bytes, whatever the locale decoded them to (an ASCII locale: surrogate escapes)
+    digest = hashlib.sha1("\n".join(names).encode(errors="surrogateescape")).hexdigest()[:12]
     return rest, test, (f"held out: {frac:g} of the training images ({len(test)}, stratified, seed {TEST_SEED}), "
                         f"carved before the validation split; files digest {digest}")
 

@@ -116,9 +116,9 @@ class ImageCheck:
         for p in paths:
             try:
                 st = os.stat(p)
-                key.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                key.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode(errors="surrogateescape"))
             except OSError:
-                key.update(f"{p}\0missing\n".encode())
+                key.update(f"{p}\0missing\n".encode(errors="surrogateescape"))
         record = user_home() / "cache" / "image_check" / f"{key.hexdigest()}.json"
         try:
             bad = json.loads(record.read_text())

@@ -18,6 +18,7 @@ from nas.latency.here import is_here_name, load_target, profile_command
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.roofline import Roofline
 from nas.latency.table import LatencyTable, TableError, resolve_table_path
+from nas.latency.table_use import require_entries
 from nas.latency.versions import runtime_note
 from nas.target import Target, removed_field_error, require_target
 
@@ -117,7 +118,7 @@ def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismat
     path = resolve_table_path(name)
     if not path.is_file():
         return RooflineModel(target, reason=f"no measured table at {path}")
-    table = LatencyTable.load(path)
+    table = require_entries(LatencyTable.load(path), target=target)
     try:
         diffs = table.check_target(target, allow_mismatch=allow_mismatch)
     except TableError:

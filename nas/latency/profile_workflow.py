@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import math
 import shlex
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,10 +46,10 @@ from nas.latency.profiler import (
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
-from nas.latency.table import TABLES_DIR, LatencyTable, now_iso, resolve_table_path
+from nas.latency.table import LatencyTable, now_iso
+from nas.latency.table_use import default_table_out, profile_writer
 from nas.latency.validate import held_out_set, measure_held_out
 from nas.latency.watch import Unwatched, Watch, noise_note
-from nas.resources import user_tables_dir
 from nas.space import list_calibration_spaces, load_space
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
@@ -114,12 +113,7 @@ def default_out(target: Target, here: dict[str, Any] | None = None) -> Path:
     but for a target naming no device (any CPU) whose table found is a shipped one measured on another
     processor than this machine (``here``), the user's tables folder, which is read before the
     shipped one: this machine's own table, never mixed with another processor's."""
-    name = target.table or f"{target.name}.json"
-    path = resolve_table_path(name, for_writing=True)
-    if target.device.name is None and path.parent == TABLES_DIR and path.is_file():
-        if LatencyTable.load(path).measured_elsewhere(here or device_identity(target.device.kind)):
-            return user_tables_dir() / path.name
-    return path
+    return default_table_out(target, lambda: here or device_identity(target.device.kind))
 
 
 def _open_table(target: Target, out: Path, table: LatencyTable | None, settings: ProfileSettings, *,
@@ -284,9 +278,8 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
                   budget_min: float | None, command: str | None, wait: bool,
                   say: Callable[[str], None]) -> dict[str, Any]:
     """``profile_target`` on this machine, under its writer's lock: import, refresh, recalibrate or measure."""
-    host = socket.gethostname()
-    with exclusive(out.with_name(f"{out.name}@{host}"), what=f"profiling into {out} on {host}", wait=wait,
-                   command=command, say=say):
+    lock, what = profile_writer(out)
+    with exclusive(lock, what=what, wait=wait, command=command, say=say):
         table = LatencyTable.load(out) if out.is_file() else None
         if import_bundle:
             return _import(import_bundle, target, table, out, keys, names, where,

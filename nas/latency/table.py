@@ -46,6 +46,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import math
 import os
 import statistics
 import time
@@ -165,6 +166,18 @@ class Entry:
             "median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "n": self.n,
             "remeasured": self.remeasured, "measured_at": self.measured_at, "rounds_ms": list(self.rounds_ms),
         }
+
+
+def _check_measured(entry: Entry, where: str) -> None:
+    """Refuse an entry whose figures no measurement gives (infinite, not a number, 0 or less): a
+    ``TableError`` that starts with ``where`` and says how to get a sound table."""
+    figures = {"median_ms": entry.median_ms, "p10_ms": entry.p10_ms, "p90_ms": entry.p90_ms,
+               **{f"rounds_ms[{j}]": v for j, v in enumerate(entry.rounds_ms)}}
+    for name, v in figures.items():
+        if not math.isfinite(v) or (v <= 0 and not name.startswith(("p10", "p90"))):
+            raise TableError(f"{where} has {name}={v}, which no measurement gives (a latency is a finite number of "
+                             f"milliseconds above 0); restore the file as it was written, or move it away and "
+                             f"measure the table again (python -m nas.profile)")
 
 
 @dataclass
@@ -327,6 +340,8 @@ class LatencyTable:
             data = json.loads(p.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TableError(f"{p}: corrupt latency table (not valid JSON: {e})") from None
+        except RecursionError:  # brackets nested deeper than Python's JSON reader goes
+            raise TableError(f"{p}: corrupt latency table (not valid JSON: nested too deep to read)") from None
         table = cls.from_dict(data, source=str(p), path=p)
         table._synced = (p, dict(table.entries), dict(table.networks))
         return table
@@ -361,8 +376,7 @@ class LatencyTable:
                 )
             except (KeyError, TypeError, ValueError) as err:
                 raise TableError(f"{source}: corrupt latency table: entry {i} is malformed ({err})") from None
-            if not entry.median_ms > 0:
-                raise TableError(f"{source}: corrupt latency table: entry {i} ({key}) has median_ms={entry.median_ms}")
+            _check_measured(entry, f"{source}: corrupt latency table: entry {i} ({e.get('label') or key})")
             table.entries[key] = entry
         nets = data.get("networks", [])
         if not isinstance(nets, list):
@@ -375,6 +389,7 @@ class LatencyTable:
                               tuple(float(v) for v in e.get("rounds_ms", ())))
             except (KeyError, TypeError, ValueError) as err:
                 raise TableError(f"{source}: corrupt latency table: network {i} is malformed ({err})") from None
+            _check_measured(entry, f"{source}: corrupt latency table: network {i} ({arch.name or e.get('digest')})")
             table.networks[arch] = entry
         return table
 

@@ -3,6 +3,7 @@ settings, and failing the trials that dead processes left running."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -20,10 +21,11 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 from optuna.trial import TrialState
 
-from nas._io import lock_path, pid_alive
+from nas._io import hide_passwords, lock_path, pid_alive
 from nas.search.journal import JournalFileLock, check_journal
 
-__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "fail_stale_trials", "journal_file", "journal_storage", "make_storage",
+__all__ = ["STUDY_ATTR", "SCHEMA_VERSION", "check_storage", "fail_stale_trials", "journal_file", "journal_storage",
+           "lost_storage", "make_storage",
            "open_study", "rdb_storage", "redact_url", "storage_description"]
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,10 @@ def make_storage(spec: str | None, *, run_dir: str | Path) -> tuple[optuna.stora
         return journal_storage(Path(run_dir) / "study.journal")
     if "://" in spec:
         if spec.startswith("redis"):
-            return JournalStorage(JournalRedisBackend(spec)), redact_url(spec)
+            check_storage(spec)
+            with warnings.catch_warnings():  # Optuna 5.0 marks the Redis journal backend experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return JournalStorage(JournalRedisBackend(spec)), redact_url(spec)
         return rdb_storage(spec)
     p = Path(spec).expanduser()
     if p.suffix in (".db", ".sqlite", ".sqlite3"):
@@ -63,6 +68,18 @@ def journal_file(spec: str | None, *, run_dir: str | Path) -> Path | None:
     if "://" in spec:
         return None
     return Path(spec).expanduser()
+
+
+def check_storage(spec: str | None) -> None:
+    """Refuse a storage whose client library is not installed, before anything is loaded or opened:
+    ``redis://`` needs redis-py.  (A database URL's driver is checked when it is opened: ``rdb_storage``.)
+
+    Raises:
+        ValueError: the storage (its password masked) and the ``pip install`` that adds the library.
+    """
+    if spec and spec.startswith("redis") and "://" in spec and importlib.util.find_spec("redis") is None:
+        raise ValueError(f"storage={hide_passwords(spec)!r} needs the Redis client (redis-py), which is not "
+                         f"installed: pip install redis")
 
 
 def storage_description(spec: str | None, *, run_dir: str | Path) -> str:
@@ -100,13 +117,14 @@ PG_CONNECT_TIMEOUT_S = 5  # libpq's connect_timeout unless the URL sets one: a s
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password (if any) shown as ``***``: the form for messages, logs and reports."""
+    """``url`` with its password (if any: ``user:password@``, or a ``?password=`` query parameter) shown
+    as ``***``: the form for messages, logs and reports."""
     from sqlalchemy.engine import make_url  # an RDB storage URL only: SQLAlchemy loads in a second
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: mask what sits between "user:" and "@"
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        return hide_passwords(make_url(url).render_as_string(hide_password=True))
+    except Exception:  # not a URL SQLAlchemy parses: the text's passwords masked
+        return hide_passwords(url)
 
 
 def _with_driver(url: str) -> str:
@@ -193,9 +211,30 @@ def rdb_storage(spec: str) -> tuple[optuna.storages.BaseStorage, str]:
     except sqlalchemy.exc.OperationalError as e:
         where = f"{u.host or 'localhost'}:{u.port or 'default port'}/{u.database or ''}"
         line = _db_error_line(e)
-        if u.password:  # masked where it stands alone, not inside other words (a password "p")
-            line = re.sub(rf"(?<![\w]){re.escape(str(u.password))}(?![\w])", "***", line)
+        for pw in (u.password, *(u.query.get(k) for k in u.query if k.lower() in ("password", "passwd", "pwd"))):
+            if pw and isinstance(pw, str):  # masked where it stands alone, not inside other words (a password "p")
+                line = re.sub(rf"(?<![\w]){re.escape(pw)}(?![\w])", "***", line)
         raise ValueError(f"storage={shown!r}: cannot open database {where} as user {u.username!r}: {line}") from None
+
+
+# a database that stopped answering: SQLAlchemy's errors for a lost or refused connection (Optuna's RDB storage
+# raises StorageInternalError "... invalid data in the commit, e.g. exceeding max length" over them), Redis's
+_LOST = {"sqlalchemy.exc.OperationalError", "sqlalchemy.exc.InterfaceError", "redis.exceptions.ConnectionError",
+         "redis.exceptions.TimeoutError"}
+
+
+def lost_storage(e: BaseException) -> str | None:
+    """When ``e``, or an exception it was raised from, is the study's database failing to answer (the
+    server stopped, the connection lost or refused): the driver's first line, any password masked;
+    else None."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if {f"{c.__module__}.{c.__name__}" for c in type(cur).__mro__} & _LOST:
+            return hide_passwords(_db_error_line(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 # a record's keys from before the budgets took their config's names: the same settings

@@ -11,7 +11,9 @@ lower-numbered trials already count ``n_trials`` is *surplus*: recorded FAIL (``
 never evaluated and never counted, and its worker stops unless a slot was freed meanwhile.  Trial
 numbers follow the order in which the storage creates trials (RDB: under a lock on the study row;
 journal: the log's order), so when a worker holds trial ``k`` all trials below it exist; and a
-trial that stops counting (a repeat, an interruption) only frees a slot, never takes one.
+trial that stops counting (a repeat, an interruption) only frees a slot, never takes one.  An
+interrupted trial's architecture (Ctrl-C, SIGTERM, a lost storage, a killed process's stale trial)
+is queued again on resume (``requeue_interrupted``), so it is run, once, in a freed slot.
 
 Storage: a journal file in the run dir by default (append-only, safe under concurrent
 processes, unlike SQLite), or any Optuna storage URL (``postgresql://``, ``mysql://``,
@@ -79,6 +81,7 @@ __all__ = [
     "TrialOutcome",
     "count_trials",
     "prepare_search",
+    "requeue_interrupted",
     "run_search",
     # defined in objective / samplers / storage / results; importable from here too
     "DuplicateArch",
@@ -116,6 +119,10 @@ class SearchAborted(RuntimeError):
 # running
 
 
+#: the statuses of failed trials whose architecture is run again on resume (``requeue_interrupted``)
+REDONE = ("interrupted", "stale")
+
+
 def _counts(t: FrozenTrial) -> bool:
     if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
         return True
@@ -144,6 +151,39 @@ class SearchReport:
     duplicates: int = 0  # repeats skipped (not evaluated, not counted)
     surplus: int = 0  # trials asked after other workers had taken the last slots (not evaluated, not counted)
     exhausted: bool = False  # stopped: the sampler proposed only repeats
+    redone: list[int] = field(default_factory=list)  # interrupted or stale trials whose architecture was run again
+
+
+def requeue_interrupted(study: optuna.Study, n_trials: int) -> list[int]:
+    """Queue again the architectures of interrupted trials (Ctrl-C, SIGTERM, a lost storage) and stale ones
+    (left running by a killed process), so the next trials run them (``optuna.Study.enqueue_trial``: the
+    same parameters); an architecture another trial holds or waits for is not queued twice, and no more
+    are queued than ``n_trials`` has free slots.
+
+    Args:
+        study: the study, its stale trials already failed (``fail_stale_trials``).
+        n_trials: the study's total.
+
+    Returns:
+        The numbers of the trials whose architecture was queued, each marked ``redo_of`` on its new trial.
+    """
+    trials = study.get_trials(deepcopy=False)
+    taken = {t.user_attrs.get("digest") for t in trials if _counts(t)}  # held, running or already queued
+    free = n_trials - sum(_counts(t) for t in trials)
+    queued = []
+    for t in trials:
+        digest = t.user_attrs.get("digest")  # set once the architecture is sampled
+        if free <= 0:
+            break
+        if t.state != TrialState.FAIL or t.user_attrs.get("status") not in REDONE or not digest or digest in taken:
+            continue
+        study.enqueue_trial(dict(t.params), user_attrs={"redo_of": t.number, "digest": digest})
+        taken.add(digest)
+        free -= 1
+        queued.append(t.number)
+    if queued:
+        log.info("redoing the architecture of interrupted trial(s) %s first", ", ".join(map(str, queued)))
+    return queued
 
 
 def _run_one(study: optuna.Study, problem: SearchProblem, n_trials: int) -> TrialOutcome:
@@ -198,7 +238,8 @@ def run_search(
     """Run trials until the study holds ``n_trials`` counted trials (a re-run resumes up to it).
 
     A failing trial is recorded FAIL and the search goes on; a repeat is skipped; a trial asked after
-    other workers took the last slots is recorded surplus and not run (see the module docs).
+    other workers took the last slots is recorded surplus and not run (see the module docs).  The
+    architectures of interrupted and stale trials run first (``requeue_interrupted``).
 
     Args:
         study: ``prepare_search(...).study``.
@@ -243,7 +284,7 @@ def _run_trials(study: optuna.Study, problem: SearchProblem, *, n_trials: int,
     """``run_search``'s loop."""
     if storage is not None:
         fail_stale_trials(study, storage)
-    rep = SearchReport()
+    rep = SearchReport(redone=requeue_interrupted(study, n_trials))
     t0 = time.perf_counter()
     failed = repeats = 0
     first: TrialOutcome | None = None  # the first failure of the current run of failures

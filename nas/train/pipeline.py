@@ -388,8 +388,7 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
         report = nas.train_front(PipelineSettings(run="runs/search", target=nas.load_target("cpu")))
     """
     search_finished(s.run, wait=wait, say=say)
-    out = Path(s.out or Path(s.run) / "train")
-    with exclusive(out, what=f"training into {out}", wait=wait, command=command, say=say):
+    with exclusive(s.out_dir, what=s.writing, wait=wait, command=command, say=say):
         return _train_front(s)
 
 

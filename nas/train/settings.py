@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nas._checks import check_number, check_resolution
@@ -295,3 +296,13 @@ class PipelineSettings:
             check_resolution("resolution", self.resolution)
         if self.supernet is not None and (not isinstance(self.supernet, str) or not self.supernet):
             raise ValueError(f"supernet must be the path of a supernet checkpoint (supernet.ckpt), got {self.supernet!r}")
+
+    @property
+    def out_dir(self) -> Path:
+        """Where the pipeline writes: ``out``, else ``<run>/train``."""
+        return Path(self.out or Path(self.run) / "train")
+
+    @property
+    def writing(self) -> str:
+        """The pipeline's work as its writer's lock names it (``nas._io.exclusive``): ``training into <out>``."""
+        return f"training into {self.out_dir}"
