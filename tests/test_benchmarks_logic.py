@@ -493,3 +493,36 @@ def test_a_split_supernet_trains_one_supernet_per_choice_of_its_parameter():
     assert [v for v, _ in ab.sub_spaces(space, "s3_depth")] == [1, 2, 3]
     with pytest.raises(SystemExit, match="no such choice to split on .*s1_width"):
         ab.sub_spaces(space, "head_hidden")  # bench/wide's head has one choice
+
+
+def test_bench_train_prints_its_tables_and_draws_its_plot(tmp_path, capsys):
+    """bench train's report without a training: the per-variant and per-model tables (aligned text) and
+    the two-panel plot, drawn on a Figure of its own."""
+    bt = _script("train")
+    v = [{"variant": "fp32", "accuracy": 0.9, "measured": {"median_ms": 2.0}, "predicted": {"ms": 2.1, "source": "table"},
+          "error_pct": 5.0},
+         {"variant": "ptq_int8", "accuracy": 0.88, "measured": None, "predicted": None, "error_pct": None},
+         {"variant": "qat_int8", "accuracy": 0.895, "measured": {"median_ms": 1.0}, "predicted": None, "error_pct": None}]
+    models = [{"id": "m0", "variants": v, "checks": bt._checks({"variants": v})}]
+    bt._print_tables(models)
+    assert capsys.readouterr().out.splitlines() == [
+        "model   variant  acc %  measured ms  predicted ms  pred. error",
+        "-----  --------  -----  -----------  ------------  -----------",
+        "m0         fp32  90.00       2.0000        2.1000        +5.0%",
+        "m0     ptq_int8  88.00          nan           nan            —",
+        "m0     qat_int8  89.50       1.0000           nan            —",
+        "",
+        "model  QAT-fp32 pts  QAT-PTQ pts  int8/fp32 ms  pruned/fp32 ms  prune cost pts  all ±10%",
+        "-----  ------------  -----------  ------------  --------------  --------------  --------",
+        "m0            -0.50        +1.50         0.50x               —               —       yes"]
+    bt._plot(models, tmp_path / "train.png")
+    assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_targets_draws_every_front_on_every_latency(tmp_path):
+    tr = _script("_targets_report")
+    res = {"_pool": {"fronts": {"cpu": ["x", "y"], "cpu_int8": ["x"]}, "scores": {"x": 0.9, "y": 0.8}},
+           "settings": {"space": "tiny", "trials": 4, "seed": 0}}
+    lat = {"cpu": {"x": 2.0, "y": 1.0}, "cpu_int8": {"x": 1.0, "y": 2.0}}
+    tr.plot_fronts(res, lat, tmp_path / "fronts.png", what="predicted")
+    assert (tmp_path / "fronts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
