@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from nas.export.onnx import ort_session
 
 
 def _constants(g) -> dict[str, np.ndarray]:
     """Constant tensors by name: initializers, Constant nodes, and Cast / Identity of those."""
-    from onnx import helper, numpy_helper
-
     out = {i.name: numpy_helper.to_array(i) for i in g.initializer}
     for n in g.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
@@ -31,8 +33,6 @@ def _constants(g) -> dict[str, np.ndarray]:
 
 def describe_format(data: bytes) -> dict:
     """What a QDQ model looks like to TensorRT (see the module docs)."""
-    import onnx
-
     m = onnx.load_from_string(data)
     rec: dict = {"opset": next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)}
     try:
@@ -99,8 +99,6 @@ def describe_format(data: bytes) -> dict:
 
 def ort_logits(data: bytes, x: np.ndarray) -> tuple[np.ndarray | None, str]:
     """The logits of ``data`` (static batch 1) over ``x`` in onnxruntime CPU, or None and why."""
-    from nas.export.onnx import ort_session
-
     try:
         sess = ort_session(data)
         name = sess.get_inputs()[0].name

@@ -9,6 +9,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
 from benchmarks.harness import markdown_table
 from nas._io import atomic_write_json, atomic_write_text
 
@@ -113,18 +116,13 @@ def _draw_front(ax, pts: Sequence[tuple[float, float]], *, own: bool, color: str
 def plot_fronts(res: Mapping[str, Any], lat: Mapping[str, Mapping[str, float]], path: Path, *,
                 what: str) -> None:
     """One panel per target's latency (predicted or measured), every search's front drawn on it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
     p = res["_pool"]
     cols = list(lat)
     n = len(cols)
     nc = min(3, n)
     nr = (n + nc - 1) // nc
-    fig, axes = plt.subplots(nr, nc, figsize=(5.2 * nc, 3.9 * nr), dpi=130, squeeze=False)
+    fig = Figure(figsize=(5.2 * nc, 3.9 * nr), dpi=130)
+    axes = fig.subplots(nr, nc, squeeze=False)
     for ax, b in zip(axes.flat, cols):
         for i, (a, f) in enumerate(p["fronts"].items()):
             pts = [(lat[b][d], p["scores"][d]) for d in f if d in lat[b]]
@@ -153,7 +151,6 @@ def plot_fronts(res: Mapping[str, Any], lat: Mapping[str, Mapping[str, float]], 
                  f"every front on every target's {what} latency", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
     fig.savefig(path)
-    plt.close(fig)
 
 
 def write_report(args, res: dict[str, Any], out: Path) -> None:

@@ -28,9 +28,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.harness import RESULTS, command, machine, write_result
+from nas.config import ProfileAppConfig
+from nas.latency.bundle import _SETTINGS, bundle_networks
+from nas.latency.device import device_identity
+from nas.latency.measure import ProfileSettings
+from nas.latency.predictor import LatencyPredictor
+from nas.latency.profile_workflow import profile_target
+from nas.latency.scoring import score
+from nas.latency.table import LatencyTable
+from nas.target import Target, load_target
 
 CPU = {"name": "cpu_here", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",
        "batch": 1, "threads": 1, "latency_budget_ms": 10.0,
@@ -47,8 +59,6 @@ RUNTIME_PACKAGES = {"onnxruntime": ("numpy", "numpy.libs", "onnxruntime"),
 def no_torch_python(root: Path, runtime: str = "onnxruntime") -> str:
     """A venv whose Python has numpy and ``runtime`` (linked from this environment) and no torch: what a
     device without torch has.  Returns its interpreter; this environment's for ExecuTorch (see above)."""
-    import numpy as np
-
     if runtime not in RUNTIME_PACKAGES:
         raise ValueError(f"no measuring Python for runtime {runtime!r}: one of {', '.join(RUNTIME_PACKAGES)}")
     packages = RUNTIME_PACKAGES[runtime]
@@ -72,10 +82,6 @@ def no_torch_python(root: Path, runtime: str = "onnxruntime") -> str:
 def _bundle_differences(bundle: Path, target, settings, want: dict) -> list[str]:
     """How a bundle already written differs from the one asked for: its target, measurement settings
     and networks per role (from its manifest; it may not be measured yet)."""
-    from collections import Counter
-
-    from nas.latency.bundle import _SETTINGS
-
     man = json.loads((bundle / "manifest.json").read_text())
     have = Counter(n["role"] for n in man["networks"])
     diffs = [f"{k} networks {have.get(k, 0)}, not {v}" for k, v in want.items() if have.get(k, 0) != v]
@@ -89,8 +95,6 @@ def _bundle_differences(bundle: Path, target, settings, want: dict) -> list[str]
 def write_or_reuse(target, b: Path, *, spaces, settings, calibration_networks: int, pruned_networks: int,
                    held_out: int) -> float:
     """Write the bundle into ``b`` unless one is there (then check it asks for these networks); its seconds."""
-    from nas.latency.profile_workflow import profile_target
-
     want = {"calibration": calibration_networks, "pruned": pruned_networks, "held_out": held_out}
     if (b / "manifest.json").is_file():
         diffs = _bundle_differences(b, target, settings, want)
@@ -107,8 +111,6 @@ def write_or_reuse(target, b: Path, *, spaces, settings, calibration_networks: i
 
 def _stems_and_heads() -> dict:
     """The extra stems and heads ``nas.profile`` measures by default (``in_chans``, ``num_classes``)."""
-    from nas.config import ProfileAppConfig
-
     d = ProfileAppConfig()
     return {"in_chans": list(d.in_chans), "num_classes": list(d.num_classes)}
 
@@ -117,12 +119,6 @@ def round_trip(work: Path, *, target, spaces, settings, calibration_networks: in
                held_out: int) -> dict:
     """Bundle -> measured (without torch where the runtime allows) -> imported -> scored on the
     bundle's held-out networks."""
-    from nas.latency.bundle import bundle_networks
-    from nas.latency.predictor import LatencyPredictor
-    from nas.latency.profile_workflow import profile_target
-    from nas.latency.scoring import score
-    from nas.latency.table import LatencyTable
-
     py = no_torch_python(work / "venv", target.runtime)
     b = work / "bundle"
     write_s = write_or_reuse(target, b, spaces=spaces, settings=settings, calibration_networks=calibration_networks,
@@ -146,10 +142,6 @@ def round_trip(work: Path, *, target, spaces, settings, calibration_networks: in
 
 
 def main() -> None:
-    from nas.latency.device import device_identity
-    from nas.latency.measure import ProfileSettings
-    from nas.target import Target, load_target
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=None, help="a target name (default: onnxruntime on this CPU, fp32)")
     ap.add_argument("--spaces", nargs="+", default=["tiny"])

@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import onnxruntime as ort
+import torch
+
 from benchmarks.harness import RESULTS, ROOT, command, machine, write_result
 
 GPU_TEST_FILES = ("tests/test_cuda_graph.py", "tests/test_gpu_runtimes.py", "tests/test_profiler.py",
@@ -71,10 +74,6 @@ def _run(args: list[str], *, env: dict[str, str], timeout: float, log) -> tuple[
 
 def _ort_cuda() -> str | None:
     """Why onnxruntime's CUDA provider cannot run here, or None when it can."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return "onnxruntime is not installed"
     if hasattr(ort, "preload_dlls"):
         try:
             ort.preload_dlls()
@@ -153,8 +152,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = ap.parse_args(argv)
     budget = a.budget_min if a.budget_min is not None else (0.1 if a.rehearse else 2.0)
     n = a.n if a.n is not None else (6 if a.rehearse else 40)
-    import torch
-
     if not a.rehearse and not torch.cuda.is_available():
         raise SystemExit("python -m benchmarks gpu: torch sees no CUDA GPU here; run with --rehearse to try the steps on the CPU")
     legs_conf = REHEARSAL_LEGS if a.rehearse else LEGS

@@ -164,6 +164,18 @@ def markdown_table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
+def text_table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain-text table of ``rows`` under ``header`` for the terminal: columns two spaces apart, the
+    first aligned left and the others right, a dashed rule under the header."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *map(line, cells[1:])])
+
+
 def write_result(path: Path | str, result: Mapping[str, Any], *, table: str | None = None,
                  plot: Callable[[Path], None] | None = None) -> Path:
     """Writes ``result`` to ``path`` (JSON, atomically), ``table`` to the ``.md`` beside it and the plot

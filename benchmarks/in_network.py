@@ -31,15 +31,19 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
+from nas.builder import build, build_layer
+from nas.latency.predictor import table_networks
+from nas.latency.runtimes import get_runtime
+from nas.latency.table import LatencyTable, resolve_table_path
+from nas.timm_arch import from_timm
 
 
 def node_times(data: bytes, shape: tuple[int, int, int], runs: int, threads: int) -> tuple[dict[str, float], float]:
     """Median kernel time (us) of every node over ``runs`` profiled runs (the first 20 dropped),
     and the median whole-run time."""
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -77,8 +81,6 @@ def layer_of(node: str, n_layers: int) -> int | None:
 
 
 def study(arch, runtime, table, runs: int) -> dict:
-    from nas.builder import build, build_layer
-
     keys = arch.keys()
     shape = (arch.in_chans, arch.resolution, arch.resolution)
     med, total = node_times(runtime.onnx_bytes(build(arch), shape), shape, runs, runtime.threads)
@@ -101,11 +103,6 @@ def study(arch, runtime, table, runs: int) -> dict:
 
 
 def main() -> None:
-    from nas.latency.predictor import table_networks
-    from nas.latency.runtimes import get_runtime
-    from nas.latency.table import LatencyTable, resolve_table_path
-    from nas.timm_arch import from_timm
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="epyc_zen5", help="an onnxruntime CPU target (conf/target/<name>.yaml)")
     ap.add_argument("--models", nargs="+", default=["timm:mobilenetv2_100", "calib:mbv3:0"],

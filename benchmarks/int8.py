@@ -32,11 +32,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from benchmarks.harness import RESULTS, command, write_result
+from benchmarks.predictor import TIMM_MODELS
 from nas.cost import arch_cost, block_cost
 from nas.latency.ops import MULTI_OP_ACTS
-from nas.latency.table import LatencyTable
+from nas.latency.predictor import table_networks
+from nas.latency.table import LatencyTable, resolve_table_path
+from nas.target import load_target
+from nas.timm_arch import from_timm
 
 BAR = 0.6
 MAC_BINS = [0, 1e6, 1e7, 1e8, np.inf]
@@ -76,9 +81,6 @@ def main() -> None:
     args = _parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from nas.latency.table import resolve_table_path
-    from nas.target import load_target
-
     t32, t8 = args.targets
     args.fp32, args.int8 = (resolve_table_path(load_target(t).table) for t in args.targets)
     stem = f"runtimes_{t32}_{t8}" if args.runtimes else "int8" if t32 == "cpu" else f"int8_{t32}"
@@ -139,9 +141,6 @@ def _timm_rows(t32: str, t8: str) -> list[dict]:
     res = RESULTS
     caches = [res / f"predictor_{t32}.measurements.json", res / f"predictor_{t8}.measurements.json"]
     if all(c.is_file() for c in caches):
-        from benchmarks.predictor import TIMM_MODELS
-        from nas.timm_arch import from_timm
-
         c32, c8 = (json.loads(c.read_text())["rounds_ms"] for c in caches)
         for name in TIMM_MODELS:
             a = from_timm(name)
@@ -203,18 +202,12 @@ def _int8_settings(table: LatencyTable) -> str:
 
 
 def _networks(table: LatencyTable) -> dict:
-    from nas.latency.predictor import table_networks
-
     return {a.digest(): (a, ms) for a, ms in table_networks(table)}
 
 
 def _plot(path: Path, macs, r_blocks, net_macs, r_nets, spaces, timm_rows) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.2))
+    ax = fig.subplots(1, 2)
     ax[0].scatter(macs / 1e6, r_blocks, s=6, alpha=0.5)
     ax[0].set(xscale="log", xlabel="block MACs (M)", ylabel="int8 / fp32 latency", title="blocks")
     for s in sorted(set(spaces)):
@@ -230,7 +223,6 @@ def _plot(path: Path, macs, r_blocks, net_macs, r_nets, spaces, timm_rows) -> No
         a.axhline(BAR, c="red", lw=0.8, ls="--")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -46,16 +46,30 @@ import json
 import logging
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime
+import torch
 
+import nas
 from benchmarks._qdq import describe_format, ort_logits
 from benchmarks.harness import RESULTS, command, cpu_model
+from nas._io import atomic_write_text
+from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
+from nas.data import DataSettings, adapt_arch, load_data
+from nas.export.onnx import export_onnx
+from nas.export.qdq import quantize_qdq
+from nas.target import load_target
+from nas.train.fit import Schedule, build_optimizer, fit, train_epochs
+from nas.train.settings import FitSettings
 
 VARIANTS = ("hwnas_ptq", "hwnas_qat", "modelopt_ptq", "modelopt_qat", "modelopt_onnx")
 TARGET = "jetson_int8"
@@ -102,8 +116,9 @@ def modelopt_version() -> tuple[str | None, str, float]:
     t = time.perf_counter()
     try:
         with _silenced():
+            # optional runtime: nvidia-modelopt may not be installed (the error is the finding)
             import modelopt
-            import modelopt.torch.quantization  # noqa: F401
+            import modelopt.torch.quantization  # noqa: F401 - optional runtime, imported to see that it loads
         return modelopt.__version__, "ok", round(time.perf_counter() - t, 1)
     except Exception as e:  # noqa: BLE001
         return None, f"{type(e).__name__}: {e}", round(time.perf_counter() - t, 1)
@@ -112,18 +127,15 @@ def modelopt_version() -> tuple[str | None, str, float]:
 def modelopt_export(model, shape: tuple[int, ...]) -> tuple[bytes, str]:
     """A ModelOpt-quantized model as ONNX: ModelOpt's exporter if its ONNX extras are there (what its
     TensorRT example uses), else ``torch.onnx.export`` of the fake-quant model (opset 17)."""
-    import torch
-
     x = torch.zeros(1, *shape)
     model = model.eval()
     try:
         with _silenced():
+            # optional runtime: ModelOpt's exporter needs its [onnx] extra, which may be missing
             from modelopt.torch._deploy.utils import OnnxBytes, get_onnx_bytes_and_metadata
     except ImportError:
         get_onnx_bytes_and_metadata = None
     if get_onnx_bytes_and_metadata is not None:
-        import onnx
-
         with _silenced():
             packed, _ = get_onnx_bytes_and_metadata(model, (x,), model_name="net", weights_dtype="fp32",
                                                     onnx_opset=20)
@@ -153,8 +165,6 @@ def modelopt_onnx_quantize(fp32: bytes, calib: np.ndarray, target_name: str) -> 
     process: it patches onnxruntime's calibrators for the rest of the process (``patch_ort_modules``),
     after which onnxruntime's own ``quantize_static`` (``nas.export.qdq``) fails.  The child checks
     that: it runs ``quantize_qdq`` on the same model afterwards and says what happened."""
-    import subprocess
-
     with tempfile.TemporaryDirectory() as d:
         Path(d, "fp32.onnx").write_bytes(fp32)
         np.save(Path(d, "calib.npy"), calib)
@@ -168,12 +178,9 @@ def modelopt_onnx_quantize(fp32: bytes, calib: np.ndarray, target_name: str) -> 
 
 def onnx_worker(d: Path, target_name: str) -> int:
     """The child of ``modelopt_onnx_quantize``."""
-    from nas.export.qdq import quantize_qdq
-    from nas.target import load_target
-
     fp32, calib = Path(d, "fp32.onnx").read_bytes(), np.load(Path(d, "calib.npy"))
     with _silenced():
-        from modelopt.onnx.quantization import quantize
+        from modelopt.onnx.quantization import quantize  # optional runtime: nvidia-modelopt (and its [onnx] extra)
 
         root = logging.getLogger()
         level = root.level
@@ -193,12 +200,6 @@ def onnx_worker(d: Path, target_name: str) -> int:
 
 def run_network(seed: int, a: argparse.Namespace, data, target, x_val: np.ndarray, y_val: np.ndarray,
                 mo_ok: bool) -> dict:
-    import torch
-
-    import nas
-    from nas.data import adapt_arch
-    from nas.export.onnx import export_onnx
-
     arch = adapt_arch(nas.load_space("tiny").random(seed), data)
     shape = (arch.in_chans, arch.resolution, arch.resolution)
     rec: dict = {"seed": seed, "arch": str(arch), "variants": {}}
@@ -225,12 +226,6 @@ def run_network(seed: int, a: argparse.Namespace, data, target, x_val: np.ndarra
 
 def train_fp32(arch, data, epochs: int, seed: int):
     """The network of ``arch``, trained for ``epochs`` (seeded), in eval mode."""
-    import torch
-
-    import nas
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
-
     torch.manual_seed(seed)
     net = nas.build(arch)
     fs = FitSettings(epochs=epochs)
@@ -245,13 +240,6 @@ def variant_makers(seed: int, a: argparse.Namespace, data, target, net, fp32: by
                    rec: dict) -> dict:
     """Each variant's maker: a call that returns its QDQ ONNX and how it was made, every one calibrated
     on the same training images (``modelopt_onnx`` also notes in ``rec`` what it did to ``nas.export.qdq``)."""
-    import torch
-
-    from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
-    from nas.export.qdq import quantize_qdq
-    from nas.train.fit import Schedule, build_optimizer, train_epochs
-    from nas.train.settings import FitSettings
-
     # the same calibration images for every variant
     g = torch.Generator().manual_seed(seed + 29)
     idx = torch.randperm(len(data.train), generator=g)[: a.calib]
@@ -281,7 +269,7 @@ def variant_makers(seed: int, a: argparse.Namespace, data, target, net, fp32: by
 
     def mo_quantized():
         with _silenced():
-            import modelopt.torch.quantization as mtq
+            import modelopt.torch.quantization as mtq  # optional runtime: nvidia-modelopt may not be installed
 
             def loop(model):
                 for x in calib_batches:
@@ -338,8 +326,6 @@ def score_variant(v: dict, make, x_val: np.ndarray, y_val: np.ndarray, y32: np.n
 
 def _dist_size(names: tuple[str, ...]) -> dict[str, float]:
     """Installed size (MB) of the distributions ``names`` that are installed."""
-    from importlib import metadata
-
     out = {}
     for n in names:
         try:
@@ -414,12 +400,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if a.onnx_worker is not None:
         return onnx_worker(a.onnx_worker, a.target)
-    import onnxruntime
-    import torch
-
-    from nas.data import DataSettings, load_data
-    from nas.target import load_target
-
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.WARNING)
     target = load_target(a.target)
@@ -437,8 +417,6 @@ def main(argv: list[str] | None = None) -> int:
     for seed in a.seeds:
         print(f"network {seed}: training and quantizing ...", file=sys.stderr, flush=True)
         nets.append(run_network(seed, a, data, target, x_val, y_val, version is not None))
-    import onnx
-
     rep = {
         "what": "TensorRT int8 QDQ: hwnas (nas.compress.qat / ptq) vs NVIDIA Model Optimizer, on CPU",
         "command": command("modelopt", argv),
@@ -462,8 +440,6 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summarize(nets),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    from nas._io import atomic_write_text
-
     a.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out, json.dumps(rep, indent=1) + "\n")
     print_table(rep)

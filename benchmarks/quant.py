@@ -36,8 +36,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+import torch
 
 from benchmarks.harness import RESULTS, command, machine, write_result
+from nas.arch import Arch
+from nas.builder import build
+from nas.export.onnx import export_onnx
+from nas.export.qdq import quantize_qdq
+from nas.latency.device import device_identity
+from nas.latency.measure import measure, summarize_times
+from nas.latency.runtimes import get_runtime
+from nas.space import load_space
+from nas.target import load_target
+from nas.timm_arch import from_timm
 
 VARIANTS: dict[str, dict] = {
     "default": {},
@@ -52,8 +64,6 @@ VARIANTS: dict[str, dict] = {
 
 def _excluded(model: bytes, which: str) -> list[str]:
     """Names of the Conv nodes to leave in fp32: depthwise ones, or every conv with a k>1 kernel."""
-    import onnx
-
     g = onnx.load_from_string(model).graph
     out = []
     for n in g.node:
@@ -68,8 +78,6 @@ def _excluded(model: bytes, which: str) -> list[str]:
 
 
 def quantize(model: bytes, calib: list, variant: dict) -> bytes:
-    from nas.export.qdq import quantize_qdq
-
     kw = dict(variant)
     which = kw.pop("exclude", None)
     if which:
@@ -78,10 +86,6 @@ def quantize(model: bytes, calib: list, variant: dict) -> bytes:
 
 
 def networks(args) -> list[tuple[str, object]]:
-    from nas.arch import Arch
-    from nas.space import load_space
-    from nas.timm_arch import from_timm
-
     out = []
     if args.run:
         pareto = json.loads((Path(args.run) / "pareto.json").read_text())
@@ -107,14 +111,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
-
-    import torch
-
-    from nas.builder import build
-    from nas.export.onnx import export_onnx
-    from nas.latency.measure import measure, summarize_times
-    from nas.latency.runtimes import get_runtime
-    from nas.target import load_target
 
     target = load_target(args.target)
     if target.precision != "fp32":
@@ -154,8 +150,6 @@ def main() -> None:
                           "max_ratio": float(np.max([ratio[n][v] for n in names])),
                           "share_le_0.6": float(np.mean([ratio[n][v] <= 0.6 for n in names])),
                           "n": len(names)} for v in VARIANTS}
-    from nas.latency.device import device_identity
-
     report = {"target": args.target, "device": device_identity("cpu"), "table_device": table_dev,
               "runtime": rt.info(), "rounds": args.rounds, "variants": VARIANTS, "median_ms": med,
               "int8_over_fp32": ratio, "summary": summary, "seconds": time.time() - t0}

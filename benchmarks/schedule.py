@@ -28,8 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from benchmarks.harness import RESULTS, command, machine, pinned_cores, write_result
+from nas.data import adapt_arch, load_data
+from nas.search.evaluate import SupernetEvaluator
+from nas.space import load_space
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import train_supernet
 
 SCHEDULES = ("sandwich", "progressive")
 
@@ -52,8 +58,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _data(a: argparse.Namespace) -> Any:
-    from nas.data import load_data
-
     cfg: dict[str, Any] = {"name": a.data, "root": a.root}
     if a.data == "fashion_mnist":  # benchmarks/supernet.py's subset: minutes, not hours, on one core
         cfg.update(resolution=16, train_samples=2000, val_samples=1000, augment="none")
@@ -63,10 +67,6 @@ def _data(a: argparse.Namespace) -> Any:
 
 
 def _train(schedule: str, epochs: int, seed: int, a: argparse.Namespace, data: Any, out: Path) -> dict[str, Any]:
-    from nas.space import load_space
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
     kw = {"phase_starts": tuple(a.phase_starts)} if a.phase_starts else {}
     s = SupernetSettings(epochs=epochs, seed=seed, schedule=schedule, device="cpu", **kw)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -77,10 +77,6 @@ def _train(schedule: str, epochs: int, seed: int, a: argparse.Namespace, data: A
 
 
 def _score(run: dict[str, Any], ckpt: Path, archs: list[Any], data: Any) -> dict[str, Any]:
-    from nas.data import adapt_arch
-    from nas.search.evaluate import SupernetEvaluator
-    from nas.space import load_space
-
     ev = SupernetEvaluator(checkpoint=str(ckpt), device="cpu")
     seed, space = run["seed"], load_space("tiny")
     acc = [ev.evaluate(adapt_arch(x, data), data, seed=seed).score for x in archs]
@@ -130,10 +126,6 @@ def _table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import torch
-
-    from nas.space import load_space
-
     a = _args(argv)
     torch.set_num_threads(1)
     data = _data(a)

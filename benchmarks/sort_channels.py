@@ -21,6 +21,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, pinned_cores, write_result
+from nas.data import load_data
+from nas.space import load_space
+from nas.supernet.checkpoint import load_supernet
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import train_supernet
+from nas.train.fit import accuracy
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -33,12 +39,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _run(sort: bool, seed: int, a: argparse.Namespace, data: Any, tmp: Path) -> dict[str, Any]:
-    from nas.space import load_space
-    from nas.supernet.checkpoint import load_supernet
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-    from nas.train.fit import accuracy
-
     t0 = time.perf_counter()
     out = tmp / f"{'sorted' if sort else 'index'}-{seed}"
     train_supernet(load_space("tiny"), data, SupernetSettings(epochs=a.epochs, seed=seed, sort_channels=sort), out)
@@ -54,8 +54,6 @@ def _run(sort: bool, seed: int, a: argparse.Namespace, data: Any, tmp: Path) -> 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from nas.data import load_data
-
     a = _args(argv)
     data = load_data({"name": "digits"})
     with tempfile.TemporaryDirectory() as tmp:

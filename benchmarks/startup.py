@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, ROOT, command, interleaved, machine, medians, pinned_cores, write_result
+from nas.machine import cpu_identity
 
 COMMANDS = ("profile", "predict", "validate", "space", "search", "supernet", "train", "export")
 HEAVY = ("torch", "sklearn", "timm", "torchvision", "optuna", "scipy", "onnxruntime", "matplotlib")
@@ -86,10 +87,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
     rows = measure(a.commands, a.rounds)
-    from nas.latency.device import device_identity
-
     result = {"command": command("startup", argv, cores=pinned_cores()),
-              "machine": device_identity("cpu")["name"], "machine_detail": machine(), "python": sys.version.split()[0], "rows": rows}
+              "machine": cpu_identity()["name"], "machine_detail": machine(), "python": sys.version.split()[0], "rows": rows}
     if a.commands == list(COMMANDS):
         write_result(Path(a.out) / "startup.json", result)
     print(f"\n{'command':<10} {'--help s':>9} {'typo s':>7} {'refused s':>10}  {'refused value':<28} import loads")

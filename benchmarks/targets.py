@@ -50,11 +50,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import optuna
+import torch
+from omegaconf import OmegaConf
+from scipy.stats import kendalltau
+
 from benchmarks._targets_report import BEST, jaccard, write_report  # noqa: F401
 from benchmarks.search import hypervolume_2d, latency_reference
 from nas._io import atomic_write_json
 from nas.arch import Arch
-from nas.search.evaluate import EvalResult, Evaluator
+from nas.config import compose_app
+from nas.data import load_data
+from nas.latency import load_latency_model
+from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes import get_runtime
+from nas.latency.scoring import drift_ratios, score
+from nas.latency.validate import measure_held_out
+from nas.search.evaluate import EvalResult, Evaluator, make_evaluator
+from nas.search.results import pareto_front, trial_records
+from nas.search.study import Budgets, count_trials, prepare_search, run_search, write_outputs
+from nas.space import load_space
+from nas.target import load_target
 
 TARGETS = ("cpu", "cpu_int8", "executorch_cpu", "executorch_cpu_int8", "openvino_cpu", "openvino_cpu_int8")
 class SharedEvaluations(Evaluator):
@@ -142,8 +158,6 @@ def still_optimal(fronts: Mapping[str, Sequence[str]], pool: Sequence[str], scor
 
 def rank_agreement(lat: Mapping[str, Mapping[str, float]], digests: Sequence[str]) -> dict[str, dict[str, float]]:
     """Kendall τ between every two targets' latencies of the same networks."""
-    from scipy.stats import kendalltau
-
     v = {t: [lb[d] for d in digests] for t, lb in lat.items()}
     return {a: {b: float(kendalltau(v[a], v[b]).statistic) for b in lat} for a in lat}
 
@@ -176,15 +190,6 @@ def compare_fronts(fronts: Mapping[str, Sequence[str]], pool: Sequence[str], sco
 
 def _setup(args) -> dict[str, Any]:
     """Targets, their latency models, the space, the data and the shared evaluator."""
-    from omegaconf import OmegaConf
-
-    from nas.config import compose_app
-    from nas.data import load_data
-    from nas.latency import load_latency_model
-    from nas.search.evaluate import make_evaluator
-    from nas.space import load_space
-    from nas.target import load_target
-
     cfg = compose_app("search", [f"conf={args.targets[0]}", f"data={args.data}"])
     data = load_data(OmegaConf.to_container(cfg.data, resolve=True))
     ev = make_evaluator({**OmegaConf.to_container(cfg.evaluator, resolve=True), "epochs": args.epochs,
@@ -212,8 +217,6 @@ def search_plan(args) -> list[tuple[str, str, int]]:
 def run_searches(args, env: Mapping[str, Any], *, run: bool = True) -> dict[str, Any]:
     """One study per search of ``search_plan`` in ``<out>/studies/<label>`` (resumed if there);
     ``run=False`` opens them only.  Returns label -> ``nas.search.Search``."""
-    from nas.search.study import Budgets, prepare_search, run_search, write_outputs
-
     searches = {}
     for label, t, seed in search_plan(args):
         t0 = time.perf_counter()
@@ -247,8 +250,6 @@ def _coverage(model: Any, archs: Sequence[Arch]) -> dict[str, Any]:
 
 def collect(args, env: Mapping[str, Any], searches: Mapping[str, Any]) -> dict[str, Any]:
     """Every search's front and trained networks, each network's latency on every target, the comparison."""
-    from nas.search.results import pareto_front, trial_records
-
     pool: dict[str, Arch] = {}
     scores: dict[str, float] = {}
     names: dict[str, str] = {}
@@ -303,8 +304,6 @@ def collect(args, env: Mapping[str, Any], searches: Mapping[str, Any]) -> dict[s
 def collect_controls(args, searches: Mapping[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     """The first target's search again with other seeds (the sampler's and the training's, as
     ``seed=`` sets both): how far its front moves with no change of target.  Its scores are its own."""
-    from nas.search.results import pareto_front, trial_records
-
     p = res["_pool"]
     t = args.targets[0]
     acc_ref, lat_ref = p["refs"][t]
@@ -334,11 +333,6 @@ def collect_controls(args, searches: Mapping[str, Any], res: dict[str, Any]) -> 
 def measure_fronts(args, env: Mapping[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     """The union of the fronts measured end to end with each target's runtime on this CPU, and each
     predictor scored on them (as is, and times the drift its table's re-measured networks show)."""
-    from nas.latency.measure import ProfileSettings
-    from nas.latency.runtimes import get_runtime
-    from nas.latency.scoring import drift_ratios, score
-    from nas.latency.validate import measure_held_out
-
     p = res["_pool"]
     union = list(res["networks"])
     archs = [p["archs"][d] for d in union]
@@ -429,17 +423,12 @@ def main() -> None:
     unknown = sorted(set(args.targets) - set(TARGETS))
     if unknown:
         print(f"note: {unknown} are not among the shipped targets this benchmark was written for", file=sys.stderr)
-    import optuna
-    import torch
-
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = _setup(args)
     searches = run_searches(args, env, run=not args.measure)
-    from nas.search.study import count_trials
-
     short = {t: n for t, s in searches.items() if (n := count_trials(s.study)) < args.trials}
     if args.measure and short:
         raise SystemExit(f"--measure needs the searches done first; unfinished: {short} (run without --measure)")

@@ -28,13 +28,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import command, pinned_cores, write_result
+from matplotlib.figure import Figure
+
+from benchmarks.harness import command, pinned_cores, text_table, write_result
+from nas.latency.device import device_identity
+from nas.target import load_target
+from nas.train.pipeline import train_front
+from nas.train.settings import ExportSettings, FitSettings, PipelineSettings
 
 
 def _search(out: Path, *, trials: int, epochs: int, train_samples: int, evaluator: str, target: str) -> Path:
@@ -83,12 +90,8 @@ def _checks(m: dict) -> dict:
 
 
 def _plot(models: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig = Figure(figsize=(11, 4.5))
+    a1, a2 = fig.subplots(1, 2)
     colors = {"fp32": "C0", "pruned": "C1", "ptq_int8": "C2", "qat_int8": "C3"}  # colour: variant
     markers = "osD^vP*X"  # marker: model
     lim = 0.0
@@ -116,7 +119,6 @@ def _plot(models: list[dict], path: Path) -> None:
         a.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _parse_args() -> argparse.Namespace:
@@ -152,15 +154,7 @@ def _parse_args() -> argparse.Namespace:
 
 def main() -> None:
     a = _parse_args()
-
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from nas.latency.device import device_identity
-    from nas.target import load_target
-    from nas.train.pipeline import train_front
-    from nas.train.settings import ExportSettings, FitSettings, PipelineSettings
-
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -193,8 +187,6 @@ def main() -> None:
 
 def _print_tables(models: list[dict]) -> None:
     """Per model and variant: accuracy, measured and predicted ms; then per model the checks."""
-    from nas.cli._common import fmt_table
-
     rows = []
     for m in models:
         c = m["checks"]
@@ -204,7 +196,7 @@ def _print_tables(models: list[dict]) -> None:
                          f"{c['predicted_ms'].get(k) or float('nan'):.4f}" +
                          (" est." if c["prediction_source"].get(k) == "estimated" else ""),
                          "—" if e is None else f"{e:+.1f}%"])
-    print(fmt_table(rows, ["model", "variant", "acc %", "measured ms", "predicted ms", "pred. error"]))
+    print(text_table(rows, ["model", "variant", "acc %", "measured ms", "predicted ms", "pred. error"]))
     print()
     def fmt_check(c: dict, k: str, fmt: str = "{:+.2f}") -> str:
         v = c.get(k)
@@ -220,7 +212,7 @@ def _print_tables(models: list[dict]) -> None:
         crow.append([m["id"], f("qat_minus_fp32_points"), f("qat_minus_ptq_points"),
                      f("qat_int8_over_fp32_latency", "{:.2f}x"), f("pruned_over_fp32_latency", "{:.2f}x"),
                      f("pruning_cost_points"), f("all_within_10pct_of_prediction")])
-    print(fmt_table(crow, ["model", "QAT-fp32 pts", "QAT-PTQ pts", "int8/fp32 ms", "pruned/fp32 ms",
+    print(text_table(crow, ["model", "QAT-fp32 pts", "QAT-PTQ pts", "int8/fp32 ms", "pruned/fp32 ms",
                            "prune cost pts", "all ±10%"]))
 
 
