@@ -1,4 +1,4 @@
-"""Benchmark the search's worth: does hwnas pick a better network than random picks or the largest network that fits?
+"""The search's worth: does it pick better networks than random picks or the largest one that fits?
 
 On the full Fashion-MNIST at 28x28 (Debian's ``dataset-fashion-mnist``), the ``tiny`` space, and a
 target whose latency table was measured on the machine the benchmark runs on (``--target here``: the
@@ -61,6 +61,7 @@ import matplotlib
 import numpy as np
 import optuna
 import torch
+from filelock import FileLock, Timeout
 
 import nas
 from benchmarks._jobs import Part, job_cores, run_parts
@@ -369,7 +370,9 @@ def final_path(out: Path, digest: str, seed: int) -> Path:
 
 
 def part_final(a: argparse.Namespace, out: Path, k: int, of: int) -> None:
-    """The final trainings ``k``, ``k + of``, ... of the run (each kept in a file of its own)."""
+    """The final trainings ``k``, ``k + of``, ... of the run (each kept in a file of its own); a training
+    another process holds (its claim, an OS lock) is left to it, so processes on other cores may share
+    the same list (``--parts final@0/1`` on each)."""
 
     data, bs = None, json.loads((out / "budgets.json").read_text())["budgets"]
     todo = trainings(all_picks(out, bs), a.final_seeds)[k::of]
@@ -378,13 +381,23 @@ def part_final(a: argparse.Namespace, out: Path, k: int, of: int) -> None:
         path = final_path(out, digest, seed)
         if path.is_file():
             continue
-        data = data or final_data(a)
-        cpu0 = time.process_time()
-        r = recipe.evaluate(Arch.from_dict(arch), data, seed=seed)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {"digest": digest, "seed": seed, "test_accuracy": r.score, "cpu_s":
-                                 time.process_time() - cpu0, "wall_s": r.seconds, "epochs": a.final_epochs,
-                                 "metrics": r.metrics})
+        claim = FileLock(f"{path}.lock", timeout=0)  # another process training it holds it (released if it dies)
+        try:
+            claim.acquire()
+        except Timeout:
+            continue
+        try:
+            if path.is_file():  # finished by another process meanwhile
+                continue
+            data = data or final_data(a)
+            cpu0 = time.process_time()
+            r = recipe.evaluate(Arch.from_dict(arch), data, seed=seed)
+            atomic_write_json(path, {"digest": digest, "seed": seed, "test_accuracy": r.score, "cpu_s":
+                                     time.process_time() - cpu0, "wall_s": r.seconds, "epochs": a.final_epochs,
+                                     "metrics": r.metrics})
+        finally:
+            claim.release()
         print(f"final {digest[:10]} seed {seed}: test {100 * r.score:.2f}% ({r.seconds:.0f} s)", flush=True)
 
 
