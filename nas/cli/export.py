@@ -18,12 +18,17 @@ from nas import train
 from nas._io import not_a_torch_file
 from nas.cli._common import file_error, hydra_app, user_errors
 from nas.config.train import register_train_configs
-from nas.target import Target
+from nas.export import check_format
+from nas.target import Target, load_target
 from nas.train.settings import ExportSettings
 
 register_train_configs()
 
 _CHECKPOINTS = "a .ckpt that python -m nas.train wrote (fp32.ckpt, pruned.ckpt, qat.ckpt under <run>/train/<model>/)"
+
+
+#: the target an edge format exports for when no conf= is given: its runtime on a CPU (``_int8`` for int8)
+EDGE_CPU_TARGETS = {"pte": "executorch_cpu", "openvino": "openvino_cpu", "tflite": "litert_cpu"}
 
 
 @user_errors
@@ -39,11 +44,13 @@ def run(cfg: DictConfig) -> dict:
     problem = file_error("out", c["out"]) if c["out"] else None
     if problem:
         raise ValueError(problem)
+    check_format(c["format"])
     target = Target.coerce(c["target"]) if c["target"] else None  # None: the checkpoint's (nas.train records it)
-    if c["format"] != "onnx":  # ExecuTorch .pte or OpenVINO IR: nas.train.deploy_edge
-        if target is None:
-            raise ValueError(f"format={c['format']} exports for a target of its runtime: give conf=<target> "
-                             "(executorch_cpu, openvino_cpu, ... or their _int8)")
+    if c["format"] != "onnx":  # ExecuTorch .pte, OpenVINO IR or LiteRT .tflite: nas.train.deploy_edge
+        if target is None:  # the format's runtime on this CPU, at the export's precision
+            name = EDGE_CPU_TARGETS[c["format"]] + ("_int8" if c["precision"] == "int8" else "")
+            target = load_target(name)
+            print(f"target:    {name} (the format's CPU target; conf=<target> for another)")
         rec = train.export_edge(fmt=c["format"], arch_path=c["arch"], weights=c["weights"], precision=c["precision"],
                                 target=target, out=c["out"], data=c["data"], verify_samples=c["verify_samples"],
                                 overwrite=c["overwrite"], allow_mismatch=c["allow_mismatch"],

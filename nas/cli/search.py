@@ -69,16 +69,20 @@ def _prepare(cfg: DictConfig, run_dir: Path) -> Any:
     start leaves no trace in a run dir it found empty, and never touches one another start claimed
     (``nas.search.starting_in``)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with nas.search.starting_in(run_dir) as fresh:  # a new folder: this start alone, removing what it wrote on failure
+    try:  # refused before the libraries that do the work (torch, scikit-learn) load, and before the run dir
+        # is claimed: a bad count, an unknown or malformed space, a table no predictor can use
         check_counts(cfg, {"n_trials": "trials", "max_consecutive_failures": "failed trials in a row (0: never stop)"})
-        if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
-            raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
-                             f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
-        # refused before the libraries that do the work (torch, scikit-learn) load: an unknown or malformed
-        # space, a table no predictor can use
         check_storage(cfg.storage)
         space = load_space(cfg.search_space)
         check_target_table(Target.coerce(cfg.target))
+    except BaseException:
+        with contextlib.suppress(OSError):  # the folder Hydra made for this run, if it is still empty (rmdir
+            run_dir.rmdir()  # removes nothing else: a folder another start wrote in stays)
+        raise
+    with nas.search.starting_in(run_dir) as fresh:  # a new folder: this start alone, removing what it wrote on failure
+        if cfg.n_trials == 0 and fresh and not cfg.storage:  # the study would be new, and stay empty
+            raise ValueError(f"n_trials=0 in a new run dir ({run_dir}): there is no study to report on, and none is "
+                             f"started; give n_trials=N (1 or more), or out= a run dir to rewrite its outputs")
         search = _prepare_search(cfg, run_dir, space)
         _save_config(cfg, run_dir, _user_args())
     return search

@@ -38,12 +38,11 @@ from nas.export import litert
 from nas.export.onnx import export_onnx
 from nas.export.verify import batch1, check_finite_outputs, eval_split
 
-__all__ = ["EDGE_FORMATS", "OPENVINO_CONFIG", "SUFFIXES", "openvino_compile", "openvino_model", "pte_bytes", "pte_method",
+__all__ = ["OPENVINO_CONFIG", "SUFFIXES", "openvino_compile", "openvino_model", "pte_bytes", "pte_method",
            "verify_file", "write_file", "write_openvino"]
 
 log = logging.getLogger(__name__)
 
-EDGE_FORMATS = {"pte": "executorch", "openvino": "openvino", "tflite": "litert"}  # export format -> runtime
 SUFFIXES = {"pte": ".pte", "openvino": ".xml", "tflite": ".tflite"}  # export format -> the file it writes
 
 # --------------------------------------------------------------------------------------------

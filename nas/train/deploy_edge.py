@@ -23,8 +23,8 @@ from nas.arch import Arch
 from nas.compress.qat import QATNet, export_qdq
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, load_data
-from nas.export import litert
-from nas.export.edge import EDGE_FORMATS, SUFFIXES, openvino_model, pte_bytes, verify_file, write_file
+from nas.export import EDGE_FORMATS, check_format, litert
+from nas.export.edge import SUFFIXES, openvino_model, pte_bytes, verify_file, write_file
 from nas.export.verify import calibration_inputs, eval_split, split_note
 from nas.latency.base import how_measured
 from nas.latency.device import device_identity, device_mismatch
@@ -153,8 +153,8 @@ def export_edge(*, fmt: str, arch_path: str | Path, weights: str | Path, precisi
         RuntimeUnavailable: the format's runtime is not installed (the message names the extra).
     """
     if fmt not in EDGE_FORMATS:
-        *rest, last = EDGE_FORMATS
-        raise ValueError(f"format must be onnx, {', '.join(rest)} or {last}, got {fmt!r}")
+        check_format(fmt)
+        raise ValueError("format=onnx is nas.train.deploy's export_checkpoint, not an edge format")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     check_number("verify_samples", verify_samples, integer=True)

@@ -57,7 +57,8 @@ from nas.builder import build
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
 from nas.cost import arch_cost
 from nas.data import Dataset, DataSettings, adapt_arch, load_data
-from nas.export.edge import EDGE_FORMATS, SUFFIXES
+from nas.export import EDGE_FORMATS
+from nas.export.edge import SUFFIXES
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, scored_images, split_note
