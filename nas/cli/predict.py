@@ -32,6 +32,9 @@ def run(cfg: DictConfig) -> dict:
         print(f"WARNING: {model.warning}")
     if model.note:
         print(model.note)
+    refresh = latency.refresh_model(model, target, spaces=[arch.name] if arch.name else None) if cfg.retime else None
+    if refresh is not None:
+        print(refresh.line())
     p = model.explain(arch)
     print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target.name}: {p.label()}")
     if cfg.breakdown:
@@ -41,7 +44,7 @@ def run(cfg: DictConfig) -> dict:
             rows = [[str(k), f"{model.roofline.predict_key(k):.4f}", "estimated"] for k in arch.keys()]
         print(fmt_table(rows, ["layer", "ms", "source"]))
         print("(per-layer figures are before calibration; the total above is calibrated when marked so)")
-    return {"arch": arch.name or spec, **p.to_dict()}
+    return {"arch": arch.name or spec, **p.to_dict(), **({"refresh": refresh.to_dict()} if refresh is not None else {})}
 
 
 @hydra_app("predict")

@@ -11,13 +11,13 @@ from __future__ import annotations
 from nas._lazy import lazy_exports
 
 __all__ = ["LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model", "profile_target",
-           "validate_target", "ensure_here_target"]
+           "validate_target", "ensure_here_target", "refresh_model"]
 
 _HOMES = {"LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
           "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
-          "validate_target": "validate", "ensure_here_target": "here",
+          "validate_target": "validate", "ensure_here_target": "here", "refresh_model": "refresh",
           # what nas.validate prints a report with
-          **{n: "validate" for n in ("RESCALED", "reproducibility_lines")},
+          "RESCALED": "validate", "reproducibility_lines": "reproducibility",
           "summary_line": "reproducibility"}
 
 

@@ -31,7 +31,7 @@ class Prediction:
         device: the device the figure is for.
         n_measured, n_learned, n_estimated: layers looked up in the table, filled in by the learned
             per-block model, estimated by the roofline.
-        calibrated, mismatched, rescale, outside, recalibrated, timing: see the fields' comments.
+        calibrated, mismatched, rescale, outside, recalibrated, timing, rescaled_by: see the fields' comments.
 
     Raises:
         ValueError: ``source`` is not one of ``SOURCES``.
@@ -54,6 +54,7 @@ class Prediction:
     outside: str = ""  # set when the network lies outside what the calibration was fitted on (an extrapolation)
     recalibrated: str = ""  # when the calibration networks were re-measured (nas.profile recalibrate), if they were
     timing: str = ""  # a GPU table's timing: "CUDA graph" or "eager (host-bound)" (empty on a CPU)
+    rescaled_by: str = ""  # what set ``rescale``: "its refresh" (nas.profile refresh=N) or a refresh on the fly
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -72,7 +73,7 @@ class Prediction:
             parts.append(f"{self.n_learned} learned")
         cal = ", calibrated" if self.calibrated else ""
         mm = ", TABLE MISMATCH allowed" if self.mismatched else ""
-        rs = f", rescaled x{self.rescale:.3f} by its refresh" if self.rescale != 1.0 else ""
+        rs = f", rescaled x{self.rescale:.3f} by {self.rescaled_by or 'its refresh'}" if self.rescale != 1.0 else ""
         rs += f", recalibrated {self.recalibrated}" if self.recalibrated else ""
         out = f", EXTRAPOLATED: {self.outside}" if self.outside else ""
         how = f", {self.timing}" if self.timing else ""
