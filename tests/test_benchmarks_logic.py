@@ -432,6 +432,32 @@ def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
     assert len(jobs) == len(cum) and np.all(np.diff(cum) > 0)
 
 
+def test_bench_onboard_picks_each_tables_setting_without_its_processor():
+    """Leave one processor out: a table's setting is picked on the tables of the other processors only
+    (never on its own score, nor on its processor's other runtimes'); a tie keeps the default."""
+    ob = _script("onboard")
+
+    def res(share):
+        return {"budgets": [{"minutes": m, "after": {"all": {"within_10pct": share}, "under_1ms": {"within_10pct": share}}}
+                            for m in ob.SELECT_MINUTES]}
+
+    default, other = ob.DEFAULT.name, next(s.name for s in ob.SETTINGS if s != ob.DEFAULT)
+    out = {"devices": {
+        "xeon_ort": {"processor": "Xeon", "scored_on": "held_out", "settings": {default: res(0.9), other: res(0.5)}},
+        "xeon_ov": {"processor": "Xeon", "scored_on": "held_out", "settings": {default: res(0.5), other: res(0.9)}},
+        "epyc": {"processor": "EPYC", "scored_on": "held_out", "settings": {default: res(0.6), other: res(0.99)}},
+    }}
+    picks = ob.pick_settings(out)
+    # epyc's own scores favour `other`; the Xeon tables' mean does not decide for it either way here (0.7 each): a tie
+    assert picks["epyc"]["picked_on"] == ["xeon_ort", "xeon_ov"] and picks["epyc"]["setting"] == default
+    assert picks["xeon_ort"]["picked_on"] == ["epyc"] and picks["xeon_ort"]["setting"] == other
+    assert picks["xeon_ort"]["selection_scores"][other] == pytest.approx(0.99)
+    from nas.latency.table import LatencyTable, resolve_table_path
+
+    tiny_only = LatencyTable.load(resolve_table_path("executorch_cpu.json"))  # one space, no calibration-only spaces
+    assert {ob.effective(s, tiny_only) for s in ob.SETTINGS} == {ob.Setting()}
+
+
 def test_bench_supernet_graded_pool_reaches_the_narrowest_and_widest_networks():
     """Random draws of a space cluster in the middle of its sizes; graded draws reach both ends."""
     from nas.cost import arch_cost

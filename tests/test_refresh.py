@@ -192,3 +192,51 @@ def test_unrepeatable_networks_are_left_out_of_the_score_and_named():
     assert rep["with_unrepeatable"]["predictor"]["within_10pct"] < 1.0
     pt = rep["points"][bad]
     assert pt["repeatable"] is False and pt["rounds_spread_pct"] > 10
+
+
+def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypatch, capsys):
+    """prepare_search re-times its space's calibration networks (a fake timer: 3% faster than the table)
+    on the table's machine and the command prints one line saying so; retime=False leaves it as measured."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    import nas.latency.refresh as refresh_mod
+    from nas.cli.search import _print_setup
+    from nas.data import load_data
+    from nas.search import study as study_mod
+    from nas.search.study import Budgets, prepare_search
+    from tests.test_search import FakeEvaluator
+
+    t = table2()
+    figs = LatencyPredictor(refresh=False).fit(t).calibration_figures()
+    monkeypatch.setattr(study_mod, "load_latency_model",
+                        lambda target, allow_mismatch: LatencyPredictor(refresh=False).fit(t))
+    monkeypatch.setattr(refresh_mod, "device_identity", lambda kind: dict(HERE))
+    timed = []
+
+    def fake_measure(a, runtime, settings):
+        timed.append(a.name)
+        return SimpleNamespace(median_ms=0.97 * figs[a])
+
+    monkeypatch.setattr(refresh_mod, "measure_arch", fake_measure)
+    data = load_data({"name": "digits", "resolution": 8, "train_samples": 60, "val_samples": 30})
+
+    def prepare(run_dir, **kw):
+        return prepare_search(target=TARGET, search_space="tiny", data=data, evaluator=FakeEvaluator(),
+                              sampler={"name": "random"}, budgets=Budgets(), seed=0, run_dir=run_dir, **kw)
+
+    s = prepare(tmp_path / "a")
+    assert timed and set(timed) == {"tiny"}  # the search's own space only
+    assert s.refresh.applied and s.refresh.ratio == pytest.approx(0.97) and s.problem.latency.rescale_ == pytest.approx(0.97)
+    assert s.info()["latency_model"]["refresh"]["ratio"] == pytest.approx(0.97)
+    cfg = OmegaConf.create({"sampler": {"name": "random"}, "seed": 0})
+    _print_setup(cfg, TARGET, s, 0)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("refresh  "))
+    assert "table refreshed on the fly" in line and "0.970x" in line and "-3.0%" in line
+    timed.clear()
+    off = prepare(tmp_path / "b", retime=False)
+    assert not timed and off.refresh is None and off.problem.latency.rescale_ == 1.0
+    _print_setup(cfg, TARGET, off, 0)
+    assert "refresh  " not in capsys.readouterr().out
