@@ -2,8 +2,8 @@
 where one network's rounds disagree by more than ``REPEAT_TOLERANCE``, no prediction can be judged
 against its figure to ±10%.
 
-Each round's common factor (its networks' median ratio to their own medians: the machine's speed in
-that round) is taken out first, so a round the whole machine ran slower in does not count against
+Each round's common factor (the median, over its networks, of each one's ratio to its geometric mean
+over the rounds: the machine's speed in that round) is taken out first, so a round the whole machine ran slower in does not count against
 every network.  A network is *unrepeatable* when one of its rounds then lies more than
 ``REPEAT_TOLERANCE`` from the median of its rounds: a fresh session of the very same network gave a
 figure that far from the one it is scored against.  ``nas.validate`` names and counts such networks
@@ -68,8 +68,11 @@ def repeatability(rounds_ms: Sequence[Sequence[float]], *, tolerance: float = RE
     if r < MIN_ROUNDS:
         return Repeatability(tuple([float("nan")] * n), tuple([True] * n), tuple([1.0] * r), r, tolerance)
     R = np.array([list(x[:r]) for x in rounds_ms], float)
-    rel = R / np.median(R, axis=1, keepdims=True)
-    factors = np.median(rel, axis=0) if n >= MIN_NETWORKS_FOR_FACTORS else np.ones(r)
+    # each round against the network's geometric mean (its median would sit at exactly 1 in one round of
+    # every network, and pin every round's median there); the factors' own geometric mean is 1
+    logs = np.log(R) - np.log(R).mean(axis=1, keepdims=True)
+    factors = np.exp(np.median(logs, axis=0)) if n >= MIN_NETWORKS_FOR_FACTORS else np.ones(r)
+    factors = factors / np.exp(np.log(factors).mean())
     rel = R / factors
     dev = np.abs(rel / np.median(rel, axis=1, keepdims=True) - 1).max(axis=1)
     return Repeatability(tuple(float(100 * d) for d in dev), tuple(bool(d <= tolerance) for d in dev),
