@@ -474,7 +474,7 @@ def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str
     """``nas.latency.budget_curve.budget_report`` for a budgeted or partial table, with its plot
     (``out`` with ``.budget.png``) when matplotlib is installed; None for a complete table."""
     keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
-    budget = budget_report(model, vs, space_keys=keys, reached=report["methods"]["predictor"])
+    budget = budget_report(model, vs, space_keys=keys, reached=report["methods"].get(AS_BUILT, report["methods"]["predictor"]))
     if budget is not None:
         budget["plot"] = budget_plot(budget, out.with_suffix(".budget.png"), title=title)
     return budget
