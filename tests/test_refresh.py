@@ -241,3 +241,16 @@ def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypat
     assert not timed and off.refresh is None and off.problem.latency.rescale_ == 1.0
     _print_setup(cfg, TARGET, off, 0)
     assert "refresh  " not in capsys.readouterr().out
+
+
+def test_one_round_judges_no_network_and_the_report_stays_plain_json():
+    import json
+
+    t = table2()
+    p = LatencyPredictor(refresh=False).fit(t)
+    vs = _validation_set(t, p, {"tiny": 1.0, "mbv3": 1.0}, rounds=None)
+    vs.rounds_ms = [[ms] for ms in vs.measured_ms]  # profile.rounds=1
+    rep = validate(p, SYNTH, vs)
+    assert not rep["repeatability"]["judged"] and rep["repeatability"]["left_out"] == []
+    assert all(pt["rounds_spread_pct"] is None and pt["repeatable"] for pt in rep["points"])
+    json.dumps(rep["points"], allow_nan=False)  # no NaN in the report's points

@@ -263,7 +263,7 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
         report["points"].append(
             {"arch": a.name or a.digest(), "digest": a.digest(), "group": g, "measured_ms": float(ms),
              "layers_measured": ex.n_measured, "layers_learned": ex.n_learned,
-             "rounds_spread_pct": rep.spread_pct[i], "repeatable": rep.repeatable[i],
+             "rounds_spread_pct": rep.spread_pct[i] if rep.judged else None, "repeatable": rep.repeatable[i],
              **{m: float(preds[m][i]) for m in methods}})
     return report
 
