@@ -32,7 +32,9 @@ OpenVINO tables say, are held out together), so nothing D is scored on chose it:
 * **after**: the setting picked without D, the held-out figures divided by the drift of the
   network's own space where that validation re-measured at least ``RELIABLE_DRIFT`` of the space's
   calibration networks (what the refresh on the fly, ``nas.latency.refresh``, does: each space by
-  its own factor; here an ideal one, the anchors measured in the validation's own rounds).
+  its own factor; here an ideal one, the anchors measured in the validation's own rounds), and
+  without the networks whose rounds disagree by more than ±10% (``nas.validate`` leaves them out:
+  judged on the report's measurement cache where it is shipped).
 
     python -m benchmarks onboard            # -> benchmarks/results/onboard.json, .md, .png
 """
@@ -56,6 +58,7 @@ from nas.latency.options import VALIDATION_SEED
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import expected_seconds, plan_jobs
 from nas.latency.profiler import block_frequency, calibration_archs, calibration_order
+from nas.latency.repeatability import repeatability
 from nas.latency.scoring import score
 from nas.latency.table import LatencyTable
 from nas.latency.validate import held_out_archs, held_out_pruned
@@ -98,6 +101,7 @@ class HeldOut:
     drift: np.ndarray  # before: the validation's one drift scale
     drift_by_space: np.ndarray  # after: the network's own space's, where measured on enough networks
     file: str
+    repeatable: np.ndarray  # after: scored; False where its rounds disagree by more than ±10% (nas.validate's rule)
 
 
 def held_out_report(name: str) -> tuple[dict, str] | None:
@@ -119,7 +123,7 @@ def held_out(name: str, table: LatencyTable) -> HeldOut:
     networks.  No networks where no report exists."""
     got = held_out_report(name)
     if got is None:
-        return HeldOut([], np.zeros(0), [], np.ones(0), np.ones(0), "")
+        return HeldOut([], np.zeros(0), [], np.ones(0), np.ones(0), "", np.ones(0, bool))
     report, file = got
     drift = float((report.get("drift_scale") or {}).get("now_over_table", 1.0))
     own = {g: d["now_over_table"] for g, d in (report.get("drift") or {}).items() if d.get("n", 0) >= RELIABLE_DRIFT}
@@ -141,7 +145,21 @@ def held_out(name: str, table: LatencyTable) -> HeldOut:
               "scored on the rest")
     return HeldOut(archs, np.array([points[a.digest()]["measured_ms"] for a in archs]),
                    [points[a.digest()]["group"] for a in archs], np.full(len(archs), drift),
-                   np.array([own.get(a.name, drift) for a in archs]), file)
+                   np.array([own.get(a.name, drift) for a in archs]), file, repeatable(file, name, archs))
+
+
+def repeatable(file: str, name: str, archs: list) -> np.ndarray:
+    """Which held-out networks ``nas.validate`` would score (``nas.latency.repeatability``): judged on
+    the rounds of the report's measurement cache (``predictor_<D>.measurements.json`` /
+    ``validate_<D>.measurements.json``), all of them where there is none."""
+    cache = RESULTS / (f"predictor_{name}.measurements.json" if file == "predictor.json" else
+                       f"validate_{name}.measurements.json")
+    if not cache.is_file():
+        return np.ones(len(archs), bool)
+    rounds = json.loads(cache.read_text())["rounds_ms"]
+    if not all(a.digest() in rounds for a in archs):
+        return np.ones(len(archs), bool)
+    return np.array(repeatability([rounds[a.digest()] for a in archs]).repeatable, bool)
 
 
 def time_factors(cpu: LatencyTable, settings: ProfileSettings) -> dict[str, float]:
@@ -259,7 +277,10 @@ def run_plan(table: LatencyTable, ho: HeldOut, settings: ProfileSettings, factor
             if ho.archs:
                 pred = mdl.predict(ho.archs)
                 row["before"] = scores(pred, ho.measured_ms / ho.drift, ho.groups)
-                row["after"] = scores(pred, ho.measured_ms / ho.drift_by_space, ho.groups)
+                k = ho.repeatable
+                row["after"] = scores(pred[k], (ho.measured_ms / ho.drift_by_space)[k],
+                                      [g for g, ok in zip(ho.groups, k) if ok])
+                row["left_out"] = int((~k).sum())
             if len(rest) > 1:
                 row["calibration_rest"] = score(mdl.predict([a for a, _ in rest]), [ms for _, ms in rest])
             if m is None:
@@ -286,6 +307,7 @@ def run_device(name: str, tables: dict, settings: ProfileSettings, factors: dict
     scale = runtime_scale(name)
     res = {"held_out_networks": len(ho.archs), "held_out_file": ho.file,
            "held_out_drift_scale": float(ho.drift[0]) if len(ho.drift) else 1.0,
+           "held_out_left_out": int((~ho.repeatable).sum()),
            "held_out_drift_by_space": sorted({(a.name, float(d)) for a, d in zip(ho.archs, ho.drift_by_space)
                                               if d != ho.drift[0]}),
            "processor": processor(table), "scored_on": "held_out" if ho.archs else "calibration_rest",
@@ -377,7 +399,9 @@ def tables_md(out: dict) -> str:
             "partial table each budget leaves. Before: the default setting, the held-out figures divided by the "
             "validation's one drift scale. After: the setting picked on the other processors' tables, each "
             "space's held-out figures divided by its own drift where measured on at least "
-            f"{RELIABLE_DRIFT} of its calibration networks (an ideal refresh on the fly):\n\n"
+            f"{RELIABLE_DRIFT} of its calibration networks (an ideal refresh on the fly), networks whose rounds "
+            "disagree by more than ±10% left out as nas.validate leaves them out (where the measurement cache is "
+            "shipped):\n\n"
             + markdown_table(rows, head) + "\n\nThe setting each table got, picked on the tables of the other "
             "processors only:\n\n"
             + markdown_table(picks, ["held out", "scored on", "processor", "setting", "picked on"]) + "\n")
