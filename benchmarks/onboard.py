@@ -249,11 +249,14 @@ def partial_table(table: LatencyTable, jobs, done: int) -> LatencyTable:
 
 def scores(pred: np.ndarray, meas: np.ndarray, groups: list[str]) -> dict:
     """``score`` of all held-out networks, of the ``tiny`` groups (``tiny``, ``tiny pruned``) and of
-    those measured under 1 ms (absent where there are none)."""
-    out = {"all": score(pred, meas)}
+    those measured under 1 ms (absent where there are none); shares and MAPE to 4 digits."""
+    def short(s: dict) -> dict:
+        return {k: round(s[k], 4) if k != "n" else s[k] for k in ("within_5pct", "within_10pct", "mape", "n")}
+
+    out = {"all": short(score(pred, meas))}
     for key, sel in (("tiny", np.array([g.startswith("tiny") for g in groups], bool)), ("under_1ms", meas < 1.0)):
         if sel.any():
-            out[key] = score(pred[sel], meas[sel])
+            out[key] = short(score(pred[sel], meas[sel]))
     return out
 
 
@@ -282,7 +285,8 @@ def run_plan(table: LatencyTable, ho: HeldOut, settings: ProfileSettings, factor
                                       [g for g, ok in zip(ho.groups, k) if ok])
                 row["left_out"] = int((~k).sum())
             if len(rest) > 1:
-                row["calibration_rest"] = score(mdl.predict([a for a, _ in rest]), [ms for _, ms in rest])
+                row["calibration_rest"] = {k: round(v, 4) for k, v in
+                                           score(mdl.predict([a for a, _ in rest]), [ms for _, ms in rest]).items()}
             if m is None:
                 res[residual]["full"] = row
             else:
@@ -311,7 +315,7 @@ def run_device(name: str, tables: dict, settings: ProfileSettings, factors: dict
            "held_out_drift_by_space": sorted({(a.name, float(d)) for a, d in zip(ho.archs, ho.drift_by_space)
                                               if d != ho.drift[0]}),
            "processor": processor(table), "scored_on": "held_out" if ho.archs else "calibration_rest",
-           "runtime_time_scale": scale, "settings": {}}
+           "runtime_time_scale": scale, "settings": {}, "acts_as": {}}
     print(f"\n== held out: {name} ({table.metadata['device']['name']}, {table.metadata['runtime']['name']}, "
           f"{table.metadata['precision']}); {len(ho.archs)} held-out networks "
           f"({ho.file or 'none: scored on the calibration networks not reached'}); time x{scale:.2f}")
@@ -321,10 +325,28 @@ def run_device(name: str, tables: dict, settings: ProfileSettings, factors: dict
         if key not in plans:
             plans[key] = run_plan(table, ho, settings, factors, scale, minutes, key)
         res["settings"][st.name] = plans[key][st.residual]
+        res["acts_as"][st.name] = Setting(key.order, key.calibration_spaces, st.residual).name
         line = ", ".join(f"{b['minutes']:g} min {100 * within(b, res['scored_on'], 'after'):.1f}%"
                          for b in res["settings"][st.name]["budgets"])
         print(f"  {st.name}: {line} within ±10% (after)", flush=True)
     return res
+
+
+def result(r: dict, name: str) -> dict:
+    """A held-out table's results for the setting ``name`` (following ``same_as``: a setting that acts
+    on the table as another, stored once)."""
+    got = r["settings"][name]
+    return r["settings"][got["same_as"]] if "same_as" in got else got
+
+
+def compact(out: dict) -> dict:
+    """``out`` with each setting that acts on its table as another stored as ``{"same_as": <that one>}``."""
+    devs = {}
+    for d, r in out["devices"].items():
+        sets = {n: ({"same_as": r["acts_as"][n]} if r["acts_as"].get(n, n) != n else v)
+                for n, v in r["settings"].items()}
+        devs[d] = {**r, "settings": sets}
+    return {**out, "devices": devs}
 
 
 def within(row: dict, on: str, when: str = "before", group: str = "all") -> float:
@@ -361,7 +383,7 @@ def pick_settings(out: dict) -> dict:
     picks = {}
     for d, r in devs.items():
         others = [o for o, ro in devs.items() if ro["processor"] != r["processor"] and ro["scored_on"] == "held_out"]
-        mean = {st: float(np.mean([selection_score(devs[o]["settings"][st]) for o in others])) if others else float("nan")
+        mean = {st: float(np.mean([selection_score(result(devs[o], st)) for o in others])) if others else float("nan")
                 for st in r["settings"]}
         best = max(mean, key=lambda st: (mean[st], st == DEFAULT.name)) if others else DEFAULT.name
         picks[d] = {"setting": best, "picked_on": others, "selection_scores": mean}
@@ -384,7 +406,7 @@ def tables_md(out: dict) -> str:
     rows, picks = [], []
     for d, r in out["devices"].items():
         pick = out["picks"][d]["setting"]
-        before, after = r["settings"][DEFAULT.name], r["settings"][pick]
+        before, after = result(r, DEFAULT.name), result(r, pick)
         on = r["scored_on"]
         for when, res in (("before", before), ("after", after)):
             cells = [_cell(b, when, on) for b in res["budgets"]]
@@ -422,7 +444,7 @@ def plot(out: dict, path: Path) -> None:
                 continue
             color = f"C{i % 10}"
             for when, st, ls in (("before", DEFAULT.name, "--"), ("after", out["picks"][d]["setting"], "-")):
-                bs = r["settings"][st]["budgets"]
+                bs = result(r, st)["budgets"]
                 ys = [100 * within(b, "held_out", when, group) for b in bs]
                 ax.plot([b["minutes"] for b in bs], ys, "o" + ls, color=color, ms=3,
                         label=d if when == "after" else None)
@@ -481,7 +503,7 @@ def main() -> None:
     for d in devices:
         out["devices"][d] = run_device(d, tables, settings, factors, args.minutes, grid)
     out["picks"] = pick_settings(out)
-    write_result(args.out, out, table=tables_md(out), plot=lambda p: plot(out, p))
+    write_result(args.out, compact(out), table=tables_md(out), plot=lambda p: plot(out, p))
     print(f"-> {args.out} (+ .md, .png; {time.time() - t0:.0f} s)")
 
 
