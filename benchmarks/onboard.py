@@ -1,40 +1,30 @@
 """Onboarding a new device in a few minutes, simulated offline from the shipped tables.
 
 Nothing is measured.  Leave one table out at a time (``--devices``; default: every shipped CPU
-table in ``latency_tables/`` with held-out networks measured on its device).  For the held-out
-table D, its budgeted profile (``nas.profile budget_min=N``) is simulated: the jobs ``plan_jobs``
-would run (the calibration networks in ``nas.profile``'s order, ``calibration_order``: taken from
-the space that has had the least measuring time so far, each space's from its smallest and
-largest network on, spread over round 1; most used blocks first, ``block_frequency``) are taken
-from D's table in that order until N simulated minutes are spent.  A job's simulated time is
-the profiler's own cost model (``expected_seconds``: preparing and exporting it, then warm-up
-and timed calls at D's measured latency), scaled per kind (block / network) to the measured
-profiling run in ``benchmarks/results/profile.json`` (onnxruntime on the Xeon), and for another
-runtime by its measured bundle time over onnxruntime's on the same blocks
-(``bundle_xeon_<D>.json`` / ``bundle_xeon_cpu.json``).  A measured item takes D's figure.  A GPU
-table is not held out: those scalings are a CPU's.
+table with held-out networks measured on its device; a GPU table's job times are not a CPU's).
+For the held-out table D, ``nas.profile budget_min=N`` is simulated: the jobs ``plan_jobs`` would
+run (calibration networks in ``nas.profile``'s ``calibration_order``, most used blocks first) are
+taken from D's table until N simulated minutes are spent.  A job's time is the profiler's cost
+model (``expected_seconds``) scaled per kind to the measured profiling run of ``profile.json``
+(onnxruntime on the Xeon), and for another runtime by its measured bundle time over onnxruntime's
+(``bundle_xeon_<D>.json`` / ``bundle_xeon_cpu.json``).  A measured item takes D's figure.  D's own
+predictor on the partial table each budget leaves (and on its full table, the ceiling) is scored
+on D's held-out networks (``predictor.json``'s points, else ``validate_<D>.json``'s), overall, for
+the ``tiny`` groups and under 1 ms, and on D's calibration networks the budget did not reach.
 
-Scored on D's held-out networks (``predictor.json``'s points for the onnxruntime tables, the
-``validate_<D>.json`` reports for the others), overall, for the ``tiny`` groups and for the
-networks under 1 ms, and on D's calibration networks the simulated profile did not reach:
-
-(a) ``partial``   D's own predictor on the partial table the budget leaves;
-(b) ``full``      D's predictor on its full table (the ceiling).
-
-Before and after, leave one processor out.  Every onboarding setting of ``SETTINGS`` (the budget's
-network order, whether the calibration-only spaces' networks are measured, the predictor's network
-residual) is simulated on every table.  For D, the setting is the one that scores best on the
-tables of the *other* processors (tables of one processor, the Xeon's onnxruntime, ExecuTorch and
-OpenVINO tables say, are held out together), so nothing D is scored on chose it:
+Before and after, leave one processor out.  Every setting of ``SETTINGS`` (the budget's network
+order, whether the calibration-only spaces' networks are measured, the predictor's network
+residual) is simulated on every table; D gets the one that scores best on the tables of the
+*other* processors (a processor's tables, the Xeon's onnxruntime, ExecuTorch and OpenVINO ones
+say, are held out together), so nothing D is scored on chose it:
 
 * **before**: the default setting, the held-out figures divided by the validation's one drift
   scale (the table's calibration networks re-measured beside them, all spaces together);
 * **after**: the setting picked without D, the held-out figures divided by the drift of the
   network's own space where that validation re-measured at least ``RELIABLE_DRIFT`` of the space's
-  calibration networks (what the refresh on the fly, ``nas.latency.refresh``, does: each space by
-  its own factor; here an ideal one, the anchors measured in the validation's own rounds), and
-  without the networks whose rounds disagree by more than ±10% (``nas.validate`` leaves them out:
-  judged on the report's measurement cache where it is shipped).
+  calibration networks (an ideal refresh on the fly, ``nas.latency.refresh``: each space by its own
+  factor), without the networks whose rounds disagree by more than ±10% (``nas.validate`` leaves
+  them out; judged on the report's measurement cache where it is shipped).
 
     python -m benchmarks onboard            # -> benchmarks/results/onboard.json, .md, .png
 """
@@ -115,12 +105,9 @@ def held_out_report(name: str) -> tuple[dict, str] | None:
 
 
 def held_out(name: str, table: LatencyTable) -> HeldOut:
-    """D's held-out networks as the report drew them, found again by digest among the seeded draws
-    of every space, the timm models and the Arch files measured, with their measured latency and
-    the drift to divide it by: the report's one drift scale (the machine's speed then over the
-    table's: its calibration networks re-measured beside the held-out ones), and the drift of each
-    network's own space where the report re-measured at least ``RELIABLE_DRIFT`` of its calibration
-    networks.  No networks where no report exists."""
+    """D's held-out networks as the report drew them (found again by digest among the seeded draws of
+    every space, the timm models and the Arch files measured), their measured latency and the drift
+    to divide it by (``HeldOut``).  No networks where no report exists."""
     got = held_out_report(name)
     if got is None:
         return HeldOut([], np.zeros(0), [], np.ones(0), np.ones(0), "", np.ones(0, bool))

@@ -69,7 +69,8 @@ def test_refresh_rescales_every_prediction_and_says_so():
     p = LatencyPredictor(refresh=False).fit(t)
     figs = p.calibration_figures()
     arch = load_space("tiny").random(123)
-    ref = refresh_model(p, TARGET, here=HERE, budget_s=1e6, measure=slower({"tiny": 0.96, "mbv3": 0.96})(figs))
+    ref = refresh_model(p, TARGET, here=HERE, budget_s=1e6, measure=slower({"tiny": 0.96, "mbv3": 0.96})(figs),
+                        contention=Quiet())
     assert ref is not None and ref.applied and ref.ratio == pytest.approx(0.96)
     assert p.predict(arch)[0] == pytest.approx(0.96 * built.predict(arch)[0])
     space = load_space("tiny")
@@ -87,10 +88,10 @@ def test_a_search_space_gets_its_own_factor():
     p = LatencyPredictor(refresh=False).fit(t)
     figs = p.calibration_figures()
     measure = slower({"tiny": 0.95, "mbv3": 0.85})(figs)  # the machine moved unevenly
-    ref = refresh_model(p, TARGET, spaces=["tiny"], here=HERE, budget_s=1e6, measure=measure)
+    ref = refresh_model(p, TARGET, spaces=["tiny"], here=HERE, budget_s=1e6, measure=measure, contention=Quiet())
     assert ref.ratio == pytest.approx(0.95) and p.rescale_ == pytest.approx(0.95)
     both = refresh_model(LatencyPredictor(refresh=False).fit(t), TARGET, here=HERE, budget_s=1e6, measure=measure,
-                         apply=False)
+                         apply=False, contention=Quiet())
     assert both.ratio_for("tiny") == pytest.approx(0.95) and both.ratio_for("mbv3") == pytest.approx(0.85)
     assert both.ratio_for("mobilenetv2_100") == pytest.approx(both.ratio)  # no space: the median over all
 
@@ -221,6 +222,7 @@ def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypat
         return SimpleNamespace(median_ms=0.97 * figs[a])
 
     monkeypatch.setattr(refresh_mod, "measure_arch", fake_measure)
+    monkeypatch.setattr(refresh_mod, "Contention", Quiet)  # a busy test machine must not make it decline
     data = load_data({"name": "digits", "resolution": 8, "train_samples": 60, "val_samples": 30})
 
     def prepare(run_dir, **kw):

@@ -209,7 +209,8 @@ def retime(anchors: Sequence[Arch], figures: dict[Arch, float], measure: Callabl
 
 def refresh_model(model, target: Target, *, spaces: Sequence[str] | None = None, budget_s: float = REFRESH.budget_s,
                   measure: Callable[[Arch], float] | None = None, settings: ProfileSettings | None = None,
-                  here: dict[str, Any] | None = None, apply: bool = True) -> Refresh | None:
+                  here: dict[str, Any] | None = None, apply: bool = True,
+                  contention: Contention | None = None) -> Refresh | None:
     """Re-time a few of the model's calibration networks on this machine now and rescale the model by
     their median ratio (``LatencyPredictor.rescale_now``), when this machine is the table's.
 
@@ -224,6 +225,7 @@ def refresh_model(model, target: Target, *, spaces: Sequence[str] | None = None,
         settings: how each anchor is timed (default: the table's own settings, one round).
         here: this machine's identity (default: ``device_identity``).
         apply: rescale ``model`` (False: only measure; ``nas.validate`` applies each space's factor itself).
+        contention: reads this process's run-queue wait while re-timing (default: from ``/proc``).
 
     Returns:
         The ``Refresh``; ``applied=False`` with its ``note`` where the anchors would take longer than
@@ -252,7 +254,7 @@ def refresh_model(model, target: Target, *, spaces: Sequence[str] | None = None,
         def measure(a: Arch) -> float:
             return measure_arch(a, runtime, settings).median_ms
 
-    ref = retime(anchors, figures, measure, record=table.metadata.get("reproducibility"))
+    ref = retime(anchors, figures, measure, record=table.metadata.get("reproducibility"), contention=contention)
     if ref.applied and apply:
         model.rescale_now(ref.ratio, ref.how)
     return ref
