@@ -36,6 +36,7 @@ from benchmarks.harness import RESULTS, composed_target
 from nas.latency.device import device_identity
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.profiler import ProfileSettings
+from nas.latency.reproducibility import reproducibility_lines
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.table import LatencyTable, resolve_table_path
@@ -45,10 +46,9 @@ from nas.latency.validate import (
     held_out_archs,
     held_out_pruned,
     measure_held_out,
-    reproducibility_lines,
-    scatter_plot,
     validate,
 )
+from nas.latency.validate_plot import scatter_plot
 from nas.space import list_spaces, load_space
 from nas.timm_arch import from_timm
 

@@ -40,6 +40,11 @@ def test_predict_cli(table, tmp_path):
     r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", "model=timm:lcnet_050", "resolution=32", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "learned" in r.stdout
+    # measured on this machine: re-timed first (refreshed on the fly, or not where the machine misled it)
+    assert "table refreshed on the fly: " in r.stdout or "table not refreshed" in r.stdout, r.stdout
+    r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", "model=timm:lcnet_050", "resolution=32",
+            "retime=false", cwd=tmp_path)
+    assert r.returncode == 0 and "refresh" not in r.stdout, r.stdout + r.stderr
     r = run("nas.predict", "conf=jetson", "model=timm:mobilenetv2_100", cwd=tmp_path)
     assert r.returncode == 0 and "ESTIMATE" in r.stdout and "python -m nas.profile conf=jetson" in r.stdout
     r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", cwd=tmp_path)
@@ -53,8 +58,9 @@ def test_predict_cli(table, tmp_path):
 @pytest.mark.slow
 def test_validate_cli(table, tmp_path):
     out = tmp_path / "v" / "report.json"
+    # retime=false: the table as built, so that a re-run scores the same predictions (the refresh: below)
     args = ["conf=cpu", *HERE, f"conf.table={table}", "search_space=tiny", "n=6", "pruned=2", "models=[timm:lcnet_050]",
-            "resolution=32", f"out={out}", *FAST]
+            "resolution=32", "retime=false", f"out={out}", *FAST]
     r = run("nas.validate", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rep = json.loads(out.read_text())
@@ -111,6 +117,19 @@ def test_validate_cli(table, tmp_path):
     # 2-core VM can sit 40% off its own network's median, whatever the predictor does)
     ratios = [p["predictor_recalibrated"] / p["measured_ms"] for p in rc["points"] if p["group"] != "timm"]
     assert 0.7 < float(np.median(ratios)) < 1.4, sorted(ratios)
+    # by default, on the table's own machine: refreshed on the fly before measuring, as nas.search and
+    # nas.predict use it, and the table as built beside it
+    shutil.copy(out.with_suffix(".measurements.json"), tmp_path / "rt.measurements.json")
+    r6 = run("nas.validate", *[a for a in args if a != "retime=false"][:-len(FAST) - 1], f"out={tmp_path / 'rt.json'}",
+             *FAST, cwd=tmp_path)
+    assert r6.returncode == 0, r6.stderr
+    rt = json.loads((tmp_path / "rt.json").read_text())
+    assert rt["refresh"]["anchors"] and ("table refreshed on the fly" in r6.stdout or "table not refreshed" in r6.stdout)
+    if rt["refresh"]["applied"]:
+        assert all(p["predictor"] == pytest.approx(p["predictor_as_built"] * rt["refresh"]["ratio"]) for p in rt["points"])
+        assert rt["drift_verdict"]["refreshed"] == pytest.approx(rt["refresh"]["ratio"])
+        assert "refreshed on the fly at" in r6.stdout
+    assert "repeatability: each network measured in one round only" in r6.stdout  # profile.rounds=1
     r3 = run("nas.validate", "conf=cpu", *HERE, f"conf.table={table}", "pruned=-2", f"out={tmp_path / 'neg.json'}",
              cwd=tmp_path)
     assert r3.returncode == 2 and "pruned=-2" in r3.stderr and not (tmp_path / "neg.json").exists()

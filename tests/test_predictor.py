@@ -359,7 +359,8 @@ def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
 
 
 def test_reproducibility_scores_the_table_against_its_own_re_measurement():
-    from nas.latency.validate import drift_ratios, reproducibility
+    from nas.latency.reproducibility import reproducibility
+    from nas.latency.scoring import drift_ratios
 
     # (now, table) ms: one network 3% slower now, two 9-10% off, one unchanged
     anchors = {"a": [(1.03, 1.0), (1.1, 1.0)], "b": [(0.9, 1.0), (2.0, 2.0)]}

@@ -36,9 +36,12 @@ def run(cfg: DictConfig) -> dict:
         print(f"WARNING: {model.warning}")
     if model.note:
         print(model.note)
+    refresh = latency.refresh_model(model, target, spaces=[arch.name] if arch.name else None) if cfg.retime else None
+    if refresh is not None:
+        print(refresh.line())
     p = model.explain(arch)
     print(f"{arch.name or spec} at {arch.resolution}x{arch.resolution} on {target.name}: {p.label()}")
-    out = {"arch": arch.name or spec, **p.to_dict()}
+    out = {"arch": arch.name or spec, **p.to_dict(), **({"refresh": refresh.to_dict()} if refresh is not None else {})}
     if cfg.breakdown:
         out.update(_breakdown(arch, model, target, cfg.breakdown_png))
     return out

@@ -105,6 +105,7 @@ def _prepare_search(cfg: DictConfig, run_dir: Path, space: SearchSpace) -> Any:
         study_name=cfg.study_name,
         allow_mismatch=cfg.allow_mismatch,
         command=_user_args(),
+        retime=cfg.retime,
     )
 
 
@@ -123,6 +124,7 @@ def _print_setup(cfg: DictConfig, target: Target, search: Any, done: int) -> Non
          f"peak activations <= {budgets.memory_budget_kb:g} KiB" if budgets.memory_budget_kb else "no memory budget"]
     print(f"target   {target.name}: {p.latency.describe()}\n"
           f"latency  {_model_how(p.latency)}, at {p.deploy_resolution}x{p.deploy_resolution} ({', '.join(b)})\n"
+          + (f"refresh  {search.refresh.line()}\n" if search.refresh is not None else "")
           + (f"budget   {search.latency_budget.note}\n" if search.latency_budget is not None else "") +
           f"space    {p.space.name} ({p.space.source}, 10^{p.space.log10_size():.1f} architectures)\n"
           f"data     {p.data.describe()}\n"

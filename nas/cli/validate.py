@@ -30,7 +30,7 @@ def run(cfg: DictConfig) -> dict:
             models=list(cfg.models or ()), spaces=cfg.search_space, resolution=cfg.resolution, out=out,
             seed=cfg.seed, settings=ProfileSettings(**OmegaConf.to_container(cfg.profile)),
             drift_anchors=cfg.drift_anchors, recalibrate=cfg.recalibrate, allow_mismatch=cfg.allow_mismatch,
-            bundle=cfg.bundle,
+            bundle=cfg.bundle, retime=cfg.retime,
             progress=cfg.progress, say=lambda line: print(line, flush=True))
     except Interrupted as e:
         print(f"\ninterrupted: {e}", file=sys.stderr)
@@ -55,10 +55,9 @@ def run(cfg: DictConfig) -> dict:
         print(f"  drift scale {d['now_over_table']:.3f} (median of {d['n']} calibration networks re-measured now): "
               f"{latency.RESCALED} = predictor x {d['now_over_table']:.3f}")
     if "drift_verdict" in report:
-        v = report["drift_verdict"]
-        print(f"  drift verdict: median {v['median']:.3f}x, spread ±{100 * v['spread']:.1f}% over {v['n']} networks; "
-              f"drift beyond ±{100 * v['threshold']:.1f}% (from the table's own reproducibility, ±"
-              f"{100 * v['table_noise']:.1f}% an entry): {'noisy now' if v['noisy'] else 'drifted' if v['drifted'] else 'none'}")
+        print(f"  {_verdict_line(report['drift_verdict'])}")
+    for line in _repeat_lines(report):
+        print(f"  {line}")
     if "stored" in report:
         st = report["stored"]
         print(f"  predictor_stored: the predictor as nas.predict / search / train use it, with the table's "
@@ -82,6 +81,34 @@ def run(cfg: DictConfig) -> dict:
         b = report["budget"]
         print(f"budget curve: {b['plot']}" if b["plot"] else f"budget curve: {b['plot_note']}")
     return report
+
+
+def _verdict_line(v: dict) -> str:
+    """The drift verdict in one line: against the refreshed figures when the table was refreshed on the fly."""
+    word = "noisy now" if v["noisy"] else "drifted" if v["drifted"] else "none"
+    if v.get("refreshed") is not None:
+        return (f"drift verdict: refreshed on the fly at {v['refreshed']:.3f}x before measuring; since then median "
+                f"{v['median']:.3f}x, spread ±{100 * v['spread']:.1f}% over {v['n']} networks; drift beyond "
+                f"±{100 * v['threshold']:.1f}%: {word} ({'predictions rescaled by the refresh' if word == 'none' else 'see below'})")
+    return (f"drift verdict: median {v['median']:.3f}x, spread ±{100 * v['spread']:.1f}% over {v['n']} networks; "
+            f"drift beyond ±{100 * v['threshold']:.1f}% (from the table's own reproducibility, ±"
+            f"{100 * v['table_noise']:.1f}% an entry): {word}")
+
+
+def _repeat_lines(report: dict) -> list[str]:
+    """Which networks were left out of the scores because their own measurement did not repeat."""
+    r = report.get("repeatability") or {}
+    if not r.get("judged"):
+        return ["repeatability: each network measured in one round only, so whether its measurement repeats "
+                "was not judged (profile.rounds=3 judges it)"] if r else []
+    out, n = r["left_out"], len(report["points"])
+    if not out:
+        return [f"repeatability: every network's {r['rounds']} rounds (each a fresh session) agree within "
+                f"±{100 * r['tolerance']:.0f}% of its median"]
+    allin = report["with_unrepeatable"]["predictor"]
+    return [f"left out of every score: {len(out)} of {n} networks whose {r['rounds']} rounds (each a fresh session) "
+            f"disagree by more than ±{100 * r['tolerance']:.0f}% of their median, so their measurement cannot support "
+            f"±10%: {', '.join(out)}; predictor with them: ±10% {100 * allin['within_10pct']:.1f}% (n={allin['n']})"]
 
 
 def _budget_lines(b: dict) -> list[str]:

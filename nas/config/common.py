@@ -16,7 +16,7 @@ from omegaconf import MISSING, OmegaConf
 
 import nas.latency  # its ensure_here_target loads with conf=here only (the package's lazy exports)
 from nas.config.schema import MeasureConfig, TargetConfig, ValidateMeasureConfig
-from nas.latency.options import PROFILE, VALIDATE
+from nas.latency.options import PROFILE, REFRESH, VALIDATE
 from nas.resources import conf_dir, user_home
 from nas.target import HERE_NAMES, removed_field_error, target_names
 
@@ -88,6 +88,9 @@ class PredictAppConfig:
     breakdown: bool = False  # print a per-layer table: time, share, the roofline's verdict, achieved GFLOP/s and GB/s
     breakdown_png: str = "breakdown.png"  # with breakdown=true: the per-layer bar chart's file
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
+    # on the table's own machine, re-time a few of its calibration networks first and rescale the
+    # prediction by how fast they run now (a few seconds; false: the table as measured)
+    retime: bool = REFRESH.retime
 
 
 @dataclass
@@ -104,6 +107,9 @@ class ValidateAppConfig:
     seed: int = VALIDATE.seed  # seed of the held-out networks (apart from the calibration networks' seeds)
     drift_anchors: int = VALIDATE.drift_anchors  # calibration networks per space re-measured beside the held-out set; 0 = none
     recalibrate: bool = False  # re-measure every calibration network and score the predictor calibrated on them
+    # on the table's own machine, re-time a few of its calibration networks before measuring and score the
+    # predictor rescaled by how fast they run now, as nas.search / nas.predict use it (false: as measured)
+    retime: bool = REFRESH.retime
     # a device bundle's results.json (written with held_out=N): score on the networks it measured, measure nothing
     bundle: str | None = None
     allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway

@@ -21,6 +21,7 @@ import nas.search  # make_evaluator through the package's lazy exports: composin
 from nas.config.common import register_configs
 from nas.config.schema import TargetConfig, schema_from
 from nas.data.settings import DataSettings
+from nas.latency.options import REFRESH
 from nas.search.budget import Budgets
 from nas.search.evaluator_settings import (
     MAX_CONSECUTIVE_FAILURES,
@@ -87,6 +88,9 @@ class SearchAppConfig:
     study_name: str | None = None  # null: <space>-<data>-<target>
     out: str = MISSING  # the run dir (conf/search.yaml: runs/search/<date>_<time>)
     allow_mismatch: bool = False  # use a latency table whose metadata does not match the target
+    # on the table's own machine, re-time a few of the space's calibration networks first and rescale the
+    # predictions by how fast they run now (a few seconds; false: the table as measured)
+    retime: bool = REFRESH.retime
     progress: bool = True  # a progress bar over the trials (false: a line per failed trial only)
     max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES  # stop when this many trials in a row fail (0: never)
     supernet: str | None = None  # evaluator=supernet: the supernet checkpoint (python -m nas.supernet)

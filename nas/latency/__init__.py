@@ -11,13 +11,13 @@ from __future__ import annotations
 from nas._lazy import lazy_exports
 
 __all__ = ["SOURCES", "LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model",
-           "profile_target", "validate_target", "ensure_here_target"]
+           "profile_target", "validate_target", "ensure_here_target", "refresh_model"]
 
 _HOMES = {"SOURCES": "base", "LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
           "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
-          "validate_target": "validate", "ensure_here_target": "here",
+          "validate_target": "validate", "ensure_here_target": "here", "refresh_model": "refresh",
           # what nas.validate prints a report with
-          **{n: "validate" for n in ("RESCALED", "reproducibility_lines")},
+          "RESCALED": "validate", "reproducibility_lines": "reproducibility",
           "summary_line": "reproducibility",
           # nas.predict breakdown=true: per-layer time beside the roofline's verdict, and its chart
           **{n: "breakdown" for n in ("layer_breakdown", "breakdown_chart", "ridge_point")}}

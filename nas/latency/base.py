@@ -36,7 +36,7 @@ class Prediction:
         device: the device the figure is for (a rehearsal's: the machine that measured it).
         n_measured, n_learned, n_estimated: layers looked up in the table, filled in by the learned
             per-block model, estimated by the roofline.
-        calibrated, mismatched, rescale, outside, recalibrated, timing, rehearsal: see the fields' comments.
+        calibrated, mismatched, rescale, outside, recalibrated, timing, rehearsal, rescaled_by: see the fields' comments.
 
     Raises:
         ValueError: ``source`` is not one of ``SOURCES``.
@@ -62,6 +62,7 @@ class Prediction:
     # a rehearsal table's words (LatencyTable.rehearsal_label): "REHEARSAL of <target> (<runtime>, <precision>)
     # on <machine> (<its runtime>)"; empty for the other sources
     rehearsal: str = ""
+    rescaled_by: str = ""  # what set ``rescale``: "its refresh" (nas.profile refresh=N) or a refresh on the fly
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -81,7 +82,7 @@ class Prediction:
             parts.append(f"{self.n_learned} learned")
         cal = ", calibrated" if self.calibrated else ""
         mm = ", TABLE MISMATCH allowed" if self.mismatched else ""
-        rs = f", rescaled x{self.rescale:.3f} by its refresh" if self.rescale != 1.0 else ""
+        rs = f", rescaled x{self.rescale:.3f} by {self.rescaled_by or 'its refresh'}" if self.rescale != 1.0 else ""
         rs += f", recalibrated {self.recalibrated}" if self.recalibrated else ""
         out = f", EXTRAPOLATED: {self.outside}" if self.outside else ""
         how = f", {self.timing}" if self.timing else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PROFILE", "VALIDATE", "VALIDATION_SEED", "ProfileDefaults", "ValidateDefaults"]
+__all__ = ["PROFILE", "REFRESH", "VALIDATE", "VALIDATION_SEED", "ProfileDefaults", "RefreshDefaults", "ValidateDefaults"]
 
 VALIDATION_SEED = 7_000_001  # held-out networks: apart from every calibration network's seed
 
@@ -53,5 +53,22 @@ class ValidateDefaults:
     drift_anchors: int = 10
 
 
+@dataclass(frozen=True)
+class RefreshDefaults:
+    """The refresh on the fly's defaults (``nas.latency.refresh``: ``nas.search``, ``nas.predict``,
+    ``nas.validate``).
+
+    Args:
+        retime: on the machine a table was measured on, re-time a few of its calibration networks first
+            and rescale the predictions by how fast they run now.
+        budget_s: the re-timing's expected seconds at most; where its anchors would take longer, nothing
+            is re-timed.
+    """
+
+    retime: bool = True
+    budget_s: float = 4.0
+
+
 PROFILE = ProfileDefaults()
+REFRESH = RefreshDefaults()
 VALIDATE = ValidateDefaults()

@@ -138,6 +138,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if rc is not None and (networks := recalibrated_networks(table, rc)) is not None:
             self.recalibrated_ = str(rc.get("measured_at", "?"))
         nets = table_networks(table) if networks is None else list(networks)
+        self.calibration_ms_ = dict(nets)  # the figures the calibration is fitted on (a refresh compares with them)
         self.calibration_ = None
         self.n_calibration_ = 0
         self.calibration_range_ = None  # (smallest, largest) raw table sum of the calibration networks
@@ -168,9 +169,33 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)
         self.rescale_ = float(rf["now_over_table"]) if rf else 1.0
+        self.rescaled_by_ = "its refresh" if rf else ""
         self.coef_ = self.coef_ * self.rescale_
         self.intercept_ = self.intercept_ * self.rescale_
         self._reset_rows()  # the residual's fit cached contributions before the rescale
+        return self
+
+    def calibration_figures(self) -> dict[Arch, float]:
+        """Each calibration network's figure the calibration was fitted on (the table's, or its
+        recalibration record's): what a refresh on the fly compares a network's latency now with."""
+        check_is_fitted(self, "lookup_")
+        return dict(self.calibration_ms_)
+
+    def rescale_now(self, ratio: float, how: str) -> LatencyPredictor:
+        """Scale every prediction by ``ratio`` (calibration networks now over ``calibration_figures``),
+        in place of a stored refresh's ratio; ``how`` is what the predictions' labels say about it
+        (``nas.latency.refresh.refresh_model`` calls this).
+
+        Raises:
+            ValueError: ``ratio`` is not a positive finite number.
+        """
+        check_is_fitted(self, "lookup_")
+        if not (np.isfinite(ratio) and ratio > 0):
+            raise ValueError(f"rescale_now: the ratio must be a positive number, got {ratio!r}")
+        f = ratio / self.rescale_
+        self.coef_, self.intercept_ = self.coef_ * f, self.intercept_ * f
+        self.rescale_, self.rescaled_by_ = float(ratio), how
+        self._reset_rows()
         return self
 
     def _reset_rows(self) -> None:
@@ -259,9 +284,11 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         n_learn = round(tab[0, 1])
         raw = self.overhead_ms_ + float(tab[0, 2])  # layer_mix's first column: the block figure
         ms = float(self.finish(self.intercept_ + tab[:, 0], tab[:, 2:])[0])
-        return Prediction(ms, self.source, self.device, len(keys) - n_learn, n_learn,
-                          0, self.calibration_ is not None, self.mismatched_, self.rescale_, self._outside(raw),
-                          self.recalibrated_, self.timing_, self.rehearsal_)
+        return Prediction(ms=ms, source=self.source, device=self.device, n_measured=len(keys) - n_learn,
+                          n_learned=n_learn, n_estimated=0, calibrated=self.calibration_ is not None,
+                          mismatched=self.mismatched_, rescale=self.rescale_, outside=self._outside(raw),
+                          recalibrated=self.recalibrated_, timing=self.timing_, rehearsal=self.rehearsal_,
+                          rescaled_by=self.rescaled_by_ if self.rescale_ != 1.0 else "")
 
     def _outside(self, raw: float) -> str:
         """Why a network whose raw table sum is ``raw`` lies outside the calibration set (well below
@@ -361,7 +388,9 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         if self.residual_ is not None:
             cal += " (linear per layer, then a network residual)"
         rf = self.table_.metadata.get("refresh") if self.rescale_ != 1.0 else None
-        if rf:
+        if self.rescaled_by_ and self.rescaled_by_ != "its refresh":
+            cal += f"; rescaled x{self.rescale_:.3f} by {self.rescaled_by_}"
+        elif rf:
             cal += (f"; rescaled x{self.rescale_:.3f}: {rf['networks']} of them re-measured {rf['measured_at']} "
                     f"(nas.profile refresh)")
         if self.recalibrated_:

@@ -9,21 +9,25 @@ predictor built on figures that move by 20% between two timings cannot be expect
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from nas.arch import Arch
 from nas.latency.measure import ProfileSettings, measure_items
 from nas.latency.measure_model import measure_arch, measure_key
 from nas.latency.scoring import score
 from nas.latency.table import LatencyTable, now_iso
 
-__all__ = ["SUPPORTS_10PCT", "record", "reproducibility_warning", "retime_sample", "summary_line", "table_ceiling"]
+__all__ = ["CEILING_OF", "SUPPORTS_10PCT", "record", "reproducibility", "reproducibility_lines", "reproducibility_warning",
+           "retime_sample", "summary_line", "table_ceiling"]
 
 log = logging.getLogger(__name__)
 
 SUPPORTS_10PCT = 0.95  # a table re-timed within ±10% this often can support ±10% predictions
+# what each reproducibility figure bounds: a method reading those figures cannot agree with now more often
+CEILING_OF = {"as_built": "predictor", "rescaled": "predictor_rescaled", "recalibration": "predictor_stored"}
 
 
 def retime_sample(table: LatencyTable, runtime, settings: ProfileSettings, *, blocks: int = 16, networks: int = 8,
@@ -140,3 +144,28 @@ def table_ceiling(table, report: dict[str, Any]) -> None:
     if warn:
         report["reproducibility_warning"] = warn
         log.warning(warn)
+
+
+def reproducibility(anchors: dict[str, list[tuple[float, float]]], scale: float,
+                    remeasured: Sequence[tuple[Arch, float]] = (), record: dict | None = None) -> dict[str, dict[str, float]]:
+    """The table's own figure of each re-measured calibration network as its "prediction" of
+    the measurement now: ``as_built`` and ``rescaled`` (times the drift ``scale``, the median over
+    these same networks): the ceilings of ``predictor`` and ``predictor_rescaled``.  With a
+    recalibration ``record``, also ``recalibration``: its figure of each of the ``remeasured``
+    networks it holds, the ceiling of ``predictor_stored`` (keys: ``CEILING_OF``)."""
+    now = np.array([n for pairs in anchors.values() for n, _ in pairs])
+    then = np.array([t for pairs in anchors.values() for _, t in pairs])
+    out = {"as_built": score(then, now), "rescaled": score(then * scale, now)}
+    figs = (record or {}).get("network_ms") or {}
+    pairs = [(figs[a.digest()], ms) for a, ms in remeasured if a.digest() in figs]
+    if pairs:
+        out["recalibration"] = score([t for t, _ in pairs], [n for _, n in pairs])
+    return out
+
+
+def reproducibility_lines(report: dict[str, Any]) -> list[str]:
+    """The report's reproducibility figures as sentences (``nas.validate`` and bench_predictor)."""
+    return [f"reproducibility ({how}): the {'recalibration' if how == 'recalibration' else 'table'}'s own figure of "
+            f"the {s['n']} re-measured calibration networks is within ±5% of the new measurement for "
+            f"{100 * s['within_5pct']:.1f}%, ±10% for {100 * s['within_10pct']:.1f}% (the ceiling of {CEILING_OF[how]})"
+            for how, s in report.get("reproducibility", {}).items()]

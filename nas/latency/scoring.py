@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau
 
-__all__ = ["LATENCY_RANGES_MS", "MIN_DRIFT", "NOISE_WITHOUT_RECORD", "drift_ratios", "drift_verdict", "drift_warning",
-           "score", "score_by_range"]
+__all__ = ["LATENCY_RANGES_MS", "MIN_DRIFT", "NOISE_WITHOUT_RECORD", "NOISY_SPREAD", "drift_ratios", "drift_verdict",
+           "drift_warning", "score", "score_by_range", "table_noise"]
 
 MIN_DRIFT = 0.02  # a median shift below 2% is never called drift, however quiet the table
 NOISE_WITHOUT_RECORD = 0.02  # a table without a reproducibility record: its entries assumed to re-time within ±2%
+NOISY_SPREAD = 0.03  # re-timed networks whose ratios scatter more than this (and twice the table's noise): noisy
 # the measured latency ranges a validation reports apart (ms): small networks, mobile models, large ones
 LATENCY_RANGES_MS = (0.0, 1.0, 3.0, 10.0, 30.0, float("inf"))
 
@@ -96,16 +97,32 @@ def drift_verdict(anchors: dict[str, list[tuple[float, float]]], record: dict[st
     ratios = np.array([now / then for pairs in anchors.values() for now, then in pairs], float)
     med = float(np.median(ratios))
     spread = float(np.median(np.abs(ratios / med - 1)))
-    noise = float(record["median_dev_pct"]) / 100 if record and "median_dev_pct" in record else NOISE_WITHOUT_RECORD
+    noise = table_noise(record)
     threshold = max(MIN_DRIFT, 3 * 1.2533 * (noise / 0.6745) / math.sqrt(len(ratios)))
-    noisy = spread > max(2 * noise, 0.03)
+    noisy = spread > max(2 * noise, NOISY_SPREAD)
     return {"median": med, "spread": spread, "n": int(len(ratios)), "table_noise": noise, "threshold": threshold,
             "drifted": bool(abs(med - 1) > threshold and not noisy), "noisy": bool(noisy)}
 
 
-def drift_warning(verdict: dict[str, Any], target_name: str) -> str | None:
-    """The warning ``drift_verdict`` calls for, naming the fix, or None when the machine is as the table
-    found it."""
+def table_noise(record: dict[str, Any] | None) -> float:
+    """How far one entry of a table moves when re-timed (a fraction): its reproducibility record's median
+    deviation, ``NOISE_WITHOUT_RECORD`` without one."""
+    return float(record["median_dev_pct"]) / 100 if record and "median_dev_pct" in record else NOISE_WITHOUT_RECORD
+
+
+def drift_warning(verdict: dict[str, Any], target_name: str, *, refreshed: float | None = None) -> str | None:
+    """The warning ``drift_verdict`` calls for, or None when the machine is as the predictions found it.
+
+    Args:
+        verdict: ``drift_verdict``'s record.
+        target_name: the target the fix names (``conf=<target_name>``), where one is named.
+        refreshed: the ratio the predictions were rescaled by on the fly (``nas.latency.refresh``), when
+            they were: the verdict is then judged against those rescaled figures, and the warning says what
+            was done rather than what to run.
+
+    Returns:
+        The warning's text, or None.
+    """
     med, n = verdict["median"], verdict["n"]
     spread, noise = 100 * verdict["spread"], 100 * verdict["table_noise"]
     if verdict["noisy"]:
@@ -113,6 +130,12 @@ def drift_warning(verdict: dict[str, Any], target_name: str) -> str | None:
                 f"median, where the table's own entries re-timed within ±{noise:.1f}%: the machine is noisy now "
                 f"(another process, a noisy neighbour). Validate again with the core quiet (e.g. taskset -c 1, "
                 f"nothing else running); refreshing the table now would copy the noise into it.")
+    if verdict["drifted"] and refreshed is not None:
+        return (f"the table was refreshed on the fly before measuring (its calibration networks ran at "
+                f"{refreshed:.3f}x their table figures; the predictions were rescaled by that), and while the "
+                f"held-out networks were measured they ran at {med:.3f}x of those figures (median of {n}; beyond the "
+                f"±{100 * verdict['threshold']:.1f}% the table's own reproducibility allows): the machine moved again "
+                f"during the validation; 'predictor_rescaled' scores the predictions rescaled by the drift check instead.")
     if verdict["drifted"]:
         return (f"the table's calibration networks now run at {med:.3f}x their table latency (median of {n}; "
                 f"beyond the ±{100 * verdict['threshold']:.1f}% the table's own reproducibility allows): the "

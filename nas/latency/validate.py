@@ -2,18 +2,21 @@
 
 Methods, all scored on the same held-out networks:
 
-(a) ``predictor``   the calibrated predictor (table + learned model + calibration);
+(a) ``predictor``   the calibrated predictor (table + learned model + calibration), as ``nas.search``
+                    and ``nas.predict`` use it: on the table's own machine refreshed on the fly
+                    (``nas.latency.refresh``: a few calibration networks re-timed before measuring,
+                    each space's networks rescaled by its own; ``retime=False``: the table as built);
+(h) ``predictor_as_built``  (a) without the refresh, scored when one was applied;
 (b) ``table_sum``   the raw sum of the table's block entries;
 (c) ``flops_linear``  ``ms = a * MACs + b`` fitted on the calibration networks (the same data
                     the calibration sees), the usual FLOPs proxy;
 (d) ``roofline``    the roofline estimate from the target's device figures;
 and, when the drift check ran (below):
-(e) ``predictor_rescaled``  (a) times the drift ratio: the median, over the re-measured
-                    calibration networks, of their latency now over their table figure;
+(e) ``predictor_rescaled``  the table as built times the drift ratio: the median, over the
+                    re-measured calibration networks, of their latency now over their table figure;
 and, when the table holds a ``refresh`` or ``recalibration`` record (``nas.profile refresh=N`` /
 ``recalibrate=true``, measured earlier):
-(g) ``predictor_stored``  the predictor as ``nas.predict`` / ``nas.search`` / ``nas.train`` use
-                    it, with that record applied;
+(g) ``predictor_stored``  the predictor with that record applied, as ``nas.train`` uses it;
 and, with ``recalibrate`` (every calibration network re-measured beside the held-out set):
 (f) ``predictor_recalibrated``  the same predictor with its calibration (linear and network
                     residual) fitted on the calibration networks as measured now: the table's
@@ -23,25 +26,23 @@ and, with ``recalibrate`` (every calibration network re-measured beside the held
 Held-out means: seeded random samples of the spaces drawn from seeds other than the
 calibration seed, with any architecture that is in the table's calibration set removed; timm
 models are never in it.  Metrics per method: share within ±5% and ±10%, MAPE, Kendall τ, n.
-Measurements are cached next to the report so an interrupted validation resumes.
+A network whose rounds (each a fresh session) disagree by more than ±10% is left out of every
+score and named (``nas.latency.repeatability``).  Measurements are cached next to the report so
+an interrupted validation resumes.
 
 Drift check: a machine's speed moves (other load, memory contention, a noisy cloud neighbour).
 Validation re-measures a few of the table's own calibration networks in the same rounds as the
-held-out set and reports, per group, how their latency now compares with the table's figure.
-A ratio far from 1 means the machine is not in the state the table was measured in, and every
-prediction is off by about that much; the report says so instead of hiding it, and scores (e):
-the calibration refreshed by one scale factor measured now on networks it was fitted on (never
-on the held-out networks), as a researcher would re-measure a few known networks before
-trusting absolute milliseconds on a machine whose speed moves (a shared cloud VM moved 2-8%
-within the hour here).  (a) stays the figure of the table as built.
+held-out set and reports, per group, how their latency now compares with the table's figure,
+and judges it against the figures (a) used: the refresh's where one was applied.  A ratio far
+from 1 means the machine moved, and every prediction is off by about that much; the report
+says so instead of hiding it, and scores (e), measured on networks the calibration was fitted
+on, never on the held-out ones (a shared cloud VM moved 2-8% within the hour here).
 
 Reproducibility: the re-measured calibration networks are also scored as if their own table
 figure were the prediction (``report["reproducibility"]``: as built and rescaled by the drift
 scale; and, when the table holds a recalibration record, that record's figure, the ceiling of
-(g)).  A method that reads the table as it was measured (a, b, and e with its one factor)
-cannot be expected to agree with a new measurement more often than the table agrees with a
-re-measurement of the very same network: where that is far below 100%, a ±5% figure says as
-much about the machine as about the predictor.  (f) re-measures, so it is not bound by it.
+(g)).  A method that reads the table as it was measured cannot be expected to agree with a new
+measurement more often than the table agrees with a re-measurement of the very same network.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 from sklearn.base import clone
 from sklearn.linear_model import LinearRegression
 
@@ -66,19 +66,22 @@ from nas.latency.bundle import bundle_manifest, bundle_networks, bundle_results
 from nas.latency.device import device_identity
 from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
-from nas.latency.options import VALIDATE
+from nas.latency.options import REFRESH, VALIDATE
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks, pruned_archs, round_order
-from nas.latency.reproducibility import table_ceiling
+from nas.latency.refresh import Refresh, refresh_model
+from nas.latency.repeatability import repeatability
+from nas.latency.reproducibility import reproducibility, table_ceiling
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score, score_by_range
+from nas.latency.validate_plot import scatter_plot
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
-__all__ = ["CEILING_OF", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs",
-           "held_out_pruned", "reproducibility_lines", "round_order", "score", "scatter_plot", "validate", "validated_spaces"]
+__all__ = ["AS_BUILT", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs",
+           "held_out_pruned", "round_order", "score", "validate", "validated_spaces"]
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +89,10 @@ METHODS = ("predictor", "table_sum", "flops_linear", "roofline")
 RESCALED = "predictor_rescaled"  # scored too when the drift check ran
 RECALIBRATED = "predictor_recalibrated"  # scored too when every calibration network was re-measured
 STORED = "predictor_stored"  # scored too when the table holds a refresh / recalibration record
+AS_BUILT = "predictor_as_built"  # scored too when the table was refreshed on the fly: the table as measured
 # scored beside RECALIBRATED when the table holds networks of calibration-only spaces: the same
 # re-measured figures, calibrated on the search spaces' networks alone (what those spaces add)
 WITHOUT_EXTRA = "recalibrated_search_spaces_only"
-# what each reproducibility figure bounds: a method reading those figures cannot agree with now more often
-CEILING_OF = {"as_built": "predictor", "rescaled": RESCALED, "recalibration": STORED}
 
 
 def held_out_archs(space, n: int, *, exclude: set[str], resolution: int | None = None,
@@ -127,6 +129,7 @@ class ValidationSet:
     groups: list[str]  # space name, "<space> pruned", "timm" or "arch files"
     anchors: dict[str, list[tuple[float, float]]] | None = None  # group -> (now, table) of calibration nets
     remeasured: list[tuple[Arch, float]] | None = None  # those calibration networks with their latency now
+    rounds_ms: list[list[float]] | None = None  # each held-out network's figure per round (each a fresh session)
 
 
 def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, settings, *, cache: Path | None,
@@ -170,32 +173,8 @@ def measure_held_out(archs: Sequence[Arch], groups: Sequence[str], runtime, sett
     for a in anchors:
         drift.setdefault(a.name or "?", []).append((med[a.digest()], table.networks[a].median_ms))
     return ValidationSet(list(archs), [med[a.digest()] for a in archs], list(groups), drift or None,
-                         [(a, med[a.digest()]) for a in anchors] or None)
-
-
-def reproducibility(anchors: dict[str, list[tuple[float, float]]], scale: float,
-                    remeasured: Sequence[tuple[Arch, float]] = (), record: dict | None = None) -> dict[str, dict[str, float]]:
-    """The table's own figure of each re-measured calibration network as its "prediction" of
-    the measurement now: ``as_built`` and ``rescaled`` (times the drift ``scale``, the median over
-    these same networks): the ceilings of ``predictor`` and ``predictor_rescaled``.  With a
-    recalibration ``record``, also ``recalibration``: its figure of each of the ``remeasured``
-    networks it holds, the ceiling of ``predictor_stored`` (keys: ``CEILING_OF``)."""
-    now = np.array([n for pairs in anchors.values() for n, _ in pairs])
-    then = np.array([t for pairs in anchors.values() for _, t in pairs])
-    out = {"as_built": score(then, now), "rescaled": score(then * scale, now)}
-    figs = (record or {}).get("network_ms") or {}
-    pairs = [(figs[a.digest()], ms) for a, ms in remeasured if a.digest() in figs]
-    if pairs:
-        out["recalibration"] = score([t for t, _ in pairs], [n for _, n in pairs])
-    return out
-
-
-def reproducibility_lines(report: dict[str, Any]) -> list[str]:
-    """The report's reproducibility figures as sentences (``nas.validate`` and bench_predictor)."""
-    return [f"reproducibility ({how}): the {'recalibration' if how == 'recalibration' else 'table'}'s own figure of "
-            f"the {s['n']} re-measured calibration networks is within ±5% of the new measurement for "
-            f"{100 * s['within_5pct']:.1f}%, ±10% for {100 * s['within_10pct']:.1f}% (the ceiling of {CEILING_OF[how]})"
-            for how, s in report.get("reproducibility", {}).items()]
+                         [(a, med[a.digest()]) for a in anchors] or None,
+                         [done[a.digest()][: settings.rounds] for a in archs])
 
 
 def predictions(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet) -> dict[str, np.ndarray]:
@@ -222,12 +201,16 @@ def _calibration_only_names() -> set[str]:
 
 
 def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet, *,
-             recalibrate: bool = False, target_name: str = "<target>") -> dict[str, Any]:
+             recalibrate: bool = False, target_name: str = "<target>", refresh: Refresh | None = None) -> dict[str, Any]:
     """The report: per method overall and per group; never fitted on the held-out set.
 
     ``recalibrate``: also score ``predictor_recalibrated``, the predictor calibrated on the
     table's calibration networks as re-measured in ``vs`` (measure with ``anchors_per_group=None``).
     ``target_name``: the target the drift warning's fix names (``conf=<target_name>``).
+    ``refresh``: the table's refresh on the fly (``nas.latency.refresh``): ``predictor`` is then the
+    predictor as built times each network's factor, as ``nas.search`` / ``nas.predict`` use it, and
+    ``predictor_as_built`` the table as built.  Networks whose rounds do not repeat within
+    ``REPEAT_TOLERANCE`` (``nas.latency.repeatability``) are left out of every score, named.
     """
     calib = {a.digest() for a, _ in table_networks(predictor.table_)}
     leaked = [a for a in vs.archs if a.digest() in calib]
@@ -236,28 +219,19 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
     preds = predictions(predictor, roofline, vs)
     methods: tuple[str, ...] = METHODS
     report: dict[str, Any] = {"methods": {}, "groups": {}}
+    if refresh is not None:
+        report["refresh"] = refresh.to_dict()
+        if refresh.applied:
+            preds[AS_BUILT] = preds["predictor"]
+            preds["predictor"] = preds[AS_BUILT] * np.array([refresh.ratio_for(a.name) for a in vs.archs])
+            methods = (*METHODS, AS_BUILT)
     if vs.anchors:
         scale, per_group, n = drift_ratios(vs.anchors)
-        preds[RESCALED] = preds["predictor"] * scale
-        methods = (*METHODS, RESCALED)
+        preds[RESCALED] = preds[AS_BUILT if AS_BUILT in preds else "predictor"] * scale
+        methods = (*methods, RESCALED)
         report["drift_scale"] = {"now_over_table": scale, "n": n}
     if recalibrate:
-        nets = vs.remeasured or []
-        if len(nets) < len(predictor.table_.networks):
-            raise ValueError(f"recalibrate needs every calibration network of the table re-measured "
-                             f"({len(predictor.table_.networks)}), got {len(nets)}: measure with "
-                             f"anchors_per_group=None")
-        # the calibration now sees the machine's state; no stored ratio on top
-        again = clone(predictor).set_params(refresh=False)
-        preds[RECALIBRATED] = again.fit(predictor.table_, nets, mismatched=predictor.mismatched_).predict(vs.archs)
-        methods = (*methods, RECALIBRATED)
-        extra = _calibration_only_names()
-        own = [(a, ms) for a, ms in nets if a.name not in extra]
-        if len(own) < len(nets):
-            preds[WITHOUT_EXTRA] = clone(again).fit(predictor.table_, own, mismatched=predictor.mismatched_).predict(vs.archs)
-            methods = (*methods, WITHOUT_EXTRA)
-            report["calibration_spaces"] = {"networks": len(nets) - len(own), "of": len(nets),
-                                            "spaces": sorted({a.name for a, _ in nets if a.name in extra})}
+        methods = _recalibrated(predictor, vs, preds, methods, report)
     rf, rc = recorded(predictor.table_)
     if (rf or rc) and not predictor.refresh:
         stored = clone(predictor).set_params(refresh=True)
@@ -265,75 +239,71 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
         methods = (*methods, STORED)
         report["stored"] = {"record": "recalibration" if rc else "refresh",
                             "measured_at": (rc or rf or {}).get("measured_at")}
-    meas = np.array(vs.measured_ms)
-    groups = np.array(vs.groups)
-    for m in methods:
-        report["methods"][m] = score(preds[m], meas)
-    for g in sorted(set(vs.groups)):
-        sel = groups == g
-        report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in methods}
-    report["latency_ranges"] = {m: score_by_range(preds[m], meas) for m in ("predictor", RESCALED) if m in preds}
+    rep = repeatability(vs.rounds_ms or [[ms] for ms in vs.measured_ms])
+    _scores(report, preds, methods, vs, np.array(rep.repeatable))
+    report["repeatability"] = {"rounds": rep.rounds, "tolerance": rep.tolerance, "judged": rep.judged,
+                               "round_factors": list(rep.round_factors),
+                               "left_out": [vs.archs[i].name or vs.archs[i].digest() for i in rep.left_out()]}
     if vs.anchors:
         report["drift"] = {g: {"now_over_table": per_group[g], "n": len(pairs)} for g, pairs in vs.anchors.items()}
         report["reproducibility"] = reproducibility(vs.anchors, scale, vs.remeasured or (), rc)
-        verdict = drift_verdict(vs.anchors, predictor.table_.metadata.get("reproducibility"))
-        report["drift_verdict"] = verdict
-        warning = drift_warning(verdict, target_name)
+        applied = refresh if refresh is not None and refresh.applied else None
+        since = {g: [(now, then * (applied.ratio_for(g) if applied else 1.0)) for now, then in pairs]
+                 for g, pairs in vs.anchors.items()}  # against the figures the predictions used
+        verdict = drift_verdict(since, predictor.table_.metadata.get("reproducibility"))
+        report["drift_verdict"] = {**verdict, "refreshed": applied.ratio if applied else None}
+        warning = drift_warning(verdict, target_name, refreshed=applied.ratio if applied else None)
         if warning:
             report["drift_warning"] = warning
             log.warning(warning)
     report["points"] = []
-    for i, (a, g, ms) in enumerate(zip(vs.archs, vs.groups, meas)):
+    for i, (a, g, ms) in enumerate(zip(vs.archs, vs.groups, vs.measured_ms)):
         ex = predictor.explain(a)
         report["points"].append(
             {"arch": a.name or a.digest(), "digest": a.digest(), "group": g, "measured_ms": float(ms),
              "layers_measured": ex.n_measured, "layers_learned": ex.n_learned,
+             "rounds_spread_pct": rep.spread_pct[i] if rep.judged else None, "repeatable": rep.repeatable[i],
              **{m: float(preds[m][i]) for m in methods}})
     return report
 
 
-def scatter_plot(report: dict[str, Any], path: str | Path, *, title: str = "") -> Path:
-    """Predicted vs measured for every method, with the ±10% band (a ``Figure`` of its own, no pyplot)."""
-    pts = report["points"]
-    methods = list(report["methods"])
-    meas = np.array([p["measured_ms"] for p in pts])
-    cols = min(len(methods), 4)  # up to 4 per row: 7 methods side by side are too thin to read
-    rows = -(-len(methods) // cols)
-    fig = Figure(figsize=(4.2 * cols, 4.4 * rows))
-    grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
-    axes = grid.ravel()
-    for ax in axes[len(methods):]:
-        ax.set_visible(False)
-    lo, hi = meas.min() * 0.7, meas.max() * 1.3
+def _recalibrated(predictor: LatencyPredictor, vs: ValidationSet, preds: dict[str, np.ndarray],
+                  methods: tuple[str, ...], report: dict[str, Any]) -> tuple[str, ...]:
+    """``predictor_recalibrated`` (and ``recalibrated_search_spaces_only``) into ``preds``; the methods now."""
+    nets = vs.remeasured or []
+    if len(nets) < len(predictor.table_.networks):
+        raise ValueError(f"recalibrate needs every calibration network of the table re-measured "
+                         f"({len(predictor.table_.networks)}), got {len(nets)}: measure with "
+                         f"anchors_per_group=None")
+    # the calibration now sees the machine's state; no stored ratio on top
+    again = clone(predictor).set_params(refresh=False)
+    preds[RECALIBRATED] = again.fit(predictor.table_, nets, mismatched=predictor.mismatched_).predict(vs.archs)
+    methods = (*methods, RECALIBRATED)
+    extra = _calibration_only_names()
+    own = [(a, ms) for a, ms in nets if a.name not in extra]
+    if len(own) < len(nets):
+        preds[WITHOUT_EXTRA] = clone(again).fit(predictor.table_, own, mismatched=predictor.mismatched_).predict(vs.archs)
+        methods = (*methods, WITHOUT_EXTRA)
+        report["calibration_spaces"] = {"networks": len(nets) - len(own), "of": len(nets),
+                                        "spaces": sorted({a.name for a, _ in nets if a.name in extra})}
+    return methods
+
+
+def _scores(report: dict[str, Any], preds: dict[str, np.ndarray], methods: Sequence[str], vs: ValidationSet,
+            keep: np.ndarray) -> None:
+    """Each method's score overall, per group and (predictor, rescaled) per latency range, on the
+    networks ``keep`` marks (the repeatable ones); the predictor's on all of them beside."""
+    meas, groups = np.array(vs.measured_ms), np.array(vs.groups)
     for m in methods:
-        hi = max(hi, float(np.nanmax([p[m] for p in pts])) * 1.05)
-    xs = np.array([lo, hi])
-    for ax, m in zip(axes, methods):
-        pred = np.array([p[m] for p in pts])
-        s = report["methods"][m]
-        ax.fill_between(xs, xs * 0.9, xs * 1.1, color="tab:green", alpha=0.12, label="±10%")
-        ax.plot(xs, xs, color="k", lw=0.8)
-        for g in sorted({p["group"] for p in pts}):
-            sel = np.array([p["group"] == g for p in pts])
-            ax.scatter(meas[sel], pred[sel], s=12, alpha=0.7, label=g)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_title(f"{m}\n±10%: {100 * s['within_10pct']:.0f}%  ±5%: {100 * s['within_5pct']:.0f}%  "
-                     f"τ={s['kendall_tau']:.3f}", fontsize=9)
-        ax.set_xlabel("measured ms")
-        ax.tick_params(labelbottom=True)
-    for r in range(rows):
-        grid[r, 0].set_ylabel("predicted ms")
-    axes[0].legend(fontsize=7, loc="upper left")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=110)
-    return p
+        report["methods"][m] = score(preds[m][keep], meas[keep])
+    for g in sorted(set(vs.groups)):
+        sel = (groups == g) & keep
+        if sel.any():
+            report["groups"][g] = {m: score(preds[m][sel], meas[sel]) for m in methods}
+    report["latency_ranges"] = {m: score_by_range(preds[m][keep], meas[keep]) for m in ("predictor", RESCALED)
+                                if m in preds}
+    if not keep.all():
+        report["with_unrepeatable"] = {"predictor": score(preds["predictor"], meas)}
 
 
 def held_out_set(spaces: list[str], n: int, pruned: int, models: Sequence[str], *, exclude: set[str],
@@ -369,7 +339,8 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
                     spaces: str | Sequence[str] | None = None, resolution: int | None = None,
                     out: str | Path = VALIDATE.out, seed: int = VALIDATE.seed, settings=None,
                     drift_anchors: int = VALIDATE.drift_anchors, recalibrate: bool = False, allow_mismatch: bool = False,
-                    bundle: str | Path | None = None, progress: bool = True, say=log.info) -> dict[str, Any]:
+                    bundle: str | Path | None = None, retime: bool = REFRESH.retime, progress: bool = True,
+                    say=log.info) -> dict[str, Any]:
     """Score a target's latency predictor against held-out networks measured on the device (the
     ``nas.validate`` command).
 
@@ -394,6 +365,8 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
         recalibrate: also score the predictor recalibrated on those.
         allow_mismatch: accept a table whose metadata differs from the target.
         bundle: a bundle folder whose ``results.json`` holds the held-out networks measured on the device.
+        retime: on the table's own machine, re-time a few of its calibration networks first and score
+            ``predictor`` rescaled by them, as ``nas.search`` / ``nas.predict`` use it (``nas.latency.refresh``).
         progress: show a progress bar.
         say: where progress lines go.
 
@@ -436,13 +409,25 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
     settings = settings or ProfileSettings()
     say(f"validating on {len(archs)} held-out networks ({', '.join(sorted(set(groups)))}) measured with "
         f"{runtime.name} {runtime.version()} on {ident['name']}")
+    vs, ref = _measure(model, target, archs, groups, runtime, settings, out, retime=retime, drift_anchors=drift_anchors,
+                       recalibrate=recalibrate, progress=progress, say=say)
+    return _finish(model, target, vs, out, spaces, resolution, recalibrate=recalibrate, refresh=ref)
+
+
+def _measure(model: LatencyPredictor, target: Target, archs: list[Arch], groups: list[str], runtime, settings,
+             out: Path, *, retime: bool, drift_anchors: int, recalibrate: bool, progress: bool,
+             say) -> tuple[ValidationSet, Refresh | None]:
+    """The refresh on the fly (when ``retime``), then the held-out networks and the drift check measured."""
+    ref = refresh_model(model, target, spaces=sorted({a.name for a in archs if a.name}), apply=False) if retime else None
+    if ref is not None:
+        say(ref.line())
     try:
         vs = measure_held_out(archs, groups, runtime, settings, cache=out.with_suffix(".measurements.json"),
                               progress=progress, table=model.table_ if drift_anchors or recalibrate else None,
                               anchors_per_group=None if recalibrate else drift_anchors)
     except KeyboardInterrupt as e:
         raise Interrupted(f"measurements so far are cached beside {out}; run again to continue") from e
-    return _finish(model, target, vs, out, spaces, resolution, recalibrate=recalibrate)
+    return vs, ref
 
 
 def validated_spaces(model: LatencyPredictor, spaces: str | Sequence[str] | None, bundle: str | Path | None = None) -> list[str]:
@@ -453,9 +438,11 @@ def validated_spaces(model: LatencyPredictor, spaces: str | Sequence[str] | None
     return space_names(spaces or model.table_.spaces)
 
 
-def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool) -> dict[str, Any]:
+def _finish(model, target, vs: ValidationSet, out: Path, spaces, resolution, *, recalibrate: bool,
+            refresh: Refresh | None = None) -> dict[str, Any]:
     """Score ``vs``, add the budget section, write the report and its plots."""
-    report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate, target_name=target.name)
+    report = validate(model, Roofline.from_target(target), vs, recalibrate=recalibrate, target_name=target.name,
+                      refresh=refresh)
     report.update(target=target.name, table=model.describe(), latency_source=model.source, latency_how=model.how,
                   calibration_networks=model.n_calibration_)
     table_ceiling(model.table_, report)
@@ -494,7 +481,7 @@ def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str
     """``nas.latency.budget_curve.budget_report`` for a budgeted or partial table, with its plot
     (``out`` with ``.budget.png``) when matplotlib is installed; None for a complete table."""
     keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
-    budget = budget_report(model, vs, space_keys=keys, reached=report["methods"]["predictor"])
+    budget = budget_report(model, vs, space_keys=keys, reached=report["methods"].get(AS_BUILT, report["methods"]["predictor"]))
     if budget is not None:  # the spaces counted, and the curve's plot
         budget.update(spaces=spaces, plot=budget_plot(budget, out.with_suffix(".budget.png"), title=title))
     return budget

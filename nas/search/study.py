@@ -44,6 +44,8 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.data import Dataset, DataSettings, load_data
 from nas.latency import load_latency_model
 from nas.latency.base import LatencyModel
+from nas.latency.options import REFRESH
+from nas.latency.refresh import Refresh, refresh_model
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator, make_evaluator
 from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
@@ -346,6 +348,7 @@ class Search:
     run_dir: Path
     created: bool  # this worker created the study
     latency_budget: LatencyBudget | None = None  # the study's latency budget and why (nas.search.budget)
+    refresh: Refresh | None = None  # the latency table's refresh on the fly (nas.latency.refresh), if it re-timed
 
     def info(self) -> dict[str, Any]:
         """Context for pareto.json: the latency model (and how its figures are obtained), the data and
@@ -354,7 +357,8 @@ class Search:
         p = self.problem
         return {
             "latency_model": {"source": p.latency.source, "how": p.latency.how,
-                              "describe": p.latency.describe(), "warning": p.latency.warning},
+                              "describe": p.latency.describe(), "warning": p.latency.warning,
+                              **({"refresh": self.refresh.to_dict()} if self.refresh is not None else {})},
             "data_description": p.data.describe(),
             "val_images": len(p.data.val),  # what an accuracy evaluator scores on: its interval's n
             "evaluator_description": p.evaluator.describe(),
@@ -385,6 +389,7 @@ def prepare_search(
     command: Sequence[str] | None = None,
     pruner: dict[str, Any] | None = None,
     latency_budget_given: bool = True,
+    retime: bool = REFRESH.retime,
 ) -> Search:
     """Load the space, data, evaluator and latency model; open (or create) the study in its storage.
 
@@ -410,6 +415,8 @@ def prepare_search(
         pruner: a pruner's settings (``nas.search.pruners.pruner_settings``; a dict is read by it); None:
             no pruning.  It does not define the study, so a study may be resumed with another one.
         latency_budget_given: ``budgets.latency_budget_ms`` is the user's, not the target's.
+        retime: on the target's table's own machine, rescale the loaded model by a few of the space's calibration
+            networks re-timed now (``nas.latency.refresh``; ``Search.refresh``); a ``latency`` given is left as is.
 
     Returns:
         A ``Search``: the study, the problem, the storage and the placed latency budget.
@@ -431,10 +438,7 @@ def prepare_search(
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)
     ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)
-    prn = make_pruner(pruner, max_resource=int(getattr(ev, "epochs", 1)))
-    if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
-        log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
-                    prn.name, getattr(ev, "epochs", 1))
+    prn = _pruner(pruner, ev)
     if not isinstance(data, (Dataset, DataSettings)):
         data = DataSettings.from_dict(dict(data))
     run_dir = Path(run_dir)
@@ -442,12 +446,27 @@ def prepare_search(
     _check_run_dir(run_dir, name, storage, command)
     ds = data if isinstance(data, Dataset) else load_data(data)
     ev.check(space, ds)
-    if latency is None:
-        latency = load_latency_model(target, allow_mismatch=allow_mismatch)
+    refresh, latency = (None, latency) if latency is not None else _latency(target, space, allow_mismatch, retime)
     problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=latency, target=target, budgets=budgets,
                             train_seed=seed, pruner=prn)
-    return _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed,
-                        given=latency_budget_given)
+    search = _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed,
+                          given=latency_budget_given)
+    return replace(search, refresh=refresh)
+
+
+def _latency(target: Target, space: SearchSpace, allow_mismatch: bool, retime: bool) -> tuple[Refresh | None, Any]:
+    """The target's latency model, refreshed on the fly for ``space`` when ``retime`` (nas.latency.refresh)."""
+    latency = load_latency_model(target, allow_mismatch=allow_mismatch)
+    return (refresh_model(latency, target, spaces=[space.name]) if retime else None), latency
+
+
+def _pruner(pruner: dict[str, Any] | None, ev: Evaluator) -> Any:
+    """The pruner its settings name, with a warning where the evaluator leaves it nothing to stop."""
+    prn = make_pruner(pruner, max_resource=int(getattr(ev, "epochs", 1)))
+    if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
+        log.warning("pruner=%s does nothing with evaluator.epochs=%s: a trial is only stopped between epochs",
+                    prn.name, getattr(ev, "epochs", 1))
+    return prn
 
 
 def _check_run_dir(run_dir: Path, name: str, storage: str | None, command: Sequence[str] | None) -> None:
