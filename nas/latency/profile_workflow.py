@@ -285,10 +285,11 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
             return _import(import_bundle, target, table, out, keys, names, where,
                            allow_mismatch=allow_mismatch, command=command, say=say)
         table, here, runtime = _open_table(target, out, table, settings, allow_mismatch=allow_mismatch)
-        if not (recalibrate or refresh):
-            table.add_spaces(space_names(names))
+        if recalibrate and refresh:
             raise ValueError(f"refresh={refresh} and recalibrate=true: pick one (recalibrate re-measures every "
                              "calibration network, refresh a few of them for one scale factor)")
+        if not (recalibrate or refresh):  # a measuring run: the table records the spaces it was measured for
+            table.add_spaces(space_names(names))
         if recalibrate:
             return _recalibrate(table, out, runtime, settings, progress=progress, say=say)
         if refresh:
