@@ -36,7 +36,8 @@ benchmark profiles this machine's table for the space at 28 px itself, into ``<o
 
 Its parts (``--parts`` names them; ``--jobs N`` runs them as processes, each on a core of its own):
 ``table``, ``search:nsga2``, ``search:random``, ``search:macs``, ``search:supernet``, ``final@k`` (the
-final trainings, shared out among ``--jobs`` parts) and ``measure``.  Everything a part computes is
+final trainings, shared out among ``--jobs`` parts), ``measure`` and ``report`` (the report of what is done
+so far, its missing trainings named).  Everything a part computes is
 kept under ``<out>`` (studies, the supernet, one file per final training), so an interrupted run
 resumes where it stopped; a run with other settings is refused, each difference named.  Writes
 ``<out>/search_value.json``, ``.md`` and ``.png`` (test accuracy against measured latency, one marker
@@ -559,7 +560,8 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("test accuracy (%), mean and 95% CI over seeds")
     ax.set_title("Fashion-MNIST 28x28: each method's pick per latency budget, trained on 54k images", fontsize=9)
     ax.grid(alpha=0.25)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a report before any pick is trained and measured has none
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -613,9 +615,11 @@ def run_part(a: argparse.Namespace, out: Path, name: str) -> None:
         part_final(a, out, int(k), int(of or a.jobs))
     elif name == "measure":
         part_measure(a, out)
+    elif name == "report":
+        report(a, out)
     else:
         raise SystemExit(f"--parts: no part {name!r}; the parts: table, search:nsga2, search:random, search:macs, "
-                         "search:supernet, final@<k>[/<of>], measure")
+                         "search:supernet, final@<k>[/<of>], measure, report")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -94,3 +94,26 @@ def test_quick_run_reports_every_method_at_every_budget(tmp_path):
     res = json.loads((tmp_path / "search_value.json").read_text())
     assert {(r["budget"], r["method"]) for r in res["rows"]} == {(i, m) for i in range(3) for m in sv.METHODS}
     assert (tmp_path / "search_value.png").is_file() and "differences of test accuracy" in r.stdout
+
+
+def test_the_report_part_reports_what_is_done_and_names_what_is_missing(tmp_path, monkeypatch):
+    import json
+
+    bs = [{"quantile": q, "latency_ms": ms, "macs": macs} for q, ms, macs in ((25, 1.2, 20e6), (50, 2.2, 35e6),
+                                                                             (75, 3.5, 60e6))]
+    (tmp_path / "budgets.json").write_text(json.dumps({"budgets": bs}))
+    arch = {"arch": "c16 ir24", "params": 1000}
+    picks = {m: [{**_rec(i, 0.8, 1.0, 10e6, digest=f"{m}{i}".ljust(16, "0")), **arch} for i in range(3)]
+             for m in sv.METHODS}
+    monkeypatch.setattr(sv, "all_picks", lambda out, b: picks)
+    monkeypatch.setattr(sv, "search_cost", lambda out, m: None)
+    for m, acc in (("nsga2", (0.91, 0.92, 0.915)), ("random", (0.88, 0.885, 0.882))):
+        for s, x in enumerate(acc):
+            sv.final_path(tmp_path, picks[m][0]["digest"], s).parent.mkdir(exist_ok=True)
+            sv.final_path(tmp_path, picks[m][0]["digest"], s).write_text(json.dumps({"test_accuracy": x}))
+    sv.run_part(sv._args(["--out", str(tmp_path)]), tmp_path, "report")
+    res = json.loads((tmp_path / "search_value.json").read_text())
+    assert not res["complete"] and "nsga2@50" in res["missing"] and "nsga2@25" not in res["missing"]
+    [c] = [c for c in res["comparisons"] if (c["method"], c["baseline"], c["budget"]) == ("nsga2", "random", 0)]
+    assert c["verdict"] == "beats"
+    assert "INCOMPLETE" in (tmp_path / "search_value.md").read_text()
