@@ -350,15 +350,18 @@ def all_picks(out: Path, bs: list[dict[str, float]]) -> dict[str, list[dict[str,
 
 
 def trainings(picks: dict[str, list[dict[str, Any] | None]], seeds: int) -> list[tuple[str, dict[str, Any], int]]:
-    """The final trainings: every distinct picked network with every seed, budget by budget."""
+    """The final trainings: every distinct picked network with every seed, budget by budget; the picks
+    the verdicts compare (hwnas's methods and the baselines to beat) before (e)'s, so a run stopped
+    early has its comparisons first."""
     seen, out = set(), []
     n = len(next(iter(picks.values())))
-    for i in range(n):
-        for m in METHODS:
-            r = picks[m][i]
-            if r is not None and r["digest"] not in seen:
-                seen.add(r["digest"])
-                out += [(r["digest"], r["_arch"], s) for s in range(seeds)]
+    for methods in ((*HWNAS, *BASELINES), tuple(m for m in METHODS if m not in HWNAS + BASELINES)):
+        for i in range(n):
+            for m in methods:
+                r = picks[m][i]
+                if r is not None and r["digest"] not in seen:
+                    seen.add(r["digest"])
+                    out += [(r["digest"], r["_arch"], s) for s in range(seeds)]
     return out
 
 

@@ -47,6 +47,8 @@ def test_trainings_train_each_distinct_pick_once_per_seed_budget_by_budget():
     picks = {"nsga2": [a, b], "supernet": [a, None], "random": [b, c], "largest": [c, c], "macs": [a, b]}
     t = sv.trainings(picks, seeds=2)
     assert [(d, s) for d, _, s in t] == [("d0", 0), ("d0", 1), ("d1", 0), ("d1", 1), ("d2", 0), ("d2", 1)]
+    picks["macs"] = [RECS[3], a]  # (e)'s own pick trains after every pick the verdicts compare
+    assert [d for d, _, s in sv.trainings(picks, seeds=1)] == ["d0", "d1", "d2", "d3"]
 
 
 def test_mean_ci_is_students_t():
