@@ -44,7 +44,7 @@ def block_class(kind: str) -> type[Block]:
 # validation helpers: raise ValueError naming the field, the value and what is allowed
 
 
-def _check_pos_int(obj: object, name: str, value: Any, *, allow_zero: bool = False) -> None:
+def check_pos_int(obj: object, name: str, value: Any, *, allow_zero: bool = False) -> None:
     lo = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         what = "a non-negative integer" if allow_zero else "a positive integer"
@@ -93,7 +93,7 @@ class SE:
     act: str | None = None  # None: the containing block's activation
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "channels", self.channels)
+        check_pos_int(self, "channels", self.channels)
         if self.gate not in GATES:
             raise ValueError(f"SE.gate must be one of {', '.join(GATES)}, got {self.gate!r}")
         if self.act is not None:
@@ -144,7 +144,7 @@ class Block:
 
 def _check_conv_fields(b: Block) -> None:
     """The fields every convolutional block has: ``out_ch``, ``kernel``, ``stride``, ``act``."""
-    _check_pos_int(b, "out_ch", b.out_ch)
+    check_pos_int(b, "out_ch", b.out_ch)
     _check_kernel(b, b.kernel)
     _check_stride(b, b.stride)
     _check_act(b, "act", b.act)
@@ -222,7 +222,7 @@ class _ExpandedBlock(Block):
 
     def __post_init__(self) -> None:
         _check_conv_fields(self)
-        _check_pos_int(self, "mid_ch", self.mid_ch)
+        check_pos_int(self, "mid_ch", self.mid_ch)
         _check_bool(self, "noskip", self.noskip)
         if isinstance(self.se, dict):
             object.__setattr__(self, "se", SE.from_dict(self.se))
@@ -270,8 +270,8 @@ class AttentionBlock(Block):
     proj_act: str = "swish"  # activation of the input projection (when present)
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "out_ch", self.out_ch)
-        _check_pos_int(self, "heads", self.heads)
+        check_pos_int(self, "out_ch", self.out_ch)
+        check_pos_int(self, "heads", self.heads)
         if self.out_ch % self.heads:
             raise ValueError(
                 f"AttentionBlock.heads={self.heads} must divide the embed dim out_ch={self.out_ch}"
@@ -329,8 +329,8 @@ class Head(Block):
     bias: bool = True  # bias of the pool_conv 1x1 conv
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "num_classes", self.num_classes)
-        _check_pos_int(self, "hidden", self.hidden, allow_zero=True)
+        check_pos_int(self, "num_classes", self.num_classes)
+        check_pos_int(self, "hidden", self.hidden, allow_zero=True)
         if self.style not in HEAD_STYLES:
             raise ValueError(f"Head.style must be one of {', '.join(HEAD_STYLES)}, got {self.style!r}")
         if (self.style == "pool") != (self.hidden == 0):

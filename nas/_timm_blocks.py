@@ -1,6 +1,6 @@
 """Reading timm's EfficientNet-family modules into ``Arch`` parts (used by ``nas.timm_arch``).
 
-``_Reader`` checks each module (conv, BatchNorm, activation, gate, squeeze-excite, block, pooling,
+``ModelReader`` checks each module (conv, BatchNorm, activation, gate, squeeze-excite, block, pooling,
 classifier) against what ``nas.builder`` reproduces exactly, and raises ``UnsupportedModelError``
 naming the model, the module and what is unsupported.
 """
@@ -80,7 +80,7 @@ def _gate_types() -> dict[type, str]:
 # --------------------------------------------------------------------------------------------
 
 
-class _Reader:
+class ModelReader:
     """Reads one timm model's modules; every refusal names the model and the module."""
 
     def __init__(self, model: nn.Module, name: str) -> None:

@@ -44,10 +44,10 @@ from nas._blocks import (
     FusedMBConvBlock,
     Head,
     MBConvBlock,
-    _check_pos_int,
     block_class,
     block_from_dict,
     block_kinds,
+    check_pos_int,
     register_block,
 )
 from nas._checks import check_resolution
@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 
-def _digest(data: Any) -> str:
+def content_digest(data: Any) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
@@ -137,7 +137,7 @@ class BlockKey:
             16 hex digits of the sha1 of the canonical JSON: the same in every process and on every
             machine (unlike ``hash``).
         """
-        return _digest(self.to_dict())
+        return content_digest(self.to_dict())
 
     def __str__(self) -> str:
         return f"{self.block.label()}@{self.in_ch}x{self.in_h}x{self.in_w}"
@@ -179,8 +179,8 @@ class Arch:
     name: str = field(default="", compare=False)  # free-form label, not part of identity
 
     def __post_init__(self) -> None:
-        _check_pos_int(self, "in_chans", self.in_chans)
-        _check_pos_int(self, "resolution", self.resolution)
+        check_pos_int(self, "in_chans", self.in_chans)
+        check_pos_int(self, "resolution", self.resolution)
         check_resolution("Arch.resolution", self.resolution)
         if not isinstance(self.stem, ConvBlock):
             raise ValueError(f"Arch.stem must be a ConvBlock, got {type(self.stem).__name__}")
@@ -319,7 +319,7 @@ class Arch:
         """
         d = self.to_dict()
         d.pop("name", None)
-        return _digest(d)
+        return content_digest(d)
 
     def to_json(self, **kw: Any) -> str:
         """The network as JSON text.

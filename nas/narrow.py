@@ -60,7 +60,7 @@ class ChannelUnit:
     reason: str = ""  # why not prunable
 
 
-def _prefix(i: int, n_layers: int) -> str:
+def layer_prefix(i: int, n_layers: int) -> str:
     if i == 0:
         return "stem"
     if i == n_layers - 1:
@@ -161,19 +161,19 @@ def channel_units(arch: Arch) -> list[ChannelUnit]:
             if isinstance(b, AttentionBlock):
                 frozen = "contains an attention block (embed dim tied to heads)"
                 continue
-            tensors += _out_tensors(b, _prefix(i, n))
+            tensors += _out_tensors(b, layer_prefix(i, n))
             if i != producer:
-                tensors += _in_tensors(b, _prefix(i, n), keys[i].in_ch)
-        tensors += _in_tensors(layers[consumer], _prefix(consumer, n), keys[consumer].in_ch)
+                tensors += _in_tensors(b, layer_prefix(i, n), keys[i].in_ch)
+        tensors += _in_tensors(layers[consumer], layer_prefix(consumer, n), keys[consumer].in_ch)
         units.append(ChannelUnit(
-            f"chain{c}:{_prefix(producer, n)}" + (f"..{_prefix(members[-1], n)}" if len(members) > 1 else ""),
+            f"chain{c}:{layer_prefix(producer, n)}" + (f"..{layer_prefix(members[-1], n)}" if len(members) > 1 else ""),
             "chain", keys[consumer].in_ch, tuple(members), "out_ch", tuple(dict.fromkeys(tensors)),
             prunable=not frozen, reason=frozen,
         ))
     for i in range(1, n - 1):
         b = layers[i]
         if isinstance(b, (MBConvBlock, FusedMBConvBlock)):
-            p = _prefix(i, n)
+            p = layer_prefix(i, n)
             units.append(ChannelUnit(f"mid:{p}", "mid", b.mid_ch, (i,), "mid_ch", tuple(_mid_tensors(b, p))))
     if arch.head.hidden:
         units.append(ChannelUnit("hidden:head", "hidden", arch.head.hidden, (n - 1,), "hidden",
@@ -246,24 +246,24 @@ def resize_arch(arch: Arch, units: Sequence[ChannelUnit], sizes: Mapping[str, in
     return new
 
 
-def _skip_pattern(arch: Arch) -> tuple[bool, ...]:
+def skip_pattern(arch: Arch) -> tuple[bool, ...]:
     return tuple(k.block.has_skip(k.in_ch) for k in arch.keys())
 
 
-def _next_size(size: int, multiple: int) -> int:
+def next_size(size: int, multiple: int) -> int:
     """The next lower multiple of ``multiple`` (one channel group less)."""
     return (size - 1) // multiple * multiple
 
 
-_STRUCTURAL_KINDS = (DSConvBlock, MBConvBlock, FusedMBConvBlock)
+STRUCTURAL_KINDS = (DSConvBlock, MBConvBlock, FusedMBConvBlock)
 
 
-def _branch_bn(block: Block, p: str) -> str:
+def branch_bn(block: Block, p: str) -> str:
     """The BatchNorm that ends a block's residual branch (zeroing it makes the block an identity)."""
     return f"{p}.bn3" if isinstance(block, MBConvBlock) else f"{p}.bn2"
 
 
-def _after_se_conv(block: Block, p: str) -> str:
+def after_se_conv(block: Block, p: str) -> str:
     """The 1x1 convolution that reads what a block's squeeze-excite gates."""
     return f"{p}.conv_pw.weight" if isinstance(block, DSConvBlock) else f"{p}.conv_pwl.weight"
 
@@ -282,7 +282,7 @@ def droppable(arch: Arch) -> tuple[list[int], list[int]]:
     keys = arch.keys()
     se, blocks = [], []
     for i, b in enumerate(arch.layers()[1:-1], start=1):
-        if not isinstance(b, _STRUCTURAL_KINDS):
+        if not isinstance(b, STRUCTURAL_KINDS):
             continue
         if b.se is not None:
             se.append(i)

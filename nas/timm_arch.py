@@ -31,7 +31,7 @@ from timm.models.efficientnet import EfficientNet
 from timm.models.mobilenetv3 import MobileNetV3
 from torch import nn
 
-from nas._timm_blocks import SUPPORTED_BLOCKS, UnsupportedModelError, _Reader
+from nas._timm_blocks import SUPPORTED_BLOCKS, ModelReader, UnsupportedModelError
 from nas.arch import (
     Arch,
     Block,
@@ -137,7 +137,7 @@ def _create(name: str, num_classes: int | None, in_chans: int | None) -> nn.Modu
         return timm.create_model(name, pretrained=False, **kw)
 
 
-def _read_stem(rd: _Reader, model: nn.Module) -> tuple[ConvBlock, int]:
+def _read_stem(rd: ModelReader, model: nn.Module) -> tuple[ConvBlock, int]:
     """The stem block and the model's input channels."""
     stem_conv = rd.conv(model.conv_stem, "conv_stem")
     stem_act = rd.bn(model.bn1, "bn1", stem_conv.out_channels)
@@ -152,7 +152,7 @@ def _read_stem(rd: _Reader, model: nn.Module) -> tuple[ConvBlock, int]:
     return stem, stem_conv.in_channels
 
 
-def _read_head(rd: _Reader, model: nn.Module, ch: int, *, stem_act: str, is_mnv3: bool) -> Head:
+def _read_head(rd: ModelReader, model: nn.Module, ch: int, *, stem_act: str, is_mnv3: bool) -> Head:
     """The head after ``ch`` body channels: MobileNetV3's pool -> conv + act, or EfficientNet's conv -> pool."""
     rd.pool(model.global_pool, "global_pool")
     if is_mnv3:
@@ -231,7 +231,7 @@ def from_timm(
             f"{name}: is a {type(model).__name__} ({type(model).__module__}), not a timm EfficientNet-family "
             f"model; supported model classes: {', '.join(c.__name__ for c in families)}"
         )
-    rd = _Reader(model, name)
+    rd = ModelReader(model, name)
     stem, model_in_chans = _read_stem(rd, model)
     ch = stem.out_ch
     blocks: list[Block] = []

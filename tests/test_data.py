@@ -310,7 +310,7 @@ def test_an_empty_class_folder_is_named(tmp_path, caplog):
 def test_the_built_in_dataset_names_are_the_loaders_registered():
     """``dataset_names`` answers without loading the loaders (a config checks ``data=`` before torch loads):
     its built-in list must be what ``nas.data.loaders`` registers, no more, no less."""
-    code = ("import sys; from nas.data.datasets import BUILT_IN_DATASETS, _DATASETS; assert not _DATASETS.names(); "
+    code = ("import sys; from nas.data.datasets import BUILT_IN_DATASETS, DATASET_LOADERS; assert not DATASET_LOADERS.names(); "
             "heavy = [m for m in ('torch', 'sklearn', 'timm', 'torchvision') if m in sys.modules]; assert not heavy, heavy; "
-            "import nas.data.loaders; assert sorted(_DATASETS.names()) == sorted(BUILT_IN_DATASETS), _DATASETS.names()")
+            "import nas.data.loaders; assert sorted(DATASET_LOADERS.names()) == sorted(BUILT_IN_DATASETS), DATASET_LOADERS.names()")
     subprocess.run([sys.executable, "-c", code], check=True)

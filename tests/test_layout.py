@@ -166,6 +166,29 @@ def test_imports_sit_at_the_top():
     assert not bad, "imports inside functions (move them to the module's top): " + "; ".join(sorted(bad))
 
 
+def _private_imports(module: str, path: Path) -> list[str]:
+    """``from nas.x import _name``: a private name taken from another module (``nas._io`` and the like,
+    private modules of public names, are fine)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and _resolve(node, module, path.name == "__init__.py").startswith("nas"):
+            out += [f"{module}:{node.lineno} {a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A name another module needs is public in its own; a helper that only its module uses stays private."""
+    bad = [x for m, p in MODULES.items() for x in _private_imports(m, p)]
+    assert not bad, "private names imported across modules: " + "; ".join(sorted(bad))
+
+
+def test_the_private_import_check_can_fail(tmp_path):
+    src = tmp_path / "snippet.py"
+    src.write_text("from nas._io import atomic_write_json\nfrom .narrow import _helper, resize_arch\n")
+    assert _private_imports("nas.compress.prune", src) == ["nas.compress.prune:2 _helper"]
+
+
 def test_every_module_has_a_layer():
     assert all(any(m == k or m.startswith(k + ".") for k in LAYERS) for m in MODULES)
 

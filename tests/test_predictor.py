@@ -154,14 +154,14 @@ def test_shipped_jetson_and_gpu_targets_are_estimates():
 
 
 def test_calibration_recovers_a_boundary_effect():
-    from nas.latency.predictor import _boundary
+    from nas.latency.calibration import boundary_feature
 
     t = synth_table(networks=0)
     rng = np.random.default_rng(5)
     for _ in range(40):
         a = load_space("tiny").random(rng)
         ms = sum(synth_ms(k) - 0.004 for k in a.keys())
-        b = sum(_boundary(k) for k in a.keys())
+        b = sum(boundary_feature(k) for k in a.keys())
         t.networks[a] = Entry(ms + 0.002 * len(a.keys()) - 0.2 * b + 0.03, 0, 0, 50)
     p = LatencyPredictor().fit(t)
     assert p.coef_[1] == pytest.approx(0.002, abs=1e-6) and p.coef_[2] == pytest.approx(-0.2, rel=1e-4)
@@ -176,10 +176,10 @@ def test_contributions_never_negative():
     rng = np.random.default_rng(7)
     for _ in range(30):  # a device whose boundary term is strongly negative
         a = load_space("tiny").random(rng)
-        from nas.latency.predictor import _boundary
+        from nas.latency.calibration import boundary_feature
 
         ms = sum(synth_ms(k) - 0.004 for k in a.keys())
-        t.networks[a] = Entry(max(ms - 5.0 * sum(_boundary(k) for k in a.keys()), 1e-3) + 0.01, 0, 0, 50)
+        t.networks[a] = Entry(max(ms - 5.0 * sum(boundary_feature(k) for k in a.keys()), 1e-3) + 0.01, 0, 0, 50)
     p = LatencyPredictor().fit(t)
     far = [load_space("mbv3").random(i) for i in range(5)]  # far outside the calibration data
     assert (p.predict(far) > 0).all()
@@ -335,13 +335,13 @@ def test_network_residual_is_the_same_on_every_path():
 def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from nas.latency.predictor import _CompiledTrees
+    from nas.latency.space_predictor import CompiledTrees
 
     rng = np.random.default_rng(0)
     X = rng.random((300, 6))
     y = np.sin(3 * X[:, 0]) + X[:, 1] * X[:, 2]
     gbm = HistGradientBoostingRegressor(max_iter=50, max_depth=3, min_samples_leaf=10, random_state=0).fit(X, y)
-    c = _CompiledTrees(gbm)
+    c = CompiledTrees(gbm)
     Xt = rng.random((40, 6))
     assert c.packed
     np.testing.assert_allclose(c.predict(Xt), gbm.predict(Xt), rtol=1e-12)
@@ -351,9 +351,9 @@ def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
         good_pack(self)
         self.thr = self.thr + 0.25
 
-    good_pack = _CompiledTrees._pack
-    monkeypatch.setattr(_CompiledTrees, "_pack", bad_pack)
-    c = _CompiledTrees(gbm, check=X_check)
+    good_pack = CompiledTrees._pack
+    monkeypatch.setattr(CompiledTrees, "_pack", bad_pack)
+    c = CompiledTrees(gbm, check=X_check)
     assert not c.packed
     np.testing.assert_allclose(c.predict(Xt), gbm.predict(Xt), rtol=1e-12)  # scikit-learn's own
 

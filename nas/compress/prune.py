@@ -73,11 +73,11 @@ from nas.compress import CRITERIA
 from nas.compress.prune_plan import LossProbe, PrunePlan, PruneStep, plan_pruning
 from nas.narrow import (  # the narrowing of an Arch lives below both pruning and the profiler
     ChannelUnit,
-    _after_se_conv,
-    _prefix,
+    after_se_conv,
     channel_units,
     drop_layers,
     droppable,
+    layer_prefix,
     resize_arch,
 )
 
@@ -223,7 +223,7 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
         ose, nse = getattr(ob, "se", None), getattr(nb, "se", None)
         if ose is None or nse is None or ose.channels == nse.channels:
             continue
-        p = _prefix(i, n)
+        p = layer_prefix(i, n)
         se_mod = model.get_submodule(f"{p}.se")
         base_key = f"{p}.se.conv_reduce.weight"
         kept_in = index.get(base_key, {}).get(1)
@@ -233,15 +233,15 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
             index.setdefault(key, {})[dim] = sel
     state = dict(model.state_dict())
     for i, gate in dropped_se.items():  # x * gate -> the next 1x1 conv's input channels scaled by the gate
-        key = _after_se_conv(old_layers[i], _prefix(i, n))
+        key = after_se_conv(old_layers[i], layer_prefix(i, n))
         g = torch.as_tensor(gate, dtype=state[key].dtype)
         if g.numel() != state[key].shape[1]:
             raise ValueError(f"plan's mean gate for layer {i} has {g.numel()} channels, {key} reads "
                              f"{state[key].shape[1]}")
         state[key] = state[key] * g.view(1, -1, 1, 1)
-    gone = tuple(f"{_prefix(i, n)}.se." for i in dropped_se) + tuple(f"{_prefix(i, n)}." for i in plan.dropped_blocks)
-    rename = {f"{_prefix(i, n)}.": f"{_prefix(new_of[i], len(survivors))}." for i in survivors
-              if _prefix(i, n) != _prefix(new_of[i], len(survivors))}
+    gone = tuple(f"{layer_prefix(i, n)}.se." for i in dropped_se) + tuple(f"{layer_prefix(i, n)}." for i in plan.dropped_blocks)
+    rename = {f"{layer_prefix(i, n)}.": f"{layer_prefix(new_of[i], len(survivors))}." for i in survivors
+              if layer_prefix(i, n) != layer_prefix(new_of[i], len(survivors))}
     new = build(plan.arch)
     target = new.state_dict()
     out = {}

@@ -17,16 +17,16 @@ from torch.func import functional_call
 
 from nas.arch import Arch
 from nas.narrow import (
-    _STRUCTURAL_KINDS,
+    STRUCTURAL_KINDS,
     ChannelUnit,
-    _branch_bn,
-    _next_size,
-    _prefix,
-    _skip_pattern,
+    branch_bn,
     channel_units,
     drop_layers,
     droppable,
+    layer_prefix,
+    next_size,
     resize_arch,
+    skip_pattern,
 )
 
 __all__ = ["LossProbe", "PrunePlan", "PruneStep", "plan_pruning"]
@@ -65,7 +65,7 @@ class LossProbe:
         self.evaluations = 0  # forward passes over the images (memoised states are not passed again)
         self._memo: dict[tuple, tuple[float, dict[int, np.ndarray]]] = {}
         n = len(arch.layers())
-        self._prefix = {i: _prefix(i, n) for i in range(n)}
+        self.layer_prefix = {i: layer_prefix(i, n) for i in range(n)}
 
     def set_order(self, order: Mapping[str, np.ndarray]) -> None:
         order = {k: np.asarray(v) for k, v in order.items()}
@@ -90,7 +90,7 @@ class LossProbe:
                 t.index_fill_(dim, idx, 1.0 if key.endswith("running_var") else 0.0)
         layers = self.arch.layers()
         for i in blocks:
-            bn = _branch_bn(layers[i], self._prefix[i])
+            bn = branch_bn(layers[i], self.layer_prefix[i])
             for suffix in ("weight", "bias"):
                 out[f"{bn}.{suffix}"] = torch.zeros_like(self.state[f"{bn}.{suffix}"])
         return out
@@ -124,9 +124,9 @@ class LossProbe:
             return hook
 
         for i, b in enumerate(self.arch.layers()):
-            if getattr(b, "se", None) is None or not isinstance(b, _STRUCTURAL_KINDS):
+            if getattr(b, "se", None) is None or not isinstance(b, STRUCTURAL_KINDS):
                 continue
-            gate = self.model.get_submodule(f"{self._prefix[i]}.se.gate")
+            gate = self.model.get_submodule(f"{self.layer_prefix[i]}.se.gate")
             hooks.append(gate.register_forward_hook(fix(se[i]) if i in se else keep(i)))
         was_training = self.model.training
         self.model.eval()
@@ -324,7 +324,7 @@ class _Moves:
         self.weight = _step_costs(units, importance, criterion)
         self.floor = {u.name: max(min_channels, int(np.ceil(min_keep * u.size))) for u in units}
         self.multiple, self.se_ratio, self.lookahead = multiple, se_ratio, lookahead
-        self.pattern = _skip_pattern(arch)
+        self.pattern = skip_pattern(arch)
         self.se_ok, self.blocks_ok = droppable(arch) if structural else ([], [])
         self.n_layers = len(arch.layers())
 
@@ -391,13 +391,13 @@ def _channel_steps(arch: Arch, units: Sequence[ChannelUnit], u: ChannelUnit, siz
     cands = []
     new_size, tried = sizes[u.name], 0
     while tried < lookahead:
-        new_size = _next_size(new_size, multiple)
+        new_size = next_size(new_size, multiple)
         if new_size < floor:
             break
         tried += 1
         sz = {**sizes, u.name: new_size}
         resized = resize_arch(arch, units, sz, multiple=multiple, se_ratio=se_ratio)
-        if _skip_pattern(resized) != pattern:  # would add a residual: not this width
+        if skip_pattern(resized) != pattern:  # would add a residual: not this width
             continue
         removed = order[u.name][u.size - sizes[u.name]: u.size - new_size]
         cands.append(_Candidate(u.name, new_size, sz, tuple(dropped_se), tuple(dropped_blocks),
@@ -413,12 +413,12 @@ def _structural_steps(se_ok: Sequence[int], blocks_ok: Sequence[int], sizes: Map
     cands = []
     for i in se_ok:
         if i not in dropped_se and i not in dropped_blocks:
-            cands.append(_Candidate(f"se:{_prefix(i, n_layers)}", 0, sizes, (*dropped_se, i),
+            cands.append(_Candidate(f"se:{layer_prefix(i, n_layers)}", 0, sizes, (*dropped_se, i),
                                     tuple(dropped_blocks), shape(sizes, (*dropped_se, i), dropped_blocks), 0.0))
     for i in blocks_ok:
         if i not in dropped_blocks:
             se_left = tuple(j for j in dropped_se if j != i)
-            cands.append(_Candidate(f"block:{_prefix(i, n_layers)}", 0, sizes, se_left, (*dropped_blocks, i),
+            cands.append(_Candidate(f"block:{layer_prefix(i, n_layers)}", 0, sizes, se_left, (*dropped_blocks, i),
                                     shape(sizes, se_left, (*dropped_blocks, i)), 0.0))
     return cands
 

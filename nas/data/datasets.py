@@ -39,7 +39,7 @@ class DatasetNotFoundError(FileNotFoundError):
 
 
 @dataclass
-class _Raw:
+class RawArrays:
     """What a loader returns: native-resolution uint8 images (N x C x H x W) and labels."""
 
     train_x: np.ndarray
@@ -52,14 +52,14 @@ class _Raw:
     val_y: np.ndarray | None = None
 
 
-_DATASETS: Registry[Callable[[DataSettings], Any]] = Registry("dataset")
+DATASET_LOADERS: Registry[Callable[[DataSettings], Any]] = Registry("dataset")
 
 
 def register_dataset(name: str) -> Callable:
     """Register a dataset loader under ``name`` (a decorator): ``data=<name>`` then selects it.
 
-    The loader is ``fn(settings: DataSettings)`` and returns the images in memory (``_Raw``: uint8
-    arrays ``N x C x H x W`` and labels) or a file list to stream (``_Files``); it raises
+    The loader is ``fn(settings: DataSettings)`` and returns the images in memory (``RawArrays``: uint8
+    arrays ``N x C x H x W`` and labels) or a file list to stream (``DatasetFiles``); it raises
     ``DatasetNotFoundError`` when the files are missing.
 
     Args:
@@ -71,7 +71,7 @@ def register_dataset(name: str) -> Callable:
     Raises:
         ValueError: ``name`` is registered already (when the decorator is applied).
     """
-    return _DATASETS.register(name)
+    return DATASET_LOADERS.register(name)
 
 
 # the loaders nas.data.loaders registers (a test checks the two agree)
@@ -80,12 +80,12 @@ BUILT_IN_DATASETS = ("cifar10", "digits", "fashion_mnist", "imagefolder")
 
 def dataset_names() -> list[str]:
     """The datasets' names (``data=<name>``), sorted: the built-in ones and those registered."""
-    return sorted(set(BUILT_IN_DATASETS) | set(_DATASETS.names()))
+    return sorted(set(BUILT_IN_DATASETS) | set(DATASET_LOADERS.names()))
 
 
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                    "Ankle boot")
-_FASHION_FILES = {
+FASHION_FILES = {
     "train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
     "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte",
 }
@@ -118,10 +118,10 @@ def read_idx(path: str | Path) -> np.ndarray:
     return arr.reshape(dims)
 
 
-def _idx_files(folder: Path) -> dict[str, Path] | None:
+def idx_files(folder: Path) -> dict[str, Path] | None:
     """The four Fashion-MNIST files in ``folder`` (plain or .gz), or None if any is missing."""
     found = {}
-    for k, stem in _FASHION_FILES.items():
+    for k, stem in FASHION_FILES.items():
         for cand in (folder / stem, folder / f"{stem}.gz"):
             if cand.is_file():
                 found[k] = cand
@@ -132,7 +132,7 @@ def _idx_files(folder: Path) -> dict[str, Path] | None:
 
 
 @dataclass
-class _Files:
+class DatasetFiles:
     """What a streamed loader returns: torchvision datasets (images decoded per item, labels in
     ``targets``) and how to normalise them."""
 

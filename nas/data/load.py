@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from nas.arch import Arch
 from nas.data import loaders  # noqa: F401  (importing it registers the built-in loaders)
-from nas.data.datasets import _DATASETS, _Files
+from nas.data.datasets import DATASET_LOADERS, DatasetFiles
 from nas.data.settings import DataSettings
 from nas.data.stream import StreamSplit, make_transforms
 from nas.data.verify import BadImage, ImageCheck, skipped_note
@@ -253,8 +253,8 @@ def load_data(settings: DataSettings | dict[str, Any]) -> Dataset:
             one held in memory, ...).
     """
     s = settings if isinstance(settings, DataSettings) else DataSettings.from_dict(dict(settings))
-    raw = _DATASETS[s.name](s)
-    if isinstance(raw, _Files):
+    raw = DATASET_LOADERS[s.name](s)
+    if isinstance(raw, DatasetFiles):
         return _load_streamed(s, raw)
     if s.auto_augment:
         raise ValueError(f"data.auto_augment={s.auto_augment!r}: dataset {s.name!r} is held in memory and augmented "
@@ -302,7 +302,7 @@ def _subsample(idx: np.ndarray, cap: int | None, rng: np.random.Generator) -> np
     return idx[np.sort(rng.permutation(len(idx))[:cap])]
 
 
-def _load_streamed(s: DataSettings, f: _Files) -> Dataset:
+def _load_streamed(s: DataSettings, f: DatasetFiles) -> Dataset:
     """Split and subsample by label, leave out the images PIL cannot decode (``nas.data.verify``;
     ``data.skip_bad``), and wrap each split in a ``StreamSplit``."""
     rng = np.random.default_rng(s.seed)

@@ -1,8 +1,8 @@
 """The built-in dataset loaders (``data=digits``, ``fashion_mnist``, ``cifar10``, ``imagefolder``).
 
 The small datasets (digits, fashion_mnist) return native-resolution uint8 images and labels
-(``_Raw``), which ``nas.data.load_data`` resizes, splits and keeps in memory; cifar10 and
-imagefolder return torchvision datasets (``_Files``) that ``nas.data.stream`` reads per batch.
+(``RawArrays``), which ``nas.data.load_data`` resizes, splits and keeps in memory; cifar10 and
+imagefolder return torchvision datasets (``DatasetFiles``) that ``nas.data.stream`` reads per batch.
 Apart from the registry (``nas.data.datasets``), so that a config names and checks a dataset without
 loading scikit-learn, timm or torchvision; ``nas.data.load`` imports this module, which registers them.
 """
@@ -21,14 +21,14 @@ from torchvision.datasets import CIFAR10, FashionMNIST, ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from nas.data.datasets import (
-    _FASHION_FILES,
     CACHE_DIR,
     DEBIAN_FASHION_MNIST,
     FASHION_CLASSES,
+    FASHION_FILES,
+    DatasetFiles,
     DatasetNotFoundError,
-    _Files,
-    _idx_files,
-    _Raw,
+    RawArrays,
+    idx_files,
     read_idx,
     register_dataset,
 )
@@ -40,15 +40,15 @@ log = logging.getLogger(__name__)
 
 
 @register_dataset("digits")
-def _digits(s: DataSettings) -> _Raw:
+def _digits(s: DataSettings) -> RawArrays:
     d = load_digits()
     x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, N x 1 x 8 x 8
-    return _Raw(x, d.target.astype(np.int64), None, None, tuple(str(c) for c in range(10)),
+    return RawArrays(x, d.target.astype(np.int64), None, None, tuple(str(c) for c in range(10)),
                 "scikit-learn load_digits (embedded)")
 
 
 @register_dataset("fashion_mnist")
-def _fashion_mnist(s: DataSettings) -> _Raw:
+def _fashion_mnist(s: DataSettings) -> RawArrays:
     # torchvision's FashionMNIST keeps its files in <root>/FashionMNIST/raw (uncompressed); the Debian
     # package ships the same four files gzipped in /usr/share/datasets/fashion-mnist.  Both are read in
     # place (no copy); torchvision's class is used to download, and only when asked.
@@ -57,7 +57,7 @@ def _fashion_mnist(s: DataSettings) -> _Raw:
     for r in roots:
         for folder in (r, r / "FashionMNIST" / "raw"):
             looked.append(str(folder))
-            files = _idx_files(folder)
+            files = idx_files(folder)
             if files:
                 return _fashion_from(files, folder)
     if s.download:
@@ -66,25 +66,25 @@ def _fashion_mnist(s: DataSettings) -> _Raw:
         log.info("downloading Fashion-MNIST into %s", target)
         FashionMNIST(str(target), train=True, download=True)
         folder = target / "FashionMNIST" / "raw"
-        files = _idx_files(folder)
+        files = idx_files(folder)
         if files:
             return _fashion_from(files, folder)
         looked.append(str(folder))
     where = f" under data.root={s.root}" if s.root else ""
     raise DatasetNotFoundError(
-        f"Fashion-MNIST not found{where}: looked for {', '.join(_FASHION_FILES.values())} (or .gz) in "
+        f"Fashion-MNIST not found{where}: looked for {', '.join(FASHION_FILES.values())} (or .gz) in "
         f"{', '.join(looked)}. Get it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu: files in "
         f"{DEBIAN_FASHION_MNIST}), or point data.root at a folder holding the four IDX files, or pass "
         f"data.download=true to download it with torchvision into {s.root or CACHE_DIR}"
     )
 
 
-def _fashion_from(files: dict[str, Path], folder: Path) -> _Raw:
+def _fashion_from(files: dict[str, Path], folder: Path) -> RawArrays:
     arrs = {k: read_idx(p) for k, p in files.items()}
     for split in ("train", "test"):
         if len(arrs[f"{split}_x"]) != len(arrs[f"{split}_y"]):
             raise ValueError(f"{folder}: {split} images and labels differ in count")
-    return _Raw(arrs["train_x"][:, None], arrs["train_y"].astype(np.int64), arrs["test_x"][:, None],
+    return RawArrays(arrs["train_x"][:, None], arrs["train_y"].astype(np.int64), arrs["test_x"][:, None],
                 arrs["test_y"].astype(np.int64), FASHION_CLASSES, str(folder))
 
 
@@ -95,7 +95,7 @@ CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
 @register_dataset("cifar10")
-def _cifar10(s: DataSettings) -> _Files:
+def _cifar10(s: DataSettings) -> DatasetFiles:
     if not s.root:
         raise DatasetNotFoundError(
             "cifar10 needs data.root: the folder holding cifar-10-batches-py/ (the CIFAR-10 python version from "
@@ -120,7 +120,7 @@ def _cifar10(s: DataSettings) -> _Files:
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted" (a file missing or damaged)
         raise DatasetNotFoundError(f"CIFAR-10 in {folder}: {e}; extract the python version there again, or add "
                                    f"data.download=true") from None
-    return _Files(train, None, test, tuple(train.classes), str(folder), 3, CIFAR10_MEAN, CIFAR10_STD)
+    return DatasetFiles(train, None, test, tuple(train.classes), str(folder), 3, CIFAR10_MEAN, CIFAR10_STD)
 
 
 def _key(st: os.stat_result) -> tuple[int, int]:
@@ -209,7 +209,7 @@ def _warn_empty(data: ImageFolder, folder: Path) -> None:
 
 
 @register_dataset("imagefolder")
-def _imagefolder(s: DataSettings) -> _Files:
+def _imagefolder(s: DataSettings) -> DatasetFiles:
     if not s.root:
         raise DatasetNotFoundError("imagefolder needs data.root: a folder of class folders (root/<class>/*.png), "
                                    "or root/train/<class>/... and root/val/<class>/...")
@@ -248,5 +248,5 @@ def _imagefolder(s: DataSettings) -> _Files:
                     len(walk.again), walk.again[0])
 
     mean, std = ((0.5,), (0.5,)) if channels == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
-    return _Files(train, val, test, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))
+    return DatasetFiles(train, val, test, tuple(train.classes), str(root), channels, tuple(mean), tuple(std))
 

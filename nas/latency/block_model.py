@@ -1,4 +1,4 @@
-"""The learned per-block model of the latency predictor: ``BlockFeaturizer`` -> ``_ResidualOverOps``
+"""The learned per-block model of the latency predictor: ``BlockFeaturizer`` -> ``ResidualOverOps``
 (a non-negative linear cost per kind of kernel, then gradient boosting on the log ratio), for
 block shapes the table lacks; see ``nas.latency.predictor``."""
 
@@ -65,7 +65,7 @@ class BlockFeaturizer(BaseEstimator, TransformerMixin):
 N_LINEAR = 2 * N_OPS
 
 
-class _ResidualOverOps(BaseEstimator, RegressorMixin):
+class ResidualOverOps(BaseEstimator, RegressorMixin):
     """Two stages on ``BlockFeaturizer`` columns (the last ``N_LINEAR`` are ``op_features``):
 
     1. a non-negative linear model of the per-kind-of-kernel work (each kind of kernel gets a
@@ -81,7 +81,7 @@ class _ResidualOverOps(BaseEstimator, RegressorMixin):
     def _base(self, X: np.ndarray) -> np.ndarray:
         return np.maximum(self.linear_.predict(X[:, -N_LINEAR:]), 1e-6)
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> _ResidualOverOps:
+    def fit(self, X: np.ndarray, y: np.ndarray) -> ResidualOverOps:
         y = np.asarray(y, dtype=np.float64)
         self.linear_ = LinearRegression(positive=True, fit_intercept=False).fit(
             X[:, -N_LINEAR:], y, sample_weight=1.0 / y**2)
@@ -99,7 +99,7 @@ class _ResidualOverOps(BaseEstimator, RegressorMixin):
 
 
 def make_block_model(random_state: int = 0) -> Pipeline:
-    return Pipeline([("features", BlockFeaturizer()), ("model", _ResidualOverOps(random_state=random_state))])
+    return Pipeline([("features", BlockFeaturizer()), ("model", ResidualOverOps(random_state=random_state))])
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from nas.latency.table import LatencyTable, TableError
 log = logging.getLogger(__name__)
 
 
-def _boundary(key: BlockKey) -> float:
+def boundary_feature(key: BlockKey) -> float:
     """Millions of activation elements entering and leaving a layer (batch 1)."""
     ci, h, w = key.in_shape
     co, ho, wo = key.out_shape
@@ -61,7 +61,7 @@ def layer_features(key: BlockKey, ms: float) -> np.ndarray:
     f = np.empty(N_FEATURES)
     f[0] = ms
     f[1] = 1.0
-    f[2] = _boundary(key)
+    f[2] = boundary_feature(key)
     cost = block_cost(key)
     f[3] = cost.weight_bytes / 1e6
     f[4] = ms if getattr(key.block, "se", None) is not None else 0.0

@@ -5,7 +5,7 @@ scikit-learn style: ``LatencyPredictor(...).fit(table)`` then ``predict(archs)``
 1. **Table.**  A network is the sum of its layers' table entries, each less the runtime's
    per-call overhead (measured by the profiler on an empty graph), plus one overhead.
 2. **Learned model** for keys the table lacks: a scikit-learn pipeline fitted on the table's
-   entries (``BlockFeaturizer`` -> ``_ResidualOverOps``): a non-negative linear cost per kind
+   entries (``BlockFeaturizer`` -> ``ResidualOverOps``): a non-negative linear cost per kind
    of kernel (``nas.latency.ops``: MACs, elements and launches of dense / pointwise /
    depthwise convolutions, activations, pools, adds, attention), then gradient boosting on
    ``log(measured / linear)``.  The linear stage is physical and additive, so far from the
@@ -51,7 +51,7 @@ from threadpoolctl import threadpool_limits
 
 from nas.arch import Arch, BlockKey
 from nas.latency.base import LatencyModel, Prediction, how_predicted
-from nas.latency.block_model import KINDS, N_LINEAR, BlockFeaturizer, _ResidualOverOps, make_block_model  # noqa: F401
+from nas.latency.block_model import KINDS, N_LINEAR, BlockFeaturizer, make_block_model  # noqa: F401
 from nas.latency.calibration import (  # noqa: F401
     EXTRAPOLATION_MARGIN,
     LOG_FLOOR_MS,
@@ -59,7 +59,6 @@ from nas.latency.calibration import (  # noqa: F401
     MIN_RESIDUAL_NETWORKS,
     N_FEATURES,
     N_MIX,
-    _boundary,
     fit_calibration,
     layer_features,
     layer_mix,
@@ -68,7 +67,7 @@ from nas.latency.calibration import (  # noqa: F401
     recorded,
     table_networks,
 )
-from nas.latency.space_predictor import SpacePredictor, _CompiledTrees  # noqa: F401
+from nas.latency.space_predictor import CompiledTrees, SpacePredictor  # noqa: F401
 from nas.latency.table import LatencyTable
 
 __all__ = ["BlockFeaturizer", "LatencyPredictor", "SpacePredictor"]
@@ -164,7 +163,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
                 lin, Z = self.intercept_ + tab[:, 0], network_mix(tab[:, 2:])
                 gbm = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.05, max_depth=3,
                                                     min_samples_leaf=20, random_state=self.random_state)
-                self.residual_ = _CompiledTrees(gbm.fit(Z, np.log(y / lin)), check=Z[:64])
+                self.residual_ = CompiledTrees(gbm.fit(Z, np.log(y / lin)), check=Z[:64])
         elif self.calibrate and nets:
             log.warning("only %d calibration networks in the table; calibration needs >= %d, skipped",
                         len(nets), 2 * N_FEATURES)

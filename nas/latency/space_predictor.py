@@ -1,5 +1,5 @@
 """``SpacePredictor``: the latency predictor compiled for one space's parameter encoding, vectorised
-over many architectures, and ``_CompiledTrees``, a fitted gradient-boosting model evaluated in
+over many architectures, and ``CompiledTrees``, a fitted gradient-boosting model evaluated in
 numpy for a few rows at a time; see ``nas.latency.predictor``."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the predictor compiles itself into a SpacePredictor (predic
 log = logging.getLogger(__name__)
 
 
-class _CompiledTrees:
+class CompiledTrees:
     """A fitted ``HistGradientBoostingRegressor``, evaluated in numpy for a few rows at a time.
 
     scikit-learn's ``predict`` costs ~0.5 ms a call whatever the rows, which one Arch cannot

@@ -64,7 +64,7 @@ from nas.arch import (
     FusedMBConvBlock,
     Head,
     MBConvBlock,
-    _digest,
+    content_digest,
 )
 from nas.cost import arch_cost
 from nas.resources import spaces_dir
@@ -158,7 +158,7 @@ class SearchSpace:
             16 hex digits of the sha1 of the canonical JSON of its mapping (its source path is not
             part of it).
         """
-        return _digest(self.config)
+        return content_digest(self.config)
 
     # ------------------------------------------------------------------------------------
     # the parameter encoding
