@@ -2,9 +2,12 @@
 module's top, modules and functions stay small.
 
 Every import counts, wherever it is written (module level, inside a function, under
-``if __name__ == "__main__"``); only ``TYPE_CHECKING`` blocks are skipped.  An import inside a function is allowed only for an optional heavy runtime
-(``OPTIONAL_RUNTIMES``), with a one-line reason in a comment on its line or the line above.  The size
-rule (docs/contributing.md) holds for the package, the benchmarks and the tests alike.
+``if __name__ == "__main__"``, ``try_import("x")``, ``importlib.import_module("x")``); only ``TYPE_CHECKING``
+blocks are skipped.  Inside a function the package loads an optional runtime (``OPTIONAL_RUNTIMES``)
+through ``nas._optional.try_import`` only, which names the extra that installs it; an ``import`` statement
+inside a function is left to the device bundles' standalone scripts and to SQLAlchemy (heavy, not
+optional), each with a one-line reason in a comment on its line or the line above.  The size rule
+(docs/contributing.md) holds for the package, the benchmarks and the tests alike.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ LAYERS = {
     "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
     "nas.timm_arch": 2, "nas._timm_blocks": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.target": 1,
-    "nas.machine": 0,
+    "nas.machine": 0, "nas._optional": 0,
     "nas.latency.bundle_device": 0,  # standalone, standard library only: copied into device bundles as it is
     "nas.registry": 0, "nas.stats": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._yaml": 0, "nas._lazy": 0,
     "nas": 0,
@@ -38,6 +41,12 @@ OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt"
                      "sqlalchemy", "modelopt", "pycuda", "cuda", "litert_torch", "ai_edge_litert", "ai_edge_quantizer",
                      "hwnas_trt",  # the TensorRT timer a device bundle carries beside bundle_script.py
                      "hwnas_cuda"}  # the CUDA helpers a device bundle carries beside hwnas_trt.py
+# calls that import the module their first argument names (the layer checks see them as imports)
+LOADERS = {"try_import", "importlib.import_module", "import_module"}
+# the device bundles' scripts: they run on the device without this package, so they import as they can
+STANDALONE = {f"nas.latency.bundle_{x}" for x in ("script", "trt", "cuda", "stats", "device", "litert")}
+# heavy but always installed, so loaded by an import statement where it is used
+HEAVY_NOT_OPTIONAL = {"sqlalchemy"}
 # generous caps: a module holds one concern however long that takes (split by concern, never to meet a count);
 # past these, a module or a function is almost always two concerns
 MAX_MODULE_LINES = 1500
@@ -74,6 +83,9 @@ def _imports(module: str, path: Path) -> list[tuple[str, int, bool]]:
             inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 out.extend((a.name, child.lineno, in_function) for a in child.names)
+            elif (isinstance(child, ast.Call) and ast.unparse(child.func) in LOADERS and child.args
+                  and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str)):
+                out.append((child.args[0].value, child.lineno, in_function))
             elif isinstance(child, ast.ImportFrom):
                 base = _resolve(child, module, path.name == "__init__.py")
                 for a in child.names:
@@ -152,18 +164,38 @@ def test_imports_run_down_the_layers():
     assert not up, "imports that run up the layers: " + "; ".join(sorted(up))
 
 
-def test_imports_sit_at_the_top():
-    """Inside a function only an optional runtime, with its reason in a comment (same line or the one above)."""
+def _misplaced_imports(module: str, path: Path) -> list[str]:
+    """Imports inside a function that are neither ``try_import`` of an optional runtime nor, in a standalone
+    script or for SQLAlchemy, an ``import`` statement with its reason in a comment (same line or the one above)."""
+    lines = path.read_text().splitlines()
     bad = []
-    for m, p in MODULES.items():
-        lines = p.read_text().splitlines()
-        for name, line, in_fn in _imports(m, p):
-            if not in_fn:
-                continue
-            reason = "#" in lines[line - 1] or lines[line - 2].strip().startswith("#")
-            if name.split(".")[0] not in OPTIONAL_RUNTIMES or not reason:
-                bad.append(f"{m}:{line} {name}")
-    assert not bad, "imports inside functions (move them to the module's top): " + "; ".join(sorted(bad))
+    for name, line, in_fn in _imports(module, path):
+        if not in_fn:
+            continue
+        top, text = name.split(".")[0], lines[line - 1]
+        if "try_import(" in text:
+            ok = top in OPTIONAL_RUNTIMES
+        else:
+            reason = "#" in text or lines[line - 2].strip().startswith("#")
+            ok = reason and top in OPTIONAL_RUNTIMES and (module in STANDALONE or top in HEAVY_NOT_OPTIONAL)
+        if not ok:
+            bad.append(f"{module}:{line} {name}")
+    return bad
+
+
+def test_imports_sit_at_the_top():
+    bad = [x for m, p in MODULES.items() for x in _misplaced_imports(m, p)]
+    assert not bad, ("imports inside functions (move them to the module's top; an optional runtime through "
+                     "nas._optional.try_import): " + "; ".join(sorted(bad)))
+
+
+def test_the_import_place_check_can_fail(tmp_path):
+    src = tmp_path / "snippet.py"
+    src.write_text("def f():\n    import onnxruntime  # optional\n    ov = try_import('openvino')\n"
+                   "    import json  # why not\n    return importlib.import_module('nas.cli.search')\n")
+    assert _misplaced_imports("nas.export.onnx", src) == ["nas.export.onnx:2 onnxruntime", "nas.export.onnx:4 json",
+                                                          "nas.export.onnx:5 nas.cli.search"]
+    assert _misplaced_imports("nas.latency.bundle_script", src)[0] == "nas.latency.bundle_script:4 json"
 
 
 def _private_imports(module: str, path: Path) -> list[str]:

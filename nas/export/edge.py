@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from nas._io import atomic_write_bytes
+from nas._optional import try_import
 from nas.data import Dataset
 from nas.export import litert
 from nas.export.onnx import export_onnx
@@ -51,28 +52,22 @@ SUFFIXES = {"pte": ".pte", "openvino": ".xml", "tflite": ".tflite"}  # export fo
 
 def _pt2e_int8(exported: Any, calib: Sequence[torch.Tensor]) -> nn.Module:
     """PT2E static quantization for XNNPACK: symmetric int8, per-channel weights, calibrated on ``calib``."""
-    # optional heavy runtimes: executorch and torchao load only where a program is quantized
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # optional runtime, as above
-
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(exported.module(), quantizer)
+    xq = try_import("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")
+    pt2e = try_import("torchao.quantization.pt2e.quantize_pt2e")
+    quantizer = xq.XNNPACKQuantizer().set_global(xq.get_symmetric_quantization_config(is_per_channel=True))
+    prepared = pt2e.prepare_pt2e(exported.module(), quantizer)
     with torch.no_grad():
         for x in calib:
             prepared(x)
-    return convert_pt2e(prepared)
+    return pt2e.convert_pt2e(prepared)
 
 
 def pte_bytes(module: nn.Module, example: torch.Tensor, *, precision: str = "fp32",
               calib: Sequence[torch.Tensor] = ()) -> bytes:
     """The ExecuTorch program (``.pte`` bytes) of ``module`` at ``example``'s shape, its supported
     operators delegated to XNNPACK; int8 quantized by PT2E on ``calib`` (at least one input)."""
-    # optional heavy runtime: executorch loads only where a program is made
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower  # optional runtime, as above
+    partitioner = try_import("executorch.backends.xnnpack.partition.xnnpack_partitioner").XnnpackPartitioner
+    lower = try_import("executorch.exir").to_edge_transform_and_lower
 
     if precision not in ("fp32", "int8"):
         raise ValueError(f"ExecuTorch export supports precision fp32 or int8, got {precision!r}")
@@ -84,22 +79,19 @@ def pte_bytes(module: nn.Module, example: torch.Tensor, *, precision: str = "fp3
         exported = torch.export.export(module, (example,))
         if precision == "int8":
             exported = torch.export.export(_pt2e_int8(exported, calib), (example,))
-        program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
+        program = lower(exported, partitioner=[partitioner()]).to_executorch()
     return bytes(program.buffer)
 
 
 def pte_method(data: bytes, *, threads: int | None = None) -> Any:
     """The ``forward`` method of an ExecuTorch program, loaded by the ExecuTorch Python runtime.
     ``threads``: the size of the runtime's (process-wide) CPU thread pool XNNPACK runs on."""
-    from executorch.runtime import Runtime as ETRuntime  # optional heavy runtime: only where a program runs
-
+    runtime = try_import("executorch.runtime").Runtime
     if threads is not None:
-        # optional heavy runtime, as above
-        from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count, _unsafe_reset_threadpool
-
-        if _threadpool_get_thread_count() != threads:
-            _unsafe_reset_threadpool(threads)
-    program = ETRuntime.get().load_program(data)
+        pool = try_import("executorch.extension.pybindings.portable_lib")
+        if pool._threadpool_get_thread_count() != threads:
+            pool._unsafe_reset_threadpool(threads)
+    program = runtime.get().load_program(data)
     method = program.load_method("forward")
     method.program = program  # the program (and the bytes it runs from) lives as long as its method
     return method
@@ -114,7 +106,7 @@ def openvino_model(module: nn.Module | None, example: torch.Tensor, *, precision
     """An ``openvino.Model`` of ``module`` at ``example``'s shape (or of the ``onnx`` bytes given):
     fp32 as exported, int8 by NNCF post-training quantization on ``calib`` (numpy input batches).
     A QDQ ``onnx`` graph is read as it is: OpenVINO runs its Q/DQ pairs as int8."""
-    import openvino as ov  # optional heavy runtime: only where an OpenVINO model is made
+    ov = try_import("openvino")
 
     if precision not in ("fp32", "int8"):
         raise ValueError(f"OpenVINO export supports precision fp32 or int8, got {precision!r}")
@@ -123,7 +115,7 @@ def openvino_model(module: nn.Module | None, example: torch.Tensor, *, precision
     if precision == "int8" and onnx is None:
         if not calib:
             raise ValueError("OpenVINO int8 needs calibration inputs (calib=[...]): NNCF sets its scales from them")
-        import nncf  # optional heavy runtime: only where a float model is quantized for OpenVINO
+        nncf = try_import("nncf")
 
         logging.getLogger("nncf").setLevel(logging.ERROR)  # its progress bars and INFO lines per block
         model = nncf.quantize(model, nncf.Dataset(list(calib)), subset_size=len(calib))
@@ -138,7 +130,7 @@ OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATEN
 def openvino_compile(model: Any, *, threads: int = 1) -> Any:
     """``model`` compiled for OpenVINO's CPU plugin with ``threads`` inference threads, float layers in
     f32 and the latency hint (``OPENVINO_CONFIG``)."""
-    import openvino as ov  # optional heavy runtime: only where an OpenVINO model is compiled
+    ov = try_import("openvino")
 
     return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, **OPENVINO_CONFIG})
 
@@ -157,7 +149,7 @@ def write_openvino(model: Any, path: Path) -> int:
     Returns:
         The size of both files in bytes.
     """
-    import openvino as ov  # optional heavy runtime: only where an IR is written
+    ov = try_import("openvino")
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +185,7 @@ def _outputs(fmt: str, path: Path, xs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([method.execute((torch.from_numpy(x),))[0].numpy() for x in xs])
     if fmt == "tflite":  # NHWC (int8: quantized) at the file's edges; litert.run converts both ways
         return litert.run(litert.interpreter(path), xs)
-    import openvino as ov  # optional heavy runtime: only where an IR is run
+    ov = try_import("openvino")
 
     request = openvino_compile(ov.Core().read_model(str(path))).create_infer_request()
     return np.concatenate([np.array(request.infer({0: x})[0]) for x in xs])

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from nas._io import atomic_write_bytes
+from nas._optional import try_import
 
 __all__ = ["INT8_SCHEME", "LAYOUT", "interpreter", "io_spec", "output", "run", "set_input", "tflite_bytes",
            "write_tflite", "xnnpack_partitions"]
@@ -58,7 +59,7 @@ def _converter() -> Any:
     # TF_CPP_MIN_LOG_LEVEL is read when the converter's C++ library loads: its INFO line per graph
     # ("Estimated count of arithmetic ops") would otherwise print for every block a profile converts
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    import litert_torch  # optional heavy runtime: only where a graph is converted
+    litert_torch = try_import("litert_torch")
 
     litert_torch.config.show_progress = False
     root = logging.getLogger()
@@ -76,9 +77,9 @@ def _nhwc(x: np.ndarray | torch.Tensor) -> np.ndarray:
 
 def _quantize(data: bytes, calib: Sequence[np.ndarray | torch.Tensor]) -> bytes:
     """Full-integer int8 of a float graph by ai-edge-quantizer, calibrated on ``calib`` (NCHW batches)."""
-    # optional heavy runtimes: ai-edge-quantizer and the interpreter load only where a graph is quantized
-    from ai_edge_litert.interpreter import Interpreter
-    from ai_edge_quantizer import quantizer, recipe  # optional heavy runtime, as above
+    Interpreter = try_import("ai_edge_litert.interpreter").Interpreter
+    aq = try_import("ai_edge_quantizer")
+    quantizer, recipe = aq.quantizer, aq.recipe
 
     sig = Interpreter(model_content=data).get_signature_list()
     name, spec = next(iter(sig.items()))
@@ -135,7 +136,8 @@ def write_tflite(data: bytes, path: str | Path) -> int:
 def interpreter(model: bytes | str | Path, *, threads: int = 1) -> Any:
     """An allocated ``ai_edge_litert`` interpreter of ``model`` (bytes or a file) on ``threads`` threads,
     with LiteRT's default CPU delegate, XNNPACK, applied (the ``AUTO`` op resolver)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType  # optional heavy runtime: where a graph runs
+    lite = try_import("ai_edge_litert.interpreter")
+    Interpreter, OpResolverType = lite.Interpreter, lite.OpResolverType
 
     kw = {"model_content": model} if isinstance(model, (bytes, bytearray)) else {"model_path": str(model)}
     interp = Interpreter(**kw, num_threads=threads, experimental_op_resolver_type=OpResolverType.AUTO)

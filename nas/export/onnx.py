@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from nas._io import atomic_write_bytes
+from nas._optional import try_import
 
 __all__ = ["export_onnx", "ort_session", "DEFAULT_OPSET"]
 
@@ -98,7 +99,7 @@ def ort_session(model: bytes | str | Path, *, threads: int = 1, providers: list 
     Returns:
         The ``onnxruntime.InferenceSession``.
     """
-    import onnxruntime as ort  # optional heavy runtime: loads only where an ONNX file is run
+    ort = try_import("onnxruntime")
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from nas._optional import try_import
+
 __all__ = ["QDQ_SETTINGS", "TENSORRT_QDQ_SETTINGS", "finalize_qdq", "qdq_settings_for", "quantize_qdq"]
 
 
@@ -80,15 +82,11 @@ def quantize_qdq(model: bytes, calib: list, *, input_name: str = "input", target
     Returns:
         The QDQ ONNX model.
     """
-    # optional heavy runtime: onnxruntime's quantizer loads only where a graph is quantized
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process  # optional runtime, as above
+    oq = try_import("onnxruntime.quantization")
+    CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType = (
+        oq.CalibrationDataReader, oq.CalibrationMethod, oq.QuantFormat, oq.QuantType)
+    quantize_static = oq.quantize_static
+    quant_pre_process = try_import("onnxruntime.quantization.shape_inference").quant_pre_process
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:

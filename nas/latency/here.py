@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from nas._io import atomic_write_text, file_lock
+from nas._optional import MissingDependency, try_import
 from nas._yaml import load_yaml
 from nas.latency.device import device_identity
 from nas.latency.roofline import measure_peaks
@@ -198,8 +199,8 @@ def gpu_runtime() -> tuple[str, str, str]:
     """The runtime ``conf=here_gpu`` measures with: ``(runtime, provider, why)``; onnxruntime's CUDA
     provider when onnxruntime-gpu offers it, else torch's CUDA runtime."""
     try:
-        import onnxruntime as ort  # optional runtime: torch's CUDA runtime measures without it
-    except ImportError:
+        ort = try_import("onnxruntime")
+    except MissingDependency:  # torch's CUDA runtime measures without it
         return "torch", "cuda", "onnxruntime is not installed"
     if hasattr(ort, "preload_dlls"):
         try:

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from nas._optional import try_import
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost, block_cost
 from nas.target import Target, require_target
@@ -89,7 +90,7 @@ def _best_ms(run: Callable[[], Any], *, repeats: int, min_time_s: float) -> floa
 
 def _ort_ms(nodes: list, inputs: dict[str, np.ndarray], output: tuple[str, list[int]], *, threads: int,
             inits: tuple = (), repeats: int = 5, min_time_s: float = 0.2) -> float:
-    import onnxruntime as ort  # optional heavy runtime: only where this machine's peaks are measured
+    ort = try_import("onnxruntime")
 
     graph = helper.make_graph(
         nodes, "peaks", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in inputs.items()],

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nas._optional import try_import
 from nas.export.onnx import export_onnx, ort_session
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
 from nas.latency import bundle_trt, runtimes_edge  # noqa: F401  # runtimes_edge registers executorch and openvino
@@ -82,11 +83,7 @@ class OnnxRuntime(Runtime):
     _PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
 
     def check(self) -> None:
-        try:
-            import onnxruntime as ort  # optional heavy runtime: checked where a target names it
-        except ImportError:
-            raise RuntimeUnavailable("onnxruntime is not installed: pip install onnxruntime "
-                                     "(onnxruntime-gpu for the CUDA / TensorRT providers)") from None
+        ort = try_import("onnxruntime")
         if self.provider not in self._PROVIDERS:
             raise RuntimeUnavailable(f"unknown onnxruntime provider {self.provider!r}; use one of {self._PROVIDERS}")
         if self.provider != "CPUExecutionProvider" and hasattr(ort, "preload_dlls"):
@@ -102,7 +99,7 @@ class OnnxRuntime(Runtime):
             raise RuntimeUnavailable(f"cuda_graph=true with onnxruntime needs CUDAExecutionProvider, not {self.provider}")
 
     def version(self) -> str:
-        import onnxruntime as ort  # optional heavy runtime: loaded by check() already
+        ort = try_import("onnxruntime")
 
         return ort.__version__
 
@@ -147,7 +144,7 @@ class OnnxRuntime(Runtime):
         return self._bound_runner(data, in_shape, graph=False)
 
     def _bound_runner(self, data: bytes, in_shape: tuple[int, int, int], *, graph: bool) -> Callable[[], Any]:
-        import onnxruntime as ort  # optional heavy runtime: loaded by check() already
+        ort = try_import("onnxruntime")
 
         sess = self.session(data, graph=graph)
         x = self._input(in_shape).numpy()
@@ -253,13 +250,7 @@ class TensorRTRuntime(Runtime):
     precisions = ("fp32", "fp16", "int8")
 
     def check(self) -> None:
-        try:
-            import tensorrt  # optional heavy runtime: checked where a target names it
-        except ImportError:
-            raise RuntimeUnavailable(
-                "TensorRT is not installed: pip install tensorrt (or use JetPack's python3-libnvinfer), "
-                "or write a device bundle with `python -m nas.profile ... bundle=<dir>` and run it with trtexec"
-            ) from None
+        tensorrt = try_import("tensorrt")
         try:
             bundle_trt.builder_flags(self.precision, tensorrt.__version__, qdq=self.precision == "int8")
             bundle_trt.version()  # the Python API before 8.5 is refused, naming trtexec
@@ -269,7 +260,7 @@ class TensorRTRuntime(Runtime):
             raise RuntimeUnavailable("TensorRT needs a CUDA device, and torch sees none here")
 
     def version(self) -> str:
-        import tensorrt  # optional heavy runtime: loaded by check() already
+        tensorrt = try_import("tensorrt")
 
         return tensorrt.__version__
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nas._optional import MissingDependency, install_hint, try_import
 from nas.export import edge, litert
 from nas.latency.runtime_base import Runtime, register
 from nas.machine import RuntimeUnavailable
@@ -74,18 +75,17 @@ def require(what: str) -> None:
     """
     extra = what.split("-")[0]
     for mod in _NEEDS[what]:
-        try:
-            if mod in _FIND_ONLY:
-                if importlib.util.find_spec(mod) is None:
-                    raise ImportError(name=mod)
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                importlib.import_module(mod)
-        except (ImportError, ValueError) as e:  # ValueError: find_spec of a module set to None (not importable)
-            raise RuntimeUnavailable(
-                f"{extra} runtime: {getattr(e, 'name', None) or mod} is not installed: pip install \"hwnas[{extra}]\""
-            ) from None
+        if mod in _FIND_ONLY:
+            try:
+                found = importlib.util.find_spec(mod) is not None
+            except ValueError:  # find_spec of a module set to None (not importable)
+                found = False
+            if not found:
+                raise MissingDependency(f"{extra} runtime: {mod} is not installed: {install_hint(mod)}")
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try_import(mod, f"{extra} runtime")
 
 
 
@@ -191,7 +191,7 @@ class OpenVINORuntime(_EdgeRuntime):
                          x: np.ndarray | None = None) -> Callable[[], Any]:
         """A runner for an OpenVINO model (an ``openvino.Model`` or an IR ``.xml`` path): compiled here,
         one infer request, its input tensor set once; ``runner.output()`` is its last output (numpy)."""
-        import openvino as ov  # optional heavy runtime: only where an OpenVINO model runs
+        ov = try_import("openvino")
 
         if not isinstance(model, ov.Model):
             model = ov.Core().read_model(str(model))
