@@ -15,8 +15,7 @@ name is used)::
 from __future__ import annotations
 
 from nas._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from nas._version import __version__
 
 # name -> the module that defines it
 _HOMES: dict[str, str] = {

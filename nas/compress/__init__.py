@@ -10,6 +10,7 @@ the narrowing of an ``Arch`` (channel units, resizing, dropping layers) in ``nas
 from __future__ import annotations
 
 from nas._lazy import lazy_exports
+from nas.compress.criteria import CRITERIA
 
 __all__ = [
     "CRITERIA",
@@ -32,7 +33,6 @@ __all__ = [
     "resize_arch",
 ]
 
-CRITERIA = ("l1", "bn", "taylor", "loss")  # channel importance for pruning (prune.criterion)
 
 _HOMES = {"apply_plan": "prune", "channel_importance": "prune", "prune_model": "prune",
           "LossProbe": "prune_plan", "PrunePlan": "prune_plan", "plan_pruning": "prune_plan",

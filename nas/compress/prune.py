@@ -69,7 +69,7 @@ from torch import nn
 
 from nas.arch import Arch
 from nas.builder import build
-from nas.compress import CRITERIA
+from nas.compress.criteria import CRITERIA
 from nas.compress.prune_plan import LossProbe, PrunePlan, PruneStep, plan_pruning
 from nas.narrow import (  # the narrowing of an Arch lives below both pruning and the profiler
     ChannelUnit,

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from nas import __version__
 from nas._io import atomic_write_json, shell_join
+from nas._version import __version__
 from nas.arch import Arch, BlockKey
 from nas.builder import build, build_layer
 from nas.export.edge import openvino_model, pte_bytes, write_openvino

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas import __version__
+from nas._version import __version__
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost
 from nas.latency.device import device_identity
