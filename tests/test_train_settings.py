@@ -129,3 +129,9 @@ def test_nas_train_refuses_epochs_0_without_a_supernet(tmp_path, capsys):
     assert "never be trained" in err and not list(tmp_path.iterdir())
     s = PipelineSettings(run="r", target=cpu, train={"epochs": 0}, supernet="sn.ckpt")
     assert s.train.epochs == 0  # a supernet's weights are trained: exporting them as they are is a choice
+
+
+def test_each_stage_draws_from_a_stream_of_its_own():
+    from nas.train.settings import SEED_OFFSETS
+
+    assert len(set(SEED_OFFSETS.values())) == len(SEED_OFFSETS) and 0 not in SEED_OFFSETS.values()

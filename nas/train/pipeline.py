@@ -75,7 +75,7 @@ from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, search_finished, select_entries
-from nas.train.settings import PipelineSettings
+from nas.train.settings import SEED_OFFSETS, PipelineSettings
 
 __all__ = ["train_front"]
 
@@ -225,13 +225,13 @@ def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Mo
     qat_model = prepare_qat(final, qs)
     ck = mdir / "qat.ckpt"
     if not ck.is_file():
-        calibrate(qat_model, train_batches(data, q.calib_batches, s.train.batch_size, s.seed + 29))
+        calibrate(qat_model, train_batches(data, q.calib_batches, s.train.batch_size, s.seed + SEED_OFFSETS["qat_calibration"]))
     freeze_from = q.epochs - q.freeze_epochs
 
     def observers(m: nn.Module, epoch: int) -> None:
         set_observers(m, "frozen" if epoch >= freeze_from else "ema")
 
-    hist = fit(qat_model, data, settings=s.train, epochs=q.epochs, lr=q.lr, ckpt=ck, seed=s.seed + 2,
+    hist = fit(qat_model, data, settings=s.train, epochs=q.epochs, lr=q.lr, ckpt=ck, seed=s.seed + SEED_OFFSETS["qat"],
                meta={**base_meta, "stage": "qat", "float": final_arch.digest(), "quant": {k: v for k, v in dataclasses.asdict(qs).items() if k != "symmetric" or v},
                      "freeze_epochs": q.freeze_epochs, "calib_batches": q.calib_batches},
                on_epoch_start=observers, stage=f"{mdir.name} qat", teacher=teacher, distill=q.distill,
@@ -257,7 +257,7 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
     if "pruned" in models:
         variants.append(_export_variant(ctx, mdir, "pruned", "fp32", final_arch,
                                         lambda: _onnx_of(final, final_arch), acc["pruned"]))
-    calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + 41)
+    calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + SEED_OFFSETS["export_calibration"])
     variants.append(_export_variant(ctx, mdir, "ptq_int8", "int8", final_arch,
                                     lambda: quantize_qdq(_onnx_of(final, final_arch), calib,
                                                                 target=ctx.targets.get("int8") or ctx.s.target), None))
@@ -279,7 +279,7 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
     fmt = {rt: f for f, rt in EDGE_FORMATS.items()}.get(ctx.s.target.runtime)
     if fmt is None:
         return []
-    calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + 41)
+    calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + SEED_OFFSETS["export_calibration"])
     todo = [("fp32", "fp32", models["fp32"], False)]
     if "pruned" in models:
         todo.append(("pruned", "fp32", models["final"], False))
@@ -385,7 +385,7 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
 
     Example::
 
-        from nas.train.settings import PipelineSettings
+        from nas.train.settings import SEED_OFFSETS, PipelineSettings
         report = nas.train_front(PipelineSettings(run="runs/search", target=nas.load_target("cpu")))
     """
     search_finished(s.run, wait=wait, say=say)

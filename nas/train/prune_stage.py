@@ -40,6 +40,7 @@ from nas.export.verify import eval_split
 from nas.latency.base import on_device
 from nas.latency.measure_model import measure_onnx
 from nas.train.fit import accuracy, fit
+from nas.train.settings import SEED_OFFSETS
 
 __all__ = ["prune_guide", "stage_prune", "train_batches"]
 
@@ -130,12 +131,12 @@ def _prune_plan(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, predict: Ca
     target_ms = p.target_ms if p.target_ms is not None and p.by == "latency" else p.ratio * before
     batches = None
     if p.criterion == "taylor":
-        batches = train_batches(data, p.taylor_batches, s.train.batch_size, s.seed + 17)
+        batches = train_batches(data, p.taylor_batches, s.train.batch_size, s.seed + SEED_OFFSETS["taylor_batches"])
     imp = channel_importance(model, channel_units(arch0), p.criterion, batches=batches)
     probe = None
     if p.criterion == "loss":
         bs = min(s.train.eval_batch_size, p.loss_samples)
-        probe = LossProbe(model, train_batches(data, -(-p.loss_samples // bs), bs, s.seed + 19))
+        probe = LossProbe(model, train_batches(data, -(-p.loss_samples // bs), bs, s.seed + SEED_OFFSETS["loss_probe"]))
 
     def make_plan(ms: float) -> PrunePlan:
         return plan_pruning(arch0, imp, predict, target_ms=ms, multiple=ctx.multiple, se_ratio=ctx.se_ratio,
@@ -172,7 +173,7 @@ def stage_prune(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, base_meta: 
     pruned = apply_plan(model, plan)
     atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
     hist = fit(pruned, ctx.data, settings=s.train, epochs=p.epochs, lr=p.lr, ckpt=mdir / "pruned.ckpt",
-               seed=s.seed + 1, meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
+               seed=s.seed + SEED_OFFSETS["prune_finetune"], meta={**base_meta, "stage": "pruned", "plan": plan.arch.digest()},
                stage=f"{mdir.name} pruned", teacher=model, distill=p.distill, temperature=p.temperature,
                target=s.target)
     loop_path = mdir / "prune_measured.json"

@@ -21,6 +21,7 @@ from nas.latency.measure import ProfileSettings
 from nas.target import Target, require_target
 
 __all__ = [
+    "SEED_OFFSETS",
     "TRAIN_DATA_FIELDS",
     "VERIFY_SAMPLES",
     "ExportSettings",
@@ -31,6 +32,17 @@ __all__ = [
     "TargetNames",
     "check_fit",
 ]
+
+# each stage of nas.train draws from its own stream: the run's seed plus the stage's offset (fixed, so a
+# run with the same seed gives the same networks, batches and calibration inputs)
+SEED_OFFSETS = {
+    "prune_finetune": 1,      # fine-tuning after a pruning step
+    "qat": 2,                 # quantization-aware fine-tuning
+    "taylor_batches": 17,     # the batches Taylor importance is measured on
+    "loss_probe": 19,         # the batches the loss criterion probes
+    "qat_calibration": 29,    # the batches that calibrate the QAT observers
+    "export_calibration": 41,  # the inputs that calibrate an int8 export
+}
 
 
 PRUNE_BY = ("latency", "macs")
