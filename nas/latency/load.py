@@ -124,10 +124,9 @@ def load_latency_model(target: Target | str | Mapping[str, Any], *, allow_mismat
     except TableError:
         raise
     model = LatencyPredictor(**predictor_kw).fit(table, mismatched=bool(diffs))
-    model.elsewhere_ = elsewhere_warning(target, table)
-    model.runtime_note_ = runtime_note(target, table.metadata)
-    if model.elsewhere_:
-        warnings.warn(model.elsewhere_, OtherProcessorWarning, stacklevel=2)
+    model.annotate(warning=elsewhere_warning(target, table), note=runtime_note(target, table.metadata))
+    if model.warning:
+        warnings.warn(model.warning, OtherProcessorWarning, stacklevel=2)
     return model
 
 

@@ -371,6 +371,13 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
         """How the figures are obtained (``how_predicted``): a rehearsal table says so."""
         return how_predicted(self.source, self.device, getattr(self, "rehearsal_", ""))
 
+    def annotate(self, *, warning: str | None = None, note: str | None = None) -> LatencyPredictor:
+        """Records what is said about the fitted table where it is used: ``warning`` when it was measured on
+        another processor than this machine's, ``note`` when its runtime version is not the one installed
+        here (``nas.latency.load`` sets both); returns ``self``."""
+        self.elsewhere_, self.runtime_note_ = warning, note
+        return self
+
     @property
     def warning(self) -> str | None:
         """Set when the table was measured on another processor than this machine's (``elsewhere_warning``)."""
