@@ -26,7 +26,8 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, write_result
 from nas.latency.device import device_identity
-from nas.latency.profiler import ProfileSettings, measure_arch, measure_key
+from nas.latency.measure import ProfileSettings
+from nas.latency.measure_model import measure_arch, measure_key
 from nas.latency.runtimes import get_runtime
 from nas.latency.table import LatencyTable, resolve_table_path
 from nas.target import load_target

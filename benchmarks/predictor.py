@@ -34,8 +34,8 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, composed_target
 from nas.latency.device import device_identity
+from nas.latency.measure import ProfileSettings
 from nas.latency.predictor import LatencyPredictor, table_networks
-from nas.latency.profiler import ProfileSettings
 from nas.latency.reproducibility import reproducibility_lines
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
@@ -82,7 +82,7 @@ def timm_group(m: str) -> str:
 
 def efficientnet_family(report: dict) -> dict:
     """The issue's EfficientNet-family figure: efficientnet_* and tinynet_* among the timm models."""
-    from nas.latency.validate import score
+    from nas.latency.scoring import score
 
     pts = [p for p in report["points"] if p["group"].startswith("timm")
            and p["arch"].startswith(("efficientnet", "tinynet"))]
@@ -140,8 +140,9 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
     from sklearn.model_selection import KFold
     from sklearn.pipeline import Pipeline
 
-    from nas.latency.predictor import BlockFeaturizer, make_block_model
-    from nas.latency.profiler import measure_key
+    from nas.latency.block_model import BlockFeaturizer
+    from nas.latency.measure_model import measure_key
+    from nas.latency.predictor import make_block_model
 
     def boosting_only():
         gbm = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, min_samples_leaf=5, random_state=0)

@@ -24,8 +24,8 @@ from nas.export.onnx import ort_session
 from nas.latency.measure import measure, summarize_times
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.roofline import Roofline
+from nas.latency.scoring import score
 from nas.latency.table import LatencyTable
-from nas.latency.validate import score
 
 
 def _model(nodes, inputs, outputs, inits=()) -> bytes:

@@ -38,7 +38,8 @@ from nas._io import atomic_write_json, atomic_write_text
 from nas.config import compose_app
 from nas.data import load_data
 from nas.latency import load_latency_model
-from nas.search.study import Budgets, prepare_search, run_search
+from nas.search.budget import Budgets
+from nas.search.study import prepare_search, run_search
 from nas.space import load_space
 from nas.target import Target
 

@@ -164,7 +164,9 @@ def _configs(ckpt: Path) -> dict[str, Any]:
 def _search(name: str, n_trials: int, env: dict[str, Any], state: State) -> Any:
     """One study in ``<work>/studies/<name>`` (resumed when there), run to ``n_trials``; its wall time
     accumulated in the state."""
-    from nas.search.study import Budgets, count_trials, prepare_search, run_search, write_outputs
+    from nas.search.budget import Budgets
+    from nas.search.results import write_outputs
+    from nas.search.study import count_trials, prepare_search, run_search
 
     s = prepare_search(target=env["target"], search_space=env["space"], data=env["data"],
                        evaluator=env["cfg"][name], sampler=env["cfg"]["sampler"],

@@ -66,9 +66,10 @@ from nas.latency.measure import ProfileSettings
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
 from nas.latency.validate import measure_held_out
+from nas.search.budget import Budgets
 from nas.search.evaluate import EvalResult, Evaluator, make_evaluator
-from nas.search.results import pareto_front, trial_records
-from nas.search.study import Budgets, count_trials, prepare_search, run_search, write_outputs
+from nas.search.results import pareto_front, trial_records, write_outputs
+from nas.search.study import count_trials, prepare_search, run_search
 from nas.space import load_space
 from nas.target import load_target
 

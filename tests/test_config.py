@@ -156,9 +156,9 @@ def _group_pairs():
         ZeroCostEvaluatorConfig,
     )
     from nas.data import DataSettings
-    from nas.latency.profiler import ProfileSettings
+    from nas.latency.measure import ProfileSettings
     from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator
-    from nas.search.study import NSGA2Settings, RandomSettings, TPESettings
+    from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings
     from nas.target import Device, Target
 
     return [(TargetConfig, Target, None), (DeviceConfig, Device, None), (MeasureConfig, ProfileSettings, None),

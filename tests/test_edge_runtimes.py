@@ -12,9 +12,11 @@ import torch
 
 from nas.arch import BlockKey, ConvBlock, MBConvBlock
 from nas.builder import build_layer
+from nas.latency.device import RuntimeUnavailable
 from nas.latency.measure import ProfileSettings
 from nas.latency.measure_model import measure_key
-from nas.latency.runtimes import RUNTIMES, RuntimeUnavailable, get_runtime
+from nas.latency.runtime_base import RUNTIMES
+from nas.latency.runtimes import get_runtime
 from nas.target import load_target
 
 CONV = BlockKey(ConvBlock(8, 3, 2, "relu"), 3, 16, 16)
@@ -226,7 +228,8 @@ def test_export_qat_checkpoint(tmp_path, capsys):
 
     pytest.importorskip("openvino")
     from nas.builder import build
-    from nas.compress.qat import QuantSettings, calibrate, prepare_qat
+    from nas.compress.qat import calibrate, prepare_qat
+    from nas.compress.quant_settings import QuantSettings
     from nas.space import load_space
     from nas.train.checkpoint import CKPT_FORMAT, CKPT_VERSION, save_checkpoint
 

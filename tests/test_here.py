@@ -241,8 +241,8 @@ def test_conf_here_gpu_needs_only_torch(gpu_machine, tmp_path, capsys):
     assert (t.runtime, t.provider, t.cuda_graph) == ("torch", "cuda", True)
     assert any("measuring with torch (cuda, CUDA-graph replays): onnxruntime" in s and "onnxruntime-gpu" in s
                for s in said), said
-    from nas.latency.device import RuntimeUnavailable
     from nas.latency.runtimes import get_runtime
+    from nas.machine import RuntimeUnavailable
 
     with pytest.raises(RuntimeUnavailable, match="torch has no CUDA device"):  # this machine has none
         get_runtime(t)
@@ -272,7 +272,7 @@ def test_load_latency_model_warns_from_python_too(monkeypatch):
     """The commands print the other-processor warning; a library call warns (OtherProcessorWarning)."""
     import nas
     import nas.latency.device as device
-    from nas.latency.device import OtherProcessorWarning
+    from nas.machine import OtherProcessorWarning
 
     target = nas.load_target("epyc_zen5")
     table = LatencyTable.load(tables_dir() / target.table)
@@ -288,7 +288,7 @@ def test_load_target_warns_when_its_processor_is_not_this_one(machine):
     own target does not."""
     import warnings
 
-    from nas.latency.device import OtherProcessorWarning
+    from nas.machine import OtherProcessorWarning
 
     with pytest.warns(OtherProcessorWarning, match=r"target 'epyc_zen5' is 'AMD EPYC' and this machine's CPU lacks"):
         load_target("epyc_zen5")

@@ -240,6 +240,34 @@ def test_the_private_import_check_can_fail(tmp_path):
     assert _private_imports("nas.compress.prune", src) == ["nas.compress.prune:2 _helper"]
 
 
+def _reexports(module: str, path: Path) -> list[str]:
+    """Names a module (not a package's ``__init__``) lists in ``__all__`` but imports from another public
+    module: a second address for the name.  A module that is the face of a private one (``nas.arch`` of
+    ``nas._blocks``) may list that module's names."""
+    if path.name == "__init__.py":
+        return []
+    tree = ast.parse(path.read_text())
+    home = {a.asname or a.name: _resolve(n, module, False) for n in tree.body if isinstance(n, ast.ImportFrom)
+            for a in n.names}
+    out = []
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets):
+            out += [f"{module}.{a} (from {home[a]})" for a in ast.literal_eval(n.value)
+                    if a in home and not home[a].rpartition(".")[2].startswith("_")]
+    return out
+
+
+def test_one_address_per_public_name():
+    bad = [x for m, p in MODULES.items() for x in _reexports(m, p)]
+    assert not bad, "names re-exported by modules (import them from their own module): " + "; ".join(sorted(bad))
+
+
+def test_the_reexport_check_can_fail(tmp_path):
+    src = tmp_path / "snippet.py"
+    src.write_text("from nas._blocks import Block\nfrom nas.search.budget import Budgets\n__all__ = ['Block', 'Budgets']\n")
+    assert _reexports("nas.search.study", src) == ["nas.search.study.Budgets (from nas.search.budget)"]
+
+
 def test_every_module_has_a_layer():
     assert all(any(m == k or m.startswith(k + ".") for k in LAYERS) for m in MODULES)
 

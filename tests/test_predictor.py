@@ -414,7 +414,8 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
     from types import SimpleNamespace
 
     import nas.latency.profiler as profiler
-    from nas.latency.validate import measure_held_out, round_order
+    from nas.latency.profiler import round_order
+    from nas.latency.validate import measure_held_out
 
     rng = np.random.default_rng(3)
     sp = load_space("tiny")

@@ -15,7 +15,9 @@ from nas.latency import LatencyPredictor
 from nas.latency.base import SOURCES, Prediction, on_device
 from nas.latency.validate import validated_spaces
 from nas.search import results as results_mod
-from nas.search.study import Budgets, prepare_search, run_search, write_outputs
+from nas.search.budget import Budgets
+from nas.search.results import write_outputs
+from nas.search.study import prepare_search, run_search
 from nas.space import list_spaces, load_space
 from nas.target import load_target
 from nas.train.card import deployment_card

@@ -6,19 +6,10 @@ import torch
 
 from nas.arch import SE, Arch, ConvBlock, DSConvBlock, FusedMBConvBlock, Head, MBConvBlock
 from nas.builder import build
-from nas.compress.prune import (
-    LossProbe,
-    PrunePlan,
-    apply_plan,
-    channel_importance,
-    channel_units,
-    drop_layers,
-    droppable,
-    plan_pruning,
-    prune_model,
-    resize_arch,
-)
+from nas.compress.prune import apply_plan, channel_importance, prune_model
+from nas.compress.prune_plan import LossProbe, PrunePlan, plan_pruning
 from nas.cost import arch_cost
+from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 from nas.space import load_space, make_divisible
 
 torch.set_num_threads(1)

@@ -11,16 +11,10 @@ from optuna.trial import TrialState
 
 from nas.data import load_data
 from nas.latency.load import RooflineModel
+from nas.search.budget import Budgets
 from nas.search.pruners import INTERMEDIATE_ATTR, ScoreView, intermediate_values, make_pruner
-from nas.search.study import (
-    Budgets,
-    count_trials,
-    pareto_front,
-    prepare_search,
-    run_search,
-    trial_records,
-    write_outputs,
-)
+from nas.search.results import pareto_front, trial_records, write_outputs
+from nas.search.study import count_trials, prepare_search, run_search
 from tests import test_cli_errors
 from tests.test_search import FakeEvaluator, _target
 

@@ -9,17 +9,8 @@ import torch
 from onnx import numpy_helper
 
 from nas.builder import build
-from nas.compress.qat import (
-    ActQuant,
-    QATNet,
-    QuantSettings,
-    calibrate,
-    export_qdq,
-    fold_bn,
-    prepare_qat,
-    set_observers,
-    weight_qmax,
-)
+from nas.compress.qat import ActQuant, QATNet, calibrate, export_qdq, fold_bn, prepare_qat, set_observers, weight_qmax
+from nas.compress.quant_settings import QuantSettings
 from nas.space import load_space
 
 torch.set_num_threads(1)

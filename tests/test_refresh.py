@@ -207,7 +207,8 @@ def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypat
     from nas.cli.search import _print_setup
     from nas.data import load_data
     from nas.search import study as study_mod
-    from nas.search.study import Budgets, prepare_search
+    from nas.search.budget import Budgets
+    from nas.search.study import prepare_search
     from tests.test_search import FakeEvaluator
 
     t = table2()

@@ -26,19 +26,13 @@ from nas.config import compose_app
 from nas.config.search import register_search_configs
 from nas.data import load_data
 from nas.latency.load import RooflineModel
+from nas.search.budget import Budgets
 from nas.search.evaluate import EvalResult, Evaluator
+from nas.search.results import pareto_front, write_outputs
 from nas.search.rundir import RunDirTaken
-from nas.search.study import (
-    Budgets,
-    count_trials,
-    fail_stale_trials,
-    make_sampler,
-    make_storage,
-    pareto_front,
-    prepare_search,
-    run_search,
-    write_outputs,
-)
+from nas.search.samplers import make_sampler
+from nas.search.storage import fail_stale_trials, make_storage
+from nas.search.study import count_trials, prepare_search, run_search
 from nas.target import Target
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,10 +14,10 @@ from optuna.storages.journal import JournalFileBackend
 
 from nas.latency.load import RooflineModel
 from nas.search import study as study_mod
-from nas.search.budget import BUDGET_ATTR, LatencySpread, choose_latency_budget, kept, sampled_latencies
-from nas.search.results import SHORT_HOW, latency_how
+from nas.search.budget import BUDGET_ATTR, Budgets, LatencySpread, choose_latency_budget, kept, sampled_latencies
+from nas.search.results import SHORT_HOW, latency_how, write_outputs
 from nas.search.storage import STUDY_ATTR, open_study
-from nas.search.study import Budgets, prepare_search, run_search, write_outputs
+from nas.search.study import prepare_search, run_search
 from nas.space import load_space
 from tests import test_search
 from tests.test_search import FakeEvaluator

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from nas.cli.search import run as search_run
 from nas.config import compose_app
 from nas.config.search import search_inputs
-from nas.search.study import make_sampler
+from nas.search.samplers import make_sampler
 
 REPO = Path(__file__).resolve().parent.parent
 

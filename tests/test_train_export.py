@@ -354,7 +354,7 @@ def test_each_criterion_prunes_through_the_pipeline(search_run, tmp_path, capsys
         assert not plan["dropped_se"] and not plan["dropped_blocks"]
     assert (mdir / "export" / "pruned.onnx").is_file()
     from nas.arch import Arch
-    from nas.compress.prune import PrunePlan
+    from nas.compress.prune_plan import PrunePlan
 
     p = PrunePlan.from_dict(plan)
     assert p.arch == Arch.from_dict(json.loads((mdir / "results.json").read_text())["prune"]["arch"])

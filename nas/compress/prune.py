@@ -70,32 +70,15 @@ from torch import nn
 from nas.arch import Arch
 from nas.builder import build
 from nas.compress.criteria import CRITERIA
-from nas.compress.prune_plan import LossProbe, PrunePlan, PruneStep, plan_pruning
+from nas.compress.prune_plan import LossProbe, PrunePlan, plan_pruning
 from nas.narrow import (  # the narrowing of an Arch lives below both pruning and the profiler
     ChannelUnit,
     after_se_conv,
     channel_units,
-    drop_layers,
-    droppable,
     layer_prefix,
-    resize_arch,
 )
 
-__all__ = [
-    "CRITERIA",
-    "ChannelUnit",
-    "LossProbe",
-    "PrunePlan",
-    "PruneStep",
-    "apply_plan",
-    "channel_importance",
-    "channel_units",
-    "drop_layers",
-    "droppable",
-    "plan_pruning",
-    "prune_model",
-    "resize_arch",
-]
+__all__ = ["apply_plan", "channel_importance", "prune_model"]
 
 log = logging.getLogger(__name__)
 

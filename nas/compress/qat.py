@@ -60,21 +60,7 @@ from nas.compress.quant_settings import QuantSettings
 from nas.export.onnx import export_onnx
 from nas.export.qdq import finalize_qdq, qdq_settings_for
 
-__all__ = [
-    "ActQuant",
-    "QATNet",
-    "QConv2d",
-    "QLinear",
-    "QuantSettings",
-    "calibrate",
-    "export_qdq",
-    "finalize_qdq",
-    "fold_bn",
-    "prepare_qat",
-    "quant_settings_for",
-    "set_observers",
-    "weight_qmax",
-]
+__all__ = ["ActQuant", "QATNet", "QConv2d", "QLinear", "calibrate", "export_qdq", "fold_bn", "prepare_qat", "quant_settings_for", "set_observers", "weight_qmax"]
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,11 @@ from nas.export.litert import tflite_bytes
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.latency.bundle_files import SUFFIX, BundleCost, bundle_readme
-from nas.latency.device import device_mismatch
 from nas.latency.measure import ProfileSettings
 from nas.latency.runtime_base import Tiny
 from nas.latency.runtimes_edge import require
 from nas.latency.table import Entry, LatencyTable, TableError, now_iso
+from nas.machine import device_mismatch
 from nas.target import Target, require_target
 
 __all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "SCRIPTS", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results",

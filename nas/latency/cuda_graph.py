@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas.latency.base import EAGER, GRAPH, timing_label
+from nas.latency.base import GRAPH
 
-__all__ = ["GRAPH", "EAGER", "GraphRunner", "capture", "timing_label"]
+__all__ = ["GraphRunner", "capture"]
 
 _WARMUP = 3  # side-stream calls before capture (cuDNN / cuBLAS pick their algorithms and workspaces there)
 _SPIN_CAL_CYCLES = 2_000_000

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from nas.machine import OtherProcessorWarning, RuntimeUnavailable, cpu_identity, device_mismatch
+from nas.machine import cpu_identity
 
-__all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "device_identity", "device_mismatch"]
+__all__ = ["device_identity"]
 
 
 def _nvidia_smi(query: str) -> str | None:

@@ -70,7 +70,7 @@ from nas.latency.calibration import (  # noqa: F401
 from nas.latency.space_predictor import CompiledTrees, SpacePredictor  # noqa: F401
 from nas.latency.table import LatencyTable
 
-__all__ = ["BlockFeaturizer", "LatencyPredictor", "SpacePredictor"]
+__all__ = ["LatencyPredictor"]
 
 log = logging.getLogger(__name__)
 

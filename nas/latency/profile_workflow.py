@@ -28,21 +28,14 @@ from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
 from nas.latency.bundle_files import bundle_cost
-from nas.latency.device import device_identity, device_mismatch
+from nas.latency.device import device_identity
 from nas.latency.load import resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.measure_model import measure_overhead
-from nas.latency.options import PROFILE
+from nas.latency.options import PROFILE, VALIDATION_SEED
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import expected_seconds, plan_jobs, run_jobs
-from nas.latency.profiler import (
-    VALIDATION_SEED,
-    block_frequency,
-    calibration_order,
-    new_metadata,
-    pruned_archs,
-    space_names,
-)
+from nas.latency.profiler import block_frequency, calibration_order, new_metadata, pruned_archs
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
@@ -50,12 +43,12 @@ from nas.latency.table import LatencyTable, now_iso
 from nas.latency.table_use import default_table_out, profile_writer
 from nas.latency.validate import held_out_set, measure_held_out
 from nas.latency.watch import Unwatched, Watch, noise_note
-from nas.space import list_calibration_spaces, load_space
+from nas.machine import device_mismatch
+from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
-__all__ = ["Interrupted", "calibration_space_names", "check_budget", "default_out", "profile_target",
-           "remeasure_calibration"]
+__all__ = ["calibration_space_names", "check_budget", "default_out", "profile_target", "remeasure_calibration"]
 
 log = logging.getLogger(__name__)
 

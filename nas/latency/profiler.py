@@ -36,20 +36,14 @@ from nas.latency.device import device_identity
 from nas.latency.measure import ProfileReport, ProfileSettings, measure_items
 from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
 from nas.latency.options import VALIDATION_SEED
-from nas.latency.profile_jobs import Job, JobReport, expected_seconds, plan_jobs, run_jobs
 from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
-from nas.latency.runtimes import Runtime
+from nas.latency.runtime_base import Runtime
 from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
 from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 from nas.space import space_names as space_names  # importable from here too
 from nas.target import Target, require_target
 
-__all__ = [
-    "CALIBRATION_SEED", "VALIDATION_SEED", "Job", "JobReport", "ProfileReport", "ProfileSettings", "anchor_archs",
-    "block_frequency", "calibration_archs", "calibration_order", "expected_seconds", "measure_arch", "measure_key",
-    "measure_networks", "new_metadata", "plan_jobs", "profile_blocks", "profile_networks", "pruned_archs", "round_order",
-    "run_jobs", "space_names", "spread_order",
-]
+__all__ = ["CALIBRATION_SEED", "anchor_archs", "block_frequency", "calibration_archs", "calibration_order", "measure_networks", "new_metadata", "profile_blocks", "profile_networks", "pruned_archs", "round_order", "spread_order"]
 
 # seeds of the calibration networks; validation draws from other seeds and skips these digests
 CALIBRATION_SEED = 20_261_122

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch
-from nas.latency.device import RuntimeUnavailable, device_identity
+from nas.latency.device import device_identity
 from nas.latency.measure import ProfileSettings
 from nas.latency.measure_model import measure_arch
 from nas.latency.options import REFRESH
@@ -45,6 +45,7 @@ from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import NOISY_SPREAD, table_noise
 from nas.latency.table import LatencyTable, now_iso
 from nas.latency.watch import Contention, contended
+from nas.machine import RuntimeUnavailable
 from nas.target import Target
 
 __all__ = ["MIN_ANCHORS", "SPACE_MIN", "Refresh", "pick_anchors", "refresh_model", "retime", "why_not_retimed"]

@@ -29,24 +29,13 @@ from nas._optional import try_import
 from nas.export.onnx import export_onnx, ort_session
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
 from nas.latency import bundle_trt, runtimes_edge  # noqa: F401  # runtimes_edge registers executorch and openvino
-from nas.latency.cuda_graph import EAGER, GRAPH, capture
-from nas.latency.device import RuntimeUnavailable, device_identity, device_mismatch
+from nas.latency.base import EAGER, GRAPH
+from nas.latency.cuda_graph import capture
 from nas.latency.runtime_base import RUNTIMES, Runtime, register
+from nas.machine import RuntimeUnavailable
 from nas.target import Target, require_target
 
-__all__ = [
-    "RUNTIMES",
-    "OnnxRuntime",
-    "Runtime",
-    "RuntimeUnavailable",
-    "TensorRTRuntime",
-    "TorchCompileRuntime",
-    "TorchRuntime",
-    "device_identity",
-    "device_mismatch",
-    "get_runtime",
-    "trt_ep_options",
-]
+__all__ = ["OnnxRuntime", "TensorRTRuntime", "TorchCompileRuntime", "TorchRuntime", "get_runtime", "trt_ep_options"]
 
 log = logging.getLogger(__name__)
 

@@ -66,9 +66,9 @@ from nas.latency.bundle import bundle_manifest, bundle_networks, bundle_results
 from nas.latency.device import device_identity
 from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.measure import Interrupted, ProfileSettings
-from nas.latency.options import REFRESH, VALIDATE
+from nas.latency.options import REFRESH, VALIDATE, VALIDATION_SEED
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
-from nas.latency.profiler import VALIDATION_SEED, anchor_archs, measure_networks, pruned_archs, round_order
+from nas.latency.profiler import anchor_archs, measure_networks, pruned_archs
 from nas.latency.refresh import Refresh, refresh_model
 from nas.latency.repeatability import repeatability
 from nas.latency.reproducibility import reproducibility, table_ceiling
@@ -80,8 +80,7 @@ from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
-__all__ = ["AS_BUILT", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs",
-           "held_out_pruned", "round_order", "score", "validate", "validated_spaces"]
+__all__ = ["AS_BUILT", "METHODS", "RECALIBRATED", "RESCALED", "STORED", "WITHOUT_EXTRA", "ValidationSet", "held_out_archs", "held_out_pruned", "validate", "validated_spaces"]
 
 log = logging.getLogger(__name__)
 

@@ -52,7 +52,6 @@ from nas.search.evaluator_settings import (
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.train.fit import (
     Schedule,
-    TrainingDiverged,
     amp_dtype,
     build_optimizer,
     recalibrate_batchnorm,
@@ -61,19 +60,7 @@ from nas.train.fit import (
 )
 from nas.train.settings import FitSettings
 
-__all__ = [
-    "EVALUATORS",
-    "EvalResult",
-    "Evaluator",
-    "SupernetEvaluator",
-    "TrainEvaluator",
-    "TrainingDiverged",
-    "ZeroCostEvaluator",
-    "evaluator_names",
-    "make_evaluator",
-    "recalibrate_batchnorm",
-    "register_evaluator",
-]
+__all__ = ["EVALUATORS", "EvalResult", "Evaluator", "SupernetEvaluator", "TrainEvaluator", "ZeroCostEvaluator", "evaluator_names", "make_evaluator", "register_evaluator"]
 
 log = logging.getLogger(__name__)
 

@@ -52,16 +52,10 @@ from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
 from nas.search.journal import check_journal
 from nas.search.objective import WORKER, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.progress import TrialProgress
-from nas.search.pruners import make_pruner, pruner_names
-from nas.search.results import pareto_front, plot_pareto, trial_records, write_outputs
+from nas.search.pruners import make_pruner
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
 from nas.search.samplers import (
-    NSGA2Settings,
-    RandomSettings,
-    TPESettings,
     make_sampler,
-    sampler_names,
-    sampler_settings_class,
 )
 from nas.search.storage import (
     STUDY_ATTR,
@@ -74,35 +68,7 @@ from nas.search.storage import (
 from nas.space import SearchSpace, load_space
 from nas.target import Target
 
-__all__ = [
-    "Budgets",
-    "Search",
-    "SearchAborted",
-    "SearchProblem",
-    "SearchReport",
-    "TrialOutcome",
-    "count_trials",
-    "prepare_search",
-    "requeue_interrupted",
-    "run_search",
-    # defined in objective / samplers / storage / results; importable from here too
-    "DuplicateArch",
-    "NSGA2Settings",
-    "RandomSettings",
-    "TPESettings",
-    "fail_stale_trials",
-    "make_sampler",
-    "make_pruner",
-    "make_storage",
-    "open_study",
-    "pareto_front",
-    "plot_pareto",
-    "pruner_names",
-    "sampler_names",
-    "sampler_settings_class",
-    "trial_records",
-    "write_outputs",
-]
+__all__ = ["Search", "SearchAborted", "SearchReport", "count_trials", "prepare_search", "requeue_interrupted", "run_search"]
 
 log = logging.getLogger(__name__)
 

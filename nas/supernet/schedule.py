@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from nas.supernet.model import Supernet
     from nas.supernet.settings import SupernetSettings
 
-__all__ = ["DIMENSIONS", "SCHEDULES", "Phase", "dimension", "draw", "phase_at", "phases", "restrict"]
+__all__ = ["DIMENSIONS", "Phase", "dimension", "draw", "phase_at", "phases", "restrict"]
 
 DIMENSIONS = ("kernel", "depth", "width")  # progressive shrinking unlocks them in this order
 # a parameter's option name (its name without the s{i}_ / s{i}_b{j}_ prefix) -> its dimension

@@ -32,13 +32,15 @@ from torch import nn
 from nas._io import atomic_write_json, atomic_write_text
 from nas.arch import Arch
 from nas.builder import build
-from nas.compress.prune import LossProbe, PrunePlan, apply_plan, channel_importance, channel_units, plan_pruning
+from nas.compress.prune import apply_plan, channel_importance
+from nas.compress.prune_plan import LossProbe, PrunePlan, plan_pruning
 from nas.cost import arch_cost
 from nas.data import Dataset
 from nas.export.onnx import export_onnx
 from nas.export.verify import eval_split
 from nas.latency.base import on_device
 from nas.latency.measure_model import measure_onnx
+from nas.narrow import channel_units
 from nas.train.fit import accuracy, fit
 from nas.train.settings import SEED_OFFSETS
 
