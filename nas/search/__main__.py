@@ -2,4 +2,5 @@
 
 from nas.cli.search import main
 
-main()
+if __name__ == "__main__":
+    main()
