@@ -335,7 +335,7 @@ def test_network_residual_is_the_same_on_every_path():
 def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from nas.latency.space_predictor import CompiledTrees
+    from nas.latency.predictor import CompiledTrees
 
     rng = np.random.default_rng(0)
     X = rng.random((300, 6))

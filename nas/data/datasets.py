@@ -14,14 +14,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from nas.registry import Registry
-
-if TYPE_CHECKING:
-    from nas.data.settings import DataSettings
 
 __all__ = ["BUILT_IN_DATASETS", "DEBIAN_FASHION_MNIST", "DatasetNotFoundError", "dataset_names", "read_idx", "register_dataset"]
 
@@ -52,7 +49,8 @@ class RawArrays:
     val_y: np.ndarray | None = None
 
 
-DATASET_LOADERS: Registry[Callable[[DataSettings], Any]] = Registry("dataset")
+# a loader takes the command's nas.data.settings.DataSettings (which reads the names registered here)
+DATASET_LOADERS: Registry[Callable[[Any], Any]] = Registry("dataset")
 
 
 def register_dataset(name: str) -> Callable:
