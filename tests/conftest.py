@@ -43,7 +43,7 @@ def pytest_runtest_call(item):
     try:
         return (yield)
     except Exception as e:
-        from nas.latency.device import RuntimeUnavailable
+        from nas.machine import RuntimeUnavailable
 
         if "gpu" in item.keywords and isinstance(e, RuntimeUnavailable):
             pytest.skip(str(e))

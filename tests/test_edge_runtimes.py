@@ -12,11 +12,11 @@ import torch
 
 from nas.arch import BlockKey, ConvBlock, MBConvBlock
 from nas.builder import build_layer
-from nas.latency.device import RuntimeUnavailable
 from nas.latency.measure import ProfileSettings
 from nas.latency.measure_model import measure_key
 from nas.latency.runtime_base import RUNTIMES
 from nas.latency.runtimes import get_runtime
+from nas.machine import RuntimeUnavailable
 from nas.target import load_target
 
 CONV = BlockKey(ConvBlock(8, 3, 2, "relu"), 3, 16, 16)

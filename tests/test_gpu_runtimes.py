@@ -18,11 +18,11 @@ from nas.builder import build_layer
 from nas.export.onnx import export_onnx
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
 from nas.latency import bundle_trt
-from nas.latency.device import RuntimeUnavailable
 from nas.latency.measure import ProfileSettings, measure
 from nas.latency.profiler import new_metadata, profile_blocks
 from nas.latency.runtimes import get_runtime, trt_ep_options
 from nas.latency.table import LatencyTable
+from nas.machine import RuntimeUnavailable
 from nas.space import load_space
 from nas.target import Target
 

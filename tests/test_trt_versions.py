@@ -11,8 +11,8 @@ import torch._dynamo  # noqa: F401 - torch's lazy imports look tensorrt up: load
 from old_code import load_old
 
 from nas.latency import bundle_trt
-from nas.latency.device import RuntimeUnavailable
 from nas.latency.runtimes import get_runtime
+from nas.machine import RuntimeUnavailable
 from nas.target import Target
 
 # the ONNX parser's refusal of an implicit-batch network, as users posted it (onnx/onnx-tensorrt#266,
