@@ -85,13 +85,16 @@ def _ort_cuda() -> str | None:
 
 
 def run_leg(name: str, overrides: list[str], *, conf: str, budget_min: float, n: int, work: Path, log,
-            timeout: float) -> dict[str, Any]:
-    """One timing: a fresh HWNAS_HOME, a budgeted profile of ``tiny``, a validation on ``n`` networks."""
+            timeout: float, watch: bool = True) -> dict[str, Any]:
+    """One timing: a fresh HWNAS_HOME, a budgeted profile of ``tiny``, a validation on ``n`` networks.
+    ``watch=False`` keeps every measurement of a busy core (a rehearsal checks the steps, not the timings:
+    with the watch, a core another process shares saves nothing and the validation has no table)."""
     home = work / name
     env = {**os.environ, "HWNAS_HOME": str(home), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     table, report = home / "table.json", home / "validate.json"
     common = [f"conf={conf}", *overrides, "search_space=tiny", f"conf.table={table}", "progress=false"]
-    rc, secs = _run([sys.executable, "-m", "nas.profile", *common, f"budget_min={budget_min:g}", f"out={table}"],
+    rc, secs = _run([sys.executable, "-m", "nas.profile", *common, f"budget_min={budget_min:g}", f"out={table}",
+                     *([] if watch else ["profile.watch=false"])],
                     env=env, timeout=timeout, log=log)
     out: dict[str, Any] = {"overrides": overrides, "profile_exit": rc, "profile_s": round(secs, 1)}
     if rc or not table.is_file():
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 continue
             mins = (a.eager_budget_min if a.eager_budget_min is not None else budget / 2) if name == "eager" else budget
             leg = run_leg(name, legs_conf[name], conf=conf, budget_min=mins, n=n, work=Path(work), log=log,
-                          timeout=60 * mins + 240)
+                          timeout=60 * mins + 240, watch=not a.rehearse)
             leg["budget_min"] = mins
             result["legs"][name] = leg
             if a.keep:

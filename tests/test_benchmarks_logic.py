@@ -155,7 +155,9 @@ def test_gpu_check_rehearses_every_step_on_the_cpu(tmp_path):
     leg = res["legs"]["graph"]
     assert res["rehearsal"] and leg["profile_exit"] == 0 and leg["validate_exit"] == 0
     assert leg["runtime"]["name"] == "torch" and leg["runtime"]["timing"] == "eager"  # a CPU replays no graphs
-    assert leg["table_reproducibility"]["entries"] > 0 and leg["methods"]["predictor"]["n"] == 3
+    # a network whose fresh-session rounds disagree by more than 10% (a busy core) is left out of the scores, named
+    left_out = json.loads((tmp_path / "graph_validate.json").read_text())["repeatability"]["left_out"]
+    assert leg["table_reproducibility"]["entries"] > 0 and leg["methods"]["predictor"]["n"] + len(left_out) == 3
     assert {"graph_table.json", "graph_validate.json", "gpu_check.md", "gpu_check.log"} <= {
         p.name for p in tmp_path.iterdir()}
     assert "| graph |" in (tmp_path / "gpu_check.md").read_text()

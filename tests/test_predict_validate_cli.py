@@ -326,7 +326,7 @@ def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
     assert b["budget_min"] == [0.1] and b["stopped_by_budget"] and 0 < b["blocks"]["share"] < 1
     assert b["order_source"] == "profile log" and b["curve"] and b["curve"][-1]["n"] == 8
     assert b["sentence"].startswith(f"measuring the remaining {b['remaining']['blocks']} blocks")
-    assert "blocks of the spaces measured" in r.stdout and b["sentence"] in r.stdout
+    assert "blocks of the spaces (tiny) measured" in r.stdout and b["sentence"] in r.stdout
     assert out.with_suffix(".budget.png").stat().st_size > 5000 and "budget curve:" in r.stdout
 
 
