@@ -14,7 +14,7 @@ from types import ModuleType
 
 from nas.machine import RuntimeUnavailable
 
-__all__ = ["INSTALL", "MissingDependency", "install_hint", "try_import"]
+__all__ = ["INSTALL", "MissingDependency", "install_hint", "missing", "try_import"]
 
 _TRT_BUNDLE = ("or write a device bundle with `python -m nas.profile ... bundle=<dir>` and run it with trtexec")
 
@@ -54,8 +54,12 @@ def try_import(module: str, what: str = "") -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        missing = e.name if e.name and module.startswith(e.name.split(".")[0]) else module
-        head = f"{what}: " if what else ""
-        err = MissingDependency(f"{head}{missing} is not installed: {install_hint(module)}")
-        err.name = missing
-        raise err from None
+        raise missing(e.name if e.name and module.startswith(e.name.split(".")[0]) else module, what) from None
+
+
+def missing(module: str, what: str = "") -> MissingDependency:
+    """The error for ``module`` not installed: "[<what>: ]<module> is not installed: <install>"."""
+    head = f"{what}: " if what else ""
+    err = MissingDependency(f"{head}{module} is not installed: {install_hint(module)}")
+    err.name = module
+    return err

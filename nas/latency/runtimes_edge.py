@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nas._optional import MissingDependency, install_hint, try_import
+from nas._optional import missing, try_import
 from nas.export import edge, litert
 from nas.latency.runtime_base import Runtime, register
 from nas.machine import RuntimeUnavailable
@@ -81,7 +81,7 @@ def require(what: str) -> None:
             except ValueError:  # find_spec of a module set to None (not importable)
                 found = False
             if not found:
-                raise MissingDependency(f"{extra} runtime: {mod} is not installed: {install_hint(mod)}")
+                raise missing(mod, f"{extra} runtime")
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

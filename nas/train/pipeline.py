@@ -385,7 +385,7 @@ def train_front(s: PipelineSettings, *, wait: bool = False, command: str | None 
 
     Example::
 
-        from nas.train.settings import SEED_OFFSETS, PipelineSettings
+        from nas.train.settings import PipelineSettings
         report = nas.train_front(PipelineSettings(run="runs/search", target=nas.load_target("cpu")))
     """
     search_finished(s.run, wait=wait, say=say)
