@@ -5,7 +5,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# one thread per worker where pytest-xdist runs several (they share the CPUs), else up to two
+torch.set_num_threads(1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+                      else max(1, min(2, os.cpu_count() or 1)))
 
 # subprocesses (python -m nas.<command>, run from temporary dirs) import this checkout's nas, not
 # whatever install the interpreter has
@@ -21,6 +23,12 @@ settings.register_profile(
 )
 settings.register_profile("thorough", deadline=None, max_examples=60)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per CPU this process may run on (its affinity, so ``taskset -c 0`` gives one),
+    at most 8 (each worker loads torch)."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def _has_cuda() -> bool:
