@@ -90,6 +90,7 @@ LABELS = {"nsga2": "(a) NSGA-II, evaluator=train", "supernet": "(b) supernet pat
           "largest": "(d) largest MACs that fits", "macs": "(e) hardware-unaware (MACs)"}
 HWNAS = ("nsga2", "supernet")  # hwnas's own methods; the rest are the baselines to beat
 BASELINES = ("random", "largest")
+COMPARED = (*BASELINES, "macs")  # what hwnas's picks are compared with: the baselines, and (e) at equal budgets
 QUANTILES = (25, 50, 75)
 POOL = 2000  # random networks whose predicted latency and MACs place the budgets
 # what the run's files were computed with: a run with other values of these is refused
@@ -471,7 +472,7 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     comparisons = []
     for i, b in enumerate(bs):
         for m in HWNAS:
-            for base in BASELINES:
+            for base in COMPARED:
                 x, y = acc.get((m, i), []), acc.get((base, i), [])
                 pm, pb = picks[m][i], picks[base][i]
                 if pm is not None and pb is not None and pm["digest"] == pb["digest"]:
