@@ -56,7 +56,7 @@ def test_manifest_and_script_are_standalone(measured):
     assert man["schema_version"] == 2 and man["runtime"] == "onnxruntime" and man["settings"]["rounds"] == 2
     assert [n["role"] for n in man["networks"]] == ["calibration", "calibration", "held_out"]
     assert all((out / n["file"]).is_file() for n in man["blocks"] + man["networks"])
-    for script in SCRIPTS.values():
+    for script in SCRIPTS:
         src = (out / script).read_text()
         # hwnas_trt.py imports hwnas_cuda.py beside it; the package's copy only where that is missing (in hwnas)
         src = src.replace("    from nas.latency.bundle_cuda import Cudart, GpuTimer, time_runs, timing_stats\n", "")

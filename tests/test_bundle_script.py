@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _copy_scripts(folder: Path) -> None:
-    for src, dst in SCRIPTS.items():
-        shutil.copyfile(ROOT / "nas" / "latency" / src, folder / dst)
+    for name, src in SCRIPTS.items():
+        shutil.copyfile(src, folder / name)
 
 
 def _script(tmp_path):

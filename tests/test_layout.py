@@ -13,6 +13,7 @@ optional), each with a one-line reason in a comment on its line or the line abov
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import nas
@@ -31,7 +32,6 @@ LAYERS = {
     "nas.timm_arch": 2, "nas._timm_blocks": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.target": 1,
     "nas.machine": 0, "nas._optional": 0, "nas._version": 0,
-    "nas.latency.bundle_device": 0,  # standalone, standard library only: copied into device bundles as it is
     "nas.registry": 0, "nas.stats": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._yaml": 0, "nas._lazy": 0,
     "nas": 0,
 }
@@ -44,7 +44,7 @@ OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt"
 # calls that import the module their first argument names (the layer checks see them as imports)
 LOADERS = {"try_import", "importlib.import_module", "import_module"}
 # the device bundles' scripts: they run on the device without this package, so they import as they can
-STANDALONE = {f"nas.latency.bundle_{x}" for x in ("script", "trt", "cuda", "stats", "device", "litert")}
+STANDALONE = {f"nas.latency.bundle_{x}" for x in ("script", "trt", "cuda", "stats", "litert")} | {"nas.machine.hwnas_device"}
 # heavy but always installed, so loaded by an import statement where it is used
 HEAVY_NOT_OPTIONAL = {"sqlalchemy"}
 # generous caps: a module holds one concern however long that takes (split by concern, never to meet a count);
@@ -275,6 +275,28 @@ def test_the_reexport_check_can_fail(tmp_path):
     src = tmp_path / "snippet.py"
     src.write_text("from nas._blocks import Block\nfrom nas.search.budget import Budgets\n__all__ = ['Block', 'Budgets']\n")
     assert _reexports("nas.search.study", src) == ["nas.search.study.Budgets (from nas.search.budget)"]
+
+
+def _outside_stdlib(module: str, path: Path) -> list[str]:
+    """What ``module`` imports that is neither the standard library nor ``nas.machine`` itself (or ``nas._lazy``,
+    the packages' lazy faces, itself standard library only)."""
+    own = ("nas.machine", "nas._lazy")
+    return [f"{module}:{line} {name}" for name, line, _ in _imports(module, path)
+            if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith(own)]
+
+
+def test_the_machine_is_read_with_the_standard_library_only():
+    """``nas.machine`` says what this machine is before torch or any runtime loads (a target checks its processor
+    with it), and its device script runs in device bundles without them."""
+    bad = [x for m, p in MODULES.items() if m == "nas.machine" or m.startswith("nas.machine.")
+           for x in _outside_stdlib(m, p)]
+    assert not bad, "nas.machine imports beyond the standard library: " + "; ".join(sorted(bad))
+
+
+def test_the_standard_library_check_can_fail(tmp_path):
+    src = tmp_path / "snippet.py"
+    src.write_text("import os\nimport numpy as np\nfrom nas.machine.identity import cpu_identity\nfrom nas.target import Target\n")
+    assert _outside_stdlib("nas.machine.x", src) == ["nas.machine.x:2 numpy", "nas.machine.x:4 nas.target"]
 
 
 def test_every_module_has_a_layer():

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+import nas.machine
 from nas._io import atomic_write_json, shell_join
 from nas._version import __version__
 from nas.arch import Arch, BlockKey
@@ -56,9 +57,12 @@ BUNDLE_VERSION = 2
 #: network roles: the predictor's calibration set (sampled, pruned) and networks only for validation
 ROLES = ("calibration", "pruned", "held_out")
 _LEAD = ("calibration", "pruned")  # the roles a budget measures before the blocks, in the manifest's ``order``
-#: the standalone scripts every bundle carries: this package's module -> its name in the bundle
-SCRIPTS = {"bundle_script.py": "measure_bundle.py", "bundle_stats.py": "hwnas_stats.py", "bundle_trt.py": "hwnas_trt.py",
-            "bundle_cuda.py": "hwnas_cuda.py", "bundle_device.py": "hwnas_device.py", "bundle_litert.py": "hwnas_litert.py"}
+_HERE = Path(__file__).parent
+#: the standalone scripts every bundle carries: its name in the bundle -> the file copied there
+SCRIPTS = {"measure_bundle.py": _HERE / "bundle_script.py", "hwnas_stats.py": _HERE / "bundle_stats.py",
+           "hwnas_trt.py": _HERE / "bundle_trt.py", "hwnas_cuda.py": _HERE / "bundle_cuda.py",
+           "hwnas_device.py": Path(nas.machine.__file__).with_name("hwnas_device.py"),
+           "hwnas_litert.py": _HERE / "bundle_litert.py"}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
@@ -176,8 +180,8 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
         "import_command": import_command, "budget_min": budget_min,
         "blocks": blocks, "networks": nets,
     }
-    for src, dst in SCRIPTS.items():
-        shutil.copyfile(Path(__file__).with_name(src), out / dst)
+    for name, src in SCRIPTS.items():
+        shutil.copyfile(src, out / name)
     atomic_write_json(out / "manifest.json", manifest)
     atomic_bytes(out / "README.md", bundle_readme(manifest, cost, out.name).encode())
     return out / "manifest.json"

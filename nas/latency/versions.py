@@ -1,37 +1,23 @@
 """Whether a table's runtime version is the one installed here, and whether a difference matters.
 
 A table records the runtime that measured it (``metadata.runtime``: name and version).  When this
-machine runs a CPU target's runtime in another version, ``runtime_note`` says so in one line, and
-how much it may matter: a patch release keeps the kernels, so the timings are expected to hold; a
-minor or major release may change the kernels a block runs, so ``nas.validate`` (which measures
-held-out networks here against the predictions) tells whether the table still predicts them.
+machine runs a CPU target's runtime in another version (``nas.machine.installed_version``),
+``runtime_note`` says so in one line, and how much it may matter: a patch release keeps the kernels,
+so the timings are expected to hold; a minor or major release may change the kernels a block runs, so
+``nas.validate`` (which measures held-out networks here against the predictions) tells whether the
+table still predicts them.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from typing import Any
 
 from nas.latency.bundle_litert import VIA as PHONE_VIA
+from nas.machine import installed_version
 from nas.target import Target
 
-__all__ = ["installed_version", "runtime_note"]
-
-# a runtime's name in a table -> the distributions that provide it
-_DISTRIBUTIONS = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-                  "openvino": ("openvino",), "executorch": ("executorch",), "tensorrt": ("tensorrt",),
-                  "litert": ("ai-edge-litert",)}
-
-
-def installed_version(runtime: str) -> str | None:
-    """The installed version of ``runtime`` (a table's runtime name), else None."""
-    for dist in _DISTRIBUTIONS.get(runtime, (runtime,)):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+__all__ = ["runtime_note"]
 
 
 def _release(version: str) -> tuple[int, ...]:

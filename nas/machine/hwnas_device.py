@@ -1,8 +1,9 @@
 """This device's identity, for a hwnas device bundle: standalone, standard library only.
 
-Copied into a bundle as ``hwnas_device.py`` beside ``measure_bundle.py``; records the fields hwnas's
-``nas.profile`` records, read the same way: CPU model, ISA flags, family/model, cores; on a GPU its
-name, driver and CUDA version; on a Jetson the board (``/proc/device-tree/model``) and L4T release.
+Copied into every bundle under this name, beside ``measure_bundle.py`` (``nas.latency.bundle.SCRIPTS``);
+records the fields hwnas's ``nas.profile`` records, read the same way: CPU model, ISA flags,
+family/model, cores; on a GPU its name, driver and CUDA version; on a Jetson the board
+(``/proc/device-tree/model``) and L4T release.
 The device's kind is read from the machine (``machine_kind``), never from the bundle.
 """
 

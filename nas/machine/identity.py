@@ -4,7 +4,7 @@ or a table describes.
 
 Standard library only: a target (``nas.target``) checks its processor with it, and
 ``nas.latency.device`` adds the GPU fields on top.  ``measure_bundle.py`` reads the same fields the
-same way on devices without hwnas (``nas.latency.bundle_device``).
+same way on devices without hwnas (``nas.machine.hwnas_device``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nas.latency.bundle_device import jetson_release
+from nas.machine.hwnas_device import jetson_release
 
 __all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "cpu_identity", "device_mismatch"]
 
