@@ -41,7 +41,7 @@ from nas.latency.measure import ProfileSettings
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_workflow import profile_target
 from nas.latency.scoring import score
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.target import Target, load_target
 
 CPU = {"name": "cpu_here", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",

@@ -29,7 +29,7 @@ from nas.latency.device import device_identity
 from nas.latency.measure import ProfileSettings
 from nas.latency.measure_model import measure_arch, measure_key
 from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.target import load_target
 
 

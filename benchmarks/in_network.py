@@ -37,7 +37,7 @@ from benchmarks.harness import RESULTS, command, composed_target, machine, write
 from nas.builder import build, build_layer
 from nas.latency.predictor import table_networks
 from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.timm_arch import from_timm
 
 

@@ -50,7 +50,7 @@ from nas.latency.profile_jobs import expected_seconds, plan_jobs
 from nas.latency.profiler import block_frequency, calibration_archs, calibration_order
 from nas.latency.repeatability import repeatability
 from nas.latency.scoring import score
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.latency.validate import held_out_archs, held_out_pruned
 from nas.resources import tables_dir
 from nas.space import list_calibration_spaces, list_spaces, load_space

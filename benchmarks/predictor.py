@@ -39,7 +39,7 @@ from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.reproducibility import reproducibility_lines
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.latency.validate import (
     VALIDATION_SEED,
     WITHOUT_EXTRA,

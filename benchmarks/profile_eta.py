@@ -26,7 +26,7 @@ from nas.latency.profile_jobs import plan_jobs, run_jobs
 from nas.latency.profile_workflow import _call_ms
 from nas.latency.profiler import block_frequency, calibration_archs, new_metadata
 from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.space import load_space
 
 SHARES = (0.05, 0.10, 0.25, 0.50)

@@ -25,7 +25,7 @@ from nas.latency.measure import measure, summarize_times
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.roofline import Roofline
 from nas.latency.scoring import score
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 
 
 def _model(nodes, inputs, outputs, inits=()) -> bytes:

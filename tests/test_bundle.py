@@ -15,7 +15,7 @@ from benchmarks.bundle import _bundle_differences, no_torch_python, round_trip
 from nas.latency.bundle import SCRIPTS, BundleError, bundle_networks, import_bundle, write_bundle
 from nas.latency.measure import ProfileSettings
 from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.space import load_space
 from nas.target import Target
 

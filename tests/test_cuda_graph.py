@@ -27,13 +27,13 @@ from torch import nn
 from nas.builder import build_layer
 from nas.latency import cuda_graph
 from nas.latency import measure as measure_module
-from nas.latency.base import Prediction
 from nas.latency.cuda_graph import GraphRunner, capture
 from nas.latency.measure import ProfileSettings, measure, summarize_times
 from nas.latency.profiler import new_metadata, profile_blocks
 from nas.latency.reproducibility import reproducibility_warning, retime_sample, table_ceiling
 from nas.latency.runtimes import OnnxRuntime, TorchRuntime, get_runtime
-from nas.latency.table import LatencyTable, TableMismatchError
+from nas.latency.tables.provenance import Prediction
+from nas.latency.tables.table import LatencyTable, TableMismatchError
 from nas.space import load_space
 from nas.target import Target
 
@@ -232,7 +232,7 @@ def test_profiled_table_records_graph_timing_and_fallbacks(fake_cuda, tmp_path):
 
 
 def test_tables_without_a_timing_field_read_as_eager(tmp_path):
-    from nas.latency.table import _field
+    from nas.latency.tables.table import _field
 
     assert _field({"runtime": {"name": "onnxruntime"}}, "runtime.timing") == "eager"
     meta = {"runtime": {"name": "torch", "provider": "cuda"}, "device": {"kind": "gpu"}}

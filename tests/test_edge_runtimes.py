@@ -261,7 +261,7 @@ def test_shipped_table_on_another_cpu_warns_and_profiles_into_the_users_folder(n
     before the shipped table; on the table's own processor it is used as it is."""
     from nas.latency.load import elsewhere_warning
     from nas.latency.profile_workflow import default_out
-    from nas.latency.table import TABLES_DIR, LatencyTable, resolve_table_path
+    from nas.latency.tables.table import TABLES_DIR, LatencyTable, resolve_table_path
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
     target = load_target(name)

@@ -21,7 +21,7 @@ from nas.latency import bundle_trt
 from nas.latency.measure import ProfileSettings, measure
 from nas.latency.profiler import new_metadata, profile_blocks
 from nas.latency.runtimes import get_runtime, trt_ep_options
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.machine import RuntimeUnavailable
 from nas.space import load_space
 from nas.target import Target

@@ -10,7 +10,7 @@ import pytest
 
 from nas.config import compose_app
 from nas.latency.here import load_target
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.resources import tables_dir
 from nas.target import Target, runs_here, target_names
 

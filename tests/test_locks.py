@@ -19,7 +19,7 @@ from nas.arch import BlockKey, ConvBlock
 from nas.latency import profile_jobs
 from nas.latency.claims import Claims
 from nas.latency.measure import ProfileSettings
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.tables.table import Entry, LatencyTable
 from nas.search.journal import journal_lock_path
 from nas.target import load_target
 from nas.train.pipeline import train_front

@@ -84,7 +84,7 @@ def test_validate_cli(table, tmp_path):
     assert set(rep["reproducibility"]) == {"as_built", "rescaled"} and rep["reproducibility"]["as_built"]["n"] == 10
     assert "reproducibility (as_built)" in r.stdout
     # held out: none of the validation networks is in the calibration set
-    from nas.latency.table import LatencyTable
+    from nas.latency.tables.table import LatencyTable
 
     calib = {a.digest() for a in LatencyTable.load(table).networks}
     assert not calib & {p["digest"] for p in rep["points"]}
@@ -140,7 +140,7 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
     import numpy as np
 
     from nas.latency.predictor import LatencyPredictor
-    from nas.latency.table import LatencyTable
+    from nas.latency.tables.table import LatencyTable
     from nas.space import load_space
 
     t = tmp_path / "t.json"
@@ -183,7 +183,7 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     import numpy as np
 
     from nas.latency.predictor import LatencyPredictor
-    from nas.latency.table import LatencyTable
+    from nas.latency.tables.table import LatencyTable
     from nas.space import load_space
 
     t = tmp_path / "t.json"
@@ -237,7 +237,7 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     from nas.latency.measure import Interrupted
     from nas.latency.predictor import LatencyPredictor
     from nas.latency.profile_workflow import _recalibrate
-    from nas.latency.table import LatencyTable, TableError
+    from nas.latency.tables.table import LatencyTable, TableError
 
     t = tmp_path / "t.json"
     shutil.copy(table, t)

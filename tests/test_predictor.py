@@ -6,7 +6,7 @@ from sklearn.exceptions import NotFittedError
 
 from nas.latency import LatencyPredictor, RooflineModel, load_latency_model
 from nas.latency.roofline import Roofline
-from nas.latency.table import Entry, LatencyTable, TableMismatchError
+from nas.latency.tables.table import Entry, LatencyTable, TableMismatchError
 from nas.space import list_spaces, load_space
 from nas.timm_arch import from_timm
 

@@ -8,7 +8,7 @@ from nas.arch import BlockKey, ConvBlock
 from nas.latency import profile_jobs, profiler
 from nas.latency.measure import ProfileSettings
 from nas.latency.profile_workflow import check_budget, profile_target
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.tables.table import Entry, LatencyTable
 from nas.space import load_space
 
 META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "kind": "cpu"},

@@ -11,7 +11,7 @@ import pytest
 from nas.arch import BlockKey, ConvBlock
 from nas.latency import profile_jobs, profile_workflow, watch
 from nas.latency.measure import ProfileSettings
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.tables.table import Entry, LatencyTable
 from nas.latency.watch import Contention, Watch, contended, noise_note, read_steal_s, read_wait_s
 
 META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "kind": "cpu"},

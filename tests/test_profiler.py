@@ -12,7 +12,7 @@ from nas.latency.measure import ProfileSettings, measure, summarize_times
 from nas.latency.profiler import calibration_archs, new_metadata, profile_blocks, profile_networks, pruned_archs
 from nas.latency.runtime_base import RUNTIMES
 from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable
+from nas.latency.tables.table import LatencyTable
 from nas.machine import RuntimeUnavailable, device_mismatch
 from nas.space import load_space
 from nas.target import Target

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from nas.latency import LatencyPredictor
-from nas.latency.base import SOURCES, Prediction, on_device
+from nas.latency.tables.provenance import SOURCES, Prediction, on_device
 from nas.latency.validate import validated_spaces
 from nas.search import results as results_mod
 from nas.search.budget import Budgets

@@ -10,7 +10,7 @@ import nas
 from nas import latency
 from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
-from nas.latency.table_use import check_target_table
+from nas.latency.tables import check_target_table
 from nas.target import Target
 
 

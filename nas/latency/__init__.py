@@ -1,7 +1,7 @@
 """Latency: measured tables, runtimes, the profiler, the predictor and the roofline estimate.
 
-Every latency source implements ``LatencyModel`` (``nas.latency.base``): ``predict(archs)``
-returns milliseconds, ``explain(arch)`` a ``Prediction`` saying where the number came from.
+Every latency source implements ``LatencyModel`` (``nas.latency.tables``): ``predict(archs)`` returns
+milliseconds, ``explain(arch)`` a ``Prediction`` saying where the number came from.
 ``load_latency_model(target)`` gives the right one for a target: a predictor fitted on the
 target's measured table, or a roofline estimate labelled ``estimated`` when no table exists.
 """
@@ -13,7 +13,8 @@ from nas._lazy import lazy_exports
 __all__ = ["SOURCES", "LatencyModel", "LatencyPredictor", "Prediction", "RooflineModel", "load_latency_model",
            "profile_target", "validate_target", "ensure_here_target", "refresh_model"]
 
-_HOMES = {"SOURCES": "base", "LatencyModel": "base", "Prediction": "base", "LatencyPredictor": "predictor",
+_HOMES = {"SOURCES": "nas.latency.tables", "LatencyModel": "nas.latency.tables", "Prediction": "nas.latency.tables",
+          "LatencyPredictor": "predictor",
           "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
           "validate_target": "validate", "ensure_here_target": "here", "refresh_model": "refresh",
           # what nas.validate prints a report with

@@ -27,8 +27,8 @@ from matplotlib.patches import Patch
 
 from nas.arch import Arch
 from nas.cost import block_cost
-from nas.latency.base import LatencyModel
 from nas.latency.roofline import BYTES_PER_ELEMENT, Roofline
+from nas.latency.tables import LatencyModel
 from nas.target import Target, require_target
 
 __all__ = ["LayerBreakdown", "breakdown_chart", "layer_breakdown", "ridge_point"]

@@ -38,7 +38,7 @@ from sklearn.base import clone
 from nas.arch import Arch, BlockKey
 from nas.latency.profile_jobs import job_id
 from nas.latency.scoring import score
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.tables import Entry, LatencyTable
 
 __all__ = ["GAP_S", "MIN_ENTRIES", "Order", "budget_plot", "budget_report", "layer_times", "measuring_order",
            "table_at", "time_covered"]

@@ -44,7 +44,7 @@ from nas.latency.bundle_files import SUFFIX, BundleCost, bundle_readme
 from nas.latency.measure import ProfileSettings
 from nas.latency.runtime_base import Tiny
 from nas.latency.runtimes_edge import require
-from nas.latency.table import Entry, LatencyTable, TableError, now_iso
+from nas.latency.tables import Entry, LatencyTable, TableError, now_iso
 from nas.machine import device_mismatch
 from nas.target import Target, require_target
 

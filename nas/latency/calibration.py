@@ -16,7 +16,7 @@ from nas.arch import ACTIVATIONS, Arch, BlockKey
 from nas.cost import block_cost
 from nas.latency.block_model import KINDS
 from nas.latency.ops import padding_elems
-from nas.latency.table import LatencyTable, TableError
+from nas.latency.tables import LatencyTable, TableError
 
 log = logging.getLogger(__name__)
 

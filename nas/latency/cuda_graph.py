@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas.latency.base import GRAPH
+from nas.latency.tables import GRAPH
 
 __all__ = ["GraphRunner", "capture"]
 

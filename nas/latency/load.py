@@ -12,12 +12,10 @@ from typing import Any
 
 from nas.arch import Arch
 from nas.latency import device
-from nas.latency.base import LatencyModel, Prediction
 from nas.latency.here import is_here_name, load_target, profile_command
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.roofline import Roofline
-from nas.latency.table import LatencyTable, TableError, resolve_table_path
-from nas.latency.table_use import require_entries
+from nas.latency.tables import LatencyModel, LatencyTable, Prediction, TableError, require_entries, resolve_table_path
 from nas.latency.versions import runtime_note
 from nas.machine import OtherProcessorWarning
 from nas.target import Target, removed_field_error, require_target

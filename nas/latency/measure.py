@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm.auto import tqdm
 
-from nas.latency.table import Entry, now_iso
+from nas.latency.tables import Entry, now_iso
 
 __all__ = [
     "Interrupted", "MeasureSettings", "ProfileReport", "ProfileSettings", "measure", "measure_items", "summarize_times",

@@ -12,11 +12,10 @@ import torch
 
 from nas.arch import Arch, BlockKey
 from nas.builder import build, build_layer
-from nas.latency.base import how_measured
 from nas.latency.device import device_identity
 from nas.latency.measure import MeasureSettings, ProfileSettings, measure, summarize_times, time_runner
 from nas.latency.runtimes import get_runtime
-from nas.latency.table import Entry
+from nas.latency.tables import Entry, how_measured
 from nas.target import Target, require_target
 
 __all__ = ["measure_arch", "measure_key", "measure_onnx", "measure_overhead", "time_onnx", "time_onnx_stats"]

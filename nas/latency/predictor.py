@@ -52,7 +52,6 @@ from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from nas.arch import Arch, BlockKey, ConvBlock, Head
-from nas.latency.base import LatencyModel, Prediction, how_predicted
 from nas.latency.block_model import KINDS, N_LINEAR, BlockFeaturizer, make_block_model  # noqa: F401
 from nas.latency.calibration import (  # noqa: F401
     EXTRAPOLATION_MARGIN,
@@ -69,7 +68,7 @@ from nas.latency.calibration import (  # noqa: F401
     recorded,
     table_networks,
 )
-from nas.latency.table import LatencyTable
+from nas.latency.tables import LatencyModel, LatencyTable, Prediction, how_predicted
 from nas.space import STAGE_KINDS
 
 __all__ = ["CompiledTrees", "LatencyPredictor", "SpacePredictor"]

@@ -29,7 +29,7 @@ from nas.latency.claims import STALE_S, Claims
 from nas.latency.measure import ProfileReport, ProfileSettings
 from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
 from nas.latency.runtime_base import Runtime
-from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
+from nas.latency.tables import Entry, LatencyTable, Throttle, merge_into, now_iso
 from nas.latency.watch import Unwatched, Watch
 
 __all__ = ["Job", "JobReport", "expected_seconds", "job_id", "plan_jobs", "run_jobs"]

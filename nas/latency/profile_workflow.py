@@ -39,8 +39,7 @@ from nas.latency.profiler import block_frequency, calibration_order, new_metadat
 from nas.latency.roofline import Roofline
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import drift_ratios, score
-from nas.latency.table import LatencyTable, now_iso
-from nas.latency.table_use import default_table_out, profile_writer
+from nas.latency.tables import LatencyTable, default_table_out, now_iso, profile_writer
 from nas.latency.validate import held_out_set, measure_held_out
 from nas.latency.watch import Unwatched, Watch, noise_note
 from nas.machine import device_mismatch

@@ -38,7 +38,7 @@ from nas.latency.measure_model import measure_arch, measure_key, measure_overhea
 from nas.latency.options import VALIDATION_SEED
 from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
 from nas.latency.runtime_base import Runtime
-from nas.latency.table import Entry, LatencyTable, Throttle, merge_into, now_iso
+from nas.latency.tables import Entry, LatencyTable, Throttle, merge_into, now_iso
 from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 from nas.space import space_names as space_names  # importable from here too
 from nas.target import Target, require_target

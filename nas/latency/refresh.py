@@ -43,7 +43,7 @@ from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import expected_seconds
 from nas.latency.runtimes import get_runtime
 from nas.latency.scoring import NOISY_SPREAD, table_noise
-from nas.latency.table import LatencyTable, now_iso
+from nas.latency.tables import LatencyTable, now_iso
 from nas.latency.watch import Contention, contended
 from nas.machine import RuntimeUnavailable
 from nas.target import Target

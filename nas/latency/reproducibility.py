@@ -18,7 +18,7 @@ from nas.arch import Arch
 from nas.latency.measure import ProfileSettings, measure_items
 from nas.latency.measure_model import measure_arch, measure_key
 from nas.latency.scoring import score
-from nas.latency.table import LatencyTable, now_iso
+from nas.latency.tables import LatencyTable, now_iso
 
 __all__ = ["CEILING_OF", "SUPPORTS_10PCT", "record", "reproducibility", "reproducibility_lines", "reproducibility_warning",
            "retime_sample", "summary_line", "table_ceiling"]

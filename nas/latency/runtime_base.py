@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nas.latency.base import EAGER, GRAPH
+from nas.latency.tables import EAGER, GRAPH
 from nas.machine import RuntimeUnavailable
 from nas.registry import Registry
 

@@ -29,9 +29,9 @@ from nas._optional import try_import
 from nas.export.onnx import export_onnx, ort_session
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
 from nas.latency import bundle_trt, runtimes_edge  # noqa: F401  # runtimes_edge registers executorch and openvino
-from nas.latency.base import EAGER, GRAPH
 from nas.latency.cuda_graph import capture
 from nas.latency.runtime_base import RUNTIMES, Runtime, register
+from nas.latency.tables import EAGER, GRAPH
 from nas.machine import RuntimeUnavailable
 from nas.target import Target, require_target
 

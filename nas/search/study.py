@@ -43,9 +43,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.data import Dataset, DataSettings, load_data
 from nas.latency import load_latency_model
-from nas.latency.base import LatencyModel
 from nas.latency.options import REFRESH
 from nas.latency.refresh import Refresh, refresh_model
+from nas.latency.tables import LatencyModel
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator, make_evaluator
 from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nas.latency.table import TABLES_DIR, LatencyTable, TableError, resolve_table_path
+from nas.latency.tables.table import TABLES_DIR, LatencyTable, TableError, resolve_table_path
 from nas.resources import user_tables_dir
 from nas.target import Target
 

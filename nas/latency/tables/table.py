@@ -57,7 +57,7 @@ from typing import Any
 
 from nas._io import atomic_write_json, file_lock
 from nas.arch import Arch, BlockKey
-from nas.latency.base import timing_label
+from nas.latency.tables.provenance import timing_label
 from nas.machine import device_mismatch
 from nas.resources import tables_dir, user_tables_dir, writable_tables_dir
 from nas.target import Target, require_target
@@ -214,7 +214,7 @@ class LatencyTable:
 
     @property
     def source(self) -> str:
-        """Where the figures come from (``nas.latency.base.SOURCES``): ``rehearsal`` for a table a
+        """Where the figures come from (``nas.latency.tables.provenance.SOURCES``): ``rehearsal`` for a table a
         device bundle's rehearsal measured on another machine, else the metadata's (``measured``)."""
         return "rehearsal" if self.metadata.get("rehearsal") else str(self.metadata.get("source", "unknown"))
 
