@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, composed_target
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings
 from nas.latency.predictor import LatencyPredictor, table_networks
 from nas.latency.reproducibility import reproducibility_lines
 from nas.latency.roofline import Roofline
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.latency.validate import (
     VALIDATION_SEED,
@@ -141,8 +141,8 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
     from sklearn.pipeline import Pipeline
 
     from nas.latency.block_model import BlockFeaturizer
-    from nas.latency.measure_model import measure_key
     from nas.latency.predictor import make_block_model
+    from nas.latency.runtimes.measure_model import measure_key
 
     def boosting_only():
         gbm = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, min_samples_leaf=5, random_state=0)

@@ -58,7 +58,7 @@ def test_public_entry_points_take_a_target_a_name_or_its_fields():
     names nas.load_target for anything else."""
     from nas.latency.load import RooflineModel, resolve_target
     from nas.latency.roofline import Roofline
-    from nas.latency.runtimes import get_runtime
+    from nas.latency.runtimes.core import get_runtime
 
     t = nas.load_target("jetson")
     assert resolve_target(t) is t and resolve_target(t.to_dict()) == t and resolve_target("jetson") == t

@@ -13,8 +13,8 @@ from old_code import old_source
 
 from benchmarks.bundle import _bundle_differences, no_torch_python, round_trip
 from nas.latency.bundle import SCRIPTS, BundleError, bundle_networks, import_bundle, write_bundle
-from nas.latency.measure import ProfileSettings
 from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import LatencyTable
 from nas.space import load_space
 from nas.target import Target
@@ -59,7 +59,7 @@ def test_manifest_and_script_are_standalone(measured):
     for script in SCRIPTS:
         src = (out / script).read_text()
         # hwnas_trt.py imports hwnas_cuda.py beside it; the package's copy only where that is missing (in hwnas)
-        src = src.replace("    from nas.latency.bundle_cuda import Cudart, GpuTimer, time_runs, timing_stats\n", "")
+        src = src.replace("    from nas.latency.runtimes.hwnas_cuda import Cudart, GpuTimer, time_runs, timing_stats\n", "")
         assert "import torch" not in src and "from nas" not in src and "import nas" not in src
 
 

@@ -44,7 +44,7 @@ PAIRS = [
     (("search/evaluator_settings.py", "TrainEvaluatorSettings"), ("train/settings.py", "FitSettings")),
     (("search/evaluator_settings.py", "SupernetEvaluatorSettings"), ("train/settings.py", "FitSettings")),
     (("supernet/settings.py", "SupernetSettings"), ("train/settings.py", "FitSettings")),
-    (("latency/measure.py", "ProfileSettings"), ("train/settings.py", "ExportSettings")),
+    (("latency/runtimes/loop.py", "ProfileSettings"), ("train/settings.py", "ExportSettings")),
 ]
 # a setting with the same name that is another setting, with why
 OWN = {

@@ -12,10 +12,10 @@ import torch
 
 from nas.arch import BlockKey, ConvBlock, MBConvBlock
 from nas.builder import build_layer
-from nas.latency.measure import ProfileSettings
-from nas.latency.measure_model import measure_key
-from nas.latency.runtime_base import RUNTIMES
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.base import RUNTIMES
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.runtimes.measure_model import measure_key
 from nas.machine import RuntimeUnavailable
 from nas.target import load_target
 

@@ -29,9 +29,9 @@ PEAKS = {"peak_gflops": 80.0, "mem_bandwidth_gbs": 15.0, "overhead_us": 0.3,
 def machine(tmp_path, monkeypatch):
     """A fresh HWNAS_HOME, the microbenchmark replaced by fixed figures (counted), and this machine's
     identity set by ``machine["ident"] = ...``."""
-    import nas.latency.device as device
     import nas.latency.here as here
     import nas.latency.roofline as roofline
+    import nas.latency.runtimes.device as device
     import nas.target as nas_target
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
@@ -241,7 +241,7 @@ def test_conf_here_gpu_needs_only_torch(gpu_machine, tmp_path, capsys):
     assert (t.runtime, t.provider, t.cuda_graph) == ("torch", "cuda", True)
     assert any("measuring with torch (cuda, CUDA-graph replays): onnxruntime" in s and "onnxruntime-gpu" in s
                for s in said), said
-    from nas.latency.runtimes import get_runtime
+    from nas.latency.runtimes.core import get_runtime
     from nas.machine import RuntimeUnavailable
 
     with pytest.raises(RuntimeUnavailable, match="torch has no CUDA device"):  # this machine has none
@@ -271,7 +271,7 @@ def test_gpu_identity_without_a_gpu(monkeypatch):
 def test_load_latency_model_warns_from_python_too(monkeypatch):
     """The commands print the other-processor warning; a library call warns (OtherProcessorWarning)."""
     import nas
-    import nas.latency.device as device
+    import nas.latency.runtimes.device as device
     from nas.machine import OtherProcessorWarning
 
     target = nas.load_target("epyc_zen5")

@@ -44,7 +44,8 @@ OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt"
 # calls that import the module their first argument names (the layer checks see them as imports)
 LOADERS = {"try_import", "importlib.import_module", "import_module"}
 # the device bundles' scripts: they run on the device without this package, so they import as they can
-STANDALONE = {f"nas.latency.bundle_{x}" for x in ("script", "trt", "cuda", "stats", "litert")} | {"nas.machine.hwnas_device"}
+STANDALONE = {"nas.latency.bundle_script", "nas.latency.bundle_stats", "nas.latency.runtimes.hwnas_trt",
+              "nas.latency.runtimes.hwnas_cuda", "nas.latency.runtimes.hwnas_litert", "nas.machine.hwnas_device"}
 # heavy but always installed, so loaded by an import statement where it is used
 HEAVY_NOT_OPTIONAL = {"sqlalchemy"}
 # generous caps: a module holds one concern however long that takes (split by concern, never to meet a count);

@@ -18,7 +18,7 @@ from nas._io import LOCK_DIR, Busy, exclusive, file_lock, lock_path
 from nas.arch import BlockKey, ConvBlock
 from nas.latency import profile_jobs
 from nas.latency.claims import Claims
-from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import Entry, LatencyTable
 from nas.search.journal import journal_lock_path
 from nas.target import load_target

@@ -234,9 +234,9 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     import numpy as np
 
     import nas.latency.profiler as profiler
-    from nas.latency.measure import Interrupted
     from nas.latency.predictor import LatencyPredictor
     from nas.latency.profile_workflow import _recalibrate
+    from nas.latency.runtimes.loop import Interrupted
     from nas.latency.tables.table import LatencyTable, TableError
 
     t = tmp_path / "t.json"

@@ -6,8 +6,8 @@ import pytest
 
 from nas.arch import BlockKey, ConvBlock
 from nas.latency import profile_jobs, profiler
-from nas.latency.measure import ProfileSettings
 from nas.latency.profile_workflow import check_budget, profile_target
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import Entry, LatencyTable
 from nas.space import load_space
 

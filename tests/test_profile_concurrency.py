@@ -6,7 +6,7 @@ import time
 
 from nas.arch import BlockKey, ConvBlock
 from nas.latency import profiler
-from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import Entry, LatencyTable
 
 META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "kind": "cpu"},

@@ -10,7 +10,7 @@ import pytest
 
 from nas.arch import BlockKey, ConvBlock
 from nas.latency import profile_jobs, profile_workflow, watch
-from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import Entry, LatencyTable
 from nas.latency.watch import Contention, Watch, contended, noise_note, read_steal_s, read_wait_s
 

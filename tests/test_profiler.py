@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from nas.latency import profiler as profiler_mod
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings, measure, summarize_times
 from nas.latency.profiler import calibration_archs, new_metadata, profile_blocks, profile_networks, pruned_archs
-from nas.latency.runtime_base import RUNTIMES
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.base import RUNTIMES
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import ProfileSettings, measure, summarize_times
 from nas.latency.tables.table import LatencyTable
 from nas.machine import RuntimeUnavailable, device_mismatch
 from nas.space import load_space

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nas import latency
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
-from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.runtimes import Interrupted, ProfileSettings
 
 
 @user_errors

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+import nas.latency.runtimes
 import nas.machine
 from nas._io import atomic_write_json, shell_join
 from nas._version import __version__
@@ -41,9 +42,7 @@ from nas.export.litert import tflite_bytes
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.latency.bundle_files import SUFFIX, BundleCost, bundle_readme
-from nas.latency.measure import ProfileSettings
-from nas.latency.runtime_base import Tiny
-from nas.latency.runtimes_edge import require
+from nas.latency.runtimes import ProfileSettings, Tiny, require
 from nas.latency.tables import Entry, LatencyTable, TableError, now_iso
 from nas.machine import device_mismatch
 from nas.target import Target, require_target
@@ -58,11 +57,12 @@ BUNDLE_VERSION = 2
 ROLES = ("calibration", "pruned", "held_out")
 _LEAD = ("calibration", "pruned")  # the roles a budget measures before the blocks, in the manifest's ``order``
 _HERE = Path(__file__).parent
-#: the standalone scripts every bundle carries: its name in the bundle -> the file copied there
+#: the standalone scripts every bundle carries: its name in the bundle -> the file copied there (the runtimes'
+#: timers and the machine's identity under their own names)
 SCRIPTS = {"measure_bundle.py": _HERE / "bundle_script.py", "hwnas_stats.py": _HERE / "bundle_stats.py",
-           "hwnas_trt.py": _HERE / "bundle_trt.py", "hwnas_cuda.py": _HERE / "bundle_cuda.py",
-           "hwnas_device.py": Path(nas.machine.__file__).with_name("hwnas_device.py"),
-           "hwnas_litert.py": _HERE / "bundle_litert.py"}
+           **{name: Path(nas.latency.runtimes.__file__).with_name(name)
+              for name in ("hwnas_trt.py", "hwnas_cuda.py", "hwnas_litert.py")},
+           "hwnas_device.py": Path(nas.machine.__file__).with_name("hwnas_device.py")}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 

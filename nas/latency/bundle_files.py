@@ -10,8 +10,7 @@ from typing import Any
 
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost, block_cost
-from nas.latency import bundle_trt
-from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes import ProfileSettings, trtexec_command, trtexec_flags
 from nas.target import Target, require_target
 
 __all__ = ["GRAPH_BYTES", "SUFFIX", "TRT_BUILD_S", "BundleCost", "bundle_cost", "bundle_readme", "graph_bytes"]
@@ -223,7 +222,7 @@ def bundle_readme(manifest: Mapping[str, Any], cost: BundleCost | None, folder: 
 def _trtexec_example(man: Mapping[str, Any]) -> str:
     """The trtexec command line of the bundle's first block with TensorRT 10.3 (the engine build and timing)."""
     first = man["blocks"][0]["file"] if man["blocks"] else man["overhead"]
-    flags = bundle_trt.trtexec_flags(man["precision"], "10.3.0", qdq=man["precision"] == "int8")
-    return " ".join(bundle_trt.trtexec_command("/usr/src/tensorrt/bin/trtexec", first, "<tmp>/engine.plan",
+    flags = trtexec_flags(man["precision"], "10.3.0", qdq=man["precision"] == "int8")
+    return " ".join(trtexec_command("/usr/src/tensorrt/bin/trtexec", first, "<tmp>/engine.plan",
                                                "<tmp>/times.json", man["settings"], flags, build=True,
                                                trt_version="10.3.0"))

@@ -35,8 +35,8 @@ import yaml
 from nas._io import atomic_write_text, file_lock
 from nas._optional import MissingDependency, try_import
 from nas._yaml import load_yaml
-from nas.latency.device import device_identity
 from nas.latency.roofline import measure_peaks
+from nas.latency.runtimes import device_identity
 from nas.resources import user_home
 from nas.target import HERE_NAMES, Target
 from nas.target import load_target as load_target_file
@@ -86,7 +86,7 @@ def _physical_cores(text: str) -> int:
 
 
 def machine_identity() -> dict[str, Any]:
-    """This machine's CPU as ``nas.latency.device.device_identity`` records it in a table's metadata,
+    """This machine's CPU as ``nas.latency.runtimes.device.device_identity`` records it in a table's metadata,
     plus ``vendor`` and ``physical_cores``."""
     ident = device_identity("cpu")
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.arch import Arch
-from nas.latency import device
+from nas.latency import runtimes
 from nas.latency.here import is_here_name, load_target, profile_command
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.roofline import Roofline
@@ -153,7 +153,7 @@ def elsewhere_warning(target: Target, table: LatencyTable, here: Mapping[str, An
     if target.device.kind != "cpu" or meta.get("kind", "cpu") != "cpu":
         return None
     if here is None:
-        here = device.device_identity("cpu")  # looked up at call time: tests stand in for this machine
+        here = runtimes.device_identity("cpu")  # looked up at call time: tests stand in for this machine
     if not meta.get("machine") or meta["machine"] != here.get("machine"):
         return None
     why = table.measured_elsewhere(dict(here))

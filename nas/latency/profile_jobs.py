@@ -26,9 +26,7 @@ from tqdm.auto import tqdm
 
 from nas.arch import Arch, BlockKey
 from nas.latency.claims import STALE_S, Claims
-from nas.latency.measure import ProfileReport, ProfileSettings
-from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
-from nas.latency.runtime_base import Runtime
+from nas.latency.runtimes import ProfileReport, ProfileSettings, Runtime, measure_arch, measure_key, measure_overhead
 from nas.latency.tables import Entry, LatencyTable, Throttle, merge_into, now_iso
 from nas.latency.watch import Unwatched, Watch
 

@@ -1,7 +1,7 @@
 """Measure every unique block of a space on the target runtime and write a latency table.
 
 Each block is built as a standalone graph (``nas.builder.build_layer``) at its exact input shape
-and timed (``nas.latency.measure``): warm-up, then repeated timed runs (at least ``repeats`` and
+and timed (``nas.latency.runtimes.loop``): warm-up, then repeated timed runs (at least ``repeats`` and
 ``min_time_s``), median with p10/p90.  An entry whose spread ((p90 - p10) / median) exceeds
 ``max_spread`` is measured again, up to ``remeasure`` times, keeping the steadiest round.
 Entries are written to the table file as they are measured (atomically, at most every
@@ -32,12 +32,18 @@ import torch
 from nas._version import __version__
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileReport, ProfileSettings, measure_items
-from nas.latency.measure_model import measure_arch, measure_key, measure_overhead
 from nas.latency.options import VALIDATION_SEED
 from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
-from nas.latency.runtime_base import Runtime
+from nas.latency.runtimes import (
+    ProfileReport,
+    ProfileSettings,
+    Runtime,
+    device_identity,
+    measure_arch,
+    measure_items,
+    measure_key,
+    measure_overhead,
+)
 from nas.latency.tables import Entry, LatencyTable, Throttle, merge_into, now_iso
 from nas.narrow import channel_units, drop_layers, droppable, resize_arch
 from nas.space import space_names as space_names  # importable from here too

@@ -35,13 +35,10 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings
-from nas.latency.measure_model import measure_arch
 from nas.latency.options import REFRESH
 from nas.latency.predictor import LatencyPredictor
 from nas.latency.profile_jobs import expected_seconds
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes import ProfileSettings, device_identity, get_runtime, measure_arch
 from nas.latency.scoring import NOISY_SPREAD, table_noise
 from nas.latency.tables import LatencyTable, now_iso
 from nas.latency.watch import Contention, contended

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch
-from nas.latency.measure import ProfileSettings, measure_items
-from nas.latency.measure_model import measure_arch, measure_key
+from nas.latency.runtimes import ProfileSettings, measure_arch, measure_items, measure_key
 from nas.latency.scoring import score
 from nas.latency.tables import LatencyTable, now_iso
 

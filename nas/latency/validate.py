@@ -63,9 +63,7 @@ from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.latency.budget_curve import budget_plot, budget_report
 from nas.latency.bundle import bundle_manifest, bundle_networks, bundle_results
-from nas.latency.device import device_identity
 from nas.latency.load import load_latency_model, resolve_target
-from nas.latency.measure import Interrupted, ProfileSettings
 from nas.latency.options import REFRESH, VALIDATE, VALIDATION_SEED
 from nas.latency.predictor import LatencyPredictor, recorded, table_networks
 from nas.latency.profiler import anchor_archs, measure_networks, pruned_archs
@@ -73,7 +71,7 @@ from nas.latency.refresh import Refresh, refresh_model
 from nas.latency.repeatability import repeatability
 from nas.latency.reproducibility import reproducibility, table_ceiling
 from nas.latency.roofline import Roofline
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes import Interrupted, ProfileSettings, device_identity, get_runtime
 from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score, score_by_range
 from nas.latency.validate_plot import scatter_plot
 from nas.space import list_calibration_spaces, load_space, space_names

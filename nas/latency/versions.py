@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nas.latency.bundle_litert import VIA as PHONE_VIA
+from nas.latency.runtimes import VIA as PHONE_VIA
 from nas.machine import installed_version
 from nas.target import Target
 

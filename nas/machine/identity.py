@@ -3,7 +3,7 @@ family / model; a Jetson's board and L4T release), and the check that a machine 
 or a table describes.
 
 Standard library only: a target (``nas.target``) checks its processor with it, and
-``nas.latency.device`` adds the GPU fields on top.  ``measure_bundle.py`` reads the same fields the
+``nas.latency.runtimes.device`` adds the GPU fields on top.  ``measure_bundle.py`` reads the same fields the
 same way on devices without hwnas (``nas.machine.hwnas_device``).
 """
 
@@ -104,7 +104,7 @@ def device_mismatch(want: dict[str, Any] | None, here: dict[str, Any], *, exact:
     Args:
         want: a target's ``device`` (its ``name`` and the ``cpu_flags`` it requires) or, with
             ``exact=True``, a table's recorded ``device`` metadata.
-        here: this machine, as ``cpu_identity()`` or ``nas.latency.device.device_identity(kind)`` gives it.
+        here: this machine, as ``cpu_identity()`` or ``nas.latency.runtimes.device.device_identity(kind)`` gives it.
         exact: a table's device: its ISA flags and CPU family / model must all be the same (one model name
             can cover processors of different speed, ``AMD EPYC`` with and without AVX-512); without it a
             GPU or board matches by the words of its name and a CPU needs at least the flags asked for.

@@ -398,7 +398,7 @@ class LatencyTable:
         """Why the machine ``here`` describes is not the processor the table was measured on, or None.
 
         Args:
-            here: the machine's identity (``nas.latency.device.device_identity(kind)`` of the table's
+            here: the machine's identity (``nas.latency.runtimes.device.device_identity(kind)`` of the table's
                 device kind).
 
         Returns:

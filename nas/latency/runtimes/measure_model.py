@@ -1,5 +1,5 @@
 """Blocks, networks and exported files timed on a runtime, by the one measuring loop
-(``nas.latency.measure``): ``measure_key`` / ``measure_arch`` build a block or a network and time it;
+(``nas.latency.runtimes.loop``): ``measure_key`` / ``measure_arch`` build a block or a network and time it;
 ``time_onnx_stats`` / ``measure_onnx`` time exported ONNX bytes, a fresh session each round.
 """
 
@@ -12,9 +12,9 @@ import torch
 
 from nas.arch import Arch, BlockKey
 from nas.builder import build, build_layer
-from nas.latency.device import device_identity
-from nas.latency.measure import MeasureSettings, ProfileSettings, measure, summarize_times, time_runner
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import MeasureSettings, ProfileSettings, measure, summarize_times, time_runner
 from nas.latency.tables import Entry, how_measured
 from nas.target import Target, require_target
 

@@ -2,7 +2,7 @@
 
 This file is copied into a device bundle as ``hwnas_trt.py`` and runs on a Jetson or GPU machine
 beside ``measure_bundle.py``, where neither torch nor this package may be installed: it imports only
-the standard library, numpy, its bundle's ``hwnas_cuda.py`` (``nas.latency.bundle_cuda`` here: the
+the standard library, numpy, its bundle's ``hwnas_cuda.py`` (``nas.latency.runtimes.hwnas_cuda`` here: the
 CUDA runtime through ctypes and the GPU timer) and (when called) ``tensorrt``.
 
 - ``available()``: None, or the one-line reason this cannot run here.
@@ -16,7 +16,7 @@ CUDA runtime through ctypes and the GPU timer) and (when called) ``tensorrt``.
 - ``python_api_supported(version)``: whether that TensorRT's Python API can be timed here (8.5+).
 - ``builder_flags(precision, trt_version, qdq=...)``: the builder flags a precision needs (pure);
   ``network_flags(trt)``: the network creation flags the installed version needs.
-- ``build_plan(onnx, precision)`` / ``Engine(plan)``: the engine (``nas.latency.runtimes`` builds
+- ``build_plan(onnx, precision)`` / ``Engine(plan)``: the engine (``nas.latency.runtimes.core`` builds
   with them too).
 - ``trtexec_factory(exe, precision)``: the same measurements through ``trtexec`` (engine built once
   with ``--saveEngine``, then ``--loadEngine``; per-inference times from ``--exportTimes``, the
@@ -53,7 +53,7 @@ import numpy as np
 try:  # in a device bundle: the CUDA helpers copied beside this file
     from hwnas_cuda import Cudart, GpuTimer, time_runs, timing_stats
 except ImportError:  # in hwnas
-    from nas.latency.bundle_cuda import Cudart, GpuTimer, time_runs, timing_stats
+    from nas.latency.runtimes.hwnas_cuda import Cudart, GpuTimer, time_runs, timing_stats
 
 __all__ = ["PRECISIONS", "Engine", "available", "build_plan", "builder_flags", "decode_version",
            "io_tensors", "measure_factory", "network_flags", "parse_summary", "parse_times", "python_api_supported", "qdq_in_file",

@@ -14,7 +14,7 @@ interval includes the host's launch time.
 
 Why our own loop: ``triton.testing.do_bench_cudagraph`` captures many calls in one graph and reports
 one aggregate, while a table entry needs the per-replay times (median, p10, p90, the spread that
-triggers a re-measure) inside ``nas.latency.measure``'s loop.  Every CUDA call goes through the
+triggers a re-measure) inside ``nas.latency.runtimes.loop``'s loop.  Every CUDA call goes through the
 ``cuda`` argument (``torch.cuda`` by default), so the logic runs against a stand-in on a CPU.
 """
 

@@ -26,7 +26,7 @@ __all__ = ["MAX_REPEATS", "Cudart", "GpuTimer", "time_runs", "timing_stats"]
 
 INSTALL_CUDART = ("the CUDA runtime library (libcudart) was not found: install the CUDA toolkit or JetPack, "
                   "or pip install nvidia-cuda-runtime-cu12, or put its folder on LD_LIBRARY_PATH")
-MAX_REPEATS = 2000  # as nas.latency.measure: a sub-millisecond engine stops here, not at min_time_s
+MAX_REPEATS = 2000  # as nas.latency.runtimes.loop: a sub-millisecond engine stops here, not at min_time_s
 
 
 # --------------------------------------------------------------------------------------------

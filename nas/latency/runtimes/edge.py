@@ -2,7 +2,7 @@
 (XNNPACK delegate).
 
 Registered in ``nas.latency.runtimes.RUNTIMES`` (``runtime: executorch`` / ``openvino`` / ``litert`` in
-a target) and timed by the one measuring loop (``nas.latency.measure``) like every other runtime:
+a target) and timed by the one measuring loop (``nas.latency.runtimes.loop``) like every other runtime:
 ``prepare(module, in_shape, key=...)`` converts the block once (cached per ``key``: lowering is the
 slow part, seconds per block) and returns a zero-argument callable running one inference.
 
@@ -42,7 +42,7 @@ from torch import nn
 
 from nas._optional import missing, try_import
 from nas.export import edge, litert
-from nas.latency.runtime_base import Runtime, register
+from nas.latency.runtimes.base import Runtime, register
 from nas.machine import RuntimeUnavailable
 
 __all__ = ["ExecuTorchRuntime", "LiteRTRuntime", "OpenVINORuntime", "require"]

@@ -1,7 +1,7 @@
 """The ``Runtime`` interface every inference runtime implements, and the registry of runtimes.
 
-``nas.latency.runtimes`` (onnxruntime, torch, torch.compile, TensorRT) and
-``nas.latency.runtimes_edge`` (ExecuTorch, OpenVINO) register theirs with ``register``;
+``nas.latency.runtimes.core`` (onnxruntime, torch, torch.compile, TensorRT) and
+``nas.latency.runtimes.edge`` (ExecuTorch, OpenVINO) register theirs with ``register``;
 ``nas.latency.runtimes.get_runtime`` picks one for a target.
 """
 

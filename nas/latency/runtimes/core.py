@@ -28,9 +28,9 @@ from torch import nn
 from nas._optional import try_import
 from nas.export.onnx import export_onnx, ort_session
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
-from nas.latency import bundle_trt, runtimes_edge  # noqa: F401  # runtimes_edge registers executorch and openvino
-from nas.latency.cuda_graph import capture
-from nas.latency.runtime_base import RUNTIMES, Runtime, register
+from nas.latency.runtimes import edge, hwnas_trt  # noqa: F401  # edge registers executorch, openvino and litert
+from nas.latency.runtimes.base import RUNTIMES, Runtime, register
+from nas.latency.runtimes.cuda_graph import capture
 from nas.latency.tables import EAGER, GRAPH
 from nas.machine import RuntimeUnavailable
 from nas.target import Target, require_target
@@ -194,7 +194,7 @@ class TorchRuntime(Runtime):
         return module.half() if self.precision == "fp16" else module
 
     def prepare(self, module: nn.Module, in_shape: tuple[int, int, int], *, key: Any = None) -> Callable[[], Any]:
-        """An eager runner, or with ``cuda_graph`` the captured graph's (``nas.latency.cuda_graph``); a
+        """An eager runner, or with ``cuda_graph`` the captured graph's (``nas.latency.runtimes.cuda_graph``); a
         module that cannot be captured runs eager, named in ``graph_fallbacks``."""
         cuda = self.cuda_api
         torch.set_num_threads(self.threads)
@@ -232,7 +232,7 @@ class TorchCompileRuntime(TorchRuntime):
 @register("tensorrt")
 class TensorRTRuntime(Runtime):
     """A TensorRT engine built from the block's ONNX export with the ONNX parser
-    (``nas.latency.bundle_trt``, which also runs standalone on devices): fp32; fp16 through the FP16 builder
+    (``nas.latency.runtimes.hwnas_trt``, which also runs standalone on devices): fp32; fp16 through the FP16 builder
     flag; int8 from the QDQ export quantized with ``TENSORRT_QDQ_SETTINGS`` (explicit quantization,
     INT8 + FP16 flags, no calibrator).  Runs with ``execute_async_v3`` on torch CUDA tensors."""
 
@@ -241,8 +241,8 @@ class TensorRTRuntime(Runtime):
     def check(self) -> None:
         tensorrt = try_import("tensorrt")
         try:
-            bundle_trt.builder_flags(self.precision, tensorrt.__version__, qdq=self.precision == "int8")
-            bundle_trt.version()  # the Python API before 8.5 is refused, naming trtexec
+            hwnas_trt.builder_flags(self.precision, tensorrt.__version__, qdq=self.precision == "int8")
+            hwnas_trt.version()  # the Python API before 8.5 is refused, naming trtexec
         except RuntimeError as e:
             raise RuntimeUnavailable(str(e)) from None
         if not torch.cuda.is_available():
@@ -270,7 +270,7 @@ class TensorRTRuntime(Runtime):
         cache: dict = self.__dict__.setdefault("_plan_cache", {})
         if key is not None and key in cache:
             return cache[key]
-        plan = bundle_trt.build_plan(data, self.precision)
+        plan = hwnas_trt.build_plan(data, self.precision)
         if key is not None and sum(map(len, cache.values())) + len(plan) <= _CACHE_BYTES:
             cache[key] = plan
         return plan
@@ -287,11 +287,11 @@ class TensorRTRuntime(Runtime):
         """Bind the seeded input (``self._input``) and an output buffer per output tensor, as torch
         CUDA tensors, once; a call is ``execute_async_v3`` on a side stream, then its synchronize.
         ``runner.outputs`` holds the output tensors by name (for comparing with torch)."""
-        built = bundle_trt.Engine(plan)
+        built = hwnas_trt.Engine(plan)
         x = self._input(in_shape).cuda()
         tensors: dict[str, torch.Tensor] = {}
         inputs = set()
-        for name, is_input, shape, dtype in bundle_trt.io_tensors(built, x.shape):
+        for name, is_input, shape, dtype in hwnas_trt.io_tensors(built, x.shape):
             if is_input:
                 inputs.add(name)
             tdtype = torch.from_numpy(np.empty(0, dtype)).dtype

@@ -5,7 +5,7 @@ and ``min_time_s``); ``summarize_times`` gives its median and p10/p90.  ``time_r
 re-measuring of a noisy round (spread above ``max_spread``) and returns a table ``Entry``;
 ``measure_items`` is the loop over many blocks or networks, one round at a time, with a progress bar
 and Ctrl-C handling.  What builds a block or a network (or loads exported bytes) and times it on a
-runtime: ``nas.latency.measure_model``.
+runtime: ``nas.latency.runtimes.measure_model``.
 
 ``nas/latency/bundle_script.py`` keeps its own copy of the timing loop: it runs on devices
 without torch or this package.
@@ -84,7 +84,7 @@ def measure(run: Callable[[], Any], *, warmup: int = 10, repeats: int = 50, min_
             max_repeats: int = 2000) -> np.ndarray:
     """Time ``run``: ``warmup`` calls, then at least ``repeats`` timed calls and ``min_time_s``.
 
-    A runner with a ``timed(k)`` method (``nas.latency.cuda_graph.GraphRunner``) times itself: ``k``
+    A runner with a ``timed(k)`` method (``nas.latency.runtimes.cuda_graph.GraphRunner``) times itself: ``k``
     replays at a time, each measured by CUDA events instead of the host's clock.
 
     Returns the per-call times in milliseconds.
