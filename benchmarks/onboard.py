@@ -44,12 +44,12 @@ import numpy as np
 from benchmarks.harness import RESULTS, command, markdown_table, write_result
 from benchmarks.predictor import TIMM_MODELS
 from nas.latency.options import VALIDATION_SEED
-from nas.latency.predictor import LatencyPredictor
+from nas.latency.predict.predictor import LatencyPredictor
+from nas.latency.predict.scoring import score
 from nas.latency.profile_jobs import expected_seconds, plan_jobs
 from nas.latency.profiler import block_frequency, calibration_archs, calibration_order
 from nas.latency.repeatability import repeatability
 from nas.latency.runtimes.loop import ProfileSettings
-from nas.latency.scoring import score
 from nas.latency.tables.table import LatencyTable
 from nas.latency.validate import held_out_archs, held_out_pruned
 from nas.resources import tables_dir

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, composed_target
-from nas.latency.predictor import LatencyPredictor, table_networks
+from nas.latency.predict.predictor import LatencyPredictor, table_networks
+from nas.latency.predict.roofline import Roofline
 from nas.latency.reproducibility import reproducibility_lines
-from nas.latency.roofline import Roofline
 from nas.latency.runtimes.core import get_runtime
 from nas.latency.runtimes.device import device_identity
 from nas.latency.runtimes.loop import ProfileSettings
@@ -82,7 +82,7 @@ def timm_group(m: str) -> str:
 
 def efficientnet_family(report: dict) -> dict:
     """The issue's EfficientNet-family figure: efficientnet_* and tinynet_* among the timm models."""
-    from nas.latency.scoring import score
+    from nas.latency.predict.scoring import score
 
     pts = [p for p in report["points"] if p["group"].startswith("timm")
            and p["arch"].startswith(("efficientnet", "tinynet"))]
@@ -140,8 +140,8 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
     from sklearn.model_selection import KFold
     from sklearn.pipeline import Pipeline
 
-    from nas.latency.block_model import BlockFeaturizer
-    from nas.latency.predictor import make_block_model
+    from nas.latency.predict.block_model import BlockFeaturizer
+    from nas.latency.predict.predictor import make_block_model
     from nas.latency.runtimes.measure_model import measure_key
 
     def boosting_only():

@@ -62,9 +62,9 @@ from nas.arch import Arch
 from nas.config import compose_app
 from nas.data import load_data
 from nas.latency import load_latency_model
+from nas.latency.predict.scoring import drift_ratios, score
 from nas.latency.runtimes.core import get_runtime
 from nas.latency.runtimes.loop import ProfileSettings
-from nas.latency.scoring import drift_ratios, score
 from nas.latency.validate import measure_held_out
 from nas.search.budget import Budgets
 from nas.search.evaluate import EvalResult, Evaluator, make_evaluator

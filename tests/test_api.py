@@ -56,8 +56,8 @@ def test_public_entry_points_take_a_target_a_name_or_its_fields():
     """The public entry points (nas.load_latency_model, nas.profile_target, nas.validate_target,
     nas.export_checkpoint) resolve what they were given once; the library below them takes a Target and
     names nas.load_target for anything else."""
-    from nas.latency.load import RooflineModel, resolve_target
-    from nas.latency.roofline import Roofline
+    from nas.latency.predict.load import RooflineModel, resolve_target
+    from nas.latency.predict.roofline import Roofline
     from nas.latency.runtimes.core import get_runtime
 
     t = nas.load_target("jetson")

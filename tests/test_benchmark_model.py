@@ -224,8 +224,8 @@ def test_measure_bundle_on_a_phone_imports_as_the_phone(tmp_path, monkeypatch):
     target naming the phone."""
     from nas.latency import bundle as bundle_mod
     from nas.latency.bundle import import_bundle, write_bundle
+    from nas.latency.predict.versions import runtime_note
     from nas.latency.runtimes.loop import ProfileSettings
-    from nas.latency.versions import runtime_note
     from nas.space import load_space
     from nas.target import load_target
 

@@ -259,7 +259,7 @@ def test_shipped_table_on_another_cpu_warns_and_profiles_into_the_users_folder(n
     """These targets name no device: the shipped table is the Xeon's.  On another processor it warns
     (naming the same target's profile command) and nas.profile measures into the user's folder, read
     before the shipped table; on the table's own processor it is used as it is."""
-    from nas.latency.load import elsewhere_warning
+    from nas.latency.predict.load import elsewhere_warning
     from nas.latency.profile_workflow import default_out
     from nas.latency.tables.table import TABLES_DIR, LatencyTable, resolve_table_path
 

@@ -436,7 +436,7 @@ def test_bundle_measurer_times_an_onnx_file(tmp_path, keys, precision):
 
 @pytest.mark.gpu
 def test_here_gpu_microbenchmark_measures_the_gpu():
-    from nas.latency.here import gpu_identity, measure_gpu_peaks
+    from nas.latency.predict.here import gpu_identity, measure_gpu_peaks
 
     ident = gpu_identity()
     peaks = measure_gpu_peaks(matmul_n=2048, copy_mb=256, chain_ops=50)

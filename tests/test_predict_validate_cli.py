@@ -139,7 +139,7 @@ def test_validate_cli(table, tmp_path):
 def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, tmp_path):
     import numpy as np
 
-    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.predict.predictor import LatencyPredictor
     from nas.latency.tables.table import LatencyTable
     from nas.space import load_space
 
@@ -182,7 +182,7 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
 def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(table, tmp_path):
     import numpy as np
 
-    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.predict.predictor import LatencyPredictor
     from nas.latency.tables.table import LatencyTable
     from nas.space import load_space
 
@@ -234,7 +234,7 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     import numpy as np
 
     import nas.latency.profiler as profiler
-    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.predict.predictor import LatencyPredictor
     from nas.latency.profile_workflow import _recalibrate
     from nas.latency.runtimes.loop import Interrupted
     from nas.latency.tables.table import LatencyTable, TableError
@@ -264,7 +264,7 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     built = LatencyPredictor(refresh=False).fit(tab).predict(list(tab.networks))
     assert abs(float(np.median(half / built)) - 0.5) < 0.02  # the machine now runs twice as fast
     # nas.validate scores the table as built and, beside it, as nas.predict / search / train use it
-    from nas.latency.roofline import Roofline
+    from nas.latency.predict.roofline import Roofline
     from nas.latency.validate import STORED, ValidationSet, validate
     from nas.space import load_space
 

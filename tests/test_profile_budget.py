@@ -182,7 +182,7 @@ def test_budget_with_bundle_or_refresh_is_refused():
 
 
 def test_partial_table_predicts_and_says_what_was_measured():
-    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.predict.predictor import LatencyPredictor
 
     space = load_space("tiny")
     keys = space.unique_blocks()
@@ -202,7 +202,7 @@ class TrueDevice(FakeDevice):
     its blocks times 1.1."""
 
     def __init__(self, monkeypatch):
-        from nas.latency.roofline import Roofline
+        from nas.latency.predict.roofline import Roofline
 
         self.t, self.seen = 0.0, []
         self.roof = Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0)
@@ -291,8 +291,8 @@ def test_extrapolation_only_from_a_steady_rising_trend():
 @pytest.mark.slow
 def test_validate_budget_report_refits_on_the_first_minutes(budgeted, tmp_path):
     from nas.latency.budget_curve import budget_plot, budget_report
-    from nas.latency.predictor import LatencyPredictor
-    from nas.latency.scoring import score
+    from nas.latency.predict.predictor import LatencyPredictor
+    from nas.latency.predict.scoring import score
     from nas.latency.validate import ValidationSet, held_out_archs
 
     dev, keys, nets, one, path, rep, saved = budgeted

@@ -7,9 +7,9 @@ from test_predictor import META, SYNTH, synth_table
 from test_predictor import TARGET as TARGET_FIELDS
 
 from nas.latency import LatencyPredictor
+from nas.latency.predict.scoring import drift_warning
 from nas.latency.refresh import MIN_ANCHORS, Refresh, pick_anchors, refresh_model, retime, why_not_retimed
 from nas.latency.repeatability import repeatability
-from nas.latency.scoring import drift_warning
 from nas.latency.validate import AS_BUILT, RESCALED, ValidationSet, validate
 from nas.space import load_space
 from nas.target import Target

@@ -1,5 +1,5 @@
 """``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``: one prediction; with
-``breakdown=true`` every layer's time beside the roofline's verdict on it (``nas.latency.breakdown``) and a
+``breakdown=true`` every layer's time beside the roofline's verdict on it (``nas.latency.predict.breakdown``) and a
 bar chart of them (``breakdown_png``)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The schemas and command-line aliases every command shares: the apps that take a target but none of
 search's groups (``space``, ``profile``, ``predict``, ``validate``), the ``--help`` templates, and
 ``normalize_overrides``, which turns ``conf=<name>`` into Hydra's ``target=<name>`` and ``conf=here``
-into this machine's own target (written on first use by ``nas.latency.here``) before Hydra composes.
+into this machine's own target (written on first use by ``nas.latency.predict.here``) before Hydra composes.
 """
 
 from __future__ import annotations

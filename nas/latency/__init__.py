@@ -14,14 +14,14 @@ __all__ = ["SOURCES", "LatencyModel", "LatencyPredictor", "Prediction", "Rooflin
            "profile_target", "validate_target", "ensure_here_target", "refresh_model"]
 
 _HOMES = {"SOURCES": "nas.latency.tables", "LatencyModel": "nas.latency.tables", "Prediction": "nas.latency.tables",
-          "LatencyPredictor": "predictor",
-          "RooflineModel": "load", "load_latency_model": "load", "profile_target": "profile_workflow",
-          "validate_target": "validate", "ensure_here_target": "here", "refresh_model": "refresh",
+          "LatencyPredictor": "nas.latency.predict",
+          "RooflineModel": "nas.latency.predict", "load_latency_model": "nas.latency.predict", "profile_target": "profile_workflow",
+          "validate_target": "validate", "ensure_here_target": "nas.latency.predict", "refresh_model": "refresh",
           # what nas.validate prints a report with
           "RESCALED": "validate", "reproducibility_lines": "reproducibility",
           "summary_line": "reproducibility",
           # nas.predict breakdown=true: per-layer time beside the roofline's verdict, and its chart
-          **{n: "breakdown" for n in ("layer_breakdown", "breakdown_chart", "ridge_point")}}
+          **{n: "nas.latency.predict" for n in ("layer_breakdown", "breakdown_chart", "ridge_point")}}
 
 
 # scikit-learn and torch load with the first use, not with every submodule: a command refuses a bad value

@@ -36,8 +36,8 @@ from matplotlib.figure import Figure
 from sklearn.base import clone
 
 from nas.arch import Arch, BlockKey
+from nas.latency.predict import score
 from nas.latency.profile_jobs import job_id
-from nas.latency.scoring import score
 from nas.latency.tables import Entry, LatencyTable
 
 __all__ = ["GAP_S", "MIN_ENTRIES", "Order", "budget_plot", "budget_report", "layer_times", "measuring_order",
@@ -196,7 +196,7 @@ def _curve(predictor, vs, order: Order, times: dict[BlockKey, float]) -> list[di
         if len(sub.entries) < MIN_ENTRIES or sig in seen:
             continue
         seen.add(sig)
-        with _quiet("nas.latency.predictor"):  # "too few networks to calibrate": the point says so itself
+        with _quiet("nas.latency.predict.predictor"):  # "too few networks to calibrate": the point says so itself
             model = clone(predictor).set_params(refresh=False).fit(sub, mismatched=predictor.mismatched_)
         pred = model.predict(vs.archs)
         points.append({"minutes": s / 60, "blocks": len(sub.entries), "networks": len(sub.networks),

@@ -28,14 +28,11 @@ from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
 from nas.latency.bundle_files import bundle_cost
-from nas.latency.load import resolve_target
 from nas.latency.options import PROFILE, VALIDATION_SEED
-from nas.latency.predictor import LatencyPredictor
+from nas.latency.predict import LatencyPredictor, Roofline, drift_ratios, resolve_target, score
 from nas.latency.profile_jobs import expected_seconds, plan_jobs, run_jobs
 from nas.latency.profiler import block_frequency, calibration_order, new_metadata, pruned_archs
-from nas.latency.roofline import Roofline
 from nas.latency.runtimes import Interrupted, ProfileSettings, device_identity, get_runtime, measure_overhead
-from nas.latency.scoring import drift_ratios, score
 from nas.latency.tables import LatencyTable, default_table_out, now_iso, profile_writer
 from nas.latency.validate import held_out_set, measure_held_out
 from nas.latency.watch import Unwatched, Watch, noise_note

@@ -18,7 +18,7 @@ Nothing is re-timed on another machine than the table's (another CPU, a device m
 bundle, a rehearsal), for a table without calibration networks, or where the anchors would take
 longer than the budget.  A re-timing the machine misled is measured but not applied: one that
 waited for the CPU (``nas.latency.watch.Contention``), or whose ratios scatter as
-``nas.latency.scoring.drift_verdict`` would call noisy (around each
+``nas.latency.predict.scoring.drift_verdict`` would call noisy (around each
 space's own factor).  Every figure rescaled this way says so
 (``Prediction.rescaled_by``), and ``Refresh.line`` is the sentence the commands print.
 """
@@ -36,10 +36,9 @@ import numpy as np
 
 from nas.arch import Arch
 from nas.latency.options import REFRESH
-from nas.latency.predictor import LatencyPredictor
+from nas.latency.predict import NOISY_SPREAD, LatencyPredictor, table_noise
 from nas.latency.profile_jobs import expected_seconds
 from nas.latency.runtimes import ProfileSettings, device_identity, get_runtime, measure_arch
-from nas.latency.scoring import NOISY_SPREAD, table_noise
 from nas.latency.tables import LatencyTable, now_iso
 from nas.latency.watch import Contention, contended
 from nas.machine import RuntimeUnavailable

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch
+from nas.latency.predict import score
 from nas.latency.runtimes import ProfileSettings, measure_arch, measure_items, measure_key
-from nas.latency.scoring import score
 from nas.latency.tables import LatencyTable, now_iso
 
 __all__ = ["CEILING_OF", "SUPPORTS_10PCT", "record", "reproducibility", "reproducibility_lines", "reproducibility_warning",

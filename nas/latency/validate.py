@@ -63,16 +63,25 @@ from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.latency.budget_curve import budget_plot, budget_report
 from nas.latency.bundle import bundle_manifest, bundle_networks, bundle_results
-from nas.latency.load import load_latency_model, resolve_target
 from nas.latency.options import REFRESH, VALIDATE, VALIDATION_SEED
-from nas.latency.predictor import LatencyPredictor, recorded, table_networks
+from nas.latency.predict import (
+    LatencyPredictor,
+    Roofline,
+    drift_ratios,
+    drift_verdict,
+    drift_warning,
+    load_latency_model,
+    recorded,
+    resolve_target,
+    score,
+    score_by_range,
+    table_networks,
+)
 from nas.latency.profiler import anchor_archs, measure_networks, pruned_archs
 from nas.latency.refresh import Refresh, refresh_model
 from nas.latency.repeatability import repeatability
 from nas.latency.reproducibility import reproducibility, table_ceiling
-from nas.latency.roofline import Roofline
 from nas.latency.runtimes import Interrupted, ProfileSettings, device_identity, get_runtime
-from nas.latency.scoring import drift_ratios, drift_verdict, drift_warning, score, score_by_range
 from nas.latency.validate_plot import scatter_plot
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target

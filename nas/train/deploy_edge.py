@@ -26,7 +26,7 @@ from nas.data import Dataset, DataSettings, load_data
 from nas.export import EDGE_FORMATS, check_format, litert
 from nas.export.edge import SUFFIXES, openvino_model, pte_bytes, verify_file, write_file
 from nas.export.verify import calibration_inputs, eval_split, split_note
-from nas.latency.load import load_latency_model, resolve_target
+from nas.latency.predict import load_latency_model, resolve_target
 from nas.latency.runtimes import (
     ExecuTorchRuntime,
     LiteRTRuntime,

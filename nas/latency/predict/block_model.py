@@ -1,6 +1,6 @@
 """The learned per-block model of the latency predictor: ``BlockFeaturizer`` -> ``ResidualOverOps``
 (a non-negative linear cost per kind of kernel, then gradient boosting on the log ratio), for
-block shapes the table lacks; see ``nas.latency.predictor``."""
+block shapes the table lacks; see ``nas.latency.predict.predictor``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from nas.arch import ACTIVATIONS, BlockKey
 from nas.cost import block_cost
-from nas.latency.ops import N_OPS, SIMD_CHANNELS, op_features
-from nas.latency.roofline import Roofline
+from nas.latency.predict.ops import N_OPS, SIMD_CHANNELS, op_features
+from nas.latency.predict.roofline import Roofline
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _REF_ROOFLINE = Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0, overhead_us=
 
 class BlockFeaturizer(BaseEstimator, TransformerMixin):
     """BlockKey -> numeric features: kind, shapes, kernel, expansion, SE, heads, MACs, bytes,
-    then the per-kind-of-kernel work of ``nas.latency.ops.op_features``, as counted and with
+    then the per-kind-of-kernel work of ``nas.latency.predict.ops.op_features``, as counted and with
     channels padded to the SIMD block (the last ``N_LINEAR`` columns)."""
 
     def fit(self, X: Sequence[BlockKey], y: Any = None) -> BlockFeaturizer:

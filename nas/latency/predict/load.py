@@ -12,11 +12,11 @@ from typing import Any
 
 from nas.arch import Arch
 from nas.latency import runtimes
-from nas.latency.here import is_here_name, load_target, profile_command
-from nas.latency.predictor import LatencyPredictor
-from nas.latency.roofline import Roofline
+from nas.latency.predict.here import is_here_name, load_target, profile_command
+from nas.latency.predict.predictor import LatencyPredictor
+from nas.latency.predict.roofline import Roofline
+from nas.latency.predict.versions import runtime_note
 from nas.latency.tables import LatencyModel, LatencyTable, Prediction, TableError, require_entries, resolve_table_path
-from nas.latency.versions import runtime_note
 from nas.machine import OtherProcessorWarning
 from nas.target import Target, removed_field_error, require_target
 

@@ -27,7 +27,7 @@ from matplotlib.patches import Patch
 
 from nas.arch import Arch
 from nas.cost import block_cost
-from nas.latency.roofline import BYTES_PER_ELEMENT, Roofline
+from nas.latency.predict.roofline import BYTES_PER_ELEMENT, Roofline
 from nas.latency.tables import LatencyModel
 from nas.target import Target, require_target
 

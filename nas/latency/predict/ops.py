@@ -5,7 +5,7 @@ it and sums, per kind of kernel, the work and the memory traffic (``OP_FEATURES`
 columns).  A block's latency is close to a non-negative combination of these columns (each
 kind of kernel has its own throughput and launch cost), so a linear fit on the table's entries
 extrapolates to widths, resolutions and channel counts the table never measured; the gradient
-boosting in ``nas.latency.predictor`` only corrects what is left (kernel efficiency that
+boosting in ``nas.latency.predict.predictor`` only corrects what is left (kernel efficiency that
 varies with shape).
 
 ``op_features(key, pad=16)`` counts the same work with every channel count rounded up to a

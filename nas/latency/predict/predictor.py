@@ -8,7 +8,7 @@ the fitted predictor compiled for one space's parameter encoding (many architect
    per-call overhead (measured by the profiler on an empty graph), plus one overhead.
 2. **Learned model** for keys the table lacks: a scikit-learn pipeline fitted on the table's
    entries (``BlockFeaturizer`` -> ``ResidualOverOps``): a non-negative linear cost per kind
-   of kernel (``nas.latency.ops``: MACs, elements and launches of dense / pointwise /
+   of kernel (``nas.latency.predict.ops``: MACs, elements and launches of dense / pointwise /
    depthwise convolutions, activations, pools, adds, attention), then gradient boosting on
    ``log(measured / linear)``.  The linear stage is physical and additive, so far from the
    data it extrapolates like the device's kernels do.  Refit whenever a table is loaded;
@@ -52,8 +52,8 @@ from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from nas.arch import Arch, BlockKey, ConvBlock, Head
-from nas.latency.block_model import KINDS, N_LINEAR, BlockFeaturizer, make_block_model  # noqa: F401
-from nas.latency.calibration import (  # noqa: F401
+from nas.latency.predict.block_model import KINDS, N_LINEAR, BlockFeaturizer, make_block_model  # noqa: F401
+from nas.latency.predict.calibration import (  # noqa: F401
     EXTRAPOLATION_MARGIN,
     LOG_FLOOR_MS,
     LOW_NETWORKS,
@@ -375,7 +375,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
     def annotate(self, *, warning: str | None = None, note: str | None = None) -> LatencyPredictor:
         """Records what is said about the fitted table where it is used: ``warning`` when it was measured on
         another processor than this machine's, ``note`` when its runtime version is not the one installed
-        here (``nas.latency.load`` sets both); returns ``self``."""
+        here (``nas.latency.predict.load`` sets both); returns ``self``."""
         self.elsewhere_, self.runtime_note_ = warning, note
         return self
 
@@ -386,7 +386,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
 
     @property
     def note(self) -> str | None:
-        """Set when the table's runtime version is not the one installed here (``nas.latency.versions``)."""
+        """Set when the table's runtime version is not the one installed here (``nas.latency.predict.versions``)."""
         return getattr(self, "runtime_note_", None)
 
     def describe(self) -> str:

@@ -126,6 +126,6 @@ def measure_peaks(*, threads: int = 1, matmul_n: int = 1024, copy_mb: int = 256,
 
     overhead = max((chain(chain_ops) - chain(1)) / (chain_ops - 1) * 1e3, 0.01)
     return {"peak_gflops": round(peak, 1), "mem_bandwidth_gbs": round(bw, 1), "overhead_us": round(overhead, 3),
-            "spec_source": f"measured on this machine by nas.latency.roofline.measure_peaks ({threads} thread"
+            "spec_source": f"measured on this machine by nas.latency.predict.roofline.measure_peaks ({threads} thread"
                            f"{'s' if threads > 1 else ''}): MatMul {n}^3 {peak:.0f} GFLOP/s, {copy_mb} MB copy "
                            f"{bw:.1f} GB/s, {overhead:.2f} us per graph op"}

@@ -1,7 +1,7 @@
 """The whole-network calibration of the latency predictor: additive per-layer features
 (``layer_features``), the network mix the residual model reads (``layer_mix`` / ``network_mix``),
 and the calibration networks a table holds (``table_networks``; its refresh / recalibration
-records: ``recorded``, ``recalibrated_networks``); see ``nas.latency.predictor``."""
+records: ``recorded``, ``recalibrated_networks``); see ``nas.latency.predict.predictor``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sklearn.linear_model import LinearRegression
 
 from nas.arch import ACTIVATIONS, Arch, BlockKey
 from nas.cost import block_cost
-from nas.latency.block_model import KINDS
-from nas.latency.ops import padding_elems
+from nas.latency.predict.block_model import KINDS
+from nas.latency.predict.ops import padding_elems
 from nas.latency.tables import LatencyTable, TableError
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def layer_features(key: BlockKey, ms: float) -> np.ndarray:
     converts them between layouts, a block inside a network does not), its weight megabytes (a
     network streams weights that a lone block keeps in cache), its time again when it gates
     with SE, and the padding its depthwise convolution reads and writes when its channels are
-    not a multiple of the SIMD block (``nas.latency.ops.padding_elems``, ``SIMD_CHANNELS`` =
+    not a multiple of the SIMD block (``nas.latency.predict.ops.padding_elems``, ``SIMD_CHANNELS`` =
     16), and the log of its time (floored at ``LOG_FLOOR_MS``): what a layer costs inside a
     network is concave in what it costs alone (its fixed per-operator share does not shrink
     with it), which a constant per layer cannot express.  Without the log term, 60 networks
