@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, write_result
 from nas.config import ProfileAppConfig
-from nas.latency.bundle import _SETTINGS, bundle_networks
+from nas.latency.bundle.roundtrip import _SETTINGS, bundle_networks
 from nas.latency.predict.predictor import LatencyPredictor
 from nas.latency.predict.scoring import score
 from nas.latency.profile_workflow import profile_target

@@ -222,8 +222,8 @@ def test_measure_bundle_on_a_phone_imports_as_the_phone(tmp_path, monkeypatch):
     """measure_bundle.py --runtime benchmark_model on a LiteRT bundle (its graphs stand-ins: the fake phone
     does not read them): results name the phone, runtime litert via benchmark_model, and import into a
     target naming the phone."""
-    from nas.latency import bundle as bundle_mod
-    from nas.latency.bundle import import_bundle, write_bundle
+    from nas.latency.bundle import roundtrip as bundle_mod
+    from nas.latency.bundle.roundtrip import import_bundle, write_bundle
     from nas.latency.predict.versions import runtime_note
     from nas.latency.runtimes.loop import ProfileSettings
     from nas.space import load_space

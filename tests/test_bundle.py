@@ -12,7 +12,7 @@ import pytest
 from old_code import old_source
 
 from benchmarks.bundle import _bundle_differences, no_torch_python, round_trip
-from nas.latency.bundle import SCRIPTS, BundleError, bundle_networks, import_bundle, write_bundle
+from nas.latency.bundle.roundtrip import SCRIPTS, BundleError, bundle_networks, import_bundle, write_bundle
 from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
 from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import LatencyTable
@@ -229,7 +229,7 @@ def test_measuring_python_has_the_runtime_and_no_torch(tmp_path, runtime):
 
 def test_targets_accept_their_own_measurements():
     """trtexec and TensorRT's Python API are both the runtime 'tensorrt' (the script records 'via')."""
-    from nas.latency.bundle import _differences
+    from nas.latency.bundle.roundtrip import _differences
 
     t = Target.from_dict({**CPU_FIELDS, "runtime": "tensorrt", "provider": "", "precision": "fp16",
                           "device": {**CPU_FIELDS["device"], "kind": "jetson", "name": "Jetson AGX Orin"}})

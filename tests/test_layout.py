@@ -39,12 +39,12 @@ ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # py
 # imported inside a function only, each with its reason: optional or heavy runtimes a user may not have installed
 OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt", "torchao", "psycopg",
                      "sqlalchemy", "modelopt", "pycuda", "cuda", "litert_torch", "ai_edge_litert", "ai_edge_quantizer",
-                     "hwnas_trt",  # the TensorRT timer a device bundle carries beside bundle_script.py
+                     "hwnas_trt",  # the TensorRT timer a device bundle carries beside measure_bundle.py
                      "hwnas_cuda"}  # the CUDA helpers a device bundle carries beside hwnas_trt.py
 # calls that import the module their first argument names (the layer checks see them as imports)
 LOADERS = {"try_import", "importlib.import_module", "import_module"}
 # the device bundles' scripts: they run on the device without this package, so they import as they can
-STANDALONE = {"nas.latency.bundle_script", "nas.latency.bundle_stats", "nas.latency.runtimes.hwnas_trt",
+STANDALONE = {"nas.latency.bundle.measure_bundle", "nas.latency.bundle.hwnas_stats", "nas.latency.runtimes.hwnas_trt",
               "nas.latency.runtimes.hwnas_cuda", "nas.latency.runtimes.hwnas_litert", "nas.machine.hwnas_device"}
 # heavy but always installed, so loaded by an import statement where it is used
 HEAVY_NOT_OPTIONAL = {"sqlalchemy"}
@@ -224,7 +224,7 @@ def test_the_import_place_check_can_fail(tmp_path):
                    "    import json  # why not\n    return importlib.import_module('nas.cli.search')\n")
     assert _misplaced_imports("nas.export.onnx", src) == ["nas.export.onnx:2 onnxruntime", "nas.export.onnx:4 json",
                                                           "nas.export.onnx:5 nas.cli.search"]
-    assert _misplaced_imports("nas.latency.bundle_script", src)[0] == "nas.latency.bundle_script:4 json"
+    assert _misplaced_imports("nas.latency.bundle.measure_bundle", src)[0] == "nas.latency.bundle.measure_bundle:4 json"
 
 
 def _private_imports(module: str, path: Path) -> list[str]:

@@ -213,7 +213,7 @@ def test_bundle_measured_and_rehearsed_imports_labelled(tmp_path):
     """Written here (.tflite), measured by measure_bundle.py with ai-edge-litert in a subprocess, rehearsed
     (rehearsal.json: imported only as a rehearsal), both imported (40 s here)."""
     _runtime("litert_cpu_int8")
-    from nas.latency.bundle import BundleError, import_bundle, write_bundle
+    from nas.latency.bundle.roundtrip import BundleError, import_bundle, write_bundle
     from nas.latency.profiler import calibration_archs
     from nas.space import load_space
 

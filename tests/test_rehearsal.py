@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from old_code import old_source
 
-from nas.latency.bundle import SCRIPTS
+from nas.latency.bundle.roundtrip import SCRIPTS
 from nas.machine import hwnas_device
 
 ROOT = Path(__file__).resolve().parents[1]

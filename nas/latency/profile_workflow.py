@@ -25,9 +25,8 @@ from typing import Any
 from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
 from nas.latency import reproducibility
-from nas.latency.bundle import BundleError, bundle_manifest, write_bundle
+from nas.latency.bundle import BundleError, bundle_cost, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
-from nas.latency.bundle_files import bundle_cost
 from nas.latency.options import PROFILE, VALIDATION_SEED
 from nas.latency.predict import LatencyPredictor, Roofline, drift_ratios, resolve_target, score
 from nas.latency.profile_jobs import expected_seconds, plan_jobs, run_jobs

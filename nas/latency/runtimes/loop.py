@@ -7,7 +7,7 @@ re-measuring of a noisy round (spread above ``max_spread``) and returns a table 
 and Ctrl-C handling.  What builds a block or a network (or loads exported bytes) and times it on a
 runtime: ``nas.latency.runtimes.measure_model``.
 
-``nas/latency/bundle_script.py`` keeps its own copy of the timing loop: it runs on devices
+``nas/latency/bundle/measure_bundle.py`` keeps its own copy of the timing loop: it runs on devices
 without torch or this package.
 """
 

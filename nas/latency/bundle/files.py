@@ -1,6 +1,6 @@
 """What a device bundle's files are and cost: the graph format per runtime, each graph's size, the
 bundle's size and measuring time estimated before writing (``bundle_cost``), and the README.md that
-explains a bundle to whoever measures it (``bundle_readme``).  ``nas.latency.bundle`` writes them."""
+explains a bundle to whoever measures it (``bundle_readme``).  ``nas.latency.bundle.roundtrip`` writes them."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from nas.export.edge import openvino_model, pte_bytes, write_openvino
 from nas.export.litert import tflite_bytes
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
-from nas.latency.bundle_files import SUFFIX, BundleCost, bundle_readme
+from nas.latency.bundle.files import SUFFIX, BundleCost, bundle_readme
 from nas.latency.runtimes import ProfileSettings, Tiny, require
 from nas.latency.tables import Entry, LatencyTable, TableError, now_iso
 from nas.machine import device_mismatch
@@ -56,13 +56,11 @@ BUNDLE_VERSION = 2
 #: network roles: the predictor's calibration set (sampled, pruned) and networks only for validation
 ROLES = ("calibration", "pruned", "held_out")
 _LEAD = ("calibration", "pruned")  # the roles a budget measures before the blocks, in the manifest's ``order``
-_HERE = Path(__file__).parent
-#: the standalone scripts every bundle carries: its name in the bundle -> the file copied there (the runtimes'
-#: timers and the machine's identity under their own names)
-SCRIPTS = {"measure_bundle.py": _HERE / "bundle_script.py", "hwnas_stats.py": _HERE / "bundle_stats.py",
-           **{name: Path(nas.latency.runtimes.__file__).with_name(name)
-              for name in ("hwnas_trt.py", "hwnas_cuda.py", "hwnas_litert.py")},
-           "hwnas_device.py": Path(nas.machine.__file__).with_name("hwnas_device.py")}
+_HERE, _RUNTIMES, _MACHINE = (Path(f).parent for f in (__file__, nas.latency.runtimes.__file__, nas.machine.__file__))
+#: the standalone scripts every bundle carries, each under its own name: the script and its statistics (here),
+#: the runtimes' timers and the machine's identity
+SCRIPTS = {p.name: p for p in (_HERE / "measure_bundle.py", _HERE / "hwnas_stats.py", _RUNTIMES / "hwnas_trt.py",
+                               _RUNTIMES / "hwnas_cuda.py", _RUNTIMES / "hwnas_litert.py", _MACHINE / "hwnas_device.py")}
 _SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
