@@ -38,7 +38,7 @@ from nas.config import ProfileAppConfig
 from nas.latency.bundle.roundtrip import _SETTINGS, bundle_networks
 from nas.latency.predict.predictor import LatencyPredictor
 from nas.latency.predict.scoring import score
-from nas.latency.profile_workflow import profile_target
+from nas.latency.profile.workflow import profile_target
 from nas.latency.runtimes.device import device_identity
 from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import LatencyTable

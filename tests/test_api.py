@@ -36,7 +36,7 @@ def test_names_are_the_library_objects():
 def test_no_public_name_is_shadowed_by_a_submodule():
     """Importing the library's modules first (as the commands do) must not turn ``nas.build`` or any
     other public function into a module: no submodule of ``nas`` carries a public name."""
-    code = ("import nas.builder, nas.train.pipeline, nas.latency.profile_workflow, nas.search.study, nas; "
+    code = ("import nas.builder, nas.train.pipeline, nas.latency.profile.workflow, nas.search.study, nas; "
             "import types; print([n for n in nas.__all__ if isinstance(getattr(nas, n), types.ModuleType)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

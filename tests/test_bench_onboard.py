@@ -25,8 +25,8 @@ def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
     (``calibration_order`` by expected seconds, on the table's own figures): one from each space
     first, each space's smallest network first (its pruned networks among them), not the first space's only."""
     from nas.cost import arch_cost
-    from nas.latency.profile_jobs import expected_seconds
-    from nas.latency.profiler import calibration_archs, calibration_order
+    from nas.latency.profile.jobs import expected_seconds
+    from nas.latency.profile.profiler import calibration_archs, calibration_order
     from nas.latency.runtimes.loop import ProfileSettings
     from nas.latency.tables.table import LatencyTable, resolve_table_path
     from nas.space import list_calibration_spaces, list_spaces, load_space

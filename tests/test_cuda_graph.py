@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from nas.builder import build_layer
-from nas.latency.profiler import new_metadata, profile_blocks
-from nas.latency.reproducibility import reproducibility_warning, retime_sample, table_ceiling
+from nas.latency.profile.profiler import new_metadata, profile_blocks
+from nas.latency.profile.reproducibility import reproducibility_warning, retime_sample, table_ceiling
 from nas.latency.runtimes import cuda_graph
 from nas.latency.runtimes import loop as measure_module
 from nas.latency.runtimes.core import OnnxRuntime, TorchRuntime, get_runtime

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nas.latency.bundle.roundtrip import bundle_networks, import_bundle, write_bundle
-from nas.latency.profiler import calibration_archs
+from nas.latency.profile.profiler import calibration_archs
 from nas.latency.runtimes.loop import ProfileSettings
 from nas.space import load_space
 from nas.target import load_target

@@ -260,7 +260,7 @@ def test_shipped_table_on_another_cpu_warns_and_profiles_into_the_users_folder(n
     (naming the same target's profile command) and nas.profile measures into the user's folder, read
     before the shipped table; on the table's own processor it is used as it is."""
     from nas.latency.predict.load import elsewhere_warning
-    from nas.latency.profile_workflow import default_out
+    from nas.latency.profile.workflow import default_out
     from nas.latency.tables.table import TABLES_DIR, LatencyTable, resolve_table_path
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from nas.builder import build_layer
 from nas.export.onnx import export_onnx
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
-from nas.latency.profiler import new_metadata, profile_blocks
+from nas.latency.profile.profiler import new_metadata, profile_blocks
 from nas.latency.runtimes import hwnas_trt
 from nas.latency.runtimes.core import get_runtime, trt_ep_options
 from nas.latency.runtimes.loop import ProfileSettings, measure

@@ -214,7 +214,7 @@ def test_bundle_measured_and_rehearsed_imports_labelled(tmp_path):
     (rehearsal.json: imported only as a rehearsal), both imported (40 s here)."""
     _runtime("litert_cpu_int8")
     from nas.latency.bundle.roundtrip import BundleError, import_bundle, write_bundle
-    from nas.latency.profiler import calibration_archs
+    from nas.latency.profile.profiler import calibration_archs
     from nas.space import load_space
 
     target = load_target("litert_cpu_int8")

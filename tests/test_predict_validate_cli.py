@@ -233,9 +233,9 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
 
     import numpy as np
 
-    import nas.latency.profiler as profiler
+    import nas.latency.profile.profiler as profiler
     from nas.latency.predict.predictor import LatencyPredictor
-    from nas.latency.profile_workflow import _recalibrate
+    from nas.latency.profile.workflow import _recalibrate
     from nas.latency.runtimes.loop import Interrupted
     from nas.latency.tables.table import LatencyTable, TableError
 
@@ -265,7 +265,7 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     assert abs(float(np.median(half / built)) - 0.5) < 0.02  # the machine now runs twice as fast
     # nas.validate scores the table as built and, beside it, as nas.predict / search / train use it
     from nas.latency.predict.roofline import Roofline
-    from nas.latency.validate import STORED, ValidationSet, validate
+    from nas.latency.profile.validate import STORED, ValidationSet, validate
     from nas.space import load_space
 
     held = [load_space("tiny").random(s).with_resolution(32) for s in range(100, 110)]
@@ -332,7 +332,7 @@ def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
 
 def test_validate_models_take_arch_files(tmp_path):
     """models= mixes timm names and Arch JSON files (group "arch files"); a missing file is one line."""
-    from nas.latency.validate import held_out_set
+    from nas.latency.profile.validate import held_out_set
     from nas.space import load_space
 
     arch = load_space("tiny").random(0)

@@ -360,7 +360,7 @@ def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
 
 def test_reproducibility_scores_the_table_against_its_own_re_measurement():
     from nas.latency.predict.scoring import drift_ratios
-    from nas.latency.reproducibility import reproducibility
+    from nas.latency.profile.reproducibility import reproducibility
 
     # (now, table) ms: one network 3% slower now, two 9-10% off, one unchanged
     anchors = {"a": [(1.03, 1.0), (1.1, 1.0)], "b": [(0.9, 1.0), (2.0, 2.0)]}
@@ -377,7 +377,7 @@ def test_reproducibility_scores_the_table_against_its_own_re_measurement():
 def test_recalibration_absorbs_an_uneven_drift():
     """The machine moved since the table was measured: 20% faster, less so for small networks.
     Calibrated on the calibration networks re-measured now, the predictor follows; as built it cannot."""
-    from nas.latency.validate import RECALIBRATED, ValidationSet, validate
+    from nas.latency.profile.validate import RECALIBRATED, ValidationSet, validate
 
     t = synth_table(networks=40)
     sp = load_space("tiny")
@@ -413,9 +413,9 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
     interrupted validation resumes without re-measuring."""
     from types import SimpleNamespace
 
-    import nas.latency.profiler as profiler
-    from nas.latency.profiler import round_order
-    from nas.latency.validate import measure_held_out
+    import nas.latency.profile.profiler as profiler
+    from nas.latency.profile.profiler import round_order
+    from nas.latency.profile.validate import measure_held_out
 
     rng = np.random.default_rng(3)
     sp = load_space("tiny")
@@ -452,7 +452,7 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
 def test_recalibration_ablation_without_calibration_spaces():
     """With networks of calibration-only spaces in the table, validate also scores the recalibration
     fitted on the search spaces' networks alone, on the same re-measured figures."""
-    from nas.latency.validate import RECALIBRATED, WITHOUT_EXTRA, ValidationSet, validate
+    from nas.latency.profile.validate import RECALIBRATED, WITHOUT_EXTRA, ValidationSet, validate
 
     t = synth_table(("tiny", "calibration/lcnetlike"), networks=25)
     sp = load_space("tiny")

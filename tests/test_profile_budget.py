@@ -5,8 +5,9 @@ from collections import Counter
 import pytest
 
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profile_jobs, profiler
-from nas.latency.profile_workflow import check_budget, profile_target
+from nas.latency.profile import jobs as profile_jobs
+from nas.latency.profile import profiler
+from nas.latency.profile.workflow import check_budget, profile_target
 from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import Entry, LatencyTable
 from nas.space import load_space
@@ -238,7 +239,7 @@ def budgeted(tmp_path, monkeypatch):
 
 
 def test_profile_log_orders_a_budgeted_table(budgeted):
-    from nas.latency.budget_curve import measuring_order, table_at
+    from nas.latency.profile.budget_curve import measuring_order, table_at
 
     dev, keys, nets, one, path, rep, saved = budgeted
     assert rep.stopped_by_budget
@@ -267,7 +268,7 @@ def test_profile_log_orders_a_budgeted_table(budgeted):
 
 
 def test_extrapolation_only_from_a_steady_rising_trend():
-    from nas.latency.budget_curve import _extrapolate, _sentence
+    from nas.latency.profile.budget_curve import _extrapolate, _sentence
 
     def pt(cov, w10):
         return {"time_covered": cov, "within_10pct": w10, "calibrated": True}
@@ -290,10 +291,10 @@ def test_extrapolation_only_from_a_steady_rising_trend():
 
 @pytest.mark.slow
 def test_validate_budget_report_refits_on_the_first_minutes(budgeted, tmp_path):
-    from nas.latency.budget_curve import budget_plot, budget_report
     from nas.latency.predict.predictor import LatencyPredictor
     from nas.latency.predict.scoring import score
-    from nas.latency.validate import ValidationSet, held_out_archs
+    from nas.latency.profile.budget_curve import budget_plot, budget_report
+    from nas.latency.profile.validate import ValidationSet, held_out_archs
 
     dev, keys, nets, one, path, rep, saved = budgeted
     held = held_out_archs(load_space("tiny"), 30, exclude={a.digest() for a in nets})

@@ -5,7 +5,7 @@ import sys
 import time
 
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profiler
+from nas.latency.profile import profiler
 from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.tables.table import Entry, LatencyTable
 

@@ -16,7 +16,7 @@ from omegaconf import MISSING, OmegaConf
 
 import nas.latency  # its ensure_here_target loads with conf=here only (the package's lazy exports)
 from nas.config.schema import MeasureConfig, TargetConfig, ValidateMeasureConfig
-from nas.latency.options import PROFILE, REFRESH, VALIDATE
+from nas.latency.profile import PROFILE, REFRESH, VALIDATE
 from nas.resources import conf_dir, user_home
 from nas.target import HERE_NAMES, removed_field_error, target_names
 

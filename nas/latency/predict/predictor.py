@@ -184,7 +184,7 @@ class LatencyPredictor(LatencyModel, BaseEstimator):
     def rescale_now(self, ratio: float, how: str) -> LatencyPredictor:
         """Scale every prediction by ``ratio`` (calibration networks now over ``calibration_figures``),
         in place of a stored refresh's ratio; ``how`` is what the predictions' labels say about it
-        (``nas.latency.refresh.refresh_model`` calls this).
+        (``nas.latency.profile.refresh.refresh_model`` calls this).
 
         Raises:
             ValueError: ``ratio`` is not a positive finite number.

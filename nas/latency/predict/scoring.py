@@ -1,7 +1,7 @@
 """Scores of predicted against measured latency, and the drift of a machine since its table.
 
-Used by the validation (``nas.latency.validate``) and by the profiler's refresh / recalibrate
-(``nas.latency.profiler``); kept below both so neither imports the other.
+Used by the validation (``nas.latency.profile.validate``) and by the profiler's refresh / recalibrate
+(``nas.latency.profile.profiler``); kept below both so neither imports the other.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def drift_warning(verdict: dict[str, Any], target_name: str, *, refreshed: float
     Args:
         verdict: ``drift_verdict``'s record.
         target_name: the target the fix names (``conf=<target_name>``), where one is named.
-        refreshed: the ratio the predictions were rescaled by on the fly (``nas.latency.refresh``), when
+        refreshed: the ratio the predictions were rescaled by on the fly (``nas.latency.profile.refresh``), when
             they were: the verdict is then judged against those rescaled figures, and the warning says what
             was done rather than what to run.
 

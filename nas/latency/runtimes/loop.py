@@ -49,7 +49,7 @@ class ProfileSettings:
     remeasure: int = 2  # at most this many times
     rounds: int = 3  # interleaved passes, each in a fresh session; an entry is the median of its rounds
     save_every_s: float = 2.0  # the table is saved this often while measuring
-    watch: bool = True  # nas.profile: keep out what the machine misled (nas.latency.watch); false saves all
+    watch: bool = True  # nas.profile: keep out what the machine misled (nas.latency.profile.watch); false saves all
 
     def __post_init__(self) -> None:
         for name in ("warmup", "repeats", "remeasure", "rounds"):

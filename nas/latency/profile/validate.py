@@ -4,7 +4,7 @@ Methods, all scored on the same held-out networks:
 
 (a) ``predictor``   the calibrated predictor (table + learned model + calibration), as ``nas.search``
                     and ``nas.predict`` use it: on the table's own machine refreshed on the fly
-                    (``nas.latency.refresh``: a few calibration networks re-timed before measuring,
+                    (``nas.latency.profile.refresh``: a few calibration networks re-timed before measuring,
                     each space's networks rescaled by its own; ``retime=False``: the table as built);
 (h) ``predictor_as_built``  (a) without the refresh, scored when one was applied;
 (b) ``table_sum``   the raw sum of the table's block entries;
@@ -27,7 +27,7 @@ Held-out means: seeded random samples of the spaces drawn from seeds other than 
 calibration seed, with any architecture that is in the table's calibration set removed; timm
 models are never in it.  Metrics per method: share within ±5% and ±10%, MAPE, Kendall τ, n.
 A network whose rounds (each a fresh session) disagree by more than ±10% is left out of every
-score and named (``nas.latency.repeatability``).  Measurements are cached next to the report so
+score and named (``nas.latency.profile.repeatability``).  Measurements are cached next to the report so
 an interrupted validation resumes.
 
 Drift check: a machine's speed moves (other load, memory contention, a noisy cloud neighbour).
@@ -61,9 +61,7 @@ from sklearn.linear_model import LinearRegression
 from nas._io import atomic_write_json
 from nas.arch import Arch
 from nas.cost import arch_cost
-from nas.latency.budget_curve import budget_plot, budget_report
 from nas.latency.bundle import bundle_manifest, bundle_networks, bundle_results
-from nas.latency.options import REFRESH, VALIDATE, VALIDATION_SEED
 from nas.latency.predict import (
     LatencyPredictor,
     Roofline,
@@ -77,12 +75,14 @@ from nas.latency.predict import (
     score_by_range,
     table_networks,
 )
-from nas.latency.profiler import anchor_archs, measure_networks, pruned_archs
-from nas.latency.refresh import Refresh, refresh_model
-from nas.latency.repeatability import repeatability
-from nas.latency.reproducibility import reproducibility, table_ceiling
+from nas.latency.profile.budget_curve import budget_plot, budget_report
+from nas.latency.profile.options import REFRESH, VALIDATE, VALIDATION_SEED
+from nas.latency.profile.profiler import anchor_archs, measure_networks, pruned_archs
+from nas.latency.profile.refresh import Refresh, refresh_model
+from nas.latency.profile.repeatability import repeatability
+from nas.latency.profile.reproducibility import reproducibility, table_ceiling
+from nas.latency.profile.validate_plot import scatter_plot
 from nas.latency.runtimes import Interrupted, ProfileSettings, device_identity, get_runtime
-from nas.latency.validate_plot import scatter_plot
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
@@ -120,7 +120,7 @@ def held_out_archs(space, n: int, *, exclude: set[str], resolution: int | None =
 def held_out_pruned(space, n: int, *, exclude: set[str], resolution: int | None = None,
                     seed: int = VALIDATION_SEED) -> list[Arch]:
     """``n`` seeded networks of ``space`` narrowed as pruning narrows them
-    (``nas.latency.profiler.pruned_archs`` with the validation seed), none in ``exclude``."""
+    (``nas.latency.profile.profiler.pruned_archs`` with the validation seed), none in ``exclude``."""
     out = {a.digest(): a for a in pruned_archs(space, 2 * n, resolution=resolution, seed=seed)
            if a.digest() not in exclude}
     return list(out.values())[:n]
@@ -213,10 +213,10 @@ def validate(predictor: LatencyPredictor, roofline: Roofline, vs: ValidationSet,
     ``recalibrate``: also score ``predictor_recalibrated``, the predictor calibrated on the
     table's calibration networks as re-measured in ``vs`` (measure with ``anchors_per_group=None``).
     ``target_name``: the target the drift warning's fix names (``conf=<target_name>``).
-    ``refresh``: the table's refresh on the fly (``nas.latency.refresh``): ``predictor`` is then the
+    ``refresh``: the table's refresh on the fly (``nas.latency.profile.refresh``): ``predictor`` is then the
     predictor as built times each network's factor, as ``nas.search`` / ``nas.predict`` use it, and
     ``predictor_as_built`` the table as built.  Networks whose rounds do not repeat within
-    ``REPEAT_TOLERANCE`` (``nas.latency.repeatability``) are left out of every score, named.
+    ``REPEAT_TOLERANCE`` (``nas.latency.profile.repeatability``) are left out of every score, named.
     """
     calib = {a.digest() for a, _ in table_networks(predictor.table_)}
     leaked = [a for a in vs.archs if a.digest() in calib]
@@ -372,7 +372,7 @@ def validate_target(target: Target | str | Mapping[str, Any], *, n: int = VALIDA
         allow_mismatch: accept a table whose metadata differs from the target.
         bundle: a bundle folder whose ``results.json`` holds the held-out networks measured on the device.
         retime: on the table's own machine, re-time a few of its calibration networks first and score
-            ``predictor`` rescaled by them, as ``nas.search`` / ``nas.predict`` use it (``nas.latency.refresh``).
+            ``predictor`` rescaled by them, as ``nas.search`` / ``nas.predict`` use it (``nas.latency.profile.refresh``).
         progress: show a progress bar.
         say: where progress lines go.
 
@@ -484,7 +484,7 @@ def bundle_validation_set(model: LatencyPredictor, results: str | Path, *, allow
 
 def _budget_section(model: LatencyPredictor, vs: ValidationSet, spaces: list[str], resolution: int | None,
                     report: dict[str, Any], out: Path, *, title: str) -> dict[str, Any] | None:
-    """``nas.latency.budget_curve.budget_report`` for a budgeted or partial table, with its plot
+    """``nas.latency.profile.budget_curve.budget_report`` for a budgeted or partial table, with its plot
     (``out`` with ``.budget.png``) when matplotlib is installed; None for a complete table."""
     keys = [k for n in spaces for k in load_space(n).unique_blocks(resolution=resolution)]
     budget = budget_report(model, vs, space_keys=keys, reached=report["methods"].get(AS_BUILT, report["methods"]["predictor"]))

@@ -17,7 +17,7 @@ own measuring settings, and rescale:
 Nothing is re-timed on another machine than the table's (another CPU, a device measured through a
 bundle, a rehearsal), for a table without calibration networks, or where the anchors would take
 longer than the budget.  A re-timing the machine misled is measured but not applied: one that
-waited for the CPU (``nas.latency.watch.Contention``), or whose ratios scatter as
+waited for the CPU (``nas.latency.profile.watch.Contention``), or whose ratios scatter as
 ``nas.latency.predict.scoring.drift_verdict`` would call noisy (around each
 space's own factor).  Every figure rescaled this way says so
 (``Prediction.rescaled_by``), and ``Refresh.line`` is the sentence the commands print.
@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 
 from nas.arch import Arch
-from nas.latency.options import REFRESH
 from nas.latency.predict import NOISY_SPREAD, LatencyPredictor, table_noise
-from nas.latency.profile_jobs import expected_seconds
+from nas.latency.profile.jobs import expected_seconds
+from nas.latency.profile.options import REFRESH
+from nas.latency.profile.watch import Contention, contended
 from nas.latency.runtimes import ProfileSettings, device_identity, get_runtime, measure_arch
 from nas.latency.tables import LatencyTable, now_iso
-from nas.latency.watch import Contention, contended
 from nas.machine import RuntimeUnavailable
 from nas.target import Target
 

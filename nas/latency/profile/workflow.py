@@ -24,17 +24,17 @@ from typing import Any
 
 from nas._io import exclusive, shell_join
 from nas.arch import Arch, BlockKey
-from nas.latency import reproducibility
 from nas.latency.bundle import BundleError, bundle_cost, bundle_manifest, write_bundle
 from nas.latency.bundle import import_bundle as _import_bundle
-from nas.latency.options import PROFILE, VALIDATION_SEED
 from nas.latency.predict import LatencyPredictor, Roofline, drift_ratios, resolve_target, score
-from nas.latency.profile_jobs import expected_seconds, plan_jobs, run_jobs
-from nas.latency.profiler import block_frequency, calibration_order, new_metadata, pruned_archs
+from nas.latency.profile import reproducibility
+from nas.latency.profile.jobs import expected_seconds, plan_jobs, run_jobs
+from nas.latency.profile.options import PROFILE, VALIDATION_SEED
+from nas.latency.profile.profiler import block_frequency, calibration_order, new_metadata, pruned_archs
+from nas.latency.profile.validate import held_out_set, measure_held_out
+from nas.latency.profile.watch import Unwatched, Watch, noise_note
 from nas.latency.runtimes import Interrupted, ProfileSettings, device_identity, get_runtime, measure_overhead
 from nas.latency.tables import LatencyTable, default_table_out, now_iso, profile_writer
-from nas.latency.validate import held_out_set, measure_held_out
-from nas.latency.watch import Unwatched, Watch, noise_note
 from nas.machine import device_mismatch
 from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
@@ -145,7 +145,7 @@ def profile_target(target: Target | str | Mapping[str, Any], *, spaces: str | Se
     device bundle (the ``nas.profile`` command).
 
     One run per machine writes a table at a time; runs on other machines sharing the table's folder
-    measure into it together, never timing one item at once (``nas.latency.claims``).  Finished
+    measure into it together, never timing one item at once (``nas.latency.profile.claims``).  Finished
     measurements are saved as they come: a re-run (or one after Ctrl-C) continues.
 
     Args:

@@ -15,7 +15,7 @@ Two checks, both cheap:
   changed under the profile (a busy hyperthread sibling, a clock frequency, thermal limits) even
   where no wait shows.
 
-``Watch`` ties both to ``nas.latency.profile_jobs.run_jobs``: a contended measurement is retried
+``Watch`` ties both to ``nas.latency.profile.jobs.run_jobs``: a contended measurement is retried
 once, and still contended it is affected; the measurements since the last good anchor check are
 held back and saved only once a check confirms them, so a moved check makes them affected too.
 An affected measurement is never saved: it is measured again at the end of the plan (once), or

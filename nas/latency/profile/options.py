@@ -55,7 +55,7 @@ class ValidateDefaults:
 
 @dataclass(frozen=True)
 class RefreshDefaults:
-    """The refresh on the fly's defaults (``nas.latency.refresh``: ``nas.search``, ``nas.predict``,
+    """The refresh on the fly's defaults (``nas.latency.profile.refresh``: ``nas.search``, ``nas.predict``,
     ``nas.validate``).
 
     Args:

@@ -13,7 +13,7 @@ blocks it did not reach.  ``nas.validate`` then answers two questions with ``bud
   trend.
 
 The order and timing of the measurements come from the table's ``metadata["profile_log"]``
-(written by ``nas.latency.profile_jobs.run_jobs``: each run's budget and every measurement with the
+(written by ``nas.latency.profile.jobs.run_jobs``: each run's budget and every measurement with the
 seconds since that run started; runs follow each other on the minutes axis).  A table without
 one (built before the log, imported from a bundle) is ordered by its entries' ``measured_at``,
 the time of each entry's last round, with pauses over ``GAP_S`` left out: an approximation the
@@ -37,7 +37,7 @@ from sklearn.base import clone
 
 from nas.arch import Arch, BlockKey
 from nas.latency.predict import score
-from nas.latency.profile_jobs import job_id
+from nas.latency.profile.jobs import job_id
 from nas.latency.tables import Entry, LatencyTable
 
 __all__ = ["GAP_S", "MIN_ENTRIES", "Order", "budget_plot", "budget_report", "layer_times", "measuring_order",

@@ -9,12 +9,12 @@ Entries are written to the table file as they are measured (atomically, at most 
 loses nothing already measured.
 
 ``measure_networks`` measures whole networks (the calibration set here, held-out networks in
-``nas.latency.validate``); ``calibration_archs`` / ``pruned_archs`` are the seeded networks of the
+``nas.latency.profile.validate``); ``calibration_archs`` / ``pruned_archs`` are the seeded networks of the
 calibration and ``block_frequency`` ranks the blocks a search meets most.  ``profile_target``
-(``nas.latency.profile_workflow``) is the whole ``nas.profile`` workflow, which plans every round of
+(``nas.latency.profile.workflow``) is the whole ``nas.profile`` workflow, which plans every round of
 every block and network as one list of ``Job``s (``plan_jobs``: each with its expected seconds) and
 runs it with ``run_jobs`` under one progress bar and an optional time budget; those live in
-``nas.latency.profile_jobs`` and are importable from here too.
+``nas.latency.profile.jobs`` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import torch
 from nas._version import __version__
 from nas.arch import Arch, BlockKey
 from nas.cost import arch_cost
-from nas.latency.options import VALIDATION_SEED
-from nas.latency.profile_jobs import job_id as job_id  # importable from here too, like the names above
+from nas.latency.profile.jobs import job_id as job_id  # importable from here too, like the names above
+from nas.latency.profile.options import VALIDATION_SEED
 from nas.latency.runtimes import (
     ProfileReport,
     ProfileSettings,
@@ -216,7 +216,7 @@ def measure_networks(archs: Sequence[Arch], runtime: Runtime, settings: ProfileS
     (``have``), measured end to end and handed to ``record``; ``shuffle``: in the round's own
     seeded order (``round_order``), else in the given order.  The one network loop of the
     calibration set (``profile_networks``), its refresh and recalibration (``profile_target``)
-    and the held-out validation (``nas.latency.validate.measure_held_out``)."""
+    and the held-out validation (``nas.latency.profile.validate.measure_held_out``)."""
     order = round_order(len(archs), round_) if shuffle else range(len(archs))
     todo = [archs[i] for i in order if have(archs[i]) < round_]
     return measure_items(todo, lambda a: measure_arch(a, runtime, settings), record, progress=progress,

@@ -5,9 +5,9 @@ expected seconds (``expected_seconds``): round by round, within a round the bloc
 most first and the networks spread among them.  ``run_jobs`` measures them in order into the table
 (saved as it goes) under one progress bar whose total is re-estimated after each job, optionally
 within a time budget, and logs the run in the table's ``profile_log`` (``job_id`` names each
-measurement there).  Runs sharing a table file claim each measurement first (``nas.latency.claims``),
-so two never time the same item at once, and skip what another run has saved.  ``profile_target`` (``nas.latency.profile_workflow``) plans and runs it; the
-items come from ``nas.latency.profiler`` (which re-exports these names).
+measurement there).  Runs sharing a table file claim each measurement first (``nas.latency.profile.claims``),
+so two never time the same item at once, and skip what another run has saved.  ``profile_target`` (``nas.latency.profile.workflow``) plans and runs it; the
+items come from ``nas.latency.profile.profiler`` (which re-exports these names).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from nas.arch import Arch, BlockKey
-from nas.latency.claims import STALE_S, Claims
+from nas.latency.profile.claims import STALE_S, Claims
+from nas.latency.profile.watch import Unwatched, Watch
 from nas.latency.runtimes import ProfileReport, ProfileSettings, Runtime, measure_arch, measure_key, measure_overhead
 from nas.latency.tables import Entry, LatencyTable, Throttle, merge_into, now_iso
-from nas.latency.watch import Unwatched, Watch
 
 __all__ = ["Job", "JobReport", "expected_seconds", "job_id", "plan_jobs", "run_jobs"]
 
@@ -69,7 +69,7 @@ class JobReport:
     stopped_by_budget: bool = False
     done: list[Job] = field(default_factory=list)  # saved (settled), in order
     by_others: int = 0  # jobs another run sharing the table measured meanwhile
-    watch: dict[str, Any] | None = None  # what the watch saw (``nas.latency.watch.Watch.record``)
+    watch: dict[str, Any] | None = None  # what the watch saw (``nas.latency.profile.watch.Watch.record``)
 
 
 def expected_seconds(item: Any, kind: str, settings: ProfileSettings, call_ms: float, *,
@@ -252,10 +252,10 @@ def run_jobs(jobs: Sequence[Job], runtime: Runtime, table: LatencyTable, setting
     """Measure ``jobs`` in order into ``table`` (saved as it goes, throttled, and on exit) under one
     progress bar whose total is the whole plan's expected time, re-estimated after each job; with
     ``budget_s``, stop before a job that would end past it.  ``on_step(elapsed, left)`` is called
-    after each job.  Ctrl-C saves, then re-raises.  With ``watch`` (``nas.latency.watch``), a
+    after each job.  Ctrl-C saves, then re-raises.  With ``watch`` (``nas.latency.profile.watch``), a
     measurement the machine misled is not saved.
 
-    With ``path``, each job is claimed first (``nas.latency.claims``; another host's claim is
+    With ``path``, each job is claimed first (``nas.latency.profile.claims``; another host's claim is
     abandoned after ``claim_stale_s`` seconds): a job another run sharing the file is taking waits
     until the end of this run, and one that run has saved meanwhile is skipped (``by_others``)."""
     if jobs and table.metadata.get("call_overhead_ms") is None:
@@ -373,7 +373,7 @@ def _log_run(table: LatencyTable, jobs: Sequence[Job], budget_s: float | None) -
     """Append this run's record to the table's ``metadata["profile_log"]`` (None when nothing is
     planned): its budget and, as it goes, every measurement in order with the seconds since the run
     started, so ``nas.validate`` can refit on what the first k minutes of measuring gave
-    (``nas.latency.budget_curve``).  Entries keep only their last round's ``measured_at``, which
+    (``nas.latency.profile.budget_curve``).  Entries keep only their last round's ``measured_at``, which
     says neither the order of first measurements nor the time a run spent."""
     if not jobs:
         return None
