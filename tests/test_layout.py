@@ -1,5 +1,6 @@
-"""The package's shape: no import circles, every import runs down the pipeline's layers, imports sit at a
-module's top, modules and functions stay small.
+"""The package's shape: no import circles, every import runs down the pipeline's layers (and down
+``nas.latency``'s rooms, each reached through its face), imports sit at a module's top, ``nas.machine`` needs
+only the standard library, modules and functions stay small.
 
 Every import counts, wherever it is written (module level, inside a function, under
 ``if __name__ == "__main__"``, ``try_import("x")``, ``importlib.import_module("x")``); only ``TYPE_CHECKING``
@@ -13,6 +14,7 @@ optional), each with a one-line reason in a comment on its line or the line abov
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from pathlib import Path
 
@@ -22,11 +24,11 @@ ROOT = Path(nas.__file__).resolve().parent
 
 # lower number = lower layer; a module may import only from its own layer or below
 # (docs/contributing.md: cli -> config -> train/search/supernet -> compress/latency -> export
-#  -> data/builder/cost/space -> arch/target -> helpers)
+#  -> data/builder/cost/space -> arch/target -> machine and helpers)
 LAYERS = {
     "nas.cli": 7, "nas.config": 6,  # the Hydra schemas are generated from the library's settings
     "nas.train": 5, "nas.search": 5, "nas.supernet": 5,
-    "nas.compress": 4, "nas.latency": 4,
+    "nas.compress": 4, "nas.latency": 4,  # its rooms in their own order: LATENCY_ROOMS
     "nas.export": 3,  # converters: model -> ONNX / .pte / OpenVINO bytes, verified against torch
     "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
     "nas.timm_arch": 2, "nas._timm_blocks": 2,
@@ -35,6 +37,12 @@ LAYERS = {
     "nas.registry": 0, "nas.stats": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._yaml": 0, "nas._lazy": 0,
     "nas": 0,
 }
+# nas.latency's rooms, lowest first: a room imports from its own and lower rooms only, and another room or
+# package imports a room (or nas.machine) through its face, the package's __init__; nas.latency's own face sits
+# above every room
+LATENCY_ROOMS = ("nas.latency.tables", "nas.latency.runtimes", "nas.latency.predict", "nas.latency.bundle",
+                 "nas.latency.profile")
+FACES = (*LATENCY_ROOMS, "nas.machine")
 ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
 # imported inside a function only, each with its reason: optional or heavy runtimes a user may not have installed
 OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt", "torchao", "psycopg",
@@ -43,7 +51,8 @@ OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt"
                      "hwnas_cuda"}  # the CUDA helpers a device bundle carries beside hwnas_trt.py
 # calls that import the module their first argument names (the layer checks see them as imports)
 LOADERS = {"try_import", "importlib.import_module", "import_module"}
-# the device bundles' scripts: they run on the device without this package, so they import as they can
+# the device bundles' scripts, copied into every bundle under these names (nas.latency.bundle.SCRIPTS): they run
+# on the device without this package, so they import as they can
 STANDALONE = {"nas.latency.bundle.measure_bundle", "nas.latency.bundle.hwnas_stats", "nas.latency.runtimes.hwnas_trt",
               "nas.latency.runtimes.hwnas_cuda", "nas.latency.runtimes.hwnas_litert", "nas.machine.hwnas_device"}
 # heavy but always installed, so loaded by an import statement where it is used
@@ -191,6 +200,65 @@ def test_imports_run_down_the_layers():
     up = [f"{m} imports {d}" for m, deps in graph.items() if m not in ENTRY_SHIMS and not m.endswith("__main__")
           for d in deps if _layer(d) > _layer(m)]
     assert not up, "imports that run up the layers: " + "; ".join(sorted(up))
+
+
+def _room(mod: str) -> int | None:
+    """``mod``'s room: its place in ``LATENCY_ROOMS``, or above them all for ``nas.latency`` itself; None outside."""
+    if mod == "nas.latency":
+        return len(LATENCY_ROOMS)
+    return next((i for i, r in enumerate(LATENCY_ROOMS) if mod == r or mod.startswith(r + ".")), None)
+
+
+def _across_rooms(graph: dict[str, set[str]]) -> list[str]:
+    """Imports inside ``nas.latency`` that run up its rooms, and imports of a room (or ``nas.machine``) from
+    outside it that pass by its face."""
+    out = []
+    for m, deps in graph.items():
+        for d in deps:
+            if _room(m) is not None and _room(d) is not None and _room(d) > _room(m):
+                out.append(f"{m} imports {d} (a higher room)")
+            face = next((f for f in FACES if d.startswith(f + ".")), None)
+            if face and not (m == face or m.startswith(face + ".")):
+                out.append(f"{m} imports {d} (not through {face})")
+    return sorted(out)
+
+
+def test_latency_rooms_import_down_and_through_their_faces():
+    bad = _across_rooms(_graph())
+    assert not bad, "imports across nas.latency's rooms: " + "; ".join(bad)
+
+
+def _shadowed(package: str, init: Path) -> list[str]:
+    """Names ``package``'s face exports that are also its submodules' names: once the submodule is imported,
+    the package's attribute of that name is the module, not the name the face promised."""
+    subs = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir() if (p / "__init__.py").is_file()}
+    return [f"{package}.{n}" for n in sorted(set(getattr(importlib.import_module(package), "__all__", ())) & subs)]
+
+
+def test_no_face_name_is_a_submodule():
+    bad = [x for m, p in MODULES.items() if p.name == "__init__.py" for x in _shadowed(m, p)]
+    assert not bad, "names a package exports that its submodules shadow: " + "; ".join(bad)
+
+
+def test_the_shadow_check_can_fail(tmp_path, monkeypatch):
+    pkg = tmp_path / "shadowed_face"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("__all__ = ['loop', 'measure']\n")
+    (pkg / "measure.py").write_text("def measure(): ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _shadowed("shadowed_face", pkg / "__init__.py") == ["shadowed_face.measure"]
+
+
+def test_every_latency_module_is_in_a_room():
+    assert not [m for m in MODULES if m.startswith("nas.latency.") and _room(m) is None]
+
+
+def test_the_room_checks_can_fail():
+    graph = {"nas.latency.predict.load": {"nas.latency.profile.workflow", "nas.latency.tables", "nas.machine.identity"},
+             "nas.latency.tables.table": {"nas.latency.tables.provenance", "nas.machine"}, "nas.latency": {"nas.latency.profile"}}
+    assert _across_rooms(graph) == ["nas.latency.predict.load imports nas.latency.profile.workflow (a higher room)",
+                                    "nas.latency.predict.load imports nas.latency.profile.workflow (not through nas.latency.profile)",
+                                    "nas.latency.predict.load imports nas.machine.identity (not through nas.machine)"]
 
 
 def _misplaced_imports(module: str, path: Path) -> list[str]:
