@@ -35,7 +35,7 @@ def run_out(cmd):
 
 def jetson_release(ident):
     """A Jetson's board (/proc/device-tree/model) and L4T release (/etc/nv_tegra_release) into ``ident``;
-    hwnas's own device identity (nas.latency.runtimes.device) reads them through this function too."""
+    hwnas's own device identity (nas.machine.identity) reads them through this function too."""
     tegra = read_text("/etc/nv_tegra_release")
     if tegra:  # "# R36 (release), REVISION: 3.0, ..." -> L4T 36.3.0
         ident["jetpack"] = tegra.splitlines()[0]
