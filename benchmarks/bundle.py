@@ -35,13 +35,13 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, write_result
 from nas.config import ProfileAppConfig
-from nas.latency.bundle import _SETTINGS, bundle_networks
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings
-from nas.latency.predictor import LatencyPredictor
-from nas.latency.profile_workflow import profile_target
-from nas.latency.scoring import score
-from nas.latency.table import LatencyTable
+from nas.latency.bundle.roundtrip import _SETTINGS, bundle_networks
+from nas.latency.predict.predictor import LatencyPredictor
+from nas.latency.predict.scoring import score
+from nas.latency.profile.workflow import profile_target
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import LatencyTable
 from nas.target import Target, load_target
 
 CPU = {"name": "cpu_here", "runtime": "onnxruntime", "provider": "CPUExecutionProvider", "precision": "fp32",

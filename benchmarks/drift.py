@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, write_result
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings
-from nas.latency.measure_model import measure_arch, measure_key
-from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.runtimes.measure_model import measure_arch, measure_key
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.target import load_target
 
 

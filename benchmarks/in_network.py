@@ -35,9 +35,9 @@ import onnxruntime as ort
 
 from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
 from nas.builder import build, build_layer
-from nas.latency.predictor import table_networks
-from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.predict.predictor import table_networks
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.timm_arch import from_timm
 
 

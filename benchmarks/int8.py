@@ -37,9 +37,9 @@ from matplotlib.figure import Figure
 from benchmarks.harness import RESULTS, command, write_result
 from benchmarks.predictor import TIMM_MODELS
 from nas.cost import arch_cost, block_cost
-from nas.latency.ops import MULTI_OP_ACTS
-from nas.latency.predictor import table_networks
-from nas.latency.table import LatencyTable, resolve_table_path
+from nas.latency.predict.ops import MULTI_OP_ACTS
+from nas.latency.predict.predictor import table_networks
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.target import load_target
 from nas.timm_arch import from_timm
 

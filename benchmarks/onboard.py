@@ -22,7 +22,7 @@ say, are held out together), so nothing D is scored on chose it:
   scale (the table's calibration networks re-measured beside them, all spaces together);
 * **after**: the setting picked without D, the held-out figures divided by the drift of the
   network's own space where that validation re-measured at least ``RELIABLE_DRIFT`` of the space's
-  calibration networks (an ideal refresh on the fly, ``nas.latency.refresh``: each space by its own
+  calibration networks (an ideal refresh on the fly, ``nas.latency.profile.refresh``: each space by its own
   factor), without the networks whose rounds disagree by more than ±10% (``nas.validate`` leaves
   them out; judged on the report's measurement cache where it is shipped).
 
@@ -43,15 +43,15 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, command, markdown_table, write_result
 from benchmarks.predictor import TIMM_MODELS
-from nas.latency.measure import ProfileSettings
-from nas.latency.options import VALIDATION_SEED
-from nas.latency.predictor import LatencyPredictor
-from nas.latency.profile_jobs import expected_seconds, plan_jobs
-from nas.latency.profiler import block_frequency, calibration_archs, calibration_order
-from nas.latency.repeatability import repeatability
-from nas.latency.scoring import score
-from nas.latency.table import LatencyTable
-from nas.latency.validate import held_out_archs, held_out_pruned
+from nas.latency.predict.predictor import LatencyPredictor
+from nas.latency.predict.scoring import score
+from nas.latency.profile.jobs import expected_seconds, plan_jobs
+from nas.latency.profile.options import VALIDATION_SEED
+from nas.latency.profile.profiler import block_frequency, calibration_archs, calibration_order
+from nas.latency.profile.repeatability import repeatability
+from nas.latency.profile.validate import held_out_archs, held_out_pruned
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import LatencyTable
 from nas.resources import tables_dir
 from nas.space import list_calibration_spaces, list_spaces, load_space
 from nas.timm_arch import arch_from_spec, from_timm
@@ -136,7 +136,7 @@ def held_out(name: str, table: LatencyTable) -> HeldOut:
 
 
 def repeatable(file: str, name: str, archs: list) -> np.ndarray:
-    """Which held-out networks ``nas.validate`` would score (``nas.latency.repeatability``): judged on
+    """Which held-out networks ``nas.validate`` would score (``nas.latency.profile.repeatability``): judged on
     the rounds of the report's measurement cache (``predictor_<D>.measurements.json`` /
     ``validate_<D>.measurements.json``), all of them where there is none."""
     cache = RESULTS / (f"predictor_{name}.measurements.json" if file == "predictor.json" else

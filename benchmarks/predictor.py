@@ -5,7 +5,7 @@ architectures end to end on this machine (the same runtime, settings and interle
 the profiler), networks narrowed as nas.train's pruning narrows them (--pruned), plus 41 timm
 mobile models (8 profiled, 16 not, 17 added later as a blind check, 8 of those with their blocks
 in the table; 12 of the EfficientNet family), and scores the calibrated predictor, the raw table sum, a FLOPs-linear fit, the
-roofline, and the predictor rescaled by the drift check (see nas.latency.validate); with --recalibrate,
+roofline, and the predictor rescaled by the drift check (see nas.latency.profile.validate); with --recalibrate,
 every calibration network of the table is re-measured in the same rounds and the predictor calibrated
 on them is scored too (predictor_recalibrated), beside the table's reproducibility; a table holding a
 refresh / recalibration record (nas.profile refresh=N / recalibrate=true) is also scored with it applied
@@ -33,14 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import RESULTS, composed_target
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings
-from nas.latency.predictor import LatencyPredictor, table_networks
-from nas.latency.reproducibility import reproducibility_lines
-from nas.latency.roofline import Roofline
-from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable, resolve_table_path
-from nas.latency.validate import (
+from nas.latency.predict.predictor import LatencyPredictor, table_networks
+from nas.latency.predict.roofline import Roofline
+from nas.latency.profile.reproducibility import reproducibility_lines
+from nas.latency.profile.validate import (
     VALIDATION_SEED,
     WITHOUT_EXTRA,
     held_out_archs,
@@ -48,7 +44,11 @@ from nas.latency.validate import (
     measure_held_out,
     validate,
 )
-from nas.latency.validate_plot import scatter_plot
+from nas.latency.profile.validate_plot import scatter_plot
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.space import list_spaces, load_space
 from nas.timm_arch import from_timm
 
@@ -82,7 +82,7 @@ def timm_group(m: str) -> str:
 
 def efficientnet_family(report: dict) -> dict:
     """The issue's EfficientNet-family figure: efficientnet_* and tinynet_* among the timm models."""
-    from nas.latency.scoring import score
+    from nas.latency.predict.scoring import score
 
     pts = [p for p in report["points"] if p["group"].startswith("timm")
            and p["arch"].startswith(("efficientnet", "tinynet"))]
@@ -140,9 +140,9 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
     from sklearn.model_selection import KFold
     from sklearn.pipeline import Pipeline
 
-    from nas.latency.block_model import BlockFeaturizer
-    from nas.latency.measure_model import measure_key
-    from nas.latency.predictor import make_block_model
+    from nas.latency.predict.block_model import BlockFeaturizer
+    from nas.latency.predict.predictor import make_block_model
+    from nas.latency.runtimes.measure_model import measure_key
 
     def boosting_only():
         gbm = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, min_samples_leaf=5, random_state=0)

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
-from nas.latency.measure import ProfileSettings
-from nas.latency.profiler import calibration_archs, new_metadata, profile_blocks, profile_networks
-from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable
+from nas.latency.profile.profiler import calibration_archs, new_metadata, profile_blocks, profile_networks
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import LatencyTable
 from nas.space import list_spaces, load_space
 
 

@@ -20,13 +20,13 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
-from nas.latency.measure import ProfileSettings
-from nas.latency.measure_model import measure_overhead
-from nas.latency.profile_jobs import plan_jobs, run_jobs
-from nas.latency.profile_workflow import _call_ms
-from nas.latency.profiler import block_frequency, calibration_archs, new_metadata
-from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable
+from nas.latency.profile.jobs import plan_jobs, run_jobs
+from nas.latency.profile.profiler import block_frequency, calibration_archs, new_metadata
+from nas.latency.profile.workflow import _call_ms
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.runtimes.measure_model import measure_overhead
+from nas.latency.tables.table import LatencyTable
 from nas.space import load_space
 
 SHARES = (0.05, 0.10, 0.25, 0.50)

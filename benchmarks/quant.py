@@ -44,9 +44,9 @@ from nas.arch import Arch
 from nas.builder import build
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
-from nas.latency.device import device_identity
-from nas.latency.measure import measure, summarize_times
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import measure, summarize_times
 from nas.space import load_space
 from nas.target import load_target
 from nas.timm_arch import from_timm

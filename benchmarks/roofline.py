@@ -21,11 +21,11 @@ from onnx import TensorProto, helper
 
 from benchmarks.harness import command, machine, write_result
 from nas.export.onnx import ort_session
-from nas.latency.measure import measure, summarize_times
-from nas.latency.predictor import LatencyPredictor, table_networks
-from nas.latency.roofline import Roofline
-from nas.latency.scoring import score
-from nas.latency.table import LatencyTable
+from nas.latency.predict.predictor import LatencyPredictor, table_networks
+from nas.latency.predict.roofline import Roofline
+from nas.latency.predict.scoring import score
+from nas.latency.runtimes.loop import measure, summarize_times
+from nas.latency.tables.table import LatencyTable
 
 
 def _model(nodes, inputs, outputs, inits=()) -> bytes:

@@ -73,9 +73,9 @@ from nas.arch import Arch
 from nas.builder import build
 from nas.cost import arch_cost
 from nas.data import DataSettings, adapt_arch, load_data
-from nas.latency.base import Prediction
-from nas.latency.measure import measure, summarize_times
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import measure, summarize_times
+from nas.latency.tables.provenance import Prediction
 from nas.search.budget import Budgets
 from nas.search.evaluate import SupernetEvaluator, TrainEvaluator
 from nas.search.results import trial_records

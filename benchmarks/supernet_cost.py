@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import torch
 
-    from nas.latency.device import device_identity
+    from nas.latency.runtimes.device import device_identity
 
     a = _args(argv)
     if a.device == "cpu":

@@ -23,7 +23,7 @@ Then, for the fronts:
 * a control: the first target's search again with another seed (``--control-seeds``; the sampler's
   and the training's seed, as ``seed=`` sets both), to show how far a front moves by chance alone;
 * ``--measure``: the union of the fronts measured end to end on each target's runtime on this
-  CPU (``nas.latency.validate.measure_held_out``: interleaved rounds, a few of the table's own
+  CPU (``nas.latency.profile.validate.measure_held_out``: interleaved rounds, a few of the table's own
   calibration networks re-measured as the drift check), the same cross hypervolume on measured
   latency, and how far each predictor is from its runtime on these networks.
 
@@ -62,10 +62,10 @@ from nas.arch import Arch
 from nas.config import compose_app
 from nas.data import load_data
 from nas.latency import load_latency_model
-from nas.latency.measure import ProfileSettings
-from nas.latency.runtimes import get_runtime
-from nas.latency.scoring import drift_ratios, score
-from nas.latency.validate import measure_held_out
+from nas.latency.predict.scoring import drift_ratios, score
+from nas.latency.profile.validate import measure_held_out
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.search.budget import Budgets
 from nas.search.evaluate import EvalResult, Evaluator, make_evaluator
 from nas.search.results import pareto_front, trial_records, write_outputs

@@ -38,7 +38,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from benchmarks.harness import command, pinned_cores, text_table, write_result
-from nas.latency.device import device_identity
+from nas.latency.runtimes.device import device_identity
 from nas.target import load_target
 from nas.train.pipeline import train_front
 from nas.train.settings import ExportSettings, FitSettings, PipelineSettings

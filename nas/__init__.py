@@ -17,7 +17,7 @@ from __future__ import annotations
 from nas._lazy import lazy_exports
 from nas._version import __version__
 
-# name -> the module that defines it
+# name -> the module that defines it (nas.latency's: the face of the room that holds it)
 _HOMES: dict[str, str] = {
     "Arch": "nas.arch",
     "SearchSpace": "nas.space",
@@ -26,10 +26,10 @@ _HOMES: dict[str, str] = {
     "from_timm": "nas.timm_arch",
     "arch_cost": "nas.cost",
     "Target": "nas.target",
-    "load_target": "nas.latency.here",
-    "load_latency_model": "nas.latency.load",
-    "profile_target": "nas.latency.profile_workflow",
-    "validate_target": "nas.latency.validate",
+    "load_target": "nas.latency.predict",
+    "load_latency_model": "nas.latency",
+    "profile_target": "nas.latency",
+    "validate_target": "nas.latency",
     "prepare_search": "nas.search.study",
     "run_search": "nas.search.study",
     "train_front": "nas.train.pipeline",

@@ -1,7 +1,7 @@
 """Narrowing an ``Arch``: its prunable channel sets (``channel_units`` / ``ChannelUnit``), resizing
 them (``resize_arch``) and dropping squeeze-excites or residual blocks (``droppable``,
 ``drop_layers``).  Spec-space only (no weights): structured pruning (``nas.compress.prune``)
-and the profiler's pruned calibration networks (``nas.latency.profiler.pruned_archs``) both
+and the profiler's pruned calibration networks (``nas.latency.profile.profiler.pruned_archs``) both
 narrow through here; see ``nas.compress.prune`` for what the units are.
 """
 

@@ -6,7 +6,7 @@ command turns its composed ``target`` node into a ``Target`` once (``Target.coer
 function takes that ``Target`` (``require_target`` refuses anything else).
 ``load_target(name)`` reads a target file by name (the user's ``$HWNAS_HOME/target/`` first, then the
 shipped ones) with PyYAML; ``here`` (this machine's own target, measured on first use) is made by
-``nas.latency.here``, whose ``load_target`` is the public ``nas.load_target``.
+``nas.latency.predict.here``, whose ``load_target`` is the public ``nas.load_target``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PRECISIONS = ("fp32", "int8")
 DEVICE_KINDS = ("cpu", "gpu", "jetson")
 RUNTIME_NAMES = ("onnxruntime", "torch", "torch_compile", "tensorrt", "executorch", "openvino", "litert")
 TORCH_RUNTIMES = ("torch", "torch_compile")
-HERE_NAMES = ("here", "here_gpu")  # this machine's own targets, made by nas.latency.here
+HERE_NAMES = ("here", "here_gpu")  # this machine's own targets, made by nas.latency.predict.here
 # fields a target no longer has, with why: a config, a target file or a call naming one is refused
 REMOVED_FIELDS = {
     "transfer_from": "filling a briefly measured table from other devices' tables added 1.5 points of held-out "
@@ -247,7 +247,7 @@ def load_target(name: str) -> Target:
     """
     if name in HERE_NAMES:
         raise ValueError(f"target {name!r} is this machine's own, made on first use: call nas.load_target({name!r}) "
-                         "(nas.latency.here.load_target)")
+                         "(nas.latency.predict.here.load_target)")
     path = next((d / f"{name}.yaml" for d in _target_dirs() if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         raise ValueError(f"unknown target {name!r}; targets: {', '.join(target_names())}")

@@ -36,7 +36,7 @@ def test_names_are_the_library_objects():
 def test_no_public_name_is_shadowed_by_a_submodule():
     """Importing the library's modules first (as the commands do) must not turn ``nas.build`` or any
     other public function into a module: no submodule of ``nas`` carries a public name."""
-    code = ("import nas.builder, nas.train.pipeline, nas.latency.profile_workflow, nas.search.study, nas; "
+    code = ("import nas.builder, nas.train.pipeline, nas.latency.profile.workflow, nas.search.study, nas; "
             "import types; print([n for n in nas.__all__ if isinstance(getattr(nas, n), types.ModuleType)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -56,9 +56,9 @@ def test_public_entry_points_take_a_target_a_name_or_its_fields():
     """The public entry points (nas.load_latency_model, nas.profile_target, nas.validate_target,
     nas.export_checkpoint) resolve what they were given once; the library below them takes a Target and
     names nas.load_target for anything else."""
-    from nas.latency.load import RooflineModel, resolve_target
-    from nas.latency.roofline import Roofline
-    from nas.latency.runtimes import get_runtime
+    from nas.latency.predict.load import RooflineModel, resolve_target
+    from nas.latency.predict.roofline import Roofline
+    from nas.latency.runtimes.core import get_runtime
 
     t = nas.load_target("jetson")
     assert resolve_target(t) is t and resolve_target(t.to_dict()) == t and resolve_target("jetson") == t

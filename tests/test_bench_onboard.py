@@ -10,7 +10,7 @@ from benchmarks import onboard
 def test_bench_onboard_holds_out_every_cpu_table_with_held_out_measurements():
     """The default held-out tables: every shipped CPU table with a held-out report; not the GPU's
     (the simulated job times are a CPU's)."""
-    from nas.latency.table import LatencyTable
+    from nas.latency.tables.table import LatencyTable
     from nas.resources import tables_dir
 
     ob = onboard
@@ -25,10 +25,10 @@ def test_bench_onboard_takes_calibration_networks_in_nas_profiles_order():
     (``calibration_order`` by expected seconds, on the table's own figures): one from each space
     first, each space's smallest network first (its pruned networks among them), not the first space's only."""
     from nas.cost import arch_cost
-    from nas.latency.measure import ProfileSettings
-    from nas.latency.profile_jobs import expected_seconds
-    from nas.latency.profiler import calibration_archs, calibration_order
-    from nas.latency.table import LatencyTable, resolve_table_path
+    from nas.latency.profile.jobs import expected_seconds
+    from nas.latency.profile.profiler import calibration_archs, calibration_order
+    from nas.latency.runtimes.loop import ProfileSettings
+    from nas.latency.tables.table import LatencyTable, resolve_table_path
     from nas.space import list_calibration_spaces, list_spaces, load_space
 
     ob = onboard
@@ -78,7 +78,7 @@ def test_bench_onboard_picks_each_tables_setting_without_its_processor():
     assert picks["epyc"]["picked_on"] == ["xeon_ort", "xeon_ov"] and picks["epyc"]["setting"] == default
     assert picks["xeon_ort"]["picked_on"] == ["epyc"] and picks["xeon_ort"]["setting"] == other
     assert picks["xeon_ort"]["selection_scores"][other] == pytest.approx(0.99)
-    from nas.latency.table import LatencyTable, resolve_table_path
+    from nas.latency.tables.table import LatencyTable, resolve_table_path
 
     tiny_only = LatencyTable.load(resolve_table_path("executorch_cpu.json"))  # one space, no calibration-only spaces
     assert {ob.effective(s, tiny_only) for s in ob.SETTINGS} == {ob.Setting()}

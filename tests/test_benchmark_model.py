@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nas.latency import bundle_litert
-from nas.latency.bundle_litert import BenchmarkError, BenchmarkModel, benchmark_command, parse_output
+from nas.latency.runtimes import hwnas_litert
+from nas.latency.runtimes.hwnas_litert import BenchmarkError, BenchmarkModel, benchmark_command, parse_output
 
 DATA = Path(__file__).parent / "data" / "benchmark_model"
 SETTINGS = {"warmup": 10, "repeats": 50, "min_time_s": 0.1}
@@ -222,10 +222,10 @@ def test_measure_bundle_on_a_phone_imports_as_the_phone(tmp_path, monkeypatch):
     """measure_bundle.py --runtime benchmark_model on a LiteRT bundle (its graphs stand-ins: the fake phone
     does not read them): results name the phone, runtime litert via benchmark_model, and import into a
     target naming the phone."""
-    from nas.latency import bundle as bundle_mod
-    from nas.latency.bundle import import_bundle, write_bundle
-    from nas.latency.measure import ProfileSettings
-    from nas.latency.versions import runtime_note
+    from nas.latency.bundle import roundtrip as bundle_mod
+    from nas.latency.bundle.roundtrip import import_bundle, write_bundle
+    from nas.latency.predict.versions import runtime_note
+    from nas.latency.runtimes.loop import ProfileSettings
     from nas.space import load_space
     from nas.target import load_target
 
@@ -258,5 +258,5 @@ def test_measure_bundle_on_a_phone_imports_as_the_phone(tmp_path, monkeypatch):
 
 
 def test_the_bundle_helper_needs_nothing_of_hwnas():
-    src = Path(bundle_litert.__file__).read_text()
+    src = Path(hwnas_litert.__file__).read_text()
     assert "from nas" not in src and "import nas" not in src and "import torch" not in src

@@ -204,7 +204,7 @@ def test_bench_int8_divides_the_shipped_tables(tmp_path, fp32, int8, stem, flags
     the second runtime's table over the first's)."""
     import json
 
-    from nas.latency.table import LatencyTable
+    from nas.latency.tables.table import LatencyTable
     from nas.resources import tables_dir
 
     r = _bench("int8", "--out", str(tmp_path), "--targets", fp32, int8, *flags, timeout=300)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from nas.latency import layer_breakdown, load_latency_model, ridge_point
-from nas.latency.breakdown import breakdown_chart
+from nas.latency.predict.breakdown import breakdown_chart
 from nas.space import load_space
 from nas.target import load_target
 

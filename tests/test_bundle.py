@@ -12,10 +12,10 @@ import pytest
 from old_code import old_source
 
 from benchmarks.bundle import _bundle_differences, no_torch_python, round_trip
-from nas.latency.bundle import SCRIPTS, BundleError, bundle_networks, import_bundle, write_bundle
-from nas.latency.measure import ProfileSettings
-from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
-from nas.latency.table import LatencyTable
+from nas.latency.bundle.roundtrip import SCRIPTS, BundleError, bundle_networks, import_bundle, write_bundle
+from nas.latency.profile.profiler import calibration_archs, calibration_order, pruned_archs
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import LatencyTable
 from nas.space import load_space
 from nas.target import Target
 
@@ -56,10 +56,10 @@ def test_manifest_and_script_are_standalone(measured):
     assert man["schema_version"] == 2 and man["runtime"] == "onnxruntime" and man["settings"]["rounds"] == 2
     assert [n["role"] for n in man["networks"]] == ["calibration", "calibration", "held_out"]
     assert all((out / n["file"]).is_file() for n in man["blocks"] + man["networks"])
-    for script in SCRIPTS.values():
+    for script in SCRIPTS:
         src = (out / script).read_text()
         # hwnas_trt.py imports hwnas_cuda.py beside it; the package's copy only where that is missing (in hwnas)
-        src = src.replace("    from nas.latency.bundle_cuda import Cudart, GpuTimer, time_runs, timing_stats\n", "")
+        src = src.replace("    from nas.latency.runtimes.hwnas_cuda import Cudart, GpuTimer, time_runs, timing_stats\n", "")
         assert "import torch" not in src and "from nas" not in src and "import nas" not in src
 
 
@@ -188,7 +188,7 @@ def test_tensorrt_int8_bundle_is_symmetric(tmp_path):
 
 
 def test_import_command_keeps_the_users_overrides(tmp_path):
-    from nas.latency.profile_workflow import import_command
+    from nas.latency.profile.workflow import import_command
 
     typed = "python -m nas.profile conf=jetson \"conf.device.name=Jetson Orin Nano\" bundle=b held_out=3 budget_min=2"
     got = import_command(typed, Target.from_dict({**CPU_FIELDS, "name": "jetson"}), tmp_path / "b")
@@ -229,7 +229,7 @@ def test_measuring_python_has_the_runtime_and_no_torch(tmp_path, runtime):
 
 def test_targets_accept_their_own_measurements():
     """trtexec and TensorRT's Python API are both the runtime 'tensorrt' (the script records 'via')."""
-    from nas.latency.bundle import _differences
+    from nas.latency.bundle.roundtrip import _differences
 
     t = Target.from_dict({**CPU_FIELDS, "runtime": "tensorrt", "provider": "", "precision": "fp16",
                           "device": {**CPU_FIELDS["device"], "kind": "jetson", "name": "Jetson AGX Orin"}})
@@ -307,7 +307,7 @@ def test_budget_measures_pruned_networks_in_the_calibration_order(tmp_path):
 def test_bundle_takes_the_profiles_calibration_order(tmp_path, monkeypatch):
     """nas.profile bundle= writes the calibration and pruned networks in the order calibration_order
     gives with the pruned networks (the order a profile here measures them in)."""
-    from nas.latency import profile_workflow
+    from nas.latency.profile import workflow as profile_workflow
 
     calls, written = [], {}
 
@@ -329,7 +329,7 @@ def test_bundle_takes_the_profiles_calibration_order(tmp_path, monkeypatch):
 
 
 def test_import_for_other_spaces_is_refused(measured, tmp_path):
-    from nas.latency.profile_workflow import profile_target
+    from nas.latency.profile.workflow import profile_target
 
     out, _ = measured
     with pytest.raises(BundleError, match=r"written for spaces \['tiny'\], this command names \['mbv3'\]"):
@@ -342,7 +342,7 @@ def test_import_for_other_spaces_is_refused(measured, tmp_path):
 
 def test_validate_on_the_bundles_held_out_networks(measured, tmp_path):
     """nas.validate bundle=: the table's predictor scored on the networks the device measured, nothing measured here."""
-    from nas.latency.validate import validate_target
+    from nas.latency.profile.validate import validate_target
 
     out, nets = measured
     table, _ = import_bundle(out, CPU)

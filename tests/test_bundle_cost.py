@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from nas.latency import profile_workflow
-from nas.latency.bundle import write_bundle
-from nas.latency.bundle_files import BundleCost, bundle_cost, graph_bytes
-from nas.latency.measure import ProfileSettings
-from nas.latency.profiler import calibration_archs
+from nas.latency.bundle.files import BundleCost, bundle_cost, graph_bytes
+from nas.latency.bundle.roundtrip import write_bundle
+from nas.latency.profile import workflow as profile_workflow
+from nas.latency.profile.profiler import calibration_archs
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.space import load_space
 from nas.target import Target
 

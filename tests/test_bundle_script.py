@@ -1,4 +1,4 @@
-"""``measure_bundle.py`` (nas/latency/bundle_script.py) on its own, without writing a bundle through
+"""``measure_bundle.py`` (nas/latency/bundle/measure_bundle.py) on its own, without writing a bundle through
 torch: its statistics over rounds, its noise note, TensorRT before 8.5 (measured with trtexec), the
 trtexec command lines it prints without running them, and the oldest Python it runs on (JetPack 4.6's
 3.6, JetPack 5's 3.8) where such an interpreter is found."""
@@ -17,14 +17,14 @@ import frozen_bundle_script
 import pytest
 from test_trtexec import _fake_trtexec, _fixture, _times_file
 
-from nas.latency.bundle import SCRIPTS  # the scripts a bundle carries, as write_bundle copies them
+from nas.latency.bundle.roundtrip import SCRIPTS  # the scripts a bundle carries, as write_bundle copies them
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _copy_scripts(folder: Path) -> None:
-    for src, dst in SCRIPTS.items():
-        shutil.copyfile(ROOT / "nas" / "latency" / src, folder / dst)
+    for name, src in SCRIPTS.items():
+        shutil.copyfile(src, folder / name)
 
 
 def _script(tmp_path):

@@ -156,7 +156,7 @@ def _group_pairs():
         ZeroCostEvaluatorConfig,
     )
     from nas.data import DataSettings
-    from nas.latency.measure import ProfileSettings
+    from nas.latency.runtimes.loop import ProfileSettings
     from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator
     from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings
     from nas.target import Device, Target

@@ -1,4 +1,4 @@
-"""CUDA-graph timing on a CPU: the capture / replay / CUDA-event logic of ``nas.latency.cuda_graph``
+"""CUDA-graph timing on a CPU: the capture / replay / CUDA-event logic of ``nas.latency.runtimes.cuda_graph``
 and ``TorchRuntime`` run against ``FakeCuda``, a stand-in for ``torch.cuda`` that keeps a simulated
 GPU timeline on a simulated host clock (``SimClock``: it moves only by what the fake charges the host,
 so no figure depends on how busy the machine running the tests is).  Then the target, table and
@@ -25,15 +25,15 @@ import torch
 from torch import nn
 
 from nas.builder import build_layer
-from nas.latency import cuda_graph
-from nas.latency import measure as measure_module
-from nas.latency.base import Prediction
-from nas.latency.cuda_graph import GraphRunner, capture
-from nas.latency.measure import ProfileSettings, measure, summarize_times
-from nas.latency.profiler import new_metadata, profile_blocks
-from nas.latency.reproducibility import reproducibility_warning, retime_sample, table_ceiling
-from nas.latency.runtimes import OnnxRuntime, TorchRuntime, get_runtime
-from nas.latency.table import LatencyTable, TableMismatchError
+from nas.latency.profile.profiler import new_metadata, profile_blocks
+from nas.latency.profile.reproducibility import reproducibility_warning, retime_sample, table_ceiling
+from nas.latency.runtimes import cuda_graph
+from nas.latency.runtimes import loop as measure_module
+from nas.latency.runtimes.core import OnnxRuntime, TorchRuntime, get_runtime
+from nas.latency.runtimes.cuda_graph import GraphRunner, capture
+from nas.latency.runtimes.loop import ProfileSettings, measure, summarize_times
+from nas.latency.tables.provenance import Prediction
+from nas.latency.tables.table import LatencyTable, TableMismatchError
 from nas.space import load_space
 from nas.target import Target
 
@@ -68,7 +68,7 @@ class SimClock:
 
 
 class FakeCuda:
-    """``torch.cuda``'s names used by ``nas.latency.cuda_graph`` on a simulated GPU (see the module
+    """``torch.cuda``'s names used by ``nas.latency.runtimes.cuda_graph`` on a simulated GPU (see the module
     docstring).  ``kernel_ms``: what one replay of a captured graph costs the GPU; ``launch_ms``: what
     queuing it costs the host (on ``clock``)."""
 
@@ -232,7 +232,7 @@ def test_profiled_table_records_graph_timing_and_fallbacks(fake_cuda, tmp_path):
 
 
 def test_tables_without_a_timing_field_read_as_eager(tmp_path):
-    from nas.latency.table import _field
+    from nas.latency.tables.table import _field
 
     assert _field({"runtime": {"name": "onnxruntime"}}, "runtime.timing") == "eager"
     meta = {"runtime": {"name": "torch", "provider": "cuda"}, "device": {"kind": "gpu"}}
@@ -270,7 +270,7 @@ def test_onnxruntime_cuda_graph_option_and_fallback(monkeypatch):
     are not all on the CUDA provider is refused when the session is made, with onnxruntime's own
     message (onnxruntime/core/session/inference_session.cc, "This session cannot use the CUDA Graph
     feature as requested by the user ..."), and the block is timed eager, named."""
-    import nas.latency.runtimes as runtimes
+    import nas.latency.runtimes.core as runtimes
 
     monkeypatch.setattr(OnnxRuntime, "check", lambda self: None)
     rt = get_runtime(gpu(cuda_graph=True, runtime="onnxruntime", provider="CUDAExecutionProvider"))

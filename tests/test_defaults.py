@@ -34,8 +34,8 @@ ROOT = Path(nas.__file__).resolve().parent
 
 # (module, class or function): a command's schema and what it feeds, or two classes sharing settings
 PAIRS = [
-    (("config/common.py", "ProfileAppConfig"), ("latency/profile_workflow.py", "profile_target")),
-    (("config/common.py", "ValidateAppConfig"), ("latency/validate.py", "validate_target")),
+    (("config/common.py", "ProfileAppConfig"), ("latency/profile/workflow.py", "profile_target")),
+    (("config/common.py", "ValidateAppConfig"), ("latency/profile/validate.py", "validate_target")),
     (("config/search.py", "SearchAppConfig"), ("search/study.py", "run_search")),
     (("config/search.py", "SearchAppConfig"), ("search/study.py", "prepare_search")),
     (("config/train.py", "ExportAppConfig"), ("train/deploy.py", "export_checkpoint")),
@@ -44,7 +44,7 @@ PAIRS = [
     (("search/evaluator_settings.py", "TrainEvaluatorSettings"), ("train/settings.py", "FitSettings")),
     (("search/evaluator_settings.py", "SupernetEvaluatorSettings"), ("train/settings.py", "FitSettings")),
     (("supernet/settings.py", "SupernetSettings"), ("train/settings.py", "FitSettings")),
-    (("latency/measure.py", "ProfileSettings"), ("train/settings.py", "ExportSettings")),
+    (("latency/runtimes/loop.py", "ProfileSettings"), ("train/settings.py", "ExportSettings")),
 ]
 # a setting with the same name that is another setting, with why
 OWN = {

@@ -1,12 +1,12 @@
 """The drift warning of nas.validate: on the median of all re-measured calibration networks and their
-spread, against the table's own reproducibility (``nas.latency.scoring.drift_verdict``)."""
+spread, against the table's own reproducibility (``nas.latency.predict.scoring.drift_verdict``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from nas.latency.scoring import MIN_DRIFT, drift_verdict, drift_warning, score, score_by_range
+from nas.latency.predict.scoring import MIN_DRIFT, drift_verdict, drift_warning, score, score_by_range
 
 
 def _anchors(ratios_by_group: dict[str, list[float]]) -> dict[str, list[tuple[float, float]]]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nas.latency.bundle import bundle_networks, import_bundle, write_bundle
-from nas.latency.measure import ProfileSettings
-from nas.latency.profiler import calibration_archs
+from nas.latency.bundle.roundtrip import bundle_networks, import_bundle, write_bundle
+from nas.latency.profile.profiler import calibration_archs
+from nas.latency.runtimes.loop import ProfileSettings
 from nas.space import load_space
 from nas.target import load_target
 

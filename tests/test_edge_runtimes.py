@@ -12,10 +12,10 @@ import torch
 
 from nas.arch import BlockKey, ConvBlock, MBConvBlock
 from nas.builder import build_layer
-from nas.latency.measure import ProfileSettings
-from nas.latency.measure_model import measure_key
-from nas.latency.runtime_base import RUNTIMES
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.base import RUNTIMES
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.runtimes.measure_model import measure_key
 from nas.machine import RuntimeUnavailable
 from nas.target import load_target
 
@@ -259,9 +259,9 @@ def test_shipped_table_on_another_cpu_warns_and_profiles_into_the_users_folder(n
     """These targets name no device: the shipped table is the Xeon's.  On another processor it warns
     (naming the same target's profile command) and nas.profile measures into the user's folder, read
     before the shipped table; on the table's own processor it is used as it is."""
-    from nas.latency.load import elsewhere_warning
-    from nas.latency.profile_workflow import default_out
-    from nas.latency.table import TABLES_DIR, LatencyTable, resolve_table_path
+    from nas.latency.predict.load import elsewhere_warning
+    from nas.latency.profile.workflow import default_out
+    from nas.latency.tables.table import TABLES_DIR, LatencyTable, resolve_table_path
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
     target = load_target(name)

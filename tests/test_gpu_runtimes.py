@@ -17,16 +17,16 @@ from onnx import numpy_helper
 from nas.builder import build_layer
 from nas.export.onnx import export_onnx
 from nas.export.qdq import QDQ_SETTINGS, TENSORRT_QDQ_SETTINGS, quantize_qdq
-from nas.latency import bundle_trt
-from nas.latency.measure import ProfileSettings, measure
-from nas.latency.profiler import new_metadata, profile_blocks
-from nas.latency.runtimes import get_runtime, trt_ep_options
-from nas.latency.table import LatencyTable
+from nas.latency.profile.profiler import new_metadata, profile_blocks
+from nas.latency.runtimes import hwnas_trt
+from nas.latency.runtimes.core import get_runtime, trt_ep_options
+from nas.latency.runtimes.loop import ProfileSettings, measure
+from nas.latency.tables.table import LatencyTable
 from nas.machine import RuntimeUnavailable
 from nas.space import load_space
 from nas.target import Target
 
-BUNDLE_TRT = Path(bundle_trt.__file__)
+BUNDLE_TRT = Path(hwnas_trt.__file__)
 FAST = ProfileSettings(warmup=2, repeats=5, min_time_s=0.0, max_spread=10.0, remeasure=0, rounds=1, save_every_s=0.0)
 DEVICE = {"name": None, "kind": "gpu", "peak_gflops": 1000.0, "mem_bandwidth_gbs": 100.0}
 
@@ -65,7 +65,7 @@ def _zero_points(data):
 
 
 def test_builder_flags_per_precision():
-    flags = bundle_trt.builder_flags
+    flags = hwnas_trt.builder_flags
     assert flags("fp32", "10.9.0.34", qdq=False) == ()
     assert flags("fp16", "10.9.0.34", qdq=False) == ("FP16",)
     assert flags("int8", "10.9.0.34", qdq=True) == ("INT8", "FP16")
@@ -94,18 +94,18 @@ def test_missing_tensorrt_names_what_to_install(monkeypatch, tmp_path):
     with pytest.raises(RuntimeUnavailable) as e:
         get_runtime(target("tensorrt", precision="fp16"))
     assert "pip install tensorrt" in _one_line(e)
-    assert "pip install tensorrt" in bundle_trt.available()
+    assert "pip install tensorrt" in hwnas_trt.available()
     with pytest.raises(RuntimeError) as e:
-        bundle_trt.measure_factory(str(tmp_path / "b.onnx"), [1, 3, 8, 8], "fp16",
+        hwnas_trt.measure_factory(str(tmp_path / "b.onnx"), [1, 3, 8, 8], "fp16",
                                    {"warmup": 1, "repeats": 3, "min_time_s": 0.0})
     assert "pip install tensorrt" in _one_line(e)
     with pytest.raises(RuntimeError, match="pip install tensorrt"):
-        bundle_trt.version()
+        hwnas_trt.version()
 
 
 def test_bundle_measurer_checks_its_settings(tmp_path):
     with pytest.raises(ValueError, match=r"settings lacks \['min_time_s'\]"):
-        bundle_trt.measure_factory(str(tmp_path / "b.onnx"), [1, 3, 8, 8], "fp32", {"warmup": 1, "repeats": 3})
+        hwnas_trt.measure_factory(str(tmp_path / "b.onnx"), [1, 3, 8, 8], "fp32", {"warmup": 1, "repeats": 3})
 
 
 @pytest.mark.parametrize("provider", ["CUDAExecutionProvider", "TensorrtExecutionProvider"])
@@ -165,7 +165,7 @@ def test_tensorrt_fp16_refused_on_tensorrt_11(monkeypatch):
 
 
 class _FakeCudart:
-    """Records the CUDA calls bundle_trt makes; every timed run takes 0.5 ms."""
+    """Records the CUDA calls hwnas_trt makes; every timed run takes 0.5 ms."""
 
     def __init__(self):
         self.calls, self.released, self.copied, self._next = [], None, [], 0x1000
@@ -193,7 +193,7 @@ class _FakeCudart:
 
 
 def _fake_trt_module(version="10.9.0.34"):
-    """Just enough of TensorRT's Python API for bundle_trt's glue: a parsed graph is quantized when
+    """Just enough of TensorRT's Python API for hwnas_trt's glue: a parsed graph is quantized when
     the ONNX bytes contain b"QuantizeLinear"; the plan records the flags set."""
     ns = types.SimpleNamespace
     trt = types.ModuleType("tensorrt")
@@ -283,10 +283,10 @@ def test_bundle_measurer_glue(monkeypatch, tmp_path, precision, quantized, flags
 
     monkeypatch.setitem(sys.modules, "tensorrt", _fake_trt_module())
     cuda = _FakeCudart()
-    monkeypatch.setattr(bundle_trt, "Cudart", lambda: cuda)
+    monkeypatch.setattr(hwnas_trt, "Cudart", lambda: cuda)
     path = tmp_path / "b.onnx"
     path.write_bytes(b"graph QuantizeLinear" if quantized else b"graph")
-    once = bundle_trt.measure_factory(str(path), [1, 3, 8, 8], precision, {"warmup": 2, "repeats": 7, "min_time_s": 0})
+    once = hwnas_trt.measure_factory(str(path), [1, 3, 8, 8], precision, {"warmup": 2, "repeats": 7, "min_time_s": 0})
     built = once.keep
     assert built.engine.plan == flags
     assert set(built.context.addresses) == {"input", "output"}
@@ -309,11 +309,11 @@ def _imported(path):
 
 
 def test_bundle_measurer_imports_only_stdlib_numpy_tensorrt():
-    """bundle_trt.py and bundle_cuda.py are copied into device bundles (hwnas_trt.py, hwnas_cuda.py),
+    """hwnas_trt.py and hwnas_cuda.py are copied into device bundles under these names,
     where torch and this package are absent: hwnas_trt.py imports hwnas_cuda.py beside it there (and
-    nas.latency.bundle_cuda only where that is missing: in hwnas)."""
+    nas.latency.runtimes.hwnas_cuda only where that is missing: in hwnas)."""
     assert _imported(BUNDLE_TRT) == {"numpy", "tensorrt", "hwnas_cuda", "nas"}
-    assert _imported(BUNDLE_TRT.with_name("bundle_cuda.py")) == {"numpy"}
+    assert _imported(BUNDLE_TRT.with_name("hwnas_cuda.py")) == {"numpy"}
 
 
 def test_bundle_measurer_runs_without_torch_or_nas(tmp_path):
@@ -322,7 +322,7 @@ def test_bundle_measurer_runs_without_torch_or_nas(tmp_path):
     import shutil
 
     shutil.copyfile(BUNDLE_TRT, tmp_path / "hwnas_trt.py")
-    shutil.copyfile(BUNDLE_TRT.with_name("bundle_cuda.py"), tmp_path / "hwnas_cuda.py")
+    shutil.copyfile(BUNDLE_TRT.with_name("hwnas_cuda.py"), tmp_path / "hwnas_cuda.py")
     code = f"""
 import importlib.abc, importlib.util, sys
 class Block(importlib.abc.MetaPathFinder):
@@ -414,7 +414,7 @@ def test_profiled_table_with_tensorrt(tmp_path, keys):
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_bundle_measurer_times_an_onnx_file(tmp_path, keys, precision):
-    reason = bundle_trt.available()
+    reason = hwnas_trt.available()
     if reason is not None:
         pytest.skip(reason)
     key = keys[0]
@@ -425,18 +425,18 @@ def test_bundle_measurer_times_an_onnx_file(tmp_path, keys, precision):
         data = quantize_qdq(data, calib, **TENSORRT_QDQ_SETTINGS)
     path = tmp_path / "block.onnx"
     path.write_bytes(data)
-    once = bundle_trt.measure_factory(str(path), [1, *key.in_shape], precision,
+    once = hwnas_trt.measure_factory(str(path), [1, *key.in_shape], precision,
                                       {"warmup": 2, "repeats": 5, "min_time_s": 0.0})
     for _ in range(2):  # one factory, several rounds
         r = once()
         assert set(r) == {"median_ms", "p10_ms", "p90_ms", "n"}
         assert 0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] and r["n"] >= 5
-    assert bundle_trt.version()
+    assert hwnas_trt.version()
 
 
 @pytest.mark.gpu
 def test_here_gpu_microbenchmark_measures_the_gpu():
-    from nas.latency.here import gpu_identity, measure_gpu_peaks
+    from nas.latency.predict.here import gpu_identity, measure_gpu_peaks
 
     ident = gpu_identity()
     peaks = measure_gpu_peaks(matmul_n=2048, copy_mb=256, chain_ops=50)

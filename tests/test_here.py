@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nas.config import compose_app
-from nas.latency.here import load_target
-from nas.latency.table import LatencyTable
+from nas.latency.predict.here import load_target
+from nas.latency.tables.table import LatencyTable
 from nas.resources import tables_dir
 from nas.target import Target, runs_here, target_names
 
@@ -22,16 +22,16 @@ XEON = {**ZEN3, "cpu": "Intel(R) Xeon(R) Platinum 8488C", "name": "Intel(R) Xeon
         "cpu_flags": ["avx", "avx2", "avx512f", "amx_int8", "amx_tile"], "cpu_family": "6", "cpu_model": "143",
         "vendor": "GenuineIntel", "physical_cores": 4, "cpu_count": 8}
 PEAKS = {"peak_gflops": 80.0, "mem_bandwidth_gbs": 15.0, "overhead_us": 0.3,
-         "spec_source": "measured on this machine by nas.latency.roofline.measure_peaks (1 thread)"}
+         "spec_source": "measured on this machine by nas.latency.predict.roofline.measure_peaks (1 thread)"}
 
 
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
     """A fresh HWNAS_HOME, the microbenchmark replaced by fixed figures (counted), and this machine's
     identity set by ``machine["ident"] = ...``."""
-    import nas.latency.device as device
-    import nas.latency.here as here
-    import nas.latency.roofline as roofline
+    import nas.latency.predict.here as here
+    import nas.latency.predict.roofline as roofline
+    import nas.latency.runtimes.device as device
     import nas.target as nas_target
 
     monkeypatch.setenv("HWNAS_HOME", str(tmp_path))
@@ -112,7 +112,7 @@ def _table(**device):
 
 
 def test_warning_for_a_table_measured_on_another_processor():
-    from nas.latency.load import elsewhere_warning
+    from nas.latency.predict.load import elsewhere_warning
 
     cpu = load_target("cpu")
     xeon = _table(name=XEON["cpu"], cpu_flags=XEON["cpu_flags"], cpu_family="6", cpu_model="143", machine="x86_64")
@@ -126,7 +126,7 @@ def test_warning_for_a_table_measured_on_another_processor():
 
 
 def test_no_warning_for_a_remote_device():
-    from nas.latency.load import elsewhere_warning
+    from nas.latency.predict.load import elsewhere_warning
 
     jetson = LatencyTable(metadata={"device": {"kind": "jetson", "name": "Jetson AGX Orin 64GB", "machine": "aarch64"}})
     assert elsewhere_warning(load_target("jetson"), jetson, here=ZEN3) is None
@@ -134,7 +134,7 @@ def test_no_warning_for_a_remote_device():
 
 def test_load_latency_model_carries_the_warning(machine, monkeypatch):
     from nas.latency import load_latency_model
-    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.predict.predictor import LatencyPredictor
 
     def fit(self, table, networks=None, *, mismatched=False):  # the wiring, not the (slow) fit
         self.table_, self.device = table, table.metadata["device"]["name"]
@@ -177,14 +177,14 @@ def test_help_and_completion_offer_here():
 H100 = {**XEON, "kind": "gpu", "gpu": "NVIDIA H100 80GB HBM3", "name": "NVIDIA H100 80GB HBM3", "driver": "580.82",
         "cuda": "13.0"}
 GPU_PEAKS = {"peak_gflops": 51000.0, "mem_bandwidth_gbs": 2900.0, "overhead_us": 2.5,
-             "spec_source": "measured on NVIDIA H100 80GB HBM3 by nas.latency.here.measure_gpu_peaks"}
+             "spec_source": "measured on NVIDIA H100 80GB HBM3 by nas.latency.predict.here.measure_gpu_peaks"}
 
 
 @pytest.fixture
 def gpu_machine(machine, monkeypatch):
     """``machine`` with a GPU: ``gpu_identity`` gives ``machine["gpu"]`` (None: no GPU) and the GPU
     microbenchmark fixed figures (counted in ``machine["gpu_measured"]``)."""
-    import nas.latency.here as here
+    import nas.latency.predict.here as here
 
     machine.update(gpu=H100, gpu_measured=0)
 
@@ -234,14 +234,14 @@ def test_conf_here_gpu_needs_only_torch(gpu_machine, tmp_path, capsys):
 
     assert "CUDAExecutionProvider" not in ort.get_available_providers()
     said = []
-    from nas.latency.here import ensure_here_target
+    from nas.latency.predict.here import ensure_here_target
 
     name = ensure_here_target(kind="gpu", say=said.append)
     t = load_target(name)
     assert (t.runtime, t.provider, t.cuda_graph) == ("torch", "cuda", True)
     assert any("measuring with torch (cuda, CUDA-graph replays): onnxruntime" in s and "onnxruntime-gpu" in s
                for s in said), said
-    from nas.latency.runtimes import get_runtime
+    from nas.latency.runtimes.core import get_runtime
     from nas.machine import RuntimeUnavailable
 
     with pytest.raises(RuntimeUnavailable, match="torch has no CUDA device"):  # this machine has none
@@ -260,8 +260,8 @@ def test_conf_here_gpu_without_a_gpu_is_one_line(gpu_machine):
 
 
 def test_gpu_identity_without_a_gpu(monkeypatch):
-    import nas.latency.here as here
-    from nas.latency.here import gpu_identity
+    import nas.latency.predict.here as here
+    from nas.latency.predict.here import gpu_identity
 
     monkeypatch.setattr(here, "device_identity", lambda kind="cpu": {**XEON, "kind": kind, "gpu": None})
     with pytest.raises(ValueError, match=r"conf=here_gpu: no NVIDIA GPU .* conf=here is this machine's CPU"):
@@ -271,7 +271,7 @@ def test_gpu_identity_without_a_gpu(monkeypatch):
 def test_load_latency_model_warns_from_python_too(monkeypatch):
     """The commands print the other-processor warning; a library call warns (OtherProcessorWarning)."""
     import nas
-    import nas.latency.device as device
+    import nas.latency.runtimes.device as device
     from nas.machine import OtherProcessorWarning
 
     target = nas.load_target("epyc_zen5")

@@ -19,9 +19,9 @@ import pytest
 
 from nas._io import exclusive
 from nas.arch import Arch
-from nas.latency.load import load_latency_model
-from nas.latency.table import LatencyTable, TableError, resolve_table_path
-from nas.latency.table_use import profile_writer
+from nas.latency.predict.load import load_latency_model
+from nas.latency.tables.table import LatencyTable, TableError, resolve_table_path
+from nas.latency.tables.use import profile_writer
 from nas.space import load_space
 from nas.target import load_target
 from tests.test_cli_errors import _one_line, cli  # noqa: F401  (fixture)

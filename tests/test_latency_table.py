@@ -3,7 +3,7 @@ import json
 import pytest
 
 from nas.arch import BlockKey, ConvBlock, MBConvBlock
-from nas.latency.table import (
+from nas.latency.tables.table import (
     SCHEMA_VERSION,
     TABLES_DIR,
     Entry,

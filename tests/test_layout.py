@@ -1,5 +1,6 @@
-"""The package's shape: no import circles, every import runs down the pipeline's layers, imports sit at a
-module's top, modules and functions stay small.
+"""The package's shape: no import circles, every import runs down the pipeline's layers (and down
+``nas.latency``'s rooms, each reached through its face), imports sit at a module's top, ``nas.machine`` needs
+only the standard library, modules and functions stay small.
 
 Every import counts, wherever it is written (module level, inside a function, under
 ``if __name__ == "__main__"``, ``try_import("x")``, ``importlib.import_module("x")``); only ``TYPE_CHECKING``
@@ -13,6 +14,8 @@ optional), each with a one-line reason in a comment on its line or the line abov
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from pathlib import Path
 
 import nas
@@ -21,30 +24,37 @@ ROOT = Path(nas.__file__).resolve().parent
 
 # lower number = lower layer; a module may import only from its own layer or below
 # (docs/contributing.md: cli -> config -> train/search/supernet -> compress/latency -> export
-#  -> data/builder/cost/space -> arch/target -> helpers)
+#  -> data/builder/cost/space -> arch/target -> machine and helpers)
 LAYERS = {
     "nas.cli": 7, "nas.config": 6,  # the Hydra schemas are generated from the library's settings
     "nas.train": 5, "nas.search": 5, "nas.supernet": 5,
-    "nas.compress": 4, "nas.latency": 4,
+    "nas.compress": 4, "nas.latency": 4,  # its rooms in their own order: LATENCY_ROOMS
     "nas.export": 3,  # converters: model -> ONNX / .pte / OpenVINO bytes, verified against torch
     "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
     "nas.timm_arch": 2, "nas._timm_blocks": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.target": 1,
     "nas.machine": 0, "nas._optional": 0, "nas._version": 0,
-    "nas.latency.bundle_device": 0,  # standalone, standard library only: copied into device bundles as it is
     "nas.registry": 0, "nas.stats": 0, "nas._checks": 0, "nas.resources": 0, "nas._io": 0, "nas._yaml": 0, "nas._lazy": 0,
     "nas": 0,
 }
+# nas.latency's rooms, lowest first: a room imports from its own and lower rooms only, and another room or
+# package imports a room (or nas.machine) through its face, the package's __init__; nas.latency's own face sits
+# above every room
+LATENCY_ROOMS = ("nas.latency.tables", "nas.latency.runtimes", "nas.latency.predict", "nas.latency.bundle",
+                 "nas.latency.profile")
+FACES = (*LATENCY_ROOMS, "nas.machine")
 ENTRY_SHIMS = {"nas.profile", "nas.predict", "nas.validate", "nas.repair"}  # python -m nas.<command> -> nas.cli
 # imported inside a function only, each with its reason: optional or heavy runtimes a user may not have installed
 OPTIONAL_RUNTIMES = {"onnxruntime", "executorch", "openvino", "nncf", "tensorrt", "torchao", "psycopg",
                      "sqlalchemy", "modelopt", "pycuda", "cuda", "litert_torch", "ai_edge_litert", "ai_edge_quantizer",
-                     "hwnas_trt",  # the TensorRT timer a device bundle carries beside bundle_script.py
+                     "hwnas_trt",  # the TensorRT timer a device bundle carries beside measure_bundle.py
                      "hwnas_cuda"}  # the CUDA helpers a device bundle carries beside hwnas_trt.py
 # calls that import the module their first argument names (the layer checks see them as imports)
 LOADERS = {"try_import", "importlib.import_module", "import_module"}
-# the device bundles' scripts: they run on the device without this package, so they import as they can
-STANDALONE = {f"nas.latency.bundle_{x}" for x in ("script", "trt", "cuda", "stats", "device", "litert")}
+# the device bundles' scripts, copied into every bundle under these names (nas.latency.bundle.SCRIPTS): they run
+# on the device without this package, so they import as they can
+STANDALONE = {"nas.latency.bundle.measure_bundle", "nas.latency.bundle.hwnas_stats", "nas.latency.runtimes.hwnas_trt",
+              "nas.latency.runtimes.hwnas_cuda", "nas.latency.runtimes.hwnas_litert", "nas.machine.hwnas_device"}
 # heavy but always installed, so loaded by an import statement where it is used
 HEAVY_NOT_OPTIONAL = {"sqlalchemy"}
 # generous caps: a module holds one concern however long that takes (split by concern, never to meet a count);
@@ -192,6 +202,65 @@ def test_imports_run_down_the_layers():
     assert not up, "imports that run up the layers: " + "; ".join(sorted(up))
 
 
+def _room(mod: str) -> int | None:
+    """``mod``'s room: its place in ``LATENCY_ROOMS``, or above them all for ``nas.latency`` itself; None outside."""
+    if mod == "nas.latency":
+        return len(LATENCY_ROOMS)
+    return next((i for i, r in enumerate(LATENCY_ROOMS) if mod == r or mod.startswith(r + ".")), None)
+
+
+def _across_rooms(graph: dict[str, set[str]]) -> list[str]:
+    """Imports inside ``nas.latency`` that run up its rooms, and imports of a room (or ``nas.machine``) from
+    outside it that pass by its face."""
+    out = []
+    for m, deps in graph.items():
+        for d in deps:
+            if _room(m) is not None and _room(d) is not None and _room(d) > _room(m):
+                out.append(f"{m} imports {d} (a higher room)")
+            face = next((f for f in FACES if d.startswith(f + ".")), None)
+            if face and not (m == face or m.startswith(face + ".")):
+                out.append(f"{m} imports {d} (not through {face})")
+    return sorted(out)
+
+
+def test_latency_rooms_import_down_and_through_their_faces():
+    bad = _across_rooms(_graph())
+    assert not bad, "imports across nas.latency's rooms: " + "; ".join(bad)
+
+
+def _shadowed(package: str, init: Path) -> list[str]:
+    """Names ``package``'s face exports that are also its submodules' names: once the submodule is imported,
+    the package's attribute of that name is the module, not the name the face promised."""
+    subs = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir() if (p / "__init__.py").is_file()}
+    return [f"{package}.{n}" for n in sorted(set(getattr(importlib.import_module(package), "__all__", ())) & subs)]
+
+
+def test_no_face_name_is_a_submodule():
+    bad = [x for m, p in MODULES.items() if p.name == "__init__.py" for x in _shadowed(m, p)]
+    assert not bad, "names a package exports that its submodules shadow: " + "; ".join(bad)
+
+
+def test_the_shadow_check_can_fail(tmp_path, monkeypatch):
+    pkg = tmp_path / "shadowed_face"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("__all__ = ['loop', 'measure']\n")
+    (pkg / "measure.py").write_text("def measure(): ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _shadowed("shadowed_face", pkg / "__init__.py") == ["shadowed_face.measure"]
+
+
+def test_every_latency_module_is_in_a_room():
+    assert not [m for m in MODULES if m.startswith("nas.latency.") and _room(m) is None]
+
+
+def test_the_room_checks_can_fail():
+    graph = {"nas.latency.predict.load": {"nas.latency.profile.workflow", "nas.latency.tables", "nas.machine.identity"},
+             "nas.latency.tables.table": {"nas.latency.tables.provenance", "nas.machine"}, "nas.latency": {"nas.latency.profile"}}
+    assert _across_rooms(graph) == ["nas.latency.predict.load imports nas.latency.profile.workflow (a higher room)",
+                                    "nas.latency.predict.load imports nas.latency.profile.workflow (not through nas.latency.profile)",
+                                    "nas.latency.predict.load imports nas.machine.identity (not through nas.machine)"]
+
+
 def _misplaced_imports(module: str, path: Path) -> list[str]:
     """Imports inside a function that are neither ``try_import`` of an optional runtime nor, in a standalone
     script or for SQLAlchemy, an ``import`` statement with its reason in a comment (same line or the one above)."""
@@ -223,7 +292,7 @@ def test_the_import_place_check_can_fail(tmp_path):
                    "    import json  # why not\n    return importlib.import_module('nas.cli.search')\n")
     assert _misplaced_imports("nas.export.onnx", src) == ["nas.export.onnx:2 onnxruntime", "nas.export.onnx:4 json",
                                                           "nas.export.onnx:5 nas.cli.search"]
-    assert _misplaced_imports("nas.latency.bundle_script", src)[0] == "nas.latency.bundle_script:4 json"
+    assert _misplaced_imports("nas.latency.bundle.measure_bundle", src)[0] == "nas.latency.bundle.measure_bundle:4 json"
 
 
 def _private_imports(module: str, path: Path) -> list[str]:
@@ -275,6 +344,28 @@ def test_the_reexport_check_can_fail(tmp_path):
     src = tmp_path / "snippet.py"
     src.write_text("from nas._blocks import Block\nfrom nas.search.budget import Budgets\n__all__ = ['Block', 'Budgets']\n")
     assert _reexports("nas.search.study", src) == ["nas.search.study.Budgets (from nas.search.budget)"]
+
+
+def _outside_stdlib(module: str, path: Path) -> list[str]:
+    """What ``module`` imports that is neither the standard library nor ``nas.machine`` itself (or ``nas._lazy``,
+    the packages' lazy faces, itself standard library only)."""
+    own = ("nas.machine", "nas._lazy")
+    return [f"{module}:{line} {name}" for name, line, _ in _imports(module, path)
+            if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith(own)]
+
+
+def test_the_machine_is_read_with_the_standard_library_only():
+    """``nas.machine`` says what this machine is before torch or any runtime loads (a target checks its processor
+    with it), and its device script runs in device bundles without them."""
+    bad = [x for m, p in MODULES.items() if m == "nas.machine" or m.startswith("nas.machine.")
+           for x in _outside_stdlib(m, p)]
+    assert not bad, "nas.machine imports beyond the standard library: " + "; ".join(sorted(bad))
+
+
+def test_the_standard_library_check_can_fail(tmp_path):
+    src = tmp_path / "snippet.py"
+    src.write_text("import os\nimport numpy as np\nfrom nas.machine.identity import cpu_identity\nfrom nas.target import Target\n")
+    assert _outside_stdlib("nas.machine.x", src) == ["nas.machine.x:2 numpy", "nas.machine.x:4 nas.target"]
 
 
 def test_every_module_has_a_layer():

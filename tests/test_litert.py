@@ -19,10 +19,10 @@ import torch
 
 from nas.arch import BlockKey, ConvBlock, Head, MBConvBlock
 from nas.builder import build_layer
-from nas.latency.measure import ProfileSettings
-from nas.latency.measure_model import measure_key
-from nas.latency.runtime_base import RUNTIMES
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes.base import RUNTIMES
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.runtimes.measure_model import measure_key
 from nas.machine import RuntimeUnavailable
 from nas.target import load_target
 
@@ -213,8 +213,8 @@ def test_bundle_measured_and_rehearsed_imports_labelled(tmp_path):
     """Written here (.tflite), measured by measure_bundle.py with ai-edge-litert in a subprocess, rehearsed
     (rehearsal.json: imported only as a rehearsal), both imported (40 s here)."""
     _runtime("litert_cpu_int8")
-    from nas.latency.bundle import BundleError, import_bundle, write_bundle
-    from nas.latency.profiler import calibration_archs
+    from nas.latency.bundle.roundtrip import BundleError, import_bundle, write_bundle
+    from nas.latency.profile.profiler import calibration_archs
     from nas.space import load_space
 
     target = load_target("litert_cpu_int8")

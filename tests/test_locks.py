@@ -16,10 +16,10 @@ import pytest
 
 from nas._io import LOCK_DIR, Busy, exclusive, file_lock, lock_path
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profile_jobs
-from nas.latency.claims import Claims
-from nas.latency.measure import ProfileSettings
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.profile import jobs as profile_jobs
+from nas.latency.profile.claims import Claims
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import Entry, LatencyTable
 from nas.search.journal import journal_lock_path
 from nas.target import load_target
 from nas.train.pipeline import train_front
@@ -213,7 +213,7 @@ def test_an_item_another_run_is_timing_waits_to_the_end_and_is_skipped_once_save
 
     other = threading.Thread(target=other_run_saves)
     other.start()
-    with caplog.at_level("WARNING", logger="nas.latency.profile_jobs"):
+    with caplog.at_level("WARNING", logger="nas.latency.profile.jobs"):
         rep = profile_jobs.run_jobs(jobs, None, table, settings, path=out, progress=False)
     other.join()
     assert timed == [keys[0], keys[2]] and rep.by_others == 1 and rep.left == 0

@@ -1,4 +1,4 @@
-"""nas.latency.ops: per-kind-of-kernel work of a layer, and the learned block model built on it."""
+"""nas.latency.predict.ops: per-kind-of-kernel work of a layer, and the learned block model built on it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from nas.arch import SE, BlockKey, ConvBlock, DSConvBlock, MBConvBlock
 from nas.cost import block_cost
-from nas.latency.ops import OP_FEATURES, op_features, padding_elems, trailing_act_elems
+from nas.latency.predict.ops import OP_FEATURES, op_features, padding_elems, trailing_act_elems
 from nas.space import list_spaces, load_space
 from nas.timm_arch import from_timm
 
@@ -51,7 +51,7 @@ def test_padding_counts_channels_rounded_up_to_the_simd_block():
 
 def test_learned_model_extrapolates_to_widths_the_table_lacks():
     """Fit on a synthetic additive 'device' at some widths; predict widths it never saw."""
-    from nas.latency.predictor import make_block_model
+    from nas.latency.predict.predictor import make_block_model
 
     rng = np.random.default_rng(0)
     cost = rng.uniform(0.5, 2.0, len(OP_FEATURES)) * 1e-2

@@ -84,7 +84,7 @@ def test_validate_cli(table, tmp_path):
     assert set(rep["reproducibility"]) == {"as_built", "rescaled"} and rep["reproducibility"]["as_built"]["n"] == 10
     assert "reproducibility (as_built)" in r.stdout
     # held out: none of the validation networks is in the calibration set
-    from nas.latency.table import LatencyTable
+    from nas.latency.tables.table import LatencyTable
 
     calib = {a.digest() for a in LatencyTable.load(table).networks}
     assert not calib & {p["digest"] for p in rep["points"]}
@@ -139,8 +139,8 @@ def test_validate_cli(table, tmp_path):
 def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, tmp_path):
     import numpy as np
 
-    from nas.latency.predictor import LatencyPredictor
-    from nas.latency.table import LatencyTable
+    from nas.latency.predict.predictor import LatencyPredictor
+    from nas.latency.tables.table import LatencyTable
     from nas.space import load_space
 
     t = tmp_path / "t.json"
@@ -182,8 +182,8 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
 def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(table, tmp_path):
     import numpy as np
 
-    from nas.latency.predictor import LatencyPredictor
-    from nas.latency.table import LatencyTable
+    from nas.latency.predict.predictor import LatencyPredictor
+    from nas.latency.tables.table import LatencyTable
     from nas.space import load_space
 
     t = tmp_path / "t.json"
@@ -233,11 +233,11 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
 
     import numpy as np
 
-    import nas.latency.profiler as profiler
-    from nas.latency.measure import Interrupted
-    from nas.latency.predictor import LatencyPredictor
-    from nas.latency.profile_workflow import _recalibrate
-    from nas.latency.table import LatencyTable, TableError
+    import nas.latency.profile.profiler as profiler
+    from nas.latency.predict.predictor import LatencyPredictor
+    from nas.latency.profile.workflow import _recalibrate
+    from nas.latency.runtimes.loop import Interrupted
+    from nas.latency.tables.table import LatencyTable, TableError
 
     t = tmp_path / "t.json"
     shutil.copy(table, t)
@@ -264,8 +264,8 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
     built = LatencyPredictor(refresh=False).fit(tab).predict(list(tab.networks))
     assert abs(float(np.median(half / built)) - 0.5) < 0.02  # the machine now runs twice as fast
     # nas.validate scores the table as built and, beside it, as nas.predict / search / train use it
-    from nas.latency.roofline import Roofline
-    from nas.latency.validate import STORED, ValidationSet, validate
+    from nas.latency.predict.roofline import Roofline
+    from nas.latency.profile.validate import STORED, ValidationSet, validate
     from nas.space import load_space
 
     held = [load_space("tiny").random(s).with_resolution(32) for s in range(100, 110)]
@@ -332,7 +332,7 @@ def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
 
 def test_validate_models_take_arch_files(tmp_path):
     """models= mixes timm names and Arch JSON files (group "arch files"); a missing file is one line."""
-    from nas.latency.validate import held_out_set
+    from nas.latency.profile.validate import held_out_set
     from nas.space import load_space
 
     arch = load_space("tiny").random(0)

@@ -5,8 +5,8 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 from nas.latency import LatencyPredictor, RooflineModel, load_latency_model
-from nas.latency.roofline import Roofline
-from nas.latency.table import Entry, LatencyTable, TableMismatchError
+from nas.latency.predict.roofline import Roofline
+from nas.latency.tables.table import Entry, LatencyTable, TableMismatchError
 from nas.space import list_spaces, load_space
 from nas.timm_arch import from_timm
 
@@ -154,7 +154,7 @@ def test_shipped_jetson_and_gpu_targets_are_estimates():
 
 
 def test_calibration_recovers_a_boundary_effect():
-    from nas.latency.calibration import boundary_feature
+    from nas.latency.predict.calibration import boundary_feature
 
     t = synth_table(networks=0)
     rng = np.random.default_rng(5)
@@ -176,7 +176,7 @@ def test_contributions_never_negative():
     rng = np.random.default_rng(7)
     for _ in range(30):  # a device whose boundary term is strongly negative
         a = load_space("tiny").random(rng)
-        from nas.latency.calibration import boundary_feature
+        from nas.latency.predict.calibration import boundary_feature
 
         ms = sum(synth_ms(k) - 0.004 for k in a.keys())
         t.networks[a] = Entry(max(ms - 5.0 * sum(boundary_feature(k) for k in a.keys()), 1e-3) + 0.01, 0, 0, 50)
@@ -187,7 +187,7 @@ def test_contributions_never_negative():
 
 
 def test_calibration_fit_keeps_every_layer_non_negative():
-    from nas.latency.calibration import fit_calibration
+    from nas.latency.predict.calibration import fit_calibration
 
     # networks of layers [ms, 1]: y = ms - 0.5 * layers + 2 fits exactly, but a 0.2-ms layer would cost -0.3
     X = np.array([[1.2, 2], [2.0, 2], [0.4, 2], [2.2, 3], [3.0, 3], [1.4, 3]])
@@ -205,7 +205,7 @@ def test_calibration_fit_keeps_every_layer_non_negative():
 def test_shipped_openvino_table_predicts_what_its_calibration_fitted():
     """OpenVINO's lone blocks do not add up to its networks; a fit with negative layers, clamped at
     prediction, put every network ~15 us high.  The predictor must predict what it fitted."""
-    from nas.latency.calibration import layer_features, table_networks
+    from nas.latency.predict.calibration import layer_features, table_networks
     from nas.target import load_target
 
     p = load_latency_model(load_target("openvino_cpu"), allow_mismatch=True, refresh=False)
@@ -225,7 +225,7 @@ def test_calibration_recovers_a_concave_relation_and_falls_back_below_its_range(
     continuously, and labelled an extrapolation; every path agrees."""
     import math
 
-    from nas.latency.predictor import EXTRAPOLATION_MARGIN, LOG_FLOOR_MS, LOW_NETWORKS
+    from nas.latency.predict.predictor import EXTRAPOLATION_MARGIN, LOG_FLOOR_MS, LOW_NETWORKS
 
     t = synth_table(networks=0)
     sp = load_space("tiny")
@@ -280,7 +280,7 @@ def test_predictions_outside_the_calibration_range_say_so():
 def _residual_table(n_nets=160, seed=3):
     """A device whose networks cost 8% more when over a third of their time is in 5x5 kernels: a
     network-level effect no sum of per-layer terms can carry."""
-    from nas.latency.predictor import MIN_RESIDUAL_NETWORKS
+    from nas.latency.predict.predictor import MIN_RESIDUAL_NETWORKS
 
     assert n_nets >= MIN_RESIDUAL_NETWORKS
     t = synth_table(networks=0)
@@ -335,7 +335,7 @@ def test_network_residual_is_the_same_on_every_path():
 def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from nas.latency.predictor import CompiledTrees
+    from nas.latency.predict.predictor import CompiledTrees
 
     rng = np.random.default_rng(0)
     X = rng.random((300, 6))
@@ -359,8 +359,8 @@ def test_packed_trees_match_scikit_learn_or_fall_back(monkeypatch):
 
 
 def test_reproducibility_scores_the_table_against_its_own_re_measurement():
-    from nas.latency.reproducibility import reproducibility
-    from nas.latency.scoring import drift_ratios
+    from nas.latency.predict.scoring import drift_ratios
+    from nas.latency.profile.reproducibility import reproducibility
 
     # (now, table) ms: one network 3% slower now, two 9-10% off, one unchanged
     anchors = {"a": [(1.03, 1.0), (1.1, 1.0)], "b": [(0.9, 1.0), (2.0, 2.0)]}
@@ -377,7 +377,7 @@ def test_reproducibility_scores_the_table_against_its_own_re_measurement():
 def test_recalibration_absorbs_an_uneven_drift():
     """The machine moved since the table was measured: 20% faster, less so for small networks.
     Calibrated on the calibration networks re-measured now, the predictor follows; as built it cannot."""
-    from nas.latency.validate import RECALIBRATED, ValidationSet, validate
+    from nas.latency.profile.validate import RECALIBRATED, ValidationSet, validate
 
     t = synth_table(networks=40)
     sp = load_space("tiny")
@@ -413,9 +413,9 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
     interrupted validation resumes without re-measuring."""
     from types import SimpleNamespace
 
-    import nas.latency.profiler as profiler
-    from nas.latency.profiler import round_order
-    from nas.latency.validate import measure_held_out
+    import nas.latency.profile.profiler as profiler
+    from nas.latency.profile.profiler import round_order
+    from nas.latency.profile.validate import measure_held_out
 
     rng = np.random.default_rng(3)
     sp = load_space("tiny")
@@ -452,7 +452,7 @@ def test_validation_rounds_mix_held_out_and_calibration_networks(monkeypatch, tm
 def test_recalibration_ablation_without_calibration_spaces():
     """With networks of calibration-only spaces in the table, validate also scores the recalibration
     fitted on the search spaces' networks alone, on the same re-measured figures."""
-    from nas.latency.validate import RECALIBRATED, WITHOUT_EXTRA, ValidationSet, validate
+    from nas.latency.profile.validate import RECALIBRATED, WITHOUT_EXTRA, ValidationSet, validate
 
     t = synth_table(("tiny", "calibration/lcnetlike"), networks=25)
     sp = load_space("tiny")
@@ -478,7 +478,7 @@ def test_fit_runs_gradient_boosting_on_one_openmp_thread(monkeypatch):
     """Two processes fitting at once with a thread per core each stalled for minutes on 2 cores."""
     from threadpoolctl import threadpool_info
 
-    from nas.latency import predictor as mod
+    from nas.latency.predict import predictor as mod
 
     seen = []
     real = mod.HistGradientBoostingRegressor.fit

@@ -5,10 +5,11 @@ from collections import Counter
 import pytest
 
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profile_jobs, profiler
-from nas.latency.measure import ProfileSettings
-from nas.latency.profile_workflow import check_budget, profile_target
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.profile import jobs as profile_jobs
+from nas.latency.profile import profiler
+from nas.latency.profile.workflow import check_budget, profile_target
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import Entry, LatencyTable
 from nas.space import load_space
 
 META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "kind": "cpu"},
@@ -182,7 +183,7 @@ def test_budget_with_bundle_or_refresh_is_refused():
 
 
 def test_partial_table_predicts_and_says_what_was_measured():
-    from nas.latency.predictor import LatencyPredictor
+    from nas.latency.predict.predictor import LatencyPredictor
 
     space = load_space("tiny")
     keys = space.unique_blocks()
@@ -202,7 +203,7 @@ class TrueDevice(FakeDevice):
     its blocks times 1.1."""
 
     def __init__(self, monkeypatch):
-        from nas.latency.roofline import Roofline
+        from nas.latency.predict.roofline import Roofline
 
         self.t, self.seen = 0.0, []
         self.roof = Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0)
@@ -238,7 +239,7 @@ def budgeted(tmp_path, monkeypatch):
 
 
 def test_profile_log_orders_a_budgeted_table(budgeted):
-    from nas.latency.budget_curve import measuring_order, table_at
+    from nas.latency.profile.budget_curve import measuring_order, table_at
 
     dev, keys, nets, one, path, rep, saved = budgeted
     assert rep.stopped_by_budget
@@ -267,7 +268,7 @@ def test_profile_log_orders_a_budgeted_table(budgeted):
 
 
 def test_extrapolation_only_from_a_steady_rising_trend():
-    from nas.latency.budget_curve import _extrapolate, _sentence
+    from nas.latency.profile.budget_curve import _extrapolate, _sentence
 
     def pt(cov, w10):
         return {"time_covered": cov, "within_10pct": w10, "calibrated": True}
@@ -290,10 +291,10 @@ def test_extrapolation_only_from_a_steady_rising_trend():
 
 @pytest.mark.slow
 def test_validate_budget_report_refits_on_the_first_minutes(budgeted, tmp_path):
-    from nas.latency.budget_curve import budget_plot, budget_report
-    from nas.latency.predictor import LatencyPredictor
-    from nas.latency.scoring import score
-    from nas.latency.validate import ValidationSet, held_out_archs
+    from nas.latency.predict.predictor import LatencyPredictor
+    from nas.latency.predict.scoring import score
+    from nas.latency.profile.budget_curve import budget_plot, budget_report
+    from nas.latency.profile.validate import ValidationSet, held_out_archs
 
     dev, keys, nets, one, path, rep, saved = budgeted
     held = held_out_archs(load_space("tiny"), 30, exclude={a.digest() for a in nets})

@@ -5,9 +5,9 @@ import sys
 import time
 
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profiler
-from nas.latency.measure import ProfileSettings
-from nas.latency.table import Entry, LatencyTable
+from nas.latency.profile import profiler
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import Entry, LatencyTable
 
 META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "kind": "cpu"},
         "runtime": {"name": "onnxruntime", "version": "1.0", "provider": "CPUExecutionProvider"},

@@ -9,10 +9,12 @@ import time
 import pytest
 
 from nas.arch import BlockKey, ConvBlock
-from nas.latency import profile_jobs, profile_workflow, watch
-from nas.latency.measure import ProfileSettings
-from nas.latency.table import Entry, LatencyTable
-from nas.latency.watch import Contention, Watch, contended, noise_note, read_steal_s, read_wait_s
+from nas.latency.profile import jobs as profile_jobs
+from nas.latency.profile import watch
+from nas.latency.profile import workflow as profile_workflow
+from nas.latency.profile.watch import Contention, Watch, contended, noise_note, read_steal_s, read_wait_s
+from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.tables.table import Entry, LatencyTable
 
 META = {"source": "measured", "target": "cpu", "device": {"name": "Test CPU", "kind": "cpu"},
         "runtime": {"name": "onnxruntime", "version": "1.0", "provider": "CPUExecutionProvider"},
@@ -211,7 +213,7 @@ def test_ctrl_c_keeps_the_measurements_held_back(tmp_path, monkeypatch):
 
 
 def test_a_save_keeps_the_claims_of_measurements_held_back(tmp_path):
-    from nas.latency.claims import Claims
+    from nas.latency.profile.claims import Claims
 
     c = Claims(tmp_path / "t.json")
     assert c.take("b1") and c.take("b2")

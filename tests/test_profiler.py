@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from nas.latency import profiler as profiler_mod
-from nas.latency.device import device_identity
-from nas.latency.measure import ProfileSettings, measure, summarize_times
-from nas.latency.profiler import calibration_archs, new_metadata, profile_blocks, profile_networks, pruned_archs
-from nas.latency.runtime_base import RUNTIMES
-from nas.latency.runtimes import get_runtime
-from nas.latency.table import LatencyTable
+from nas.latency.profile import profiler as profiler_mod
+from nas.latency.profile.profiler import calibration_archs, new_metadata, profile_blocks, profile_networks, pruned_archs
+from nas.latency.runtimes.base import RUNTIMES
+from nas.latency.runtimes.core import get_runtime
+from nas.latency.runtimes.device import device_identity
+from nas.latency.runtimes.loop import ProfileSettings, measure, summarize_times
+from nas.latency.tables.table import LatencyTable
 from nas.machine import RuntimeUnavailable, device_mismatch
 from nas.space import load_space
 from nas.target import Target
@@ -142,7 +142,7 @@ def test_pruned_networks_leave_the_space_as_pruning_does():
 def test_pruned_networks_are_cut_deep_and_take_the_structural_steps(monkeypatch):
     """Every other network has every unit cut to <= 60% (as pruning a fast network to 0.7x does), and,
     as prune.criterion=loss does, some lose a squeeze-excite, some a residual block."""
-    import nas.latency.profiler as prune  # where pruned_archs looks them up (nas.narrow's functions)
+    import nas.latency.profile.profiler as prune  # where pruned_archs looks them up (nas.narrow's functions)
 
     resized, dropped = [], []
     real_resize, real_drop = prune.resize_arch, prune.drop_layers
@@ -304,7 +304,7 @@ def test_cli_calibration_spaces(tmp_path):
 
 
 def test_calibration_space_names():
-    from nas.latency.profile_workflow import calibration_space_names
+    from nas.latency.profile.workflow import calibration_space_names
 
     assert calibration_space_names(None, default=True) == ["calibration/effnetlike", "calibration/lcnetlike",
                                                             "calibration/mbv2like", "calibration/mbv3smalllike"]
@@ -317,7 +317,7 @@ def test_spread_order_spans_the_range_first():
     # a budget reaches a space's first calibration networks only: they span its range of MACs, the
     # smallest and the largest first, then the median; the set itself is the seeded one
     from nas.cost import arch_cost
-    from nas.latency.profiler import spread_order
+    from nas.latency.profile.profiler import spread_order
 
     archs = calibration_archs(load_space("mbv3"), 21)
     got = spread_order(archs)
@@ -332,7 +332,7 @@ def test_calibration_order_levels_the_time_of_each_space():
     # a space whose networks take 3x the seconds gets a third of the networks in any prefix (its
     # share of the budget is its time, not its count), while one of cheaper networks gets no more
     # turns than a typical space (a network counts at least the median's time); the set is the same
-    from nas.latency.profiler import calibration_order
+    from nas.latency.profile.profiler import calibration_order
 
     spaces = [load_space("tiny"), load_space("mbv3"), load_space("calibration/effnetlike")]
     cost = {"tiny": 0.25, "mbv3": 1.0, "effnetlike": 3.0}
@@ -354,7 +354,7 @@ def test_pruned_networks_join_their_spaces_spread_so_a_short_budget_spans_each_s
     # a space's pruned networks are its smallest: merged into its spread order, the first turns of that
     # space reach them, where listed after the calibration networks no budget short of all reaches them
     from nas.cost import arch_cost
-    from nas.latency.profiler import calibration_archs, calibration_order, pruned_archs
+    from nas.latency.profile.profiler import calibration_archs, calibration_order, pruned_archs
 
     spaces = [load_space("mbv3"), load_space("calibration/effnetlike")]
     pruned = [a for sp in spaces for a in pruned_archs(sp, 6)]

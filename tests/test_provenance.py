@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from nas.latency import LatencyPredictor
-from nas.latency.base import SOURCES, Prediction, on_device
-from nas.latency.validate import validated_spaces
+from nas.latency.profile.validate import validated_spaces
+from nas.latency.tables.provenance import SOURCES, Prediction, on_device
 from nas.search import results as results_mod
 from nas.search.budget import Budgets
 from nas.search.results import write_outputs

@@ -10,7 +10,7 @@ import torch
 from optuna.trial import TrialState
 
 from nas.data import load_data
-from nas.latency.load import RooflineModel
+from nas.latency.predict.load import RooflineModel
 from nas.search.budget import Budgets
 from nas.search.pruners import INTERMEDIATE_ATTR, ScoreView, intermediate_values, make_pruner
 from nas.search.results import pareto_front, trial_records, write_outputs

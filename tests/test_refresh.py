@@ -1,5 +1,5 @@
-"""Refresh on the fly (nas.latency.refresh) and the repeatability of a network's measurement
-(nas.latency.repeatability), with a fake timer: nothing here depends on how fast the host runs."""
+"""Refresh on the fly (nas.latency.profile.refresh) and the repeatability of a network's measurement
+(nas.latency.profile.repeatability), with a fake timer: nothing here depends on how fast the host runs."""
 
 import numpy as np
 import pytest
@@ -7,10 +7,10 @@ from test_predictor import META, SYNTH, synth_table
 from test_predictor import TARGET as TARGET_FIELDS
 
 from nas.latency import LatencyPredictor
-from nas.latency.refresh import MIN_ANCHORS, Refresh, pick_anchors, refresh_model, retime, why_not_retimed
-from nas.latency.repeatability import repeatability
-from nas.latency.scoring import drift_warning
-from nas.latency.validate import AS_BUILT, RESCALED, ValidationSet, validate
+from nas.latency.predict.scoring import drift_warning
+from nas.latency.profile.refresh import MIN_ANCHORS, Refresh, pick_anchors, refresh_model, retime, why_not_retimed
+from nas.latency.profile.repeatability import repeatability
+from nas.latency.profile.validate import AS_BUILT, RESCALED, ValidationSet, validate
 from nas.space import load_space
 from nas.target import Target
 
@@ -203,7 +203,7 @@ def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypat
 
     from omegaconf import OmegaConf
 
-    import nas.latency.refresh as refresh_mod
+    import nas.latency.profile.refresh as refresh_mod
     from nas.cli.search import _print_setup
     from nas.data import load_data
     from nas.search import study as study_mod

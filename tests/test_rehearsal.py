@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from old_code import old_source
 
-from nas.latency import bundle_device
-from nas.latency.bundle import SCRIPTS
+from nas.latency.bundle.roundtrip import SCRIPTS
+from nas.machine import hwnas_device
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
@@ -33,23 +33,23 @@ def _cli(cwd, command):
                                             (None, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)", "gpu"),
                                             (None, None, "cpu")])
 def test_kind_is_read_from_the_machine(monkeypatch, model, smi, kind):
-    monkeypatch.setattr(bundle_device, "read_text", lambda p: model if p == "/proc/device-tree/model" else None)
-    monkeypatch.setattr(bundle_device, "run_out", lambda cmd: smi)
-    assert bundle_device.machine_kind() == kind
+    monkeypatch.setattr(hwnas_device, "read_text", lambda p: model if p == "/proc/device-tree/model" else None)
+    monkeypatch.setattr(hwnas_device, "run_out", lambda cmd: smi)
+    assert hwnas_device.machine_kind() == kind
     on_cpu = {"name": "onnxruntime", "provider": "CPUExecutionProvider"}
-    assert bundle_device.measured_kind(on_cpu) == "cpu"  # a CPU runtime measures the CPU, on any machine
+    assert hwnas_device.measured_kind(on_cpu) == "cpu"  # a CPU runtime measures the CPU, on any machine
 
 
 def test_identify_reads_the_machine_not_the_bundle(tmp_path):
     """--identify on a Jetson bundle reports this machine's kind; the script before copied the bundle's."""
     man = {"schema": "hwnas.bundle", "schema_version": 2, "device_kind": "jetson"}
     (tmp_path / "manifest.json").write_text(json.dumps(man))
-    for src, dst in SCRIPTS.items():
-        (tmp_path / dst).write_text((ROOT / "nas/latency" / src).read_text())
+    for name, src in SCRIPTS.items():
+        (tmp_path / name).write_text(src.read_text())
     (tmp_path / "old_measure_bundle.py").write_text(old_source("nas/latency/bundle_script.py"))
     new, old = (_run([sys.executable, f"{s}measure_bundle.py", ".", "--identify"], tmp_path) for s in ("", "old_"))
     assert new.returncode == 0 == old.returncode, new.stderr + old.stderr
-    assert json.loads(new.stdout)["kind"] == bundle_device.machine_kind()
+    assert json.loads(new.stdout)["kind"] == hwnas_device.machine_kind()
     assert json.loads(old.stdout)["kind"] == "jetson"  # whatever this machine is
 
 

@@ -25,7 +25,7 @@ from nas.arch import Arch
 from nas.config import compose_app
 from nas.config.search import register_search_configs
 from nas.data import load_data
-from nas.latency.load import RooflineModel
+from nas.latency.predict.load import RooflineModel
 from nas.search.budget import Budgets
 from nas.search.evaluate import EvalResult, Evaluator
 from nas.search.results import pareto_front, write_outputs

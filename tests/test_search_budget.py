@@ -12,7 +12,7 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from nas.latency.load import RooflineModel
+from nas.latency.predict.load import RooflineModel
 from nas.search import study as study_mod
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencySpread, choose_latency_budget, kept, sampled_latencies
 from nas.search.results import SHORT_HOW, latency_how, write_outputs

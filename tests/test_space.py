@@ -227,7 +227,7 @@ def test_effnetlike_reaches_above_the_search_spaces():
     # the calibration covers the large 224-px networks people deploy (EfficientNet-B1 is 0.69 GMACs):
     # effnetlike's seeded networks reach beyond every other shipped space's largest
     from nas.cost import arch_cost
-    from nas.latency.profiler import calibration_archs
+    from nas.latency.profile.profiler import calibration_archs
 
     def macs(name):
         return [arch_cost(a).macs / 1e9 for a in calibration_archs(load_space(name), 60)]
@@ -262,7 +262,7 @@ def test_mbv3smalllike_spans_the_small_224px_end():
     # MobileNetV3-Small (0.057 GMACs, hard-swish, SE, its 1024-wide conv after the pool) lies below every
     # search space's 224-px networks; mbv3smalllike's seeded networks span it, with the same head
     from nas.cost import arch_cost
-    from nas.latency.profiler import calibration_archs
+    from nas.latency.profile.profiler import calibration_archs
     from nas.timm_arch import arch_from_spec
 
     small = [arch_cost(a).macs / 1e9 for a in calibration_archs(load_space("calibration/mbv3smalllike"), 60)]

@@ -1,5 +1,5 @@
-"""The device bundle's TensorRT Python-API timer (``nas.latency.bundle_trt.measure_factory``, its
-``GpuTimer`` in ``nas.latency.bundle_cuda``) against ``FakeCudart``, a stand-in for the CUDA runtime
+"""The device bundle's TensorRT Python-API timer (``nas.latency.runtimes.hwnas_trt.measure_factory``, its
+``GpuTimer`` in ``nas.latency.runtimes.hwnas_cuda``) against ``FakeCudart``, a stand-in for the CUDA runtime
 calls it makes through ctypes, on a simulated GPU and
 a simulated host clock, with an engine whose ``execute_async_v3`` costs the host more than the GPU
 (a small block at batch 1 on a Jetson's ARM cores).  The timer before (``frozen_bundle_trt``, kept
@@ -25,7 +25,7 @@ import frozen_bundle_trt
 import numpy as np
 import pytest
 
-from nas.latency import bundle_cuda, bundle_trt
+from nas.latency.runtimes import hwnas_cuda, hwnas_trt
 
 
 class SimClock:
@@ -40,7 +40,7 @@ class SimClock:
 
 
 class FakeCudart:
-    """The calls ``bundle_cuda.Cudart`` makes, on one simulated stream (see the module docstring)."""
+    """The calls ``hwnas_cuda.Cudart`` makes, on one simulated stream (see the module docstring)."""
 
     def __init__(self, clock: SimClock, *, memset_ms: float = 0.4, call_ms: float = 0.002) -> None:
         self.clock, self.memset_ms, self.call_ms = clock, memset_ms, call_ms
@@ -121,7 +121,7 @@ def _timer(module, monkeypatch, *, kernel_ms: float, launch_ms: float):
         fakes.update(time=clock, _Cudart=lambda: cuda)
     else:
         fakes.update(Cudart=lambda: cuda)
-        monkeypatch.setattr(bundle_cuda, "time", clock)
+        monkeypatch.setattr(hwnas_cuda, "time", clock)
     for name, value in fakes.items():
         monkeypatch.setattr(module, name, value)
     return module.measure_factory(__file__, [1, 3, 8, 8], "fp16", SETTINGS), cuda, ctx
@@ -129,7 +129,7 @@ def _timer(module, monkeypatch, *, kernel_ms: float, launch_ms: float):
 
 @pytest.mark.parametrize("kernel_ms,launch_ms", [(0.02, 0.06), (0.05, 0.3), (0.5, 0.06)])
 def test_the_timer_reads_the_gpus_time_not_the_hosts_enqueue(monkeypatch, kernel_ms, launch_ms):
-    once, cuda, ctx = _timer(bundle_trt, monkeypatch, kernel_ms=kernel_ms, launch_ms=launch_ms)
+    once, cuda, ctx = _timer(hwnas_trt, monkeypatch, kernel_ms=kernel_ms, launch_ms=launch_ms)
     st = once()
     assert st["median_ms"] == pytest.approx(kernel_ms, rel=1e-9)
     assert st["p10_ms"] == pytest.approx(kernel_ms, rel=1e-9) and st["p90_ms"] == pytest.approx(kernel_ms, rel=1e-9)
@@ -150,7 +150,7 @@ def test_the_old_timer_read_the_enqueue_time(monkeypatch):
 def test_a_host_stall_longer_than_the_wait_shows_and_the_next_batch_waits_longer(monkeypatch):
     """The wait is sized from what queuing took the host: after a batch whose queuing was slow, the
     next waits longer, so its runs are GPU time again."""
-    once, cuda, ctx = _timer(bundle_trt, monkeypatch, kernel_ms=0.02, launch_ms=0.06)
+    once, cuda, ctx = _timer(hwnas_trt, monkeypatch, kernel_ms=0.02, launch_ms=0.06)
     once()
     ctx.launch_ms = 0.3  # the host got slower (another process on its core)
     before = cuda.memsets
@@ -163,13 +163,13 @@ def test_time_runs_counts_repeats_and_min_time():
     clock = SimClock()
     cuda = FakeCudart(clock)
     ctx = SlowHostContext(cuda, 0.02, 0.06)
-    timer = bundle_cuda.GpuTimer(cuda, cuda.new("Stream"), lambda: ctx.execute_async_v3(0))
-    orig = bundle_cuda.time
-    bundle_cuda.time = clock
+    timer = hwnas_cuda.GpuTimer(cuda, cuda.new("Stream"), lambda: ctx.execute_async_v3(0))
+    orig = hwnas_cuda.time
+    hwnas_cuda.time = clock
     try:
-        st = bundle_cuda.time_runs(timer, 2, 5, 0.0)
+        st = hwnas_cuda.time_runs(timer, 2, 5, 0.0)
         assert st["n"] == 5 and ctx.runs == 2 + 5
-        st = bundle_cuda.time_runs(timer, 0, 5, 0.05)  # 50 ms of runs of about 0.1 ms of host time each
+        st = hwnas_cuda.time_runs(timer, 0, 5, 0.05)  # 50 ms of runs of about 0.1 ms of host time each
         assert 5 < st["n"] <= 2000
     finally:
-        bundle_cuda.time = orig
+        hwnas_cuda.time = orig

@@ -10,8 +10,8 @@ import pytest
 import torch._dynamo  # noqa: F401 - torch's lazy imports look tensorrt up: loaded before any stand-in
 from old_code import load_old
 
-from nas.latency import bundle_trt
-from nas.latency.runtimes import get_runtime
+from nas.latency.runtimes import hwnas_trt
+from nas.latency.runtimes.core import get_runtime
 from nas.machine import RuntimeUnavailable
 from nas.target import Target
 
@@ -123,14 +123,14 @@ def _old_build_plan(tmp_path):
 ])
 def test_build_plan_on_each_version(monkeypatch, version, precision, qdq, plan):
     monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt(version))
-    assert bundle_trt.build_plan(b"graph" + (b" QuantizeLinear" if qdq else b""), precision) == plan
+    assert hwnas_trt.build_plan(b"graph" + (b" QuantizeLinear" if qdq else b""), precision) == plan
 
 
 def test_network_flags_per_version():
-    assert bundle_trt.network_flags(fake_tensorrt("8.6.1")) == 1
-    assert bundle_trt.network_flags(fake_tensorrt("10.3.0")) == 0
-    assert bundle_trt.network_flags(fake_tensorrt("11.0.0")) == 0
-    assert bundle_trt.network_flags(fake_tensorrt("11.4.0")) == 0
+    assert hwnas_trt.network_flags(fake_tensorrt("8.6.1")) == 1
+    assert hwnas_trt.network_flags(fake_tensorrt("10.3.0")) == 0
+    assert hwnas_trt.network_flags(fake_tensorrt("11.0.0")) == 0
+    assert hwnas_trt.network_flags(fake_tensorrt("11.4.0")) == 0
 
 
 def test_the_11_stand_in_is_the_11_4_bindings():
@@ -140,7 +140,7 @@ def test_the_11_stand_in_is_the_11_4_bindings():
     assert not {"EXPLICIT_BATCH"} & set(vars(t11.NetworkDefinitionCreationFlag))
     assert not {"FP16", "INT8"} & set(vars(t11.BuilderFlag))
     for precision, qdq in (("fp32", False), ("int8", True), ("fp32", True)):
-        assert bundle_trt.builder_flags(precision, "11.4.0", qdq=qdq) == ()  # names no flag 11 lacks
+        assert hwnas_trt.builder_flags(precision, "11.4.0", qdq=qdq) == ()  # names no flag 11 lacks
 
 
 def test_fakes_can_fail():
@@ -157,13 +157,13 @@ def test_fakes_can_fail():
 def test_fp16_on_11_is_refused_with_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("11.0.0"))
     with pytest.raises(RuntimeError, match=r"tensorrt<11"):
-        bundle_trt.build_plan(b"graph", "fp16")
+        hwnas_trt.build_plan(b"graph", "fp16")
 
 
 def test_python_api_before_8_5_points_to_trtexec(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt("8.4.1"))
     with pytest.raises(RuntimeError, match=r"execute_async_v3 \(8\.5\+\).*--runtime trtexec"):
-        bundle_trt.build_plan(b"graph", "fp16")
+        hwnas_trt.build_plan(b"graph", "fp16")
 
 
 def test_old_code_fails_on_8_6(tmp_path, monkeypatch):

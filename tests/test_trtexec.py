@@ -12,7 +12,7 @@ import frozen_bundle_trt
 import pytest
 from old_code import load_old
 
-from nas.latency import bundle_trt
+from nas.latency.runtimes import hwnas_trt
 
 DATA = Path(__file__).parent / "data" / "trtexec"
 SETTINGS = {"warmup": 2, "repeats": 5, "min_time_s": 1.5}
@@ -41,14 +41,14 @@ def _fixture(name):
 
 @pytest.mark.parametrize("name,metric,median,p90,p99", SUMMARIES)
 def test_summary_of_every_format(name, metric, median, p90, p99):
-    got = bundle_trt.parse_summary(_fixture(name), metric)
+    got = hwnas_trt.parse_summary(_fixture(name), metric)
     assert got["median"] == median
     assert got["percentiles"].get(90.0) == p90 and got["percentiles"].get(99.0) == p99
 
 
 def test_total_gpu_compute_time_is_not_the_summary():
     """``Total GPU Compute Time: 2.99202 s`` follows the summary line and must not be read as it."""
-    assert bundle_trt.parse_summary(_fixture("trt8.4_jetson_xavier_agx.log"))["min"] == 0.375977
+    assert hwnas_trt.parse_summary(_fixture("trt8.4_jetson_xavier_agx.log"))["min"] == 0.375977
 
 
 def test_the_metric_read_is_in_logs_of_each_summary_format():
@@ -58,17 +58,17 @@ def test_the_metric_read_is_in_logs_of_each_summary_format():
     cut before it (their Latency line is read above)."""
     for name in ("trt8.4_jetson_xavier_agx.log", "trt8.5_jetson_xavier_agx.log", "trt_desktop_p90_rapidflow.log",
                  "trt8.6_desktop_5070ti.log"):
-        assert bundle_trt.parse_summary(_fixture(name)) is not None, name
+        assert hwnas_trt.parse_summary(_fixture(name)) is not None, name
     text = _fixture("trt8.6_desktop_5070ti.log")
-    assert bundle_trt.trtexec_version(text) == "8.6.1" and bundle_trt.parse_summary(text)["min"] == 139.995
+    assert hwnas_trt.trtexec_version(text) == "8.6.1" and hwnas_trt.parse_summary(text)["min"] == 139.995
 
 
 def test_versions_as_trtexec_prints_them():
     rows = [ln.split(" | ", 1) for ln in (DATA / "versions.txt").read_text().splitlines() if " | " in ln and not ln.startswith("#")]
     assert len(rows) == 7
     for want, line in rows:
-        assert bundle_trt.trtexec_version(line) == want, line
-    assert bundle_trt.decode_version("8601") == "8.6.1" and bundle_trt.decode_version(100300) == "10.3.0"
+        assert hwnas_trt.trtexec_version(line) == want, line
+    assert hwnas_trt.decode_version("8601") == "8.6.1" and hwnas_trt.decode_version(100300) == "10.3.0"
 
 
 def _times_file(path, compute_ms):
@@ -122,7 +122,7 @@ def test_records_give_the_percentiles_and_the_engine_is_built_once(tmp_path, mon
     _times_file(times, [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 3.0])
     exe = _fake_trtexec(tmp_path, monkeypatch, _fixture("trt_desktop_p90.log"),
                         help_text="&&&& RUNNING TensorRT.trtexec [TensorRT v8601] # trtexec --help", times=times)
-    factory, info = bundle_trt.trtexec_factory(exe, "int8")
+    factory, info = hwnas_trt.trtexec_factory(exe, "int8")
     assert info["version"] == "8.6.1"
     once = factory(_onnx(tmp_path, qdq=True), [1, 3, 8, 8], SETTINGS)
     first, second = once(), once()
@@ -143,7 +143,7 @@ def test_summary_is_the_fallback(tmp_path, monkeypatch, name):
     """Without an --exportTimes file the summary gives the median; a percentile it does not print is
     None (never the minimum)."""
     exe = _fake_trtexec(tmp_path, monkeypatch, _fixture(name))
-    factory, info = bundle_trt.trtexec_factory(exe, "fp16")
+    factory, info = hwnas_trt.trtexec_factory(exe, "fp16")
     got = factory(_onnx(tmp_path, qdq=False), [1, 3, 8, 8], SETTINGS)()
     want = next(s for s in GPU_COMPUTE if s[0] == name)
     assert got["from"] == "summary" and got["median_ms"] == want[2]
@@ -159,21 +159,21 @@ def test_warm_up_records_of_8_4_are_dropped(tmp_path):
     times = tmp_path / "times.json"
     _times_file(times, [4.0] * 50 + [1.0] * 100)  # the first 200 ms: slow warm-up runs
     text = times.read_text()
-    assert bundle_trt.parse_times(text, warmup_ms=200) == [1.0] * 100
-    assert bundle_trt.parse_times(text) == [4.0] * 50 + [1.0] * 100  # 8.5 on: the file holds timed runs only
+    assert hwnas_trt.parse_times(text, warmup_ms=200) == [1.0] * 100
+    assert hwnas_trt.parse_times(text) == [4.0] * 50 + [1.0] * 100  # 8.5 on: the file holds timed runs only
     old = frozen_bundle_trt.parse_times(text)
     assert len(old) == 150 and old[:50] == [4.0] * 50  # the warm-up runs read as timed ones
     with pytest.raises(ValueError, match="after the warm-up"):
-        bundle_trt.parse_times(text, warmup_ms=1000)
+        hwnas_trt.parse_times(text, warmup_ms=1000)
 
 
 def test_int8_flag_only_for_qdq_graphs_and_none_on_11():
-    assert bundle_trt.trtexec_flags("int8", "8.6.1", qdq=True) == ["--int8", "--fp16"]
-    assert bundle_trt.trtexec_flags("int8", "10.3.0", qdq=False) == ["--fp16"]  # the overhead graph, pooling
-    assert bundle_trt.trtexec_flags("int8", "11.0.0", qdq=True) == []
+    assert hwnas_trt.trtexec_flags("int8", "8.6.1", qdq=True) == ["--int8", "--fp16"]
+    assert hwnas_trt.trtexec_flags("int8", "10.3.0", qdq=False) == ["--fp16"]  # the overhead graph, pooling
+    assert hwnas_trt.trtexec_flags("int8", "11.0.0", qdq=True) == []
     with pytest.raises(RuntimeError, match="tensorrt<11"):
-        bundle_trt.trtexec_flags("fp16", "11.0.0", qdq=False)
-    cmd = bundle_trt.trtexec_command("trtexec", "b.onnx", "b.plan", "t.json", SETTINGS, [], build=True,
+        hwnas_trt.trtexec_flags("fp16", "11.0.0", qdq=False)
+    cmd = hwnas_trt.trtexec_command("trtexec", "b.onnx", "b.plan", "t.json", SETTINGS, [], build=True,
                                      trt_version="8.4.0")
     assert "--percentile=10,50,90" not in cmd  # 8.0-8.4 take one percentile only
 

@@ -5,7 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nas.latency.versions import installed_version, runtime_note
+from nas.latency.predict.versions import runtime_note
+from nas.machine import installed_version
 from nas.resources import tables_dir
 from nas.target import load_target
 

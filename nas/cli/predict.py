@@ -1,5 +1,5 @@
 """``python -m nas.predict conf=<target> arch=<arch.json> | model=timm:<name>``: one prediction; with
-``breakdown=true`` every layer's time beside the roofline's verdict on it (``nas.latency.breakdown``) and a
+``breakdown=true`` every layer's time beside the roofline's verdict on it (``nas.latency.predict.breakdown``) and a
 bar chart of them (``breakdown_png``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import nas
 from nas import latency
 from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
-from nas.latency.table_use import check_target_table
+from nas.latency.tables import check_target_table
 from nas.target import Target
 
 

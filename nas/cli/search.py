@@ -33,7 +33,7 @@ from nas.cli._common import (
     writing_into,
 )
 from nas.config.search import register_search_configs, search_inputs
-from nas.latency.table_use import check_target_table
+from nas.latency.tables import check_target_table
 from nas.search.rundir import SEARCH_WORK
 from nas.search.storage import check_storage, redact_url
 from nas.space import SearchSpace, load_space

@@ -1,7 +1,7 @@
 """``python -m nas.validate conf=<target> [n=200] [models=[...]] [out=report.json]``.
 
 Measures held-out networks end to end on this machine's runtime and scores four methods; see
-``nas.latency.validate``.  Thin Hydra entry point; the library loads inside ``run``, after the
+``nas.latency.profile.validate``.  Thin Hydra entry point; the library loads inside ``run``, after the
 counts are checked, so a refused value answers before scikit-learn and torch load.
 """
 
@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nas import latency
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
-from nas.latency.measure import Interrupted, ProfileSettings
+from nas.latency.runtimes import Interrupted, ProfileSettings
 
 
 @user_errors
@@ -112,7 +112,7 @@ def _repeat_lines(report: dict) -> list[str]:
 
 
 def _budget_lines(b: dict) -> list[str]:
-    """The report's budget section (``nas.latency.budget_curve``) as lines for the terminal."""
+    """The report's budget section (``nas.latency.profile.budget_curve``) as lines for the terminal."""
     bl = b["blocks"]
     budget = f" under a budget of {', '.join(f'{m:g}' for m in b['budget_min'])} min" if b["budget_min"] else ""
     spaces = f" ({', '.join(b['spaces'])})" if b.get("spaces") else ""

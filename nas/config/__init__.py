@@ -3,7 +3,7 @@
 Hydra's config root is the shipped ``conf/`` folder (``nas.resources.conf_dir()``).  Targets are the
 ``target`` group (``conf/target/<name>.yaml``, and the user's ``$HWNAS_HOME/target/<name>.yaml``), selected with
 ``conf=<name>`` (or ``target=<name>``); each is checked against ``TargetConfig``.  ``conf=here`` is
-this machine's own target: ``normalize_overrides`` writes it on first use (``nas.latency.here``)
+this machine's own target: ``normalize_overrides`` writes it on first use (``nas.latency.predict.here``)
 and names it (``target=here_<slug>``) before Hydra composes.  The schemas are generated from the
 library's settings dataclasses (``nas.config.schema.schema_from``); a command turns its composed
 config back into those dataclasses once, at its start.

@@ -1,7 +1,7 @@
 """The schemas and command-line aliases every command shares: the apps that take a target but none of
 search's groups (``space``, ``profile``, ``predict``, ``validate``), the ``--help`` templates, and
 ``normalize_overrides``, which turns ``conf=<name>`` into Hydra's ``target=<name>`` and ``conf=here``
-into this machine's own target (written on first use by ``nas.latency.here``) before Hydra composes.
+into this machine's own target (written on first use by ``nas.latency.predict.here``) before Hydra composes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from omegaconf import MISSING, OmegaConf
 
 import nas.latency  # its ensure_here_target loads with conf=here only (the package's lazy exports)
 from nas.config.schema import MeasureConfig, TargetConfig, ValidateMeasureConfig
-from nas.latency.options import PROFILE, REFRESH, VALIDATE
+from nas.latency.profile import PROFILE, REFRESH, VALIDATE
 from nas.resources import conf_dir, user_home
 from nas.target import HERE_NAMES, removed_field_error, target_names
 

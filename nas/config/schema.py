@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes import ProfileSettings
 from nas.target import Device, Target
 
 __all__ = ["DeviceConfig", "MeasureConfig", "TargetConfig", "ValidateMeasureConfig", "defaults_of", "schema_from"]

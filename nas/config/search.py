@@ -21,7 +21,7 @@ import nas.search  # make_evaluator through the package's lazy exports: composin
 from nas.config.common import register_configs
 from nas.config.schema import TargetConfig, schema_from
 from nas.data.settings import DataSettings
-from nas.latency.options import REFRESH
+from nas.latency.profile import REFRESH
 from nas.search.budget import Budgets
 from nas.search.evaluator_settings import (
     MAX_CONSECUTIVE_FAILURES,

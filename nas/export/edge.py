@@ -14,7 +14,7 @@ NNCF rather than the onnxruntime QDQ graph for float networks: docs/runtimes.md 
 
 ``write_file`` writes a converted network (``.pte``, ``.tflite``, or an OpenVINO IR: ``.xml`` + ``.bin``) atomically;
 ``verify_file`` runs the written file against the torch module it came from.  The runtimes'
-packages load only when a converter runs (``nas.latency.runtimes_edge.require`` checks them).
+packages load only when a converter runs (``nas.latency.runtimes.edge.require`` checks them).
 """
 
 from __future__ import annotations

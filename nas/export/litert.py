@@ -14,7 +14,7 @@ that runs them: the converter the ``litert`` latency runtime times and ``nas.exp
   dequantized as the file's input and output ask.
 
 ``write_tflite`` writes a file atomically.  The packages load only where a graph is converted or run
-(``nas.latency.runtimes_edge.require("litert")`` checks them and names the extra that installs them).
+(``nas.latency.runtimes.edge.require("litert")`` checks them and names the extra that installs them).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.latency.base import LatencyModel
+from nas.latency.tables import LatencyModel
 from nas.space import SearchSpace
 
 __all__ = ["BUDGET_ATTR", "Budgets", "N_SAMPLED", "LatencyBudget", "LatencySpread", "choose_latency_budget", "kept",
@@ -202,7 +202,7 @@ def choose_latency_budget(latency_budget_ms: float | None, *, given: bool, laten
         given: whether the user set ``latency_budget_ms`` rather than the target.
         latencies: the sampled networks' latencies (``sampled_latencies``).
         where: the space and target, for the note (``"tiny on cpu"``).
-        source: the latency model's source (``nas.latency.base.SOURCES``), for the note's words.
+        source: the latency model's source (``nas.latency.SOURCES``), for the note's words.
 
     Returns:
         The ``LatencyBudget``: the budget, its rule and the line to print.

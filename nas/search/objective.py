@@ -55,7 +55,7 @@ from nas._yaml import load_yaml_config
 from nas.arch import Arch
 from nas.cost import arch_cost
 from nas.data import Dataset, adapt_arch
-from nas.latency.base import LatencyModel
+from nas.latency.tables import LatencyModel
 from nas.search.budget import Budgets
 from nas.search.evaluate import Evaluator
 from nas.search.pruners import TrialPruner, record_epoch

@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from nas._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 from nas.arch import Arch
-from nas.latency.base import Prediction
+from nas.latency.tables import Prediction
 from nas.search.budget import BUDGET_ATTR, Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
@@ -287,7 +287,7 @@ def plot_pareto(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any
                 ties: Mapping[int, Sequence[int]] | None = None, baseline: Baseline | None = None) -> Path:
     """Score vs latency: every evaluated trial faded, the front highlighted, the budget line.
 
-    ``source``: the latency model's (``nas.latency.base.SOURCES``); ``how``: how the figures were
+    ``source``: the latency model's (``nas.latency.SOURCES``); ``how``: how the figures were
     obtained (``latency_how``), the x axis's label (without it, the source's words without a device).
     The front's accuracies carry their 95% intervals as error bars; ``ties`` (``noise_neighbours``):
     neighbours within noise, joined by a band; ``baseline`` (``baseline_to_beat``): the largest-MACs

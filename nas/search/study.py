@@ -43,9 +43,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.data import Dataset, DataSettings, load_data
 from nas.latency import load_latency_model
-from nas.latency.base import LatencyModel
-from nas.latency.options import REFRESH
-from nas.latency.refresh import Refresh, refresh_model
+from nas.latency.profile import REFRESH, Refresh, refresh_model
+from nas.latency.tables import LatencyModel
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencyBudget, choose_latency_budget, kept, sampled_latencies
 from nas.search.evaluate import Evaluator, make_evaluator
 from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
@@ -314,7 +313,7 @@ class Search:
     run_dir: Path
     created: bool  # this worker created the study
     latency_budget: LatencyBudget | None = None  # the study's latency budget and why (nas.search.budget)
-    refresh: Refresh | None = None  # the latency table's refresh on the fly (nas.latency.refresh), if it re-timed
+    refresh: Refresh | None = None  # the latency table's refresh on the fly (nas.latency.profile.refresh), if it re-timed
 
     def info(self) -> dict[str, Any]:
         """Context for pareto.json: the latency model (and how its figures are obtained), the data and
@@ -382,7 +381,7 @@ def prepare_search(
             no pruning.  It does not define the study, so a study may be resumed with another one.
         latency_budget_given: ``budgets.latency_budget_ms`` is the user's, not the target's.
         retime: on the target's table's own machine, rescale the loaded model by a few of the space's calibration
-            networks re-timed now (``nas.latency.refresh``; ``Search.refresh``); a ``latency`` given is left as is.
+            networks re-timed now (``nas.latency.profile.refresh``; ``Search.refresh``); a ``latency`` given is left as is.
 
     Returns:
         A ``Search``: the study, the problem, the storage and the placed latency budget.
@@ -421,7 +420,7 @@ def prepare_search(
 
 
 def _latency(target: Target, space: SearchSpace, allow_mismatch: bool, retime: bool) -> tuple[Refresh | None, Any]:
-    """The target's latency model, refreshed on the fly for ``space`` when ``retime`` (nas.latency.refresh)."""
+    """The target's latency model, refreshed on the fly for ``space`` when ``retime`` (nas.latency.profile.refresh)."""
     latency = load_latency_model(target, allow_mismatch=allow_mismatch)
     return (refresh_model(latency, target, spaces=[space.name]) if retime else None), latency
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nas._io import atomic_write_json, atomic_write_text
-from nas.latency.base import how_measured, how_predicted
+from nas.latency.tables import how_measured, how_predicted
 
 __all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "test_files_path",
            "write_card", "write_test_files"]

@@ -24,9 +24,8 @@ from nas.data import Dataset, DataSettings, load_data
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, split_note, verify_onnx
-from nas.latency.load import load_latency_model, resolve_target
-from nas.latency.measure import MeasureSettings
-from nas.latency.measure_model import measure_onnx
+from nas.latency.predict import load_latency_model, resolve_target
+from nas.latency.runtimes import MeasureSettings, measure_onnx
 from nas.target import PRECISIONS, Target, load_target, precision_targets, runs_here
 from nas.train.card import card_path, dataset_record, deployment_card, write_card, write_test_files
 from nas.train.checkpoint import (

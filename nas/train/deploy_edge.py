@@ -26,11 +26,17 @@ from nas.data import Dataset, DataSettings, load_data
 from nas.export import EDGE_FORMATS, check_format, litert
 from nas.export.edge import SUFFIXES, openvino_model, pte_bytes, verify_file, write_file
 from nas.export.verify import calibration_inputs, eval_split, split_note
-from nas.latency.base import how_measured
-from nas.latency.device import device_identity
-from nas.latency.load import load_latency_model, resolve_target
-from nas.latency.measure import measure, summarize_times
-from nas.latency.runtimes_edge import ExecuTorchRuntime, LiteRTRuntime, OpenVINORuntime, require
+from nas.latency.predict import load_latency_model, resolve_target
+from nas.latency.runtimes import (
+    ExecuTorchRuntime,
+    LiteRTRuntime,
+    OpenVINORuntime,
+    device_identity,
+    measure,
+    require,
+    summarize_times,
+)
+from nas.latency.tables import how_measured
 from nas.machine import device_mismatch
 from nas.target import PRECISIONS, Target, precision_targets
 from nas.train.card import card_path, dataset_record, deployment_card, write_card

@@ -62,8 +62,8 @@ from nas.export.edge import SUFFIXES
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, scored_images, split_note
-from nas.latency.load import load_latency_model
-from nas.latency.measure_model import measure_onnx
+from nas.latency.predict import load_latency_model
+from nas.latency.runtimes import measure_onnx
 from nas.space import SpaceError, load_space
 from nas.stats import wilson_interval
 from nas.supernet.checkpoint import check_matches, load_supernet

@@ -10,7 +10,7 @@ from typing import Any
 from nas._io import atomic_write_json, atomic_write_text
 from nas.compress.qat import quant_settings_for
 from nas.export.qdq import qdq_settings_for
-from nas.latency.base import on_device
+from nas.latency.tables import on_device
 from nas.stats import AccuracyInterval, accuracy_difference, fmt_interval, wilson_interval
 
 __all__ = ["DEPLOY_TOLERANCE", "REPORT_HEADER", "REPORT_SCHEMA", "accuracy_uncertainty", "deployment_choice",

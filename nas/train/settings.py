@@ -17,7 +17,7 @@ from nas._checks import check_number, check_resolution
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
 from nas.data.settings import DataSettings
-from nas.latency.measure import ProfileSettings
+from nas.latency.runtimes import ProfileSettings
 from nas.target import Target, require_target
 
 __all__ = [
