@@ -15,6 +15,7 @@ from pathlib import Path
 
 import frozen_bundle_script
 import pytest
+from old_code import old_source
 from test_trtexec import _fake_trtexec, _fixture, _times_file
 
 from nas.latency.bundle.roundtrip import SCRIPTS  # the scripts a bundle carries, as write_bundle copies them
@@ -207,3 +208,70 @@ def test_the_scripts_run_on_the_devices_python(tmp_path, monkeypatch, version):
                            env=env, timeout=120)
         assert r.returncode == 0, r.stderr
         assert json.loads((b / "results.json").read_text())["entries"]["blocks/blk.onnx"]["n"] == 11  # 200 warm-up
+
+
+# ai-edge-litert 2.3.0's interpreter on an AMD EPYC (Zen 4), one int8 `tiny` network of a litert_cpu_int8
+# bundle, full-integer by ai-edge-quantizer: allocate_tensors() raised this, and the whole measurement stopped
+# at it (run again, it stopped at it again)
+XNNPACK_PREPARE_ERROR = ("failed to create XNNPACK runtimeNode number 36 (TfLiteXNNPackDelegate) failed to "
+                         "prepare.")
+
+
+def _graphs_bundle(tmp_path):
+    b = tmp_path / "b"
+    b.mkdir()
+    man = {"schema": "hwnas.bundle", "schema_version": 2, "bundle_id": "litert-test-1", "batch": 1,
+           "blocks": [{"file": f"blocks/{k}.tflite", "label": f"blk{k}", "in": [8, 8, 8], "key": {}} for k in range(3)],
+           "networks": [{"file": "networks/n.tflite", "label": "tiny", "in": [3, 32, 32], "role": "calibration",
+                         "arch": {}}]}
+    settings = {"warmup": 0, "repeats": 3, "min_time_s": 0, "max_spread": 10.0, "remeasure": 0, "rounds": 2}
+    return b, man, settings
+
+
+def _factory(bad):
+    """A runtime that loads every graph but ``bad``, which raises as LiteRT's interpreter does."""
+    def make(path, shape, s):
+        if path.endswith(bad):
+            raise RuntimeError(XNNPACK_PREPARE_ERROR)
+        return lambda: {"median_ms": 0.1, "p10_ms": 0.09, "p90_ms": 0.11, "n": 3}
+    return make
+
+
+def _measure(mod, b, man, s, res):
+    todo, _ = mod.plan(man, res, "all", s["rounds"])
+    mod.measure_all(_factory("networks/n.tflite"), todo, res, man, s, str(b), str(b / "results.json"))
+    return res
+
+
+def test_a_graph_the_runtime_cannot_run_is_left_out_and_the_rest_measured(tmp_path, capsys):
+    mod = _script(tmp_path)
+    b, man, s = _graphs_bundle(tmp_path)
+    res = _measure(mod, b, man, s, mod.load_results(str(b / "results.json"), man))
+    assert sorted(res["entries"]) == [f"blocks/{k}.tflite" for k in range(3)]
+    assert all(len(e["rounds_ms"]) == 2 for e in res["entries"].values())
+    assert res["failed"] == {"networks/n.tflite": {"label": "tiny", "error": f"RuntimeError: {XNNPACK_PREPARE_ERROR}",
+                                                   "round": 1}}
+    assert "tiny (networks/n.tflite): FAILED, left out: RuntimeError: failed to create XNNPACK" in capsys.readouterr().out
+    saved = json.loads((b / "results.json").read_text())
+    assert saved["failed"] == res["failed"]
+    # a re-run skips it: nothing is left to measure, and the script's end counts it as done
+    assert mod.plan(man, saved, "all", s["rounds"])[0] == []
+    # --retry-failed forgets the failure, so the graph is tried again
+    assert len(mod.plan(man, {**saved, "failed": {}}, "all", s["rounds"])[0]) == 2
+
+
+def test_the_old_script_stopped_at_such_a_graph(tmp_path):
+    """The script before: the first graph the runtime could not load ended the whole measurement, and a
+    re-run stopped at the same graph."""
+    d = tmp_path / "old"
+    d.mkdir()
+    _copy_scripts(d)
+    (d / "measure_bundle.py").write_text(old_source("nas/latency/bundle/measure_bundle.py", at="3d5a481"))
+    spec = importlib.util.spec_from_file_location("old_measure_bundle", d / "measure_bundle.py")
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    b, man, s = _graphs_bundle(tmp_path)
+    res = old.load_results(str(b / "results.json"), man)
+    with pytest.raises(RuntimeError, match="XNNPACK"):
+        _measure(old, b, man, s, res)
+    assert "networks/n.tflite" not in res["entries"] and "failed" not in res

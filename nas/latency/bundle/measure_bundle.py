@@ -338,6 +338,8 @@ def plan(man, res, only, rounds, priority=False):
         items = [("block", b) for b in man["blocks"]] + [("network", n) for n in nets]
     if only != "all":
         items = [it for it in items if it[0] == only[:-1]]
+    failed = res.get("failed") or {}
+    items = [it for it in items if it[1]["file"] not in failed]  # the runtime could not run them: left out
     todo = []
     for r in range(1, rounds + 1):
         order = list(range(len(items)))
@@ -364,6 +366,8 @@ def parse_args():
                     help="stop after this many minutes, calibration and pruned networks (in nas.profile's "
                          "order) and most used blocks first "
                          "(default: the bundle's budget_min, if it was written with one)")
+    ap.add_argument("--retry-failed", action="store_true",
+                    help="measure again the graphs the runtime could not run before (results.json: 'failed')")
     ap.add_argument("--identify", action="store_true", help="print this device's identity and exit")
     ap.add_argument("--print-trtexec", action="store_true",
                     help="print the exact trtexec command lines this run would execute (per graph: the engine build "
@@ -406,6 +410,8 @@ def main():
         (factory, rt_info), precision = pick_runtime(args, man), man["precision"]
     out_path = os.path.join(args.bundle, "rehearsal.json" if args.rehearse else "results.json")
     res = load_results(out_path, man)
+    if args.retry_failed:
+        res.pop("failed", None)
     device = rt_info.pop("device", None) or identity(measured_kind(rt_info))  # a phone's comes from the phone
     res.update({"device": device, "runtime": rt_info, "precision": precision,
                 "batch": man["batch"], "threads": args.threads or man["threads"], "settings": s})
@@ -431,7 +437,14 @@ def main():
     if noise:
         res["noise"] = noise
         print(noise["note"], flush=True)
+    if not res.get("failed"):
+        res.pop("failed", None)
     atomic_json(out_path, res)
+    for f, x in sorted((res.get("failed") or {}).items()):
+        print(f"left out: {x['label']} ({f}): {x['error']}", flush=True)
+    if res.get("failed"):
+        print(f"{len(res['failed'])} graph(s) the runtime could not run are left out (results.json: 'failed'; "
+              "--retry-failed tries them again)", flush=True)
     print(f"done: {out_path} ({len(left)} measurements left"
           f"{'; run again to continue' if left else ''}). Bring it back and import it:\n  {import_cmd(man, args)}")
 
@@ -474,16 +487,33 @@ def import_cmd(man, args):
 
 
 def measure_all(factory, todo, res, man, s, bundle, out_path, budget_s=None):
+    """Measure ``todo`` ((round, item) pairs), saving ``res`` to ``out_path`` every few seconds.  A graph the
+    runtime cannot load or run (an engine that does not build, a delegate that does not prepare) is left
+    out and recorded under ``failed`` with its one-line error, and the others go on: a re-run skips it
+    (``--retry-failed`` tries it again)."""
     t0 = last = time.time()
+    failed = res.setdefault("failed", {})
     try:
         for i, (r, item) in enumerate(todo, 1):
+            if item["file"] in failed:
+                continue
             if budget_s is not None and time.time() - t0 >= budget_s:
                 atomic_json(out_path, res)
                 print(f"budget of {budget_s / 60:g} min spent after {i - 1} measurements; run again (with a "
                       "budget or without) to continue where this stopped", flush=True)
                 break
             shape = [man["batch"], *item["in"]]
-            st, tries = measure_one(factory, os.path.join(bundle, item["file"]), shape, s)
+            try:
+                st, tries = measure_one(factory, os.path.join(bundle, item["file"]), shape, s)
+            except Exception as e:  # the runtime's own error, whatever its type: recorded, the rest goes on
+                err = " ".join(str(e).split()) or type(e).__name__
+                failed[item["file"]] = {"label": item["label"], "error": f"{type(e).__name__}: {err}"[:300],
+                                        "round": r}
+                res["entries"].pop(item["file"], None)
+                atomic_json(out_path, res)
+                print(f"[{i}/{len(todo)}] round {r}: {item['label']} ({item['file']}): FAILED, left out: "
+                      f"{failed[item['file']]['error']}", flush=True)
+                continue
             res["entries"][item["file"]] = merge(res["entries"].get(item["file"]), st, tries)
             if time.time() - last > 5 or i == len(todo):
                 res["updated"] = now()

@@ -375,8 +375,14 @@ def import_bundle(results: str | Path, target: Target, table: LatencyTable | Non
             table.add(x, entry)
         else:
             table.networks[x] = entry
+    failed = {f: x for f, x in (res.get("failed") or {}).items() if f in by_file and f not in entries}
+    for f in failed:  # the device's runtime could not run them: left out, not left to measure
+        role = by_file[f][0]
+        k = "blocks" if role == "block" else "held_out" if role == "held_out" else "networks"
+        count[k][1] -= 1
     left = {k: n - m for k, (m, n) in count.items() if n > m}
-    return table, {"measured": measured, "left": left, "complete": not left, "mismatch": diffs}
+    return table, {"measured": measured, "left": left, "complete": not left, "mismatch": diffs,
+                   "failed": [{"file": f, "label": x.get("label"), "error": x.get("error")} for f, x in failed.items()]}
 
 
 def bundle_results(results: str | Path) -> dict[str, Any]:

@@ -314,6 +314,8 @@ def _import(results, target: Target, table: LatencyTable | None, out: Path, keys
     say(f"imported {results} into {out}: {table.describe()}; measured {m['blocks']} blocks, {m['networks']} "
         f"calibration networks" + ("" if rep["complete"] else "; the rest is not measured yet: run "
                                    "measure_bundle.py again on the device and import again"))
+    for x in rep["failed"]:
+        say(f"left out: {x['label']} ({x['file']}): the device's runtime could not run it: {x['error']}")
     if covered < len(keys) and rep["complete"]:
         say(f"the table holds {covered} of the {len(keys)} blocks of {where}: the learned model predicts the "
             "rest; for all of them, write a bundle with this command's spaces (bundle=<dir>) and measure it")
