@@ -67,9 +67,9 @@ from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_
 from nas.data import DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
+from nas.fit.loop import Schedule, build_optimizer, fit, train_epochs
+from nas.fit.settings import FitSettings
 from nas.target import load_target
-from nas.train.fit import Schedule, build_optimizer, fit, train_epochs
-from nas.train.settings import FitSettings
 
 VARIANTS = ("hwnas_ptq", "hwnas_qat", "modelopt_ptq", "modelopt_qat", "modelopt_onnx")
 TARGET = "jetson_int8"

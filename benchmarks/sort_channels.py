@@ -22,11 +22,11 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, pinned_cores, write_result
 from nas.data import load_data
+from nas.fit.loop import accuracy
 from nas.space import load_space
 from nas.supernet.checkpoint import load_supernet
 from nas.supernet.settings import SupernetSettings
 from nas.supernet.train import train_supernet
-from nas.train.fit import accuracy
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

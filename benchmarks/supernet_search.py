@@ -11,7 +11,7 @@ this machine, not measured here), on this machine's CPU, side by side in one run
   ``evaluator=train`` at its default budget.  Each search's wall time and seconds per trial.
 * **Outcome at equal compute**: the supernet path costs its supernet's training, its search and
   fine-tuning its front from inherited weights (``--finetune-epochs``, the ``nas.train
-  supernet=<ckpt>`` path: ``Supernet.subnet`` weights, then ``nas.train.fit.fit``).  The train path
+  supernet=<ckpt>`` path: ``Supernet.subnet`` weights, then ``nas.fit.loop.fit``).  The train path
   gets the same seconds: its front is the Pareto front of its first K trials, K = as many trials (in
   order, by their recorded durations) as fit in that total.  Both fronts are scored on the **test
   split**: the supernet front fine-tuned, the train front trained again exactly as its search trained
@@ -221,13 +221,13 @@ def _test_view(data: Any) -> Any:
 
 
 def _fit(arch: Any, data: Any, env: dict[str, Any], *, epochs: int, init: str, digest: str) -> dict[str, Any]:
-    """``arch`` trained ``epochs`` with the train evaluator's recipe (``nas.train.fit.fit``), from its
+    """``arch`` trained ``epochs`` with the train evaluator's recipe (``nas.fit.loop.fit``), from its
     supernet weights (``init="supernet"``, as ``nas.train supernet=`` starts) or from scratch; test accuracy."""
     import torch
 
     from nas.builder import build
+    from nas.fit.loop import accuracy, fit
     from nas.supernet.checkpoint import load_supernet
-    from nas.train.fit import accuracy, fit
 
     fs = dataclasses.replace(env["recipe"], epochs=epochs)
     torch.manual_seed(env["seed"])

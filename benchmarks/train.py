@@ -38,10 +38,11 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from benchmarks.harness import command, pinned_cores, text_table, write_result
+from nas.fit.settings import FitSettings
 from nas.latency.runtimes.device import device_identity
 from nas.target import load_target
 from nas.train.pipeline import train_front
-from nas.train.settings import ExportSettings, FitSettings, PipelineSettings
+from nas.train.settings import ExportSettings, PipelineSettings
 
 
 def _search(out: Path, *, trials: int, epochs: int, train_samples: int, evaluator: str, target: str) -> Path:

@@ -23,12 +23,14 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-__all__ = ["LOCK_DIR", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
+__all__ = ["LOCK_DIR", "SEARCH_WORK", "Busy", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "exclusive",
            "file_lock", "hide_passwords", "lock_path", "not_a_torch_file", "pid_alive", "refuse_if_busy", "shell_join",
            "wait_for_workers", "workers", "working"]
 
 #: The hidden folder, beside the files they guard, that holds lock and claim files.
 LOCK_DIR = ".locks"
+#: What a running search marks its run dir with (``working``), one mark per worker: nas.train waits for them.
+SEARCH_WORK = "search"
 
 
 # a URL's password: ``scheme://user:<pw>@``, or a query parameter ``?password=<pw>`` (``&passwd=``, ``&pwd=``)
@@ -182,7 +184,7 @@ def working(folder: str | os.PathLike, kind: str, *, command: str | None = None)
 
     Args:
         folder: the folder worked in (a search's run dir).
-        kind: what the work is (``"search"``).
+        kind: what the work is (``SEARCH_WORK``).
         command: this process's command line, for the holder file.
     """
     lock_file, info = _mark(Path(folder), kind)

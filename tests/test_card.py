@@ -16,9 +16,10 @@ from nas.builder import build
 from nas.data import load_data
 from nas.export.onnx import export_onnx
 from nas.export.verify import eval_split, split_note
+from nas.fit.checkpoint import dataset_record
 from nas.space import load_space
 from nas.target import load_target
-from nas.train.card import card_path, dataset_record, deployment_card, write_card
+from nas.train.card import card_path, deployment_card, write_card
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "train.md"
 
@@ -103,9 +104,9 @@ def test_nas_export_takes_everything_from_the_checkpoint(tmp_path):
     """A grayscale ImageFolder network trained by nas.train's loop: nas.export needs only weights= (the
     folder, channels, resolution, classes and workers come from the checkpoint), a data= group with
     other defaults still gets the Arch's channels and the recorded folder, and the card is written."""
+    from nas.fit.loop import fit
+    from nas.fit.settings import FitSettings
     from nas.train.deploy import export_checkpoint
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
 
     _images(tmp_path / "imgs")
     data = load_data({"name": "imagefolder", "root": str(tmp_path / "imgs"), "resolution": 16, "channels": 1,
@@ -170,11 +171,11 @@ def test_export_lists_the_test_images_and_exports_for_the_checkpoints_target(tmp
     """The checkpoint records its target and nas.export exports for it (the code before used cpu
     unless told); the card says for which target and lists the test files it was scored on, each
     with its label, so a deployed model can be checked on exactly those images."""
+    from nas.fit.checkpoint import load_checkpoint
+    from nas.fit.loop import fit
+    from nas.fit.settings import FitSettings
     from nas.train.card import test_files_path
-    from nas.train.checkpoint import load_checkpoint
     from nas.train.deploy import export_checkpoint
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
 
     _images(tmp_path / "imgs", n=20)
     data = load_data({"name": "imagefolder", "root": str(tmp_path / "imgs"), "resolution": 16, "channels": 1,

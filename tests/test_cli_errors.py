@@ -95,7 +95,7 @@ def test_predict_refuses_a_width_no_space_yields(cli, tmp_path):
 
 
 def test_checkpoint_for_another_arch_names_the_fields():
-    from nas.train.checkpoint import arch_differences
+    from nas.fit.checkpoint import arch_differences
 
     a = {"in_chans": 3, "blocks": [{"out_ch": 16}, {"out_ch": 48, "kernel": 3}], "name": "x"}
     b = {"in_chans": 3, "blocks": [{"out_ch": 16}, {"out_ch": 56, "kernel": 3}], "name": "y"}

@@ -6,7 +6,7 @@ drifts tomorrow, so equal values fail too):
 
 - a command's schema and the library function or settings class it feeds (``ProfileAppConfig`` and
   ``profile_target``): the schema takes the library's default (``nas.config.schema.defaults_of``);
-- settings classes that share a set of settings (``evaluator=train`` and ``nas.train``'s optimiser): the
+- settings classes that share a set of settings (``evaluator=train`` and the training loop's optimiser, ``nas.fit``): the
   copy names the original's default, and a shorter budget is an override of it
   (``nas.search.evaluator_settings.SHORT_RUN``);
 - a config file under ``conf/`` (a group option, a command's config) that repeats its schema's default.
@@ -41,9 +41,9 @@ PAIRS = [
     (("config/train.py", "ExportAppConfig"), ("train/deploy.py", "export_checkpoint")),
     (("config/train.py", "TrainAppConfig"), ("train/settings.py", "PipelineSettings")),
     (("config/supernet.py", "SupernetAppConfig"), ("supernet/settings.py", "SupernetSettings")),
-    (("search/evaluator_settings.py", "TrainEvaluatorSettings"), ("train/settings.py", "FitSettings")),
-    (("search/evaluator_settings.py", "SupernetEvaluatorSettings"), ("train/settings.py", "FitSettings")),
-    (("supernet/settings.py", "SupernetSettings"), ("train/settings.py", "FitSettings")),
+    (("search/evaluator_settings.py", "TrainEvaluatorSettings"), ("fit/settings.py", "FitSettings")),
+    (("search/evaluator_settings.py", "SupernetEvaluatorSettings"), ("fit/settings.py", "FitSettings")),
+    (("supernet/settings.py", "SupernetSettings"), ("fit/settings.py", "FitSettings")),
     (("latency/runtimes/loop.py", "ProfileSettings"), ("train/settings.py", "ExportSettings")),
 ]
 # a setting with the same name that is another setting, with why

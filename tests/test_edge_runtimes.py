@@ -230,8 +230,8 @@ def test_export_qat_checkpoint(tmp_path, capsys):
     from nas.builder import build
     from nas.compress.qat import calibrate, prepare_qat
     from nas.compress.quant_settings import QuantSettings
+    from nas.fit.checkpoint import CKPT_FORMAT, CKPT_VERSION, save_checkpoint
     from nas.space import load_space
-    from nas.train.checkpoint import CKPT_FORMAT, CKPT_VERSION, save_checkpoint
 
     arch = load_space("tiny").random(4).with_head(in_chans=1, num_classes=10).with_resolution(16)
     (tmp_path / "arch.json").write_text(json.dumps(arch.to_dict()))

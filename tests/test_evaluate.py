@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from nas.data import adapt_arch, load_data
+from nas.fit.loop import TrainingDiverged
 from nas.search.evaluate import TrainEvaluator, ZeroCostEvaluator, evaluator_names, make_evaluator
 from nas.space import load_space
-from nas.train.fit import TrainingDiverged
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,13 @@ import nas
 ROOT = Path(nas.__file__).resolve().parent
 
 # lower number = lower layer; a module may import only from its own layer or below
-# (docs/contributing.md: cli -> config -> train/search/supernet -> compress/latency -> export
+# (docs/contributing.md: cli -> config -> train/search -> supernet -> fit -> compress/latency -> export
 #  -> data/builder/cost/space -> arch/target -> machine and helpers)
 LAYERS = {
-    "nas.cli": 7, "nas.config": 6,  # the Hydra schemas are generated from the library's settings
-    "nas.train": 5, "nas.search": 5, "nas.supernet": 5,
+    "nas.cli": 9, "nas.config": 8,  # the Hydra schemas are generated from the library's settings
+    "nas.train": 7, "nas.search": 7,  # the front's pipeline and the search: one floor, neither imports the other
+    "nas.supernet": 6,  # the weight-sharing supernet: the search scores with it, the pipeline starts from it
+    "nas.fit": 5,  # the training service: the one training loop, its settings and checkpoints
     "nas.compress": 4, "nas.latency": 4,  # its rooms in their own order: LATENCY_ROOMS
     "nas.export": 3,  # converters: model -> ONNX / .pte / OpenVINO bytes, verified against torch
     "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
@@ -144,11 +146,15 @@ def _graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     return graph
 
 
+def _home(mod: str) -> str:
+    """The entry of ``LAYERS`` a module belongs to (its package, or the module itself)."""
+    return max((k for k in LAYERS if mod == k or mod.startswith(k + ".")), key=len)
+
+
 def _layer(mod: str) -> int:
     if mod == "nas":  # the public face: its lazy exports load every layer, so it sits with the commands
         return LAYERS["nas.cli"]
-    best = max((k for k in LAYERS if mod == k or mod.startswith(k + ".")), key=len)
-    return LAYERS[best]
+    return LAYERS[_home(mod)]
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -200,6 +206,25 @@ def test_imports_run_down_the_layers():
     up = [f"{m} imports {d}" for m, deps in graph.items() if m not in ENTRY_SHIMS and not m.endswith("__main__")
           for d in deps if _layer(d) > _layer(m)]
     assert not up, "imports that run up the layers: " + "; ".join(sorted(up))
+
+
+def _sideways(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between two packages of one floor from the training service up (the search and the front's
+    pipeline): what both need lives below them, so neither imports the other."""
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() if m not in ENTRY_SHIMS and not m.endswith("__main__")
+                  for d in deps if m != "nas" and d != "nas" and _layer(m) >= LAYERS["nas.fit"]
+                  and _layer(d) == _layer(m) and _home(d) != _home(m))
+
+
+def test_no_sideways_imports_above_the_training_service():
+    bad = _sideways(_graph())
+    assert not bad, "imports between packages of one floor (move what both need below them): " + "; ".join(bad)
+
+
+def test_the_sideways_check_can_fail():
+    graph = {"nas.train.search_run": {"nas.search.rundir", "nas.fit.loop", "nas.supernet.checkpoint"},
+             "nas.search.evaluate": {"nas.supernet.checkpoint", "nas.fit.settings"}, "nas.compress.qat": {"nas.latency"}}
+    assert _sideways(graph) == ["nas.train.search_run imports nas.search.rundir"]
 
 
 def _room(mod: str) -> int | None:

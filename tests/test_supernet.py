@@ -320,9 +320,9 @@ def test_a_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
 
 def test_the_evaluator_scores_the_subnet_with_recalibrated_batchnorm(trained, digits):
     from nas.data import adapt_arch
+    from nas.fit.loop import accuracy, recalibrate_batchnorm
     from nas.search.evaluate import SupernetEvaluator, make_evaluator
     from nas.supernet.checkpoint import load_supernet
-    from nas.train.fit import accuracy, recalibrate_batchnorm
 
     ev = make_evaluator({"name": "supernet", "checkpoint": str(trained[0]), "bn_recalibration_batches": 2,
                          "batch_size": 32, "device": "cpu"})
@@ -488,7 +488,7 @@ def test_torchrun_supernet_then_search_with_it_then_train_from_its_weights(tmp_p
                                          "train_samples=128", "prune.enabled=false", "qat.enabled=false",
                                          "export.measure=false", f"out={tmp_path / 'train'}"]))
     assert report["settings"]["supernet"] == str(ckpt)
-    from nas.train.checkpoint import load_checkpoint
+    from nas.fit.checkpoint import load_checkpoint
 
     c = load_checkpoint(next((tmp_path / "train").glob("*/fp32.ckpt")))
     assert c["epoch"] == 1 and c["meta"]["init"]["supernet"] == load_space("tiny").digest()  # fine-tuned from it

@@ -13,9 +13,9 @@ from tests.test_supernet import digits, trained  # noqa: F401  (fixtures)
 
 def test_the_evaluator_fine_tunes_a_copy_for_the_steps_asked_then_scores_it(trained, digits, monkeypatch):  # noqa: F811
     from nas.data import adapt_arch
+    from nas.fit import loop
     from nas.search.evaluate import make_evaluator
     from nas.supernet.checkpoint import load_supernet
-    from nas.train import fit
 
     kw = {"name": "supernet", "checkpoint": str(trained[0]), "bn_recalibration_batches": 2, "batch_size": 16,
           "device": "cpu"}
@@ -23,7 +23,7 @@ def test_the_evaluator_fine_tunes_a_copy_for_the_steps_asked_then_scores_it(trai
     sn, _ = load_supernet(trained[0])
     before = {k: v.clone() for k, v in sn.net.state_dict().items()}
     plain = make_evaluator(kw).evaluate(arch, digits, seed=4)
-    steps, real = [], fit.train_epochs
+    steps, real = [], loop.train_epochs
 
     def counting(*a, **k):
         loss, n = real(*a, **k)

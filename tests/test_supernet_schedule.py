@@ -183,9 +183,9 @@ def test_resuming_under_another_schedule_is_a_one_line_error_that_keeps_the_chec
 
 
 def test_a_checkpoint_from_before_schedules_resumes_as_the_sandwich_rule(progressive, digits, tmp_path):
+    from nas.fit.checkpoint import save_checkpoint
     from nas.supernet.checkpoint import read_checkpoint
     from nas.supernet.train import train_supernet
-    from nas.train.checkpoint import save_checkpoint
 
     c = read_checkpoint(progressive[0])
     c["settings"] = {k: v for k, v in c["settings"].items() if k not in ("schedule", "phase_starts")}

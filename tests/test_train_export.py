@@ -108,10 +108,10 @@ def test_rerun_resumes_without_redoing_work(trained, search_run, capsys):
 def test_interrupted_fit_resumes_to_the_same_weights(tmp_path):
     from nas.builder import build
     from nas.data import DataSettings, load_data
+    from nas.fit.checkpoint import load_checkpoint
+    from nas.fit.loop import fit
+    from nas.fit.settings import FitSettings
     from nas.space import load_space
-    from nas.train.checkpoint import load_checkpoint
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=256, val_samples=64))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
@@ -368,9 +368,9 @@ def test_distillation_follows_the_teacher(tmp_path, capsys, search_run):
     checkpoint's meta; bad weights are named."""
     from nas.builder import build
     from nas.data import DataSettings, load_data
+    from nas.fit.loop import fit
+    from nas.fit.settings import FitSettings
     from nas.space import load_space
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=512, val_samples=64))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
@@ -406,8 +406,8 @@ def test_load_arch_file_reads_arch_and_records(tmp_path):
     """An Arch as JSON or YAML, or a record holding one under 'arch'; anything else named."""
     import yaml
 
+    from nas.fit.checkpoint import load_arch_file
     from nas.space import load_space
-    from nas.train.checkpoint import load_arch_file
 
     arch = load_space("tiny").random(3).with_head(in_chans=1).with_resolution(32)
     (tmp_path / "a.json").write_text(arch.to_json())

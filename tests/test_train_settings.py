@@ -7,10 +7,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from nas.config import compose_app
+from nas.fit.settings import FitSettings
 from nas.supernet.settings import SupernetSettings
 from nas.train.settings import (
     ExportSettings,
-    FitSettings,
     PipelineSettings,
     PruneSettings,
     QATSettings,
@@ -90,9 +90,9 @@ def test_resume_ignores_how_the_images_are_read(tmp_path):
     (the code before refused it: its meta holds the dataset's settings)."""
     from nas.builder import build
     from nas.data import DataSettings, load_data
+    from nas.fit.loop import fit
+    from nas.fit.settings import FitSettings
     from nas.space import load_space
-    from nas.train.fit import fit
-    from nas.train.settings import FitSettings
 
     data = load_data(DataSettings(name="digits", resolution=16, train_samples=64, val_samples=32))
     arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)

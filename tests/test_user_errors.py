@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nas.cli import _common
-from nas.train.checkpoint import load_checkpoint
+from nas.fit.checkpoint import load_checkpoint
 from tests import test_cli_errors
 from tests.test_cli_errors import _one_line
 

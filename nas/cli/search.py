@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import nas.search  # the search's modules load with the search (lazy exports): --help and a refused value answer first
-from nas._io import atomic_write_text, hide_passwords, working
+from nas._io import SEARCH_WORK, atomic_write_text, hide_passwords, working
 from nas.cli._common import (
     check_counts,
     environment_error_line,
@@ -34,7 +34,6 @@ from nas.cli._common import (
 )
 from nas.config.search import register_search_configs, search_inputs
 from nas.latency.tables import check_target_table
-from nas.search.rundir import SEARCH_WORK
 from nas.search.storage import check_storage, redact_url
 from nas.space import SearchSpace, load_space
 from nas.stats import fmt_interval

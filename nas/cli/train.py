@@ -18,11 +18,11 @@ from nas import train as train_lib
 from nas._io import refuse_if_busy
 from nas.cli._common import fmt_table, folder_error, hydra_app, typed_command, user_errors, writing_into
 from nas.config.train import register_train_configs, train_latency_budget
+from nas.fit.settings import FitSettings
 from nas.target import Target
 from nas.train.search_run import load_search_run, search_finished
 from nas.train.settings import (
     ExportSettings,
-    FitSettings,
     PipelineSettings,
     PruneSettings,
     QATSettings,

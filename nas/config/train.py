@@ -1,7 +1,7 @@
 """Hydra schemas of ``python -m nas.train`` and ``python -m nas.export``, registered in the ConfigStore.
 
 The group schemas are generated from the library's settings dataclasses (``nas.train.settings``),
-so names, types and defaults are written once: ``train`` (``FitSettings``: full training), ``prune``
+so names, types and defaults are written once: ``train`` (``nas.fit.settings.FitSettings``: full training), ``prune``
 (``PruneSettings``: latency-aware structured pruning + fine-tuning), ``qat`` (``QATSettings``:
 fake-quant fine-tuning), ``export`` (``ExportSettings``: ONNX, PTQ baseline, verification, latency
 measurement), ``targets`` (``TargetNames``).  A typo or a wrong type fails when the config is
@@ -23,11 +23,11 @@ from nas.config.common import register_configs
 from nas.config.schema import TargetConfig, defaults_of, schema_from
 from nas.config.search import register_search_configs
 from nas.data.settings import DataSettings
+from nas.fit.settings import FitSettings
 from nas.train.settings import (
     TRAIN_DATA_FIELDS,
     VERIFY_SAMPLES,
     ExportSettings,
-    FitSettings,
     PipelineSettings,
     PruneSettings,
     QATSettings,

@@ -43,14 +43,7 @@ from torch import nn
 from nas.arch import Arch
 from nas.builder import build
 from nas.data import Dataset
-from nas.registry import Registry
-from nas.search.evaluator_settings import (
-    SupernetEvaluatorSettings,
-    TrainEvaluatorSettings,
-    ZeroCostEvaluatorSettings,
-)
-from nas.supernet.checkpoint import check_matches, load_supernet
-from nas.train.fit import (
+from nas.fit.loop import (
     Schedule,
     amp_dtype,
     build_optimizer,
@@ -58,7 +51,14 @@ from nas.train.fit import (
     resolve_device,
     train_epochs,
 )
-from nas.train.settings import FitSettings
+from nas.fit.settings import FitSettings
+from nas.registry import Registry
+from nas.search.evaluator_settings import (
+    SupernetEvaluatorSettings,
+    TrainEvaluatorSettings,
+    ZeroCostEvaluatorSettings,
+)
+from nas.supernet.checkpoint import check_matches, load_supernet
 
 __all__ = ["EVALUATORS", "EvalResult", "Evaluator", "SupernetEvaluator", "TrainEvaluator", "ZeroCostEvaluator", "evaluator_names", "make_evaluator", "register_evaluator"]
 
@@ -168,7 +168,7 @@ class TrainEvaluator(TrainEvaluatorSettings, Evaluator):
         return "val_accuracy"
 
     def fit_settings(self) -> FitSettings:
-        """The training loop's settings (``nas.train.fit``) these evaluator settings name."""
+        """The training loop's settings (``nas.fit.settings.FitSettings``) these evaluator settings name."""
         return FitSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(FitSettings)})
 
     def evaluate(self, arch: Arch, data: Dataset, *, seed: int,
@@ -266,7 +266,7 @@ class SupernetEvaluator(SupernetEvaluatorSettings, Evaluator):
 
     def _finetune(self, model: nn.Module, data: Dataset, device: torch.device, dtype: torch.dtype | None,
                   gen: torch.Generator) -> None:
-        """``finetune_steps`` steps of nas.train's loop on the subnet (a copy of the inherited weights: the
+        """``finetune_steps`` steps of the training loop (``nas.fit``) on the subnet (a copy of the inherited weights: the
         supernet is untouched), peak rate ``finetune_lr`` decaying to zero, no warm-up."""
         fs = FitSettings(batch_size=self.batch_size, lr=self.finetune_lr, warmup_epochs=0.0)
         sched = dataclasses.replace(Schedule.of(len(data.train), fs, 1), total=self.finetune_steps)  # no warm-up

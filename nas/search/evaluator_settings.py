@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from nas._checks import check_number
-from nas.train.settings import FitSettings, check_fit
+from nas.fit.settings import FitSettings, check_fit
 
 __all__ = ["MAX_CONSECUTIVE_FAILURES", "SHORT_RUN", "SupernetEvaluatorSettings", "TrainEvaluatorSettings", "ZeroCostEvaluatorSettings"]
 
-_FIT = FitSettings()  # nas.train's training defaults: the one place the optimiser's defaults are written
-#: ``evaluator=train`` trains each trial briefly: nas.train's schedule with these values changed (three
-#: epochs, smaller batches for more steps, half an epoch of warm-up); everything else is nas.train's
+_FIT = FitSettings()  # the training loop's defaults (nas.fit): the one place the optimiser's defaults are written
+#: ``evaluator=train`` trains each trial briefly: the training loop's schedule with these values changed (three
+#: epochs, smaller batches for more steps, half an epoch of warm-up); everything else is the loop's (nas.train's too)
 SHORT_RUN = {"epochs": 3, "batch_size": 64, "warmup_epochs": 0.5}
 # failed evaluations in a row that stop a search (run_search, the search config; 0: never)
 MAX_CONSECUTIVE_FAILURES = 10
@@ -29,11 +29,11 @@ def _check_pos(obj: object, name: str, v: Any, *, integer: bool = False, allow_z
 
 @dataclass(frozen=True)
 class TrainEvaluatorSettings:
-    """The settings of ``evaluator=train`` (``TrainEvaluator``): nas.train's ``FitSettings`` with the
+    """The settings of ``evaluator=train`` (``TrainEvaluator``): the training loop's ``FitSettings`` with the
     ``SHORT_RUN`` budget, plus the device.
 
     Raises:
-        ValueError: a value out of range (the same checks as nas.train's, ``check_fit``).
+        ValueError: a value out of range (the same checks as the loop's own, ``check_fit``).
     """
 
     name: ClassVar[str] = "train"
@@ -69,7 +69,7 @@ class SupernetEvaluatorSettings:
     bn_recalibration_batches: int = 16  # training batches re-estimating BatchNorm statistics before scoring
     batch_size: int = 64  # recalibration (and fine-tuning) batch size
     finetune_steps: int = 0  # training steps of each extracted subnet before scoring (0: its inherited weights as they are)
-    finetune_lr: float = _FIT.lr / 10  # their peak learning rate (nas.train's optimiser, cosine decay to zero)
+    finetune_lr: float = _FIT.lr / 10  # their peak learning rate (the training loop's optimiser, cosine decay to zero)
     eval_batch_size: int = _FIT.eval_batch_size
     device: str = "auto"  # auto | cpu | cuda | cuda:<i>
     amp: bool = True  # mixed precision on CUDA

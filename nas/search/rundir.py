@@ -32,12 +32,10 @@ from filelock import FileLock, Timeout
 from nas._io import LOCK_DIR, atomic_write_json, file_lock, lock_path
 from nas.search.journal import study_names
 
-__all__ = ["RUN_FILE", "SEARCH_WORK", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir",
+__all__ = ["RUN_FILE", "RunDirTaken", "RunOwner", "check_run_dir", "claim_run_dir",
            "new_run_command", "read_owner", "starting_in"]
 
 RUN_FILE = "run.json"
-#: What a running search marks its run dir with (``nas._io.working``), one mark per worker: nas.train waits for them.
-SEARCH_WORK = "search"
 SCHEMA = "hwnas.run"
 
 

@@ -15,9 +15,9 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nas.fit.checkpoint import diff_messages, read_torch_file, save_checkpoint
 from nas.space import SPACES_DIR, SearchSpace
 from nas.supernet.model import Supernet
-from nas.train.checkpoint import diff_messages, read_torch_file, save_checkpoint
 
 if TYPE_CHECKING:
     from nas.supernet.model import Supernet

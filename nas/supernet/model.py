@@ -22,10 +22,10 @@ from torch import nn
 
 from nas.arch import Arch, BlockKey
 from nas.builder import ArchNet, build, build_layer
+from nas.fit.loop import recalibrate_batchnorm
 from nas.space import STAGE_KINDS, SearchSpace
 from nas.supernet.elastic import locate, share
 from nas.supernet.ordering import ChannelDim, internal_dims, sort_dims
-from nas.train.fit import recalibrate_batchnorm
 
 __all__ = ["Supernet"]
 
@@ -153,7 +153,7 @@ class Supernet(nn.Module):
         """A standalone ``nas.build(arch)`` network with the weights ``arch`` inherits (copied), in eval
         mode.  Its BatchNorm statistics are the supernet's (the largest subnet's running averages); with
         ``data`` (a ``nas.data.Dataset``) they are re-estimated on ``batches`` shuffled training batches
-        (``nas.train.fit.recalibrate_batchnorm``, seeded by ``seed``), as scoring needs."""
+        (``nas.fit.loop.recalibrate_batchnorm``, seeded by ``seed``), as scoring needs."""
         tensors = self.shared_tensors(arch)
         device = next(self.net.parameters()).device
         with torch.device("meta"):

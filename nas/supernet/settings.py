@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nas._checks import check_number
-from nas.train.settings import FitSettings
+from nas.fit.settings import FitSettings
 
-_FIT = FitSettings()  # nas.train's training defaults, shared: the supernet changes only its epochs and batch
+_FIT = FitSettings()  # the training loop's defaults (nas.fit), shared: the supernet changes only its epochs and batch
 
 __all__ = ["SCHEDULES", "SupernetSettings"]
 
@@ -82,7 +82,7 @@ class SupernetSettings:
         object.__setattr__(self, "phase_starts", tuple(float(v) for v in f))  # Hydra gives a list
 
     def fit_settings(self) -> FitSettings:
-        """The training loop's settings (``nas.train.fit``) these name."""
+        """The training loop's settings (``nas.fit.settings.FitSettings``) these name."""
         names = {f.name for f in dataclasses.fields(FitSettings)}
         return FitSettings(**{k: v for k, v in self.to_dict().items() if k in names})
 

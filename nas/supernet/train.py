@@ -6,7 +6,7 @@ smallest and ``random_subnets`` uniformly sampled ones on the largest's soft out
 gradients of all of them accumulate into one optimizer step of the shared weights.  With
 ``schedule=progressive`` the smallest and the sampled subnets vary only along the dimensions the
 epoch's phase has unlocked (``nas.supernet.schedule``); in the first phase the largest trains alone.
-The loop is ``nas.train.fit.train_epochs`` (optimizer, warm-up + cosine schedule, clipping, mixed
+The loop is ``nas.fit.loop.train_epochs`` (optimizer, warm-up + cosine schedule, clipping, mixed
 precision on CUDA); the supernet contributes only the step.
 
 Many processes (``torchrun --nproc_per_node=N -m nas.supernet ...``): every process holds the
@@ -34,15 +34,8 @@ import torch.distributed as td
 from torch import nn
 
 from nas.data import Dataset
-from nas.space import SearchSpace
-from nas.supernet.checkpoint import data_record, load_supernet, read_checkpoint, save_supernet
-from nas.supernet.dist import Dist, allreduce_grads, check_same_settings
-from nas.supernet.elastic import ArchOutsideSpace
-from nas.supernet.model import Supernet
-from nas.supernet.schedule import draw, phase_at, phases
-from nas.supernet.settings import SupernetSettings
-from nas.train.checkpoint import diff_messages
-from nas.train.fit import (
+from nas.fit.checkpoint import diff_messages
+from nas.fit.loop import (
     Schedule,
     accuracy,
     amp_dtype,
@@ -51,6 +44,13 @@ from nas.train.fit import (
     resolve_device,
     train_epochs,
 )
+from nas.space import SearchSpace
+from nas.supernet.checkpoint import data_record, load_supernet, read_checkpoint, save_supernet
+from nas.supernet.dist import Dist, allreduce_grads, check_same_settings
+from nas.supernet.elastic import ArchOutsideSpace
+from nas.supernet.model import Supernet
+from nas.supernet.schedule import draw, phase_at, phases
+from nas.supernet.settings import SupernetSettings
 
 __all__ = ["CKPT_NAME", "SandwichStep", "train_supernet"]
 
@@ -62,7 +62,7 @@ _ADDED_SETTINGS = {"schedule": "sandwich", "phase_starts": SupernetSettings().ph
 
 
 class SandwichStep:
-    """One training step (``nas.train.fit.train_epochs``'s ``step_fn``): the largest subnet on the labels,
+    """One training step (``nas.fit.loop.train_epochs``'s ``step_fn``): the largest subnet on the labels,
     the others distilled from it; which others depends on the schedule's phase at the step's epoch
     (an epoch is ``steps_per_epoch`` steps; progressive shrinking needs it)."""
 

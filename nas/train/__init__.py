@@ -1,10 +1,10 @@
 """Train the Pareto front of a search: full training, pruning, QAT, export and the report.
 
-``settings`` (frozen dataclasses: the one source of the Hydra schemas), ``fit`` (the one training
-loop, also the search evaluator's), ``checkpoint`` (save / load / resume checks), ``deploy`` and
+``settings`` (the stages' frozen dataclasses: the one source of the Hydra schemas), ``deploy`` and
 ``deploy_edge`` (a checkpoint -> an exported, verified, timed file and its card: ``export_checkpoint``,
-``export_edge``), ``search_run`` (reading a search run dir), ``pipeline`` (``train_front`` and its
-per-model stages), ``report`` (report rows, the deployment choice, report.json / report.md).
+``export_edge``), ``card`` (deployment cards), ``search_run`` (reading a search run dir), ``prune_stage``,
+``pipeline`` (``train_front`` and its per-model stages), ``report`` (report rows, the deployment choice,
+report.json / report.md).  The training loop, its settings and checkpoints are the layer below: ``nas.fit``.
 """
 
 from __future__ import annotations

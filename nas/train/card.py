@@ -7,8 +7,9 @@ std, interpolation: exactly what the data loader did), what comes out (logits, t
 output order), how accurate it is and on which split, how fast and how that figure was obtained
 (measured here, predicted from a measured table, estimated, or a REHEARSAL's), and which runtime and
 precision it was made for.  A figure of another precision than the file's (the fp16 engine TensorRT
-builds from an fp32 file) says so in its ``precision`` and ``for``.  ``dataset_record`` is what ``nas.train`` stores in each checkpoint so ``nas.export``
-can write the same card, and reload the same data, from the checkpoint alone.
+builds from an fp32 file) says so in its ``precision`` and ``for``.  The dataset record each checkpoint
+stores (``nas.fit.checkpoint.dataset_record``) lets ``nas.export`` write the same card, and reload the
+same data, from the checkpoint alone.
 
 The recipe in ``preprocess`` is the loader's: a streamed dataset (ImageFolder, CIFAR-10) scores with
 timm's eval transform (resize the shorter side to ``floor(resolution / crop_pct)``, centre crop
@@ -31,22 +32,14 @@ from typing import Any
 from nas._io import atomic_write_json, atomic_write_text
 from nas.latency.tables import how_measured, how_predicted
 
-__all__ = ["CARD_SCHEMA", "card_path", "dataset_record", "deployment_card", "preprocess", "test_files_path",
+__all__ = ["CARD_SCHEMA", "card_path", "deployment_card", "preprocess", "test_files_path",
            "write_card", "write_test_files"]
 
 CARD_SCHEMA = "hwnas.deployment_card"
 
 
-def dataset_record(data: Any) -> dict[str, Any]:
-    """A loaded ``nas.data.Dataset`` as a checkpoint records it: its settings (the folder included),
-    class names, normalisation and test split, so an export needs nothing else."""
-    return {"settings": data.settings.to_dict(), "classes": list(data.classes), "mean": list(data.mean),
-            "std": list(data.std), "in_chans": data.in_chans, "resolution": data.resolution,
-            "streamed": data.streamed, "test_source": getattr(data, "test_source", "")}
-
-
 def preprocess(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """How an image becomes the network's input, from a ``dataset_record``."""
+    """How an image becomes the network's input, from a dataset record (``nas.fit.checkpoint.dataset_record``)."""
     r = int(rec["resolution"])
     s = rec["settings"]
     if rec["streamed"]:

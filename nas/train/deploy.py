@@ -24,18 +24,19 @@ from nas.data import Dataset, DataSettings, load_data
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, split_note, verify_onnx
-from nas.latency.predict import load_latency_model, resolve_target
-from nas.latency.runtimes import MeasureSettings, measure_onnx
-from nas.target import PRECISIONS, Target, load_target, precision_targets, runs_here
-from nas.train.card import card_path, dataset_record, deployment_card, write_card, write_test_files
-from nas.train.checkpoint import (
+from nas.fit.checkpoint import (
     ARCH_FILES,
     checkpoint_data_settings,
     checkpoint_target,
+    dataset_record,
     load_arch_file,
     load_checkpoint,
     model_from_checkpoint,
 )
+from nas.latency.predict import load_latency_model, resolve_target
+from nas.latency.runtimes import MeasureSettings, measure_onnx
+from nas.target import PRECISIONS, Target, load_target, precision_targets, runs_here
+from nas.train.card import card_path, deployment_card, write_card, write_test_files
 from nas.train.settings import VERIFY_SAMPLES, ExportSettings
 
 __all__ = ["ExportOptions", "export_checkpoint", "export_model", "int8_form_mismatch", "made_for", "onnx_bytes"]

@@ -26,6 +26,7 @@ from nas.data import Dataset, DataSettings, load_data
 from nas.export import EDGE_FORMATS, check_format, litert
 from nas.export.edge import SUFFIXES, openvino_model, pte_bytes, verify_file, write_file
 from nas.export.verify import calibration_inputs, eval_split, split_note
+from nas.fit.checkpoint import checkpoint_data_settings, dataset_record, load_checkpoint, model_from_checkpoint
 from nas.latency.predict import load_latency_model, resolve_target
 from nas.latency.runtimes import (
     ExecuTorchRuntime,
@@ -39,8 +40,7 @@ from nas.latency.runtimes import (
 from nas.latency.tables import how_measured
 from nas.machine import device_mismatch
 from nas.target import PRECISIONS, Target, precision_targets
-from nas.train.card import card_path, dataset_record, deployment_card, write_card
-from nas.train.checkpoint import checkpoint_data_settings, load_checkpoint, model_from_checkpoint
+from nas.train.card import card_path, deployment_card, write_card
 from nas.train.settings import ExportSettings
 
 __all__ = ["edge_summary", "export_edge", "export_model", "report_path"]

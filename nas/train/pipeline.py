@@ -35,7 +35,8 @@ the running epoch).  Resuming with settings that change a stage's result is an e
 differences.  The report (``report.json``, ``report.md``) goes to ``<out>/``.
 
 The modules beside this one: ``settings`` (what can be set), ``search_run`` (reading the search),
-``fit`` (the training loop), ``checkpoint`` (checkpoints), ``deploy`` (``export_checkpoint``), ``report``.
+``prune_stage``, ``deploy`` (``export_checkpoint``), ``report``; below them, ``nas.fit`` (the training
+loop, its settings and checkpoints).
 """
 
 from __future__ import annotations
@@ -62,16 +63,16 @@ from nas.export.edge import SUFFIXES
 from nas.export.onnx import export_onnx
 from nas.export.qdq import quantize_qdq
 from nas.export.verify import calibration_inputs, eval_split, onnx_accuracy, scored_images, split_note
+from nas.fit.checkpoint import dataset_record, resume_meta
+from nas.fit.loop import accuracy, fit
 from nas.latency.predict import load_latency_model
 from nas.latency.runtimes import measure_onnx
 from nas.space import SpaceError, load_space
 from nas.stats import wilson_interval
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
-from nas.train.card import card_path, dataset_record, deployment_card, write_card, write_test_files
-from nas.train.checkpoint import resume_meta
+from nas.train.card import card_path, deployment_card, write_card, write_test_files
 from nas.train.deploy_edge import export_model, report_path
-from nas.train.fit import accuracy, fit
 from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, search_finished, select_entries

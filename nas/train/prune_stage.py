@@ -38,10 +38,10 @@ from nas.cost import arch_cost
 from nas.data import Dataset
 from nas.export.onnx import export_onnx
 from nas.export.verify import eval_split
+from nas.fit.loop import accuracy, fit
 from nas.latency.runtimes import measure_onnx
 from nas.latency.tables import on_device
 from nas.narrow import channel_units
-from nas.train.fit import accuracy, fit
 from nas.train.settings import SEED_OFFSETS
 
 __all__ = ["prune_guide", "stage_prune", "train_batches"]

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nas._io import Busy, wait_for_workers, workers
+from nas._io import SEARCH_WORK, Busy, wait_for_workers, workers
 from nas._yaml import load_yaml_config
 from nas.arch import Arch
-from nas.search.rundir import SEARCH_WORK
 
 __all__ = ["SearchRun", "load_search_run", "model_id", "search_finished", "select_entries"]
 

@@ -1,8 +1,8 @@
 """Settings of ``python -m nas.train`` / ``nas.export``: one frozen dataclass per stage.
 
 These are the one source of names, types and defaults: the Hydra schemas (``nas.config.train``)
-are generated from them.  Each validates itself in ``__post_init__`` (``ValueError`` naming the
-field, the value and what is allowed).
+are generated from them; ``train.*``, one training run's, is ``nas.fit.settings.FitSettings``.  Each
+validates itself in ``__post_init__`` (``ValueError`` naming the field, the value and what is allowed).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from nas._checks import check_number, check_resolution
 from nas.compress import CRITERIA
 from nas.compress.quant_settings import QuantSettings
 from nas.data.settings import DataSettings
+from nas.fit.settings import FitSettings
 from nas.latency.runtimes import ProfileSettings
 from nas.target import Target, require_target
 
@@ -25,12 +26,10 @@ __all__ = [
     "TRAIN_DATA_FIELDS",
     "VERIFY_SAMPLES",
     "ExportSettings",
-    "FitSettings",
     "PipelineSettings",
     "PruneSettings",
     "QATSettings",
     "TargetNames",
-    "check_fit",
 ]
 
 # each stage of nas.train draws from its own stream: the run's seed plus the stage's offset (fixed, so a
@@ -68,52 +67,6 @@ def _from_mapping(cls: type, group: str, d: Mapping[str, Any]) -> Any:
     if unknown:
         raise ValueError(f"{group}: unknown setting(s) {unknown}; valid settings: {sorted(known)}")
     return cls(**d)
-
-
-OPTIMIZERS = ("adamw", "sgd")
-
-
-def check_fit(s: Any, prefix: str, *, epochs_zero: bool = True) -> None:
-    """The checks of a training run's settings (``FitSettings``' fields) on ``s``, which may be another
-    settings class with the same fields (``evaluator=train``'s); each error names ``prefix + field``."""
-    check_number(f"{prefix}epochs", s.epochs, integer=True, zero=epochs_zero)
-    check_number(f"{prefix}bn_recalibration_batches", s.bn_recalibration_batches, integer=True, zero=True)
-    check_number(f"{prefix}batch_size", s.batch_size, integer=True)
-    check_number(f"{prefix}eval_batch_size", s.eval_batch_size, integer=True)
-    check_number(f"{prefix}lr", s.lr)
-    check_number(f"{prefix}weight_decay", s.weight_decay, zero=True)
-    check_number(f"{prefix}momentum", s.momentum, zero=True)
-    check_number(f"{prefix}warmup_epochs", s.warmup_epochs, zero=True)
-    if s.grad_clip is not None:
-        check_number(f"{prefix}grad_clip", s.grad_clip)
-    if s.optimizer not in OPTIMIZERS:
-        raise ValueError(f"{prefix}optimizer must be one of {', '.join(OPTIMIZERS)}, got {s.optimizer!r}")
-    if isinstance(s.label_smoothing, bool) or not isinstance(s.label_smoothing, (int, float)) \
-            or not 0 <= s.label_smoothing < 1:
-        raise ValueError(f"{prefix}label_smoothing must be in [0, 1), got {s.label_smoothing!r}")
-
-
-@dataclass(frozen=True)
-class FitSettings:
-    """One training run (full training, pruning fine-tune or QAT): optimizer and schedule."""
-
-    epochs: int = 30
-    batch_size: int = 128
-    optimizer: str = "adamw"  # adamw | sgd (nesterov)
-    lr: float = 0.005
-    weight_decay: float = 0.05  # not applied to norms and biases
-    momentum: float = 0.9  # sgd only
-    label_smoothing: float = 0.1
-    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
-    grad_clip: float | None = 5.0  # max gradient norm (None: no clipping)
-    eval_batch_size: int = 512
-    bn_recalibration_batches: int = 8  # BN statistics re-estimated with the final weights of each epoch
-
-    def __post_init__(self) -> None:
-        check_fit(self, "train.")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

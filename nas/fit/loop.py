@@ -26,18 +26,18 @@ from torch import nn
 
 from nas.compress.qat import QATNet
 from nas.data import Dataset
-from nas.train.card import dataset_record
-from nas.train.checkpoint import (
+from nas.fit.checkpoint import (
     CKPT_FORMAT,
     CKPT_VERSION,
     arch_differences,
+    dataset_record,
     diff_messages,
     load_checkpoint,
     load_state,
     resume_meta,
     save_checkpoint,
 )
-from nas.train.settings import FitSettings
+from nas.fit.settings import FitSettings
 
 __all__ = ["Schedule", "TrainingDiverged", "accuracy", "amp_dtype", "build_optimizer", "fit", "lr_factor",
            "recalibrate_batchnorm", "resolve_device", "train_epochs"]

@@ -1,9 +1,9 @@
-"""Training checkpoints: written atomically by ``nas.train.fit``, read back for resuming and export.
+"""Training checkpoints: written atomically by ``nas.fit.loop.fit``, read back for resuming and export.
 
 A checkpoint is a dict (``torch.save``) with ``format`` = ``CKPT_FORMAT``, the stage, the ``Arch``,
 the QAT settings (None for a float network), the finished epoch count, ``meta`` (what defines the
 run: checked on resume, differences named by ``diff_messages``), the model and optimizer states,
-the per-epoch history, the dataset (``nas.train.card.dataset_record``) and the target it was made
+the per-epoch history, the dataset (``dataset_record``) and the target it was made
 for (``Target.to_dict``; ``checkpoint_target``).  ``nas.train.deploy.export_checkpoint`` (``python -m nas.export``) reads one and
 exports it.
 """
@@ -30,7 +30,7 @@ from nas.compress.quant_settings import QuantSettings
 from nas.target import Target
 
 __all__ = ["ARCH_FILES", "CKPT_FORMAT", "CKPT_VERSION", "DATA_FREE", "arch_differences", "check_finite",
-           "checkpoint_data_settings", "checkpoint_target", "diff_messages", "load_arch_file", "load_checkpoint",
+           "checkpoint_data_settings", "checkpoint_target", "dataset_record", "diff_messages", "load_arch_file", "load_checkpoint",
            "load_state", "model_from_checkpoint", "read_torch_file", "resume_meta", "save_checkpoint"]
 
 CKPT_FORMAT = "hwnas.checkpoint"
@@ -38,6 +38,14 @@ CKPT_VERSION = 1
 # data settings that change no result: where the files are, how many processes read them, whether an
 # unreadable one stops the loading (a skipped one is named when it loads); never compared on resume
 DATA_FREE = ("root", "download", "skip_bad", "num_workers")
+
+
+def dataset_record(data: Any) -> dict[str, Any]:
+    """A loaded ``nas.data.Dataset`` as a checkpoint records it: its settings (the folder included),
+    class names, normalisation and test split, so an export needs nothing else."""
+    return {"settings": data.settings.to_dict(), "classes": list(data.classes), "mean": list(data.mean),
+            "std": list(data.std), "in_chans": data.in_chans, "resolution": data.resolution,
+            "streamed": data.streamed, "test_source": getattr(data, "test_source", "")}
 
 
 def save_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
