@@ -35,7 +35,16 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+# the test files that take a minute or more: collected first, so that pytest-xdist (which hands out files in
+# collection order) starts them first and its workers end together rather than one waiting on the last long file
+LONG_FILES = ("test_predict_validate_cli.py", "test_train_export.py", "test_rehearsal.py", "test_search_value.py",
+              "test_profiler.py", "test_benchmarks.py", "test_search_cli.py", "test_edge_bundle.py",
+              "test_benchmarks_logic.py", "test_edge_runtimes.py", "test_search.py", "test_input_errors.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    first = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(LONG_FILES)))  # stable: a file keeps its order
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch sees none)")
