@@ -79,6 +79,23 @@ def test_import_makes_a_table_with_calibration_networks(measured):
     assert LatencyTable.load(p).networks == table.networks
 
 
+
+def _fail_first_network(res, man):
+    """The results as measure_bundle.py leaves them when the runtime could not run the first calibration network."""
+    f = man["networks"][0]["file"]
+    res["entries"].pop(f)
+    res["failed"] = {f: {"label": "tiny", "round": 1, "error": "RuntimeError: failed to create XNNPACK runtimeNode "
+                                                               "number 36 (TfLiteXNNPackDelegate) failed to prepare."}}
+
+
+def test_a_graph_the_device_could_not_run_is_named_and_not_left_to_measure(measured, tmp_path):
+    out, nets = measured
+    table, rep = import_bundle(_edited(out, tmp_path, _fail_first_network), CPU, command=CMD)
+    assert rep["complete"] and rep["left"] == {} and rep["measured"]["networks"] == "1/2"
+    assert [x["error"] for x in rep["failed"]] == ["RuntimeError: failed to create XNNPACK runtimeNode number 36 "
+                                                   "(TfLiteXNNPackDelegate) failed to prepare."]
+    assert set(table.networks) == {nets[1]}
+
 def _edited(out: Path, tmp_path: Path, edit) -> Path:
     """A copy of the measured bundle's manifest + results with ``edit(results, manifest)`` applied."""
     d = tmp_path / "copy"

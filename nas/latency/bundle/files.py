@@ -197,7 +197,8 @@ def bundle_readme(manifest: Mapping[str, Any], cost: BundleCost | None, folder: 
     lines += [f"- {man['settings'].get('rounds', 1)} round(s) of every graph, each in its own shuffled order. "
               "Results go to results.json every few seconds and on Ctrl-C; running the script again measures only "
               "what is left. `--budget-min N` stops after N minutes (calibration networks and the most used blocks "
-              "first), `--limit N` after N graphs" + (f"; this bundle's default budget: {man['budget_min']:g} min"
+              "first), `--limit N` after N graphs. A graph the runtime cannot run is left out with its error "
+              "(results.json: `failed`); `--retry-failed` tries it again" + (f"; this bundle's default budget: {man['budget_min']:g} min"
                                                       if man.get("budget_min") else "") + "."]
     if fmt == ".onnx" and man["runtime"] == "tensorrt":
         example = _trtexec_example(man)

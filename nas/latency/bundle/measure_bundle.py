@@ -437,8 +437,6 @@ def main():
     if noise:
         res["noise"] = noise
         print(noise["note"], flush=True)
-    if not res.get("failed"):
-        res.pop("failed", None)
     atomic_json(out_path, res)
     for f, x in sorted((res.get("failed") or {}).items()):
         print(f"left out: {x['label']} ({f}): {x['error']}", flush=True)
@@ -492,10 +490,9 @@ def measure_all(factory, todo, res, man, s, bundle, out_path, budget_s=None):
     out and recorded under ``failed`` with its one-line error, and the others go on: a re-run skips it
     (``--retry-failed`` tries it again)."""
     t0 = last = time.time()
-    failed = res.setdefault("failed", {})
     try:
         for i, (r, item) in enumerate(todo, 1):
-            if item["file"] in failed:
+            if item["file"] in res.get("failed", {}):  # its earlier round failed in this run
                 continue
             if budget_s is not None and time.time() - t0 >= budget_s:
                 atomic_json(out_path, res)
@@ -506,13 +503,12 @@ def measure_all(factory, todo, res, man, s, bundle, out_path, budget_s=None):
             try:
                 st, tries = measure_one(factory, os.path.join(bundle, item["file"]), shape, s)
             except Exception as e:  # the runtime's own error, whatever its type: recorded, the rest goes on
-                err = " ".join(str(e).split()) or type(e).__name__
-                failed[item["file"]] = {"label": item["label"], "error": f"{type(e).__name__}: {err}"[:300],
-                                        "round": r}
+                err = f"{type(e).__name__}: {' '.join(str(e).split()) or type(e).__name__}"[:300]
+                res.setdefault("failed", {})[item["file"]] = {"label": item["label"], "error": err, "round": r}
                 res["entries"].pop(item["file"], None)
                 atomic_json(out_path, res)
-                print(f"[{i}/{len(todo)}] round {r}: {item['label']} ({item['file']}): FAILED, left out: "
-                      f"{failed[item['file']]['error']}", flush=True)
+                print(f"[{i}/{len(todo)}] round {r}: {item['label']} ({item['file']}): FAILED, left out: {err}",
+                      flush=True)
                 continue
             res["entries"][item["file"]] = merge(res["entries"].get(item["file"]), st, tries)
             if time.time() - last > 5 or i == len(todo):

@@ -328,6 +328,11 @@ def _decode(man: dict, kind: str, d: Mapping[str, Any]):
                           f"({e}); write the bundle again with this version") from None
 
 
+def _count_kind(role: str) -> str:
+    """Which count of an import a manifest item of ``role`` falls under."""
+    return "blocks" if role == "block" else "held_out" if role == "held_out" else "networks"
+
+
 def import_bundle(results: str | Path, target: Target, table: LatencyTable | None = None, *,
                   allow_mismatch: bool = False, command: str | None = None) -> tuple[LatencyTable, dict[str, Any]]:
     """Read ``results.json`` (or a bundle folder) into ``table`` (a new one when None) for ``target``.
@@ -356,7 +361,7 @@ def import_bundle(results: str | Path, target: Target, table: LatencyTable | Non
     decoded = []
     for fname, e in entries.items():
         role, item = by_file[fname]
-        kind = "blocks" if role == "block" else "held_out" if role == "held_out" else "networks"
+        kind = _count_kind(role)
         count[kind][0] += 1
         if kind != "held_out":
             decoded.append((role, _decode(man, "block" if role == "block" else "network",
@@ -377,9 +382,7 @@ def import_bundle(results: str | Path, target: Target, table: LatencyTable | Non
             table.networks[x] = entry
     failed = {f: x for f, x in (res.get("failed") or {}).items() if f in by_file and f not in entries}
     for f in failed:  # the device's runtime could not run them: left out, not left to measure
-        role = by_file[f][0]
-        k = "blocks" if role == "block" else "held_out" if role == "held_out" else "networks"
-        count[k][1] -= 1
+        count[_count_kind(by_file[f][0])][1] -= 1
     left = {k: n - m for k, (m, n) in count.items() if n > m}
     return table, {"measured": measured, "left": left, "complete": not left, "mismatch": diffs,
                    "failed": [{"file": f, "label": x.get("label"), "error": x.get("error")} for f, x in failed.items()]}
