@@ -219,3 +219,29 @@ def test_an_item_another_run_is_timing_waits_to_the_end_and_is_skipped_once_save
     assert timed == [keys[0], keys[2]] and rep.by_others == 1 and rep.left == 0
     assert [r.message.count("waiting for 1 measurement") for r in caplog.records] == [1]
     assert LatencyTable.load(out).entries[keys[1]].median_ms == 0.2
+
+
+def test_a_block_another_run_saves_between_a_look_and_a_claim_is_not_timed_again(tmp_path, monkeypatch):
+    # this run looks (not in the file yet), the other run saves the block and lets its claim go, this run
+    # claims it: it must look again rather than time what is saved (two runs measured one block twice)
+    out = tmp_path / "t.json"
+    keys = [BlockKey(ConvBlock(c, 3, 1, "relu"), 3, 8, 8) for c in (8, 16)]
+    table = LatencyTable(metadata=dict(META), path=out)
+    table.save(out)
+    settings = ProfileSettings(rounds=1, save_every_s=0.0)
+    jobs = profile_jobs.plan_jobs(keys, [], table, settings, call_ms=lambda item, kind: 0.1)
+    shared = profile_jobs._Shared(table, out, {"block": table.entries, "network": table.networks}, stale_s=600)
+    take = shared.claims.take
+
+    def take_after_the_other_saved(name):
+        if name == profile_jobs.job_id(keys[0], "block"):
+            other = LatencyTable.load(out)
+            other.entries[keys[0]] = Entry(0.2, 0.19, 0.21, 3)
+            other.save(out)
+        return take(name)
+
+    monkeypatch.setattr(shared.claims, "take", take_after_the_other_saved)
+    skipped = []
+    assert [j.item for j in shared.schedule(list(jobs), skipped.append)] == [keys[1]]
+    assert [j.item for j in skipped] == [keys[0]] and shared.by_others == 1
+    assert not (shared.claims.folder / profile_jobs.job_id(keys[0], "block")).exists()  # the claim let go

@@ -305,6 +305,11 @@ def test_a_profile_on_a_quiet_core_reports_nothing(tmp_path, monkeypatch, one_co
     rep, lines, saved, judged = _profile(tmp_path, monkeypatch)
     if rep["watch"]["wait_share"] > 0.1:
         pytest.skip(f"core {one_core} got busy during the test: {rep['watch']['wait_share']:.0%} waited")
+    # a machine whose speed moves (a shared host's neighbours, a clock frequency) moves the anchors: the profile
+    # is right to say so, and this test (the readings of a steady core) has nothing to judge
+    moved = [c for c in rep["watch"]["checks"] if c["moved"] or c["busy"]]
+    if moved:
+        pytest.skip(f"the machine's speed moved during the test: anchors at {moved[0]['ratio']}x their first timing")
     assert not any("misled" in line or "another process" in line for line in lines), lines
     assert rep["watch"]["affected"] == 0 and len(saved.entries) == 12
 

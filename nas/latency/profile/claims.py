@@ -57,6 +57,12 @@ class Claims:
         self.mine.add(name)
         return True
 
+    def drop(self, name: str) -> None:
+        """Let the claim on ``name`` go (nothing measured under it)."""
+        if name in self.mine:
+            self.mine.discard(name)
+            (self.folder / name).unlink(missing_ok=True)
+
     def release(self, keep: Collection[str] = ()) -> None:
         """Drop every claim this object holds (their measurements are saved) but those in ``keep``."""
         for name in self.mine - set(keep):

@@ -215,10 +215,11 @@ class _Shared:
         self.seen = self._stat()
 
     def _done(self, job: Job) -> bool:
-        """Whether another run's save holds this job's round already (taken in when the file changed)."""
+        """Whether another run's save holds this job's round already (taken in when the file changed;
+        this run's claims stay until its own next save, which knows which of them are saved)."""
         if self._stat() != self.seen:
             self.table.save(self.path)  # merges what the others saved
-            self.saved()
+            self.seen = self._stat()
         e = self.stores[job.kind].get(job.item)
         return e is not None and e.rounds >= job.round
 
@@ -228,13 +229,18 @@ class _Shared:
         while later:
             still = []
             for job in later:
+                jid = job_id(job.item, job.kind)
                 if self._done(job):
                     self.by_others += 1
                     skip(job)
-                elif self.claims.take(job_id(job.item, job.kind)):
-                    yield job
-                else:
+                elif not self.claims.take(jid):
                     still.append(job)
+                elif self._done(job):  # the other run saved it and let its claim go after the first look
+                    self.claims.drop(jid)
+                    self.by_others += 1
+                    skip(job)
+                else:
+                    yield job
             if still and not told:  # once this run has measured all it could
                 told = True
                 log.warning("waiting for %d measurement(s) that another run sharing %s is taking (%s); they are "
