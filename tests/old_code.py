@@ -3,6 +3,7 @@ for tests that show their stand-ins and real logs failing it.  The copies ship w
 checks run in a shallow clone or an sdist as anywhere else."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 FROZEN = Path(__file__).parent / "frozen"
@@ -26,3 +27,15 @@ def load_old(path: str, tmp_path: Path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def frozen_module(path: str, at: str = OLD):
+    """``path`` as it was at commit ``at``, imported once from its frozen copy (``frozen_<stem>_<at>``)."""
+    name = f"frozen_{Path(path).stem}_{at}"
+    if name not in sys.modules:
+        old_source(path, at)  # a missing copy: named, with the command that makes it
+        spec = importlib.util.spec_from_file_location(name, FROZEN / f"{Path(path).stem}_{at}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]

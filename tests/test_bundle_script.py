@@ -13,9 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import frozen_bundle_script
 import pytest
-from old_code import old_source
+from old_code import frozen_module, old_source
 from test_trtexec import _fake_trtexec, _fixture, _times_file
 
 from nas.latency.bundle.roundtrip import SCRIPTS  # the scripts a bundle carries, as write_bundle copies them
@@ -67,7 +66,7 @@ def test_p10_median_p90_in_order_over_rounds(tmp_path):
         e = _merged(merge, rounds)
         assert e["p10_ms"] <= e["median_ms"] <= e["p90_ms"], (seed, e)
         assert e["rounds_p10_ms"] == [r["p10_ms"] for r in rounds] and e["n"] == 150
-        old = _merged(frozen_bundle_script.merge, rounds)
+        old = _merged(frozen_module("nas/latency/bundle_script.py", at="db7cf55").merge, rounds)
         broke += not old["p10_ms"] <= old["median_ms"] <= old["p90_ms"]
     assert broke > 20  # the old definition put them out of order for many of these
 

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["nas.arch", "nas.space", "nas.builder", "nas.timm_arch", "nas.cost", "nas.registry", "nas.resources",
+MODULES = ["nas.arch", "nas.space.space", "nas.space.catalog", "nas.builder", "nas.timm_arch", "nas.cost", "nas.registry", "nas.resources",
            "nas.data.settings", "nas.data.load", "nas.stats"]
 
 

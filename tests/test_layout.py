@@ -32,7 +32,7 @@ LAYERS = {
     "nas.fit": 5,  # the training service: the one training loop, its settings and checkpoints
     "nas.compress": 4, "nas.latency": 4,  # its rooms in their own order: LATENCY_ROOMS
     "nas.export": 3,  # converters: model -> ONNX / .pte / OpenVINO bytes, verified against torch
-    "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas._space_yaml": 2, "nas.narrow": 2,
+    "nas.data": 2, "nas.builder": 2, "nas.cost": 2, "nas.space": 2, "nas.narrow": 2,
     "nas.timm_arch": 2, "nas._timm_blocks": 2,
     "nas.arch": 1, "nas._blocks": 1, "nas.target": 1,
     "nas.machine": 0, "nas._optional": 0, "nas._version": 0,

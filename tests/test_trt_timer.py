@@ -2,7 +2,7 @@
 ``GpuTimer`` in ``nas.latency.runtimes.hwnas_cuda``) against ``FakeCudart``, a stand-in for the CUDA runtime
 calls it makes through ctypes, on a simulated GPU and
 a simulated host clock, with an engine whose ``execute_async_v3`` costs the host more than the GPU
-(a small block at batch 1 on a Jetson's ARM cores).  The timer before (``frozen_bundle_trt``, kept
+(a small block at batch 1 on a Jetson's ARM cores).  The timer before (``tests/frozen/bundle_trt_83087d3.py``, kept
 as it was) is shown reading the host's enqueue time; the timer now reads the GPU's.
 
 ``FakeCudart`` follows the CUDA Runtime API's documented behaviour:
@@ -21,11 +21,13 @@ as it was) is shown reading the host's enqueue time; the timer now reads the GPU
 
 from types import SimpleNamespace
 
-import frozen_bundle_trt
 import numpy as np
 import pytest
+from old_code import frozen_module
 
 from nas.latency.runtimes import hwnas_cuda, hwnas_trt
+
+frozen_bundle_trt = frozen_module("nas/latency/bundle_trt.py", at="83087d3")  # the timer before
 
 
 class SimClock:

@@ -45,7 +45,6 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +71,7 @@ from nas.stats import wilson_interval
 from nas.supernet.checkpoint import check_matches, load_supernet
 from nas.target import precision_targets, runs_here
 from nas.train.card import card_path, deployment_card, write_card, write_test_files
+from nas.train.context import PipelineContext
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.prune_stage import stage_prune, train_batches
 from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
@@ -85,20 +85,6 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # the pipeline
-
-
-@dataclass
-class _Context:
-    s: PipelineSettings
-    data: Dataset
-    run: SearchRun
-    multiple: int
-    se_ratio: float | None
-    targets: dict[str, Any]
-    models: dict[str, Any]  # precision -> LatencyModel or None
-    guide: Any  # the latency model guiding pruning (the conf target's)
-    measure_here: dict[str, bool]
-    supernet: tuple[Any, dict[str, Any]] | None = None  # (Supernet, its record): the networks' initial weights
 
 
 def _resolution(run: SearchRun, s: PipelineSettings) -> int:
@@ -134,7 +120,7 @@ def _space_params(run: SearchRun, multiple: int | None) -> tuple[int, float | No
     return multiple, None
 
 
-def _card(ctx: _Context, rec: dict[str, Any], arch: Arch) -> None:
+def _card(ctx: PipelineContext, rec: dict[str, Any], arch: Arch) -> None:
     """The deployment card beside an exported ONNX file (``nas.train.card``), with the list of the
     test images it was scored on."""
     files = write_test_files(ctx.data, rec["onnx"], limit=ctx.s.export.eval_samples)
@@ -145,7 +131,7 @@ def _card(ctx: _Context, rec: dict[str, Any], arch: Arch) -> None:
         files=files), rec["onnx"])
 
 
-def _predict(ctx: _Context, prec: str, arch: Arch) -> dict[str, Any] | None:
+def _predict(ctx: PipelineContext, prec: str, arch: Arch) -> dict[str, Any] | None:
     m = ctx.models.get(prec)
     if m is None:
         return None
@@ -153,7 +139,7 @@ def _predict(ctx: _Context, prec: str, arch: Arch) -> dict[str, Any] | None:
     return p.record(ctx.targets[prec].name)
 
 
-def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch, make: Callable[[], bytes],
+def _export_variant(ctx: PipelineContext, mdir: Path, name: str, prec: str, arch: Arch, make: Callable[[], bytes],
                     torch_acc: float | None) -> dict[str, Any]:
     path = mdir / "export" / f"{name}.onnx"
     cache = mdir / "export" / f"{name}.json"
@@ -189,13 +175,13 @@ def _export_variant(ctx: _Context, mdir: Path, name: str, prec: str, arch: Arch,
     return rec
 
 
-def _interval(ctx: _Context, rec: dict[str, Any]) -> dict[str, Any]:
+def _interval(ctx: PipelineContext, rec: dict[str, Any]) -> dict[str, Any]:
     """A variant's accuracy's Wilson 95% interval on the images it was scored on."""
     n = scored_images(ctx.data, rec["accuracy_split"], ctx.s.export.eval_samples)
     return {"accuracy_images": n, "accuracy_ci95": wilson_interval(rec["accuracy"], n).to_dict() if n else None}
 
 
-def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any]
+def _stage_fp32(ctx: PipelineContext, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any]
                  ) -> tuple[nn.Module, dict[str, Any]]:
     """1. Full training from scratch (``fp32.ckpt``); the model and the start of its result record."""
     s, data = ctx.s, ctx.data
@@ -218,7 +204,7 @@ def _stage_fp32(ctx: _Context, index: int, arch0: Arch, mdir: Path, base_meta: d
     return model, res
 
 
-def _stage_qat(ctx: _Context, final: nn.Module, final_arch: Arch, teacher: nn.Module, mdir: Path,
+def _stage_qat(ctx: PipelineContext, final: nn.Module, final_arch: Arch, teacher: nn.Module, mdir: Path,
                base_meta: dict[str, Any], res: dict[str, Any]) -> nn.Module:
     """3. QAT: BN folded, ranges calibrated, fake-quant fine-tuning (``qat.ckpt``)."""
     s, data, q = ctx.s, ctx.data, ctx.s.qat
@@ -247,7 +233,7 @@ def _onnx_of(m: nn.Module, a: Arch) -> bytes:
     return export_onnx(m.eval(), torch.zeros(1, a.in_chans, a.resolution, a.resolution), exporter="torchscript")
 
 
-def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
+def _stage_export(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
                   ) -> list[dict[str, Any]]:
     """4. The ONNX variants (``export/``): fp32, pruned, the PTQ int8 baseline of the final float
     network and qat_int8, each scored, predicted and (here) measured."""
@@ -270,7 +256,7 @@ def _stage_export(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, 
     return variants
 
 
-def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
+def _stage_edge(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
                 ) -> list[dict[str, Any]]:
     """4b. For an ExecuTorch, OpenVINO or LiteRT target, the variants in its format too (``export/<variant>.pte``,
     ``.xml`` or ``.tflite``): fp32, pruned and int8 of the final float network (PT2E for ExecuTorch, NNCF for
@@ -304,7 +290,7 @@ def _stage_edge(ctx: _Context, mdir: Path, models: dict[str, tuple[nn.Module, Ar
     return out
 
 
-def _input_record(ctx: _Context, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
+def _input_record(ctx: PipelineContext, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
     """The exported input shape against the searched one: the report's ``input``.  ``as_searched``:
     the fp32 export is the very network the search scored (same Arch digest), so the front's
     latency (``searched_ms``, predicted by the search for ``searched_target``, obtained as
@@ -318,7 +304,7 @@ def _input_record(ctx: _Context, index: int, searched: Arch, arch0: Arch) -> dic
             "searched_how": ctx.run.entries[index].get("latency_how")}
 
 
-def _train_one(ctx: _Context, index: int) -> dict[str, Any]:
+def _train_one(ctx: PipelineContext, index: int) -> dict[str, Any]:
     """Every stage for one Pareto architecture, in ``<out>/<id>/``; its result record."""
     s, data = ctx.s, ctx.data
     searched = Arch.from_dict(ctx.run.entries[index]["arch"])
@@ -410,7 +396,7 @@ def _train_front(s: PipelineSettings) -> dict[str, Any]:
     here = {p: (t is not None and runs_here(t)) for p, t in targets.items()}
     if s.export.measure and not any(here.values()):
         log.info("the targets are not this machine: exported models are not measured here")
-    ctx = _Context(s, data, run, multiple, se_ratio, targets, models, guide, here, supernet)
+    ctx = PipelineContext(s, data, run, multiple, se_ratio, targets, models, guide, here, supernet)
     results = [_train_one(ctx, i) for i in idx]
     report = {
         "schema": REPORT_SCHEMA, "version": 1, "run": str(run.path), "target": s.target.name,

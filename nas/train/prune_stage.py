@@ -42,6 +42,7 @@ from nas.fit.loop import accuracy, fit
 from nas.latency.runtimes import measure_onnx
 from nas.latency.tables import on_device
 from nas.narrow import channel_units
+from nas.train.context import PipelineContext
 from nas.train.settings import SEED_OFFSETS
 
 __all__ = ["prune_guide", "stage_prune", "train_batches"]
@@ -55,7 +56,7 @@ def train_batches(data: Dataset, n: int, batch_size: int, seed: int) -> list[tup
     return [b for _, b in zip(range(n), it)]
 
 
-def _measure_arch_ms(ctx: Any, arch: Arch) -> float:
+def _measure_arch_ms(ctx: PipelineContext, arch: Arch) -> float:
     """``arch``'s fp32 latency measured here (random weights: the latency does not depend on them)."""
     g = torch.Generator().manual_seed(0)
     shape = (arch.in_chans, arch.resolution, arch.resolution)
@@ -63,7 +64,7 @@ def _measure_arch_ms(ctx: Any, arch: Arch) -> float:
     return measure_onnx(data, shape, ctx.targets["fp32"], ctx.s.export)["median_ms"]
 
 
-def _measured_pruning(ctx: Any, arch0: Arch, plan: PrunePlan, make_plan: Callable[[float], PrunePlan],
+def _measured_pruning(ctx: PipelineContext, arch0: Arch, plan: PrunePlan, make_plan: Callable[[float], PrunePlan],
                       ratio: float, steps: int) -> tuple[PrunePlan, dict[str, Any]]:
     """When the target is this machine: measure the planned network against the unpruned one (same
     session, as a ratio) and, while it misses ``ratio``, re-plan, at most ``steps`` times.  The
@@ -101,7 +102,7 @@ def _macs(archs) -> np.ndarray:
     return np.array([arch_cost(a).macs / 1e6 for a in archs], dtype=np.float64)
 
 
-def prune_guide(ctx: Any) -> tuple[Callable | None, str, str]:
+def prune_guide(ctx: PipelineContext) -> tuple[Callable | None, str, str]:
     """``(predict, unit, why_not)``: what the plan is scored by (``ctx.guide.predict`` or MACs), its
     unit, and, when pruning is skipped, why (one line)."""
     p = ctx.s.prune
@@ -119,7 +120,7 @@ def prune_guide(ctx: Any) -> tuple[Callable | None, str, str]:
     return ctx.guide.predict, "ms", ""
 
 
-def _prune_plan(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, predict: Callable) -> PrunePlan:
+def _prune_plan(ctx: PipelineContext, model: nn.Module, arch0: Arch, mdir: Path, predict: Callable) -> PrunePlan:
     """The pruning plan (``prune_plan.json``, re-used when there), measured and re-planned when the
     target is this machine and it prunes by latency (``prune_measured.json``)."""
     s, data, p = ctx.s, ctx.data, ctx.s.prune
@@ -154,7 +155,7 @@ def _prune_plan(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, predict: Ca
     return plan
 
 
-def stage_prune(ctx: Any, model: nn.Module, arch0: Arch, mdir: Path, base_meta: dict[str, Any],
+def stage_prune(ctx: PipelineContext, model: nn.Module, arch0: Arch, mdir: Path, base_meta: dict[str, Any],
                 res: dict[str, Any]) -> tuple[nn.Module, Arch] | None:
     """2. Pruning, then fine-tuning (``pruned.ckpt``): the pruned model and its Arch when it is kept,
     else None (skipped, nothing to prune, or it cost more than ``prune.max_drop``); ``res["prune"]``

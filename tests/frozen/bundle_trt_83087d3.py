@@ -1,9 +1,6 @@
-# FROZEN copy, for tests only: nas/latency/bundle_trt.py as it was before its Python-API timer queued
-# runs behind a GPU-side wait and before trtexec 8.0-8.4's warm-up records were dropped.  Its
-# measure_factory timed each execute_async_v3 between two events on an idle stream, synchronising
-# after every run; its parse_times kept every --exportTimes record.  Do not edit: tests show the
-# stand-ins (tests/test_trt_timer.py) failing this code.
-# ruff: noqa
+# FROZEN copy of nas/latency/bundle_trt.py at commit 83087d3, for tests only: its Python-API timer timed each
+# execute_async_v3 between two events on an idle stream, synchronising after every run, and its parse_times kept
+# every --exportTimes record; tests show the stand-ins and real logs failing it (tests/old_code.py). Do not edit.
 """TensorRT engines from ONNX files, timed with CUDA events: standalone, for device bundles.
 
 This file is copied into a device bundle and runs on a Jetson or GPU machine beside

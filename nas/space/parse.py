@@ -1,4 +1,4 @@
-"""Reading a search space's YAML mapping into validated parts (for ``nas.space``; import them from there).
+"""Reading a search space's YAML mapping into validated parts (import them from ``nas.space``).
 
 ``parse_space(config, source=...)`` checks every key and value of the format in ``nas.space``'s
 module docs and returns the ``SpaceParts`` a ``SearchSpace`` is made of.  A malformed space raises
