@@ -81,14 +81,18 @@ from nas.search.evaluate import SupernetEvaluator, TrainEvaluator
 from nas.search.results import trial_records
 from nas.search.storage import make_storage
 from nas.search.study import prepare_search, run_search
+from nas.search.uncertainty import largest_within_noise
 from nas.supernet.settings import SupernetSettings
 from nas.supernet.train import train_supernet
 
 SEARCHES = ("nsga2", "random", "macs", "supernet")  # the methods that search (d: largest reads random's samples)
-METHODS = ("nsga2", "supernet", "random", "largest", "macs")
+METHODS = ("nsga2", "supernet", "random", "largest", "macs", "nsga2_noise", "supernet_noise")
 LABELS = {"nsga2": "(a) NSGA-II, evaluator=train", "supernet": "(b) supernet path", "random": "(c) random search",
-          "largest": "(d) largest MACs that fits", "macs": "(e) hardware-unaware (MACs)"}
-HWNAS = ("nsga2", "supernet")  # hwnas's own methods; the rest are the baselines to beat
+          "largest": "(d) largest MACs that fits", "macs": "(e) hardware-unaware (MACs)",
+          "nsga2_noise": "(a') (a), largest within noise of its best", "supernet_noise": "(b') (b), largest within noise of its best"}
+# (a') and (b') read (a)'s and (b)'s studies (no search of their own) and pick by another rule
+STUDY_OF = {"largest": "random", "nsga2_noise": "nsga2", "supernet_noise": "supernet"}
+HWNAS = ("nsga2", "supernet", "nsga2_noise", "supernet_noise")  # hwnas's own methods; the rest are baselines to beat
 BASELINES = ("random", "largest")
 COMPARED = (*BASELINES, "macs")  # what hwnas's picks are compared with: the baselines, and (e) at equal budgets
 QUANTILES = (25, 50, 75)
@@ -125,9 +129,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS / "search_value")
     a = p.parse_args(argv)
     if a.quick:
-        a.trials, a.supernet_trials, a.population, a.search_epochs = 6, 8, 4, 1
-        a.search_train_samples, a.search_val_samples, a.final_epochs, a.final_seeds = 600, 300, 1, 2
-        a.measure_rounds = 2
+        a.trials, a.supernet_trials, a.population, a.search_epochs = 4, 4, 4, 1
+        a.search_train_samples, a.search_val_samples, a.final_epochs, a.final_seeds = 256, 128, 1, 2
+        a.measure_rounds = 1
     for k in ("trials", "supernet_trials", "population", "search_epochs", "search_train_samples",
               "search_val_samples", "final_epochs", "final_seeds", "measure_rounds", "jobs"):
         if getattr(a, k) < 1:
@@ -162,13 +166,13 @@ def search_data(a: argparse.Namespace) -> Any:
 
 
 def final_data(a: argparse.Namespace) -> Any:
-    """The 54k training images (the quick check: 2000), scored on the 10k test images."""
+    """The 54k training images (the quick check: 512), scored on the 10k test images (the quick check: 256)."""
 
     ds = load_data(DataSettings(name="fashion_mnist", resolution=a.resolution, val_fraction=0.1, augment="crop",
-                                train_samples=2000 if a.quick else None, val_samples=10))
+                                train_samples=512 if a.quick else None, val_samples=10))
     if ds.test is None:
         raise SystemExit("Fashion-MNIST has no test split here: the benchmark scores on its 10k test images")
-    return dataclasses.replace(ds, val=ds.test.subset(np.arange(1000)) if a.quick else ds.test)
+    return dataclasses.replace(ds, val=ds.test.subset(np.arange(256)) if a.quick else ds.test)
 
 
 def target_of(a: argparse.Namespace) -> Any:
@@ -317,11 +321,11 @@ def part_supernet(a: argparse.Namespace, out: Path, data: Any) -> None:
 
 
 def records(out: Path, method: str) -> list[dict[str, Any]]:
-    """The evaluated trials of a method's study (``nas.search.results.trial_records``)."""
-
-
+    """The evaluated trials of a method's study (``nas.search.results.trial_records``), each score with its
+    Wilson interval on the run's validation images (``--search-val-samples``)."""
+    images = json.loads((out / "settings.json").read_text())["search_val_samples"]
     st, _ = make_storage(str(study_path(out, method)), run_dir=out / "studies" / method)
-    return [r for r in trial_records(optuna.load_study(study_name=method, storage=st))
+    return [r for r in trial_records(optuna.load_study(study_name=method, storage=st), images=images)
             if r["status"] in ("evaluated", "cached") and r["score"] is not None]
 
 
@@ -332,13 +336,17 @@ def records(out: Path, method: str) -> list[dict[str, Any]]:
 def pick(method: str, recs: list[dict[str, Any]], budget: dict[str, float]) -> dict[str, Any] | None:
     """The network ``method`` deploys under ``budget``: the most accurate evaluated trial that fits it
     (for ``macs``, under its matched MACs budget; for ``largest``, the largest MACs that fits, whatever its
-    score).  Ties go to the earlier trial.  None when nothing fits."""
+    score; for ``*_noise``, the largest MACs whose score lies within the 95% interval of the most accurate
+    one's, ``nas.search.uncertainty.largest_within_noise``).  Ties go to the earlier trial.  None when
+    nothing fits."""
     if method == "macs":
         fits = [r for r in recs if r["macs"] <= budget["macs"]]
     else:
         fits = [r for r in recs if r["latency_ms"] <= budget["latency_ms"]]
     if not fits:
         return None
+    if method.endswith("_noise"):
+        return largest_within_noise(fits)
     key = (lambda r: (r["macs"], -r["number"])) if method == "largest" else (lambda r: (r["score"], -r["number"]))
     return max(fits, key=key)
 
@@ -346,7 +354,7 @@ def pick(method: str, recs: list[dict[str, Any]], budget: dict[str, float]) -> d
 def all_picks(out: Path, bs: list[dict[str, float]]) -> dict[str, list[dict[str, Any] | None]]:
     """Each method's pick for each budget (``largest`` reads the random search's samples)."""
     recs = {m: records(out, m) for m in SEARCHES}
-    recs["largest"] = recs["random"]
+    recs.update({m: recs[of] for m, of in STUDY_OF.items()})
     return {m: [pick(m, recs[m], b) for b in bs] for m in METHODS}
 
 
@@ -358,7 +366,7 @@ def trainings(picks: dict[str, list[dict[str, Any] | None]], seeds: int) -> list
     n = len(next(iter(picks.values())))
     for methods in ((*HWNAS, *BASELINES), tuple(m for m in METHODS if m not in HWNAS + BASELINES)):
         for i in range(n):
-            for m in methods:
+            for m in (m for m in methods if m in picks):
                 r = picks[m][i]
                 if r is not None and r["digest"] not in seen:
                     seen.add(r["digest"])
@@ -547,8 +555,9 @@ def _plot(res: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt  # after choosing the backend
 
     colors = {"nsga2": "tab:blue", "supernet": "tab:purple", "random": "0.45", "largest": "tab:orange",
-              "macs": "tab:red"}
-    markers = {"nsga2": "o", "supernet": "D", "random": "s", "largest": "^", "macs": "v"}
+              "macs": "tab:red", "nsga2_noise": "tab:cyan", "supernet_noise": "tab:pink"}
+    markers = {"nsga2": "o", "supernet": "D", "random": "s", "largest": "^", "macs": "v", "nsga2_noise": "P",
+               "supernet_noise": "X"}
     fig, ax = plt.subplots(figsize=(8, 5), dpi=150)
     for m in METHODS:
         pts = [r for r in res["rows"] if r["method"] == m and r["pick"] and r["measured_ms"] and r["test_accuracy"]]

@@ -2,10 +2,10 @@
 trainings, the intervals and the verdicts (the benchmark itself runs for hours; its --quick run is
 checked in the slow set)."""
 
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 
@@ -35,6 +35,22 @@ def test_each_method_picks_by_its_own_rule_under_the_budget():
     assert sv.pick("largest", RECS, b)["number"] == 2    # the most MACs that fits 2 ms, whatever its score
     assert sv.pick("macs", RECS, b)["number"] == 1       # the best score under 35M MACs, latency unseen
     assert sv.pick("random", RECS, {"latency_ms": 0.5, "macs": 1.0}) is None
+
+
+def test_the_noise_rule_picks_the_largest_network_within_the_best_ones_interval():
+    from nas.stats import wilson_interval
+
+    def rec(number, score, ms, macs):
+        return {**_rec(number, score, ms, macs), "_ci": wilson_interval(score, 2000)}
+
+    # 2000 images: the best's (0.860) Wilson interval reaches down to 0.844
+    recs = [rec(0, 0.860, 1.0, 10e6), rec(1, 0.850, 1.5, 30e6), rec(2, 0.840, 1.8, 60e6), rec(3, 0.855, 3.0, 90e6)]
+    b = {"latency_ms": 2.0, "macs": 1e9}
+    assert sv.pick("nsga2", recs, b)["number"] == 0        # the best score
+    assert sv.pick("nsga2_noise", recs, b)["number"] == 1  # #2 is larger but outside the interval, #3 over the budget
+    assert sv.pick("supernet_noise", recs, {"latency_ms": 3.0, "macs": 1e9})["number"] == 3
+    assert sv.pick("nsga2_noise", [dict(r, _ci=None) for r in recs], b)["number"] == 0  # a proxy score: the best
+    assert sv.pick("nsga2_noise", recs, {"latency_ms": 0.5, "macs": 1e9}) is None
 
 
 def test_a_tie_goes_to_the_earlier_trial():
@@ -80,7 +96,7 @@ def test_a_run_folder_of_other_settings_is_refused(tmp_path):
     a = sv._args(["--quick", "--out", str(tmp_path)])
     sv.check_settings(tmp_path, a)
     b = sv._args(["--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="other settings.*trials: 6 there, 36 now"):
+    with pytest.raises(SystemExit, match="other settings.*trials: 4 there, 36 now"):
         sv.check_settings(tmp_path, b)
 
 
@@ -88,8 +104,8 @@ def test_a_run_folder_of_other_settings_is_refused(tmp_path):
 def test_quick_run_reports_every_method_at_every_budget(tmp_path):
     if not Path("/usr/share/datasets/fashion-mnist").is_dir():
         pytest.skip("Fashion-MNIST (Debian's dataset-fashion-mnist) is not installed")
-    r = subprocess.run([sys.executable, "-m", "benchmarks", "search_value", "--quick", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=1800)
+    r = forked.run([sys.executable, "-m", "benchmarks", "search_value", "--quick", "--out", str(tmp_path)],
+                   timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     import json
 

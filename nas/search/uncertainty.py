@@ -15,7 +15,8 @@ from typing import Any
 
 from nas.stats import AccuracyInterval, Difference, accuracy_difference, wilson_interval
 
-__all__ = ["Baseline", "add_intervals", "baseline_to_beat", "noise_neighbours", "uncertainty_record"]
+__all__ = ["Baseline", "add_intervals", "baseline_to_beat", "largest_within_noise", "noise_neighbours",
+           "uncertainty_record"]
 
 # pareto.json's words for the intervals
 _NOTE = ("Wilson 95% interval of each accuracy on the validation images it was scored on (one evaluation per "
@@ -114,6 +115,29 @@ def baseline_to_beat(records: Sequence[dict[str, Any]], front: Sequence[dict[str
     diff = accuracy_difference(pick["_ci"], big["_ci"]) if pick.get("_ci") and big.get("_ci") else None
     return Baseline(big["number"], int(big["macs"]), float(big["latency_ms"]), float(big["score"]), big.get("_ci"),
                     len(cands), pick["number"], float(pick["score"]), pick.get("_ci"), diff)
+
+
+def largest_within_noise(candidates: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Of the networks that fit a budget, the largest (MACs) whose accuracy lies within the 95% interval
+    of the most accurate one's: where the evaluator cannot tell the best few apart, the one with the most
+    capacity, which a longer training on more images tends to reward.
+
+    Args:
+        candidates: evaluated trial records that fit the budget (``trial_records``), each with its
+            ``score``, ``macs`` and, from ``add_intervals``, its interval (``_ci``).
+
+    Returns:
+        The pick (the most accurate one where it has no interval: a proxy score); None for no candidate.
+        Ties go to the earlier trial.
+    """
+    rows = [r for r in candidates if r["score"] is not None]
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: (r["score"], -r["number"]))
+    ci = best.get("_ci")
+    if ci is None:
+        return best
+    return max((r for r in rows if r["score"] >= ci.low), key=lambda r: (r["macs"], -r["number"]))
 
 
 def uncertainty_record(metric: str, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
