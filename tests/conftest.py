@@ -96,13 +96,14 @@ def _no_user_targets(tmp_path_factory):
 def search_run(tmp_path_factory):
     """A real zero-cost search on digits (3 trials, roofline latency: ``conf.table=null``): the run dir
     ``nas.train`` reads (tests/test_train_export.py, tests/test_prune_rules.py)."""
-    import subprocess
     import sys
 
+    import forked
+
     d = tmp_path_factory.mktemp("search")
-    r = subprocess.run([sys.executable, "-m", "nas.search", "conf=cpu", "conf.table=null", "data=digits",
-                        "evaluator=zero_cost", "n_trials=3", f"out={d / 'run'}", "progress=false"],
-                       capture_output=True, text=True, cwd=d, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = forked.run([sys.executable, "-m", "nas.search", "conf=cpu", "conf.table=null", "data=digits",
+                    "evaluator=zero_cost", "n_trials=3", f"out={d / 'run'}", "progress=false"],
+                   cwd=d, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     assert (d / "run" / "pareto.json").is_file()
     return d / "run"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 
@@ -23,8 +24,7 @@ BENCHMARKS = names()
 
 def _bench(*args: str, **kw) -> subprocess.CompletedProcess:
     """``python -m benchmarks args`` from the checkout."""
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=kw.pop("timeout", 120), **kw)
+    return forked.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT, timeout=kw.pop("timeout", 120), **kw)
 
 
 def test_every_benchmark_imports():
@@ -227,8 +227,7 @@ _WITHOUT_MODELOPT = ("import runpy, sys; sys.modules['modelopt'] = None; "
 
 def test_bench_modelopt_help_needs_no_modelopt():
     """nvidia-modelopt is optional: the script explains itself without it."""
-    r = subprocess.run([sys.executable, "-c", _WITHOUT_MODELOPT, "modelopt", "--help"], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT)
+    r = forked.run([sys.executable, "-c", _WITHOUT_MODELOPT, "modelopt", "--help"], timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "usage:" in r.stdout and "--quick" in r.stdout
 
@@ -239,9 +238,8 @@ def test_bench_modelopt_without_modelopt_compares_the_hwnas_exports(tmp_path):
     import json
 
     out = tmp_path / "modelopt.json"
-    r = subprocess.run([sys.executable, "-c", _WITHOUT_MODELOPT, "modelopt", "--seeds", "1", "--epochs", "1",
-                        "--qat-epochs", "1", "--calib", "32", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = forked.run([sys.executable, "-c", _WITHOUT_MODELOPT, "modelopt", "--seeds", "1", "--epochs", "1",
+                    "--qat-epochs", "1", "--calib", "32", "--out", str(out)], timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     rep = json.loads(out.read_text())
     assert rep["modelopt"] is None and rep["tensorrt_speed"].startswith("not measured")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from old_code import old_source
 
@@ -28,8 +29,7 @@ CMD = "python -m nas.profile conf=mine search_space=tiny import_bundle=b/results
 
 
 def _measure(bundle: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
-    return subprocess.run([python, str(bundle / "measure_bundle.py"), *args], cwd=bundle, capture_output=True,
-                          text=True, timeout=600)
+    return forked.run([python, str(bundle / "measure_bundle.py"), *args], cwd=bundle, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -281,8 +281,7 @@ BEFORE_ORDER = "db7cf55"  # the script that measured every calibration network b
 def _first_round(bundle: Path, script: str, *args: str) -> list[str]:
     """The files ``script`` measures, in order, from a bundle with nothing measured yet (results.json
     keeps them in the order measured); results.json is removed again."""
-    r = subprocess.run([sys.executable, str(bundle / script), *args], cwd=bundle, capture_output=True, text=True,
-                       timeout=600)
+    r = forked.run([sys.executable, str(bundle / script), *args], cwd=bundle, timeout=600)
     assert r.returncode == 0, r.stderr
     res = bundle / "results.json"
     files = list(json.loads(res.read_text())["entries"])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 
 from nas.latency.bundle.files import BundleCost, bundle_cost, graph_bytes
@@ -95,9 +96,9 @@ def test_the_question_decides(tmp_path, monkeypatch):
 
 def test_the_command_says_the_cost_and_refuses_with_the_option(tmp_path):
     """Non-interactive (no terminal): the estimate, then a one-line refusal naming the option, exit 2, nothing written."""
-    r = subprocess.run([sys.executable, "-m", "nas.profile", "conf=cpu", "search_space=tiny", "bundle=b",
-                        "bundle_max_gb=0.0001", "calibration_networks=2", "pruned_networks=1", "progress=false"],
-                       cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
+    r = forked.run([sys.executable, "-m", "nas.profile", "conf=cpu", "search_space=tiny", "bundle=b",
+                    "bundle_max_gb=0.0001", "calibration_networks=2", "pruned_networks=1", "progress=false"],
+                   cwd=tmp_path, input="", timeout=600)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stdout.startswith("bundle for cpu (onnxruntime, fp32): ")
     err = r.stderr.strip()

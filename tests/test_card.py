@@ -4,10 +4,10 @@ image the data loader prepared."""
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 import torch
@@ -79,8 +79,7 @@ def test_the_docs_example_classifies_as_torch_does(tmp_path, channels):
     for k in (0, 1):  # the example's input is the loader's, pixel for pixel
         assert np.abs(ns["preprocess"](saved, files[k])[0] - x[k].numpy()).max() < 1e-5
     for k in (0, 1):
-        r = subprocess.run([sys.executable, str(script), str(onnx), files[k]], capture_output=True, text=True,
-                           timeout=120)
+        r = forked.run([sys.executable, str(script), str(onnx), files[k]], timeout=120)
         assert r.returncode == 0, r.stderr
         name, logits = r.stdout.split(" ", 1)
         got = np.array(json.loads(logits))

@@ -1,10 +1,10 @@
 """The commands' shell surface: --help per command, one-line config errors, bash completion."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 
 from nas.target import target_names
@@ -15,8 +15,7 @@ SEARCH_GROUPS = ("data:", "evaluator:", "sampler:")
 
 def _cli(module, *args, env=None):
     """``python -m <module> args`` from this checkout (console scripts may point at another install)."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return forked.run([sys.executable, "-m", module, *args], cwd=ROOT, timeout=300, env={**os.environ, **(env or {})})
 
 
 def test_commands_start_without_the_heavy_libraries():
@@ -44,7 +43,7 @@ def test_a_bad_value_is_refused_before_the_heavy_libraries_load(tmp_path):
                         (["nas.profile", "conf=cpu", "search_space=no_such_space"], "unknown search space"),
                         (["nas.train", "conf=cpu", f"run={tmp_path / 'none'}"], "no such folder"),
                         (["nas.search", "conf=cpu", "n_trials=-1", f"out={tmp_path / 's'}"], "0 or more")]:
-        r = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        r = forked.run([sys.executable, "-c", probe, *args], cwd=ROOT, timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and lines[0].startswith("error: ") and words in lines[0], (args, r.stderr)
     assert not list(tmp_path.iterdir())

@@ -2,10 +2,10 @@
 unless asked for with ``-v`` / ``HYDRA_FULL_ERROR=1``."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ m.main()
 
 @pytest.mark.parametrize("flag", [[], ["-v"]])
 def test_an_unexpected_error_is_one_line_and_v_shows_the_traceback(flag):
-    r = subprocess.run([sys.executable, "-c", _BOOM, *flag], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = forked.run([sys.executable, "-c", _BOOM, *flag], cwd=ROOT, timeout=300)
     assert r.returncode == 1
     if flag:
         assert "Traceback" in r.stderr and "OSError: disk on fire" in r.stderr

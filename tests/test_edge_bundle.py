@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 
 from nas.latency.bundle.roundtrip import bundle_networks, import_bundle, write_bundle
@@ -23,8 +24,7 @@ SUFFIX = {"executorch": ".pte", "openvino": ".xml"}
 
 
 def _measure(bundle: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(bundle / "measure_bundle.py"), *args], cwd=bundle,
-                          capture_output=True, text=True, timeout=300)
+    return forked.run([sys.executable, str(bundle / "measure_bundle.py"), *args], cwd=bundle, timeout=300)
 
 
 @pytest.mark.parametrize("runtime", [pytest.param("executorch", marks=pytest.mark.slow), "openvino"])

@@ -1,9 +1,9 @@
 """``--help`` names the target group as users type it (``conf``) and explains every option it shows."""
 
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -38,8 +38,7 @@ def test_annotate_help_names_the_target_group_conf_and_explains_options():
 
 
 def test_nas_profile_help_as_printed():
-    r = subprocess.run([sys.executable, "-m", "nas.profile", "--help"], capture_output=True, text=True, cwd=ROOT,
-                       timeout=120)
+    r = forked.run([sys.executable, "-m", "nas.profile", "--help"], cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "target:" not in lines and any(ln.startswith("conf:  # the target") for ln in lines)

@@ -2,10 +2,10 @@
 table measured on another processor."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 
 from nas.config import compose_app
@@ -148,8 +148,7 @@ def test_load_latency_model_carries_the_warning(machine, monkeypatch):
 
 
 def _cli(module, *args, env=None):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return forked.run([sys.executable, "-m", module, *args], cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def test_here_is_a_target_option_for_hydra():

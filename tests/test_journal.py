@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked
 import optuna
 import pytest
 from optuna.storages import JournalStorage
@@ -254,8 +255,7 @@ def test_killed_lock_holder_does_not_stall_the_next_start(tmp_path):
 def test_search_refuses_a_damaged_journal(journal, bad):
     torn = journal.read_bytes() + bad
     journal.write_bytes(torn)
-    p = subprocess.run([sys.executable, "-m", "nas.search", *SEARCH, "study_name=s", f"out={journal.parent}"],
-                       cwd=ROOT, capture_output=True, text=True)
+    p = forked.run([sys.executable, "-m", "nas.search", *SEARCH, "study_name=s", f"out={journal.parent}"], cwd=ROOT)
     err = p.stderr.strip()
     assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
     assert err.startswith("error: ") and str(journal) in err and "python -m nas.repair" in err

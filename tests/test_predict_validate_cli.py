@@ -2,9 +2,9 @@
 
 import json
 import shutil
-import subprocess
 import sys
 
+import forked
 import numpy as np
 import pytest
 
@@ -16,7 +16,7 @@ PROFILE_FAST = [*FAST, "profile.watch=false"]
 
 
 def run(mod, *args, cwd):
-    return subprocess.run([sys.executable, "-m", mod, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    return forked.run([sys.executable, "-m", mod, *args], cwd=cwd, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 import json
-import subprocess
 import sys
 
+import forked
 import numpy as np
 import pytest
 import torch
@@ -234,8 +234,7 @@ HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "nas.profile", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+    return forked.run([sys.executable, "-m", "nas.profile", *args], cwd=cwd, timeout=600)
 
 
 @pytest.mark.slow

@@ -3,10 +3,10 @@
 
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from old_code import old_source
 
@@ -16,10 +16,11 @@ from nas.machine import hwnas_device
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
 FAST = ("profile.repeats=3", "profile.min_time_s=0", "profile.warmup=1", "profile.rounds=1")
+MICRO = ROOT / "tests" / "data" / "spaces" / "micro.yaml"  # a few blocks: a bundle of all of them in seconds
 
 
 def _run(args, cwd):
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=900)
+    return forked.run(args, cwd=cwd, timeout=900)
 
 
 def _cli(cwd, command):
@@ -57,7 +58,7 @@ def test_identify_reads_the_machine_not_the_bundle(tmp_path):
 def cpu_bundle(tmp_path_factory):
     """A small onnxruntime CPU bundle of this machine, measured."""
     d = tmp_path_factory.mktemp("refusals")
-    r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", *HERE, "search_space=tiny", "calibration_networks=2",
+    r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", *HERE, f"search_space={MICRO}", "calibration_networks=2",
               *FAST, "bundle=b", "progress=false", "limit=6"], d)
     assert r.returncode == 0, r.stderr
     m = _run([sys.executable, "b/measure_bundle.py", "b"], d)
@@ -68,7 +69,7 @@ def cpu_bundle(tmp_path_factory):
 def test_runtime_refusal_prints_a_command_that_works(cpu_bundle):
     d = cpu_bundle
     r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", *HERE, "conf.runtime=tensorrt", "conf.provider=",
-              "search_space=tiny", "calibration_networks=2", "import_bundle=b/results.json", "out=t.json"], d)
+              f"search_space={MICRO}", "calibration_networks=2", "import_bundle=b/results.json", "out=t.json"], d)
     assert r.returncode == 2, r.stdout + r.stderr
     msg = r.stdout + r.stderr
     assert "runtime: measured with 'onnxruntime'" in msg
@@ -82,7 +83,7 @@ def test_runtime_refusal_prints_a_command_that_works(cpu_bundle):
 def test_device_refusal_prints_a_command_that_works(cpu_bundle):
     d = cpu_bundle
     r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", "conf.device.name=Xeon", "conf.device.cpu_flags=[]",
-              "search_space=tiny", "calibration_networks=2", "import_bundle=b/results.json", "out=t2.json"], d)
+              f"search_space={MICRO}", "calibration_networks=2", "import_bundle=b/results.json", "out=t2.json"], d)
     assert r.returncode == 2, r.stdout + r.stderr
     msg = r.stdout + r.stderr
     fix = msg.split("name it in the target: device.name: ", 1)[1].split(", or ", 1)[1].rsplit(")", 1)[0]
@@ -100,7 +101,7 @@ def test_provider_refusal_prints_a_command_that_works(cpu_bundle, tmp_path):
     res["runtime"]["provider"] = "CUDAExecutionProvider"  # as if measured with onnxruntime-gpu's CUDA provider
     (b2 / "results.json").write_text(json.dumps(res))
     (b2 / "manifest.json").write_text((d / "b" / "manifest.json").read_text())
-    r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", *HERE, "search_space=tiny", "calibration_networks=2",
+    r = _run([sys.executable, "-m", "nas.profile", "conf=cpu", *HERE, f"search_space={MICRO}", "calibration_networks=2",
               "import_bundle=b_cuda/results.json", "out=t3.json"], d)
     assert r.returncode == 2, r.stdout + r.stderr
     fix = (r.stdout + r.stderr).split("`, or ", 1)[1].rsplit(")", 1)[0]
@@ -111,7 +112,7 @@ def test_provider_refusal_prints_a_command_that_works(cpu_bundle, tmp_path):
 
 
 def _rehearse(d, target):
-    w = _run([sys.executable, "-m", "nas.profile", f"conf={target}", "search_space=tiny", "calibration_networks=2",
+    w = _run([sys.executable, "-m", "nas.profile", f"conf={target}", f"search_space={MICRO}", "calibration_networks=2",
               "held_out=3", *FAST, f"bundle={target}", "progress=false"], d)
     assert w.returncode == 0, w.stderr
     r = _run([sys.executable, f"{target}/measure_bundle.py", target, "--rehearse"], d)
@@ -161,5 +162,5 @@ def test_rehearsal_round_trip(tmp_path, target, precision):
     assert f"in a REHEARSAL of {target}" in val.stdout
     report = json.loads((d / "v.json").read_text())
     assert report["latency_source"] == "rehearsal" and report["latency_how"].startswith(f"REHEARSAL of {target}")
-    # the table holds every block of its own space (tiny): nothing counted against spaces it was not made for
-    assert table["metadata"]["spaces"] == ["tiny"] and "budget" not in report and "blocks of the spaces" not in val.stdout
+    # the table holds every block of its own space (micro): nothing counted against spaces it was not made for
+    assert table["metadata"]["spaces"] == [str(MICRO)] and "budget" not in report and "blocks of the spaces" not in val.stdout

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+import forked
 import optuna
 import pytest
 from omegaconf import OmegaConf
@@ -142,8 +143,8 @@ def test_multirun_jobs_go_under_out():
 
 @pytest.mark.slow
 def test_multirun_honours_out(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nas.search", "-m", "n_trials=1,2", *SEARCH[:2], "progress=false",
-                        f"out={tmp_path / 'mr'}"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    r = forked.run([sys.executable, "-m", "nas.search", "-m", "n_trials=1,2", *SEARCH[:2], "progress=false",
+                    f"out={tmp_path / 'mr'}"], cwd=REPO, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     for job, n in (("0", 1), ("1", 2)):
         storage = JournalStorage(JournalFileBackend(str(tmp_path / "mr" / job / "study.journal")))

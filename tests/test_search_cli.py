@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
@@ -84,8 +84,7 @@ def test_config_mistakes_fail_at_start(overrides, exc, match):
 
 def _cli(args, cwd, timeout=300):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "nas.search", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return forked.run([sys.executable, "-m", "nas.search", *args], cwd=cwd, timeout=timeout, env=env)
 
 
 def test_cli_help_lists_groups():

@@ -7,9 +7,9 @@ both by default are tested on their own.
 """
 
 import json
-import subprocess
 import sys
 
+import forked
 import pytest
 import torch
 
@@ -26,8 +26,7 @@ FAST = ["conf.table=null", *PRUNE_ANYWAY, "epochs=2", "prune.epochs=1", "prune.r
 
 def run(mod, *args, cwd):
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", mod, *args], capture_output=True, text=True, cwd=cwd, timeout=900,
-                          env=env)
+    return forked.run([sys.executable, "-m", mod, *args], cwd=cwd, timeout=900, env=env)
 
 
 @pytest.fixture(scope="module")

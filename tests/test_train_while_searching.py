@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import forked
 import pytest
 
 from nas.config import compose_app
@@ -89,7 +90,7 @@ def test_train_on_a_run_whose_search_is_resumed(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(pipeline, "_train_front", lambda s: pytest.fail("trained while the search ran"))
     search = [sys.executable, "-m", "nas.search", "evaluator=zero_cost", "search_space=tiny", "progress=false",
               f"out={tmp_path / 'run'}"]
-    subprocess.run([*search, "n_trials=2"], cwd=REPO, check=True, capture_output=True)
+    forked.run([*search, "n_trials=2"], cwd=REPO, check=True)
     journal = tmp_path / "run" / "study.journal"
     size = journal.stat().st_size
     proc = subprocess.Popen([*search, "n_trials=400"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

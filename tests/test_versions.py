@@ -1,9 +1,10 @@
 """A table measured with another version of its runtime than the installed one gets a one-line note
 saying whether that matters (nas.predict / nas.search / nas.validate print it; never an error)."""
 
-import subprocess
 import sys
 from pathlib import Path
+
+import forked
 
 from nas.latency.predict.versions import runtime_note
 from nas.machine import installed_version
@@ -45,9 +46,8 @@ def test_nas_predict_prints_the_note_when_the_versions_differ(tmp_path):
     table = json.loads((tables_dir() / "cpu.json").read_text())
     table["metadata"]["runtime"]["version"] = "0.1.0"
     (tmp_path / "old.json").write_text(json.dumps(table))
-    r = subprocess.run([sys.executable, "-m", "nas.predict", "conf=cpu", f"conf.table={tmp_path / 'old.json'}",
-                        "model=timm:mobilenetv2_100"], capture_output=True, text=True, timeout=300,
-                       cwd=Path(__file__).resolve().parents[1])
+    r = forked.run([sys.executable, "-m", "nas.predict", "conf=cpu", f"conf.table={tmp_path / 'old.json'}",
+                    "model=timm:mobilenetv2_100"], timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr
     assert f"note: the cpu table was measured with onnxruntime 0.1.0; {installed_version('onnxruntime')} is " \
            "installed here" in r.stdout

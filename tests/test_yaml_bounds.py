@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from omegaconf import OmegaConf
 
@@ -40,8 +41,7 @@ def _as_depth(tmp_path: Path) -> Path:
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=BOUNDED,
-                          env={**os.environ, **env})
+    return forked.run([sys.executable, "-m", *args], cwd=REPO, timeout=BOUNDED, env={**os.environ, **env})
 
 
 @pytest.mark.parametrize("make", [_unused_keys, _as_depth], ids=["unused-keys", "as-depth"])
