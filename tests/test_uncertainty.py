@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.distributions import IntDistribution
 
-from nas.cli.search import _baseline_lines, _with_intervals
+from nas.cli.search import _baseline_lines, _roomy_lines, _with_intervals
 from nas.search.budget import Budgets
 from nas.search.results import write_outputs
 from nas.search.storage import STUDY_ATTR
@@ -135,6 +135,27 @@ def test_the_baseline_is_the_largest_network_within_the_budget(tmp_path):
     close = baseline_to_beat(*_records(tmp_path, [(0.95, 0.5, 3, True), (0.94, 0.4, 5, True)]))
     assert close.verdict == "ties" and "ties with it, within noise: " in _baseline_lines(
         "val_accuracy", close, Budgets(latency_budget_ms=1.0))[1]
+
+
+def test_the_largest_network_within_noise_of_the_pick_is_named(tmp_path):
+    # #3 (96%) is the pick; #2 (95%) lies within its interval on 360 images but is smaller, #4 (90%) outside
+    out = write_outputs(_study(TRIALS), tmp_path, plot=False)
+    assert out["largest_within_noise"]["number"] == 3 and not _roomy_lines("val_accuracy", out["largest_within_noise"],
+                                                                          out["baseline"])
+    assert json.loads((tmp_path / "pareto.json").read_text())["largest_within_noise"]["trial"] == 3
+    # #1 (94%, 5 MACs) is within noise of the pick #0 (95%, 3 MACs), the baseline #2 (80%, 9 MACs) is not: named
+    out = write_outputs(_study([(0.95, 0.5, 3, True), (0.94, 0.4, 5, True), (0.80, 0.3, 9, True)]), tmp_path,
+                        plot=False)
+    [line] = _roomy_lines("val_accuracy", out["largest_within_noise"], out["baseline"])
+    assert line.startswith("largest within noise of the pick: #1 (0.00M MACs, 0.400 ms): 94.00% [")
+    pj = json.loads((tmp_path / "pareto.json").read_text())["largest_within_noise"]
+    assert pj["trial"] == 1 and pj["ci95"]["n"] == 360
+    proxy = write_outputs(_study([(0.95, 0.5, 3, True), (0.94, 0.4, 5, True)], metric="naswot", images=None), tmp_path,
+                          plot=False)
+    assert proxy["largest_within_noise"]["number"] == 0  # a proxy score has no interval: the most accurate one
+    same = write_outputs(_study([(0.95, 0.5, 3, True), (0.94, 0.4, 5, True)]), tmp_path, plot=False)
+    assert same["largest_within_noise"]["number"] == same["baseline"].trial == 1  # the baseline's line says it
+    assert not _roomy_lines("val_accuracy", same["largest_within_noise"], same["baseline"])
     same = baseline_to_beat(*_records(tmp_path, [(0.95, 0.5, 9, True), (0.90, 0.4, 5, True)]))
     assert same.verdict == "same" and "is this one" in _baseline_lines("val_accuracy", same, Budgets())[1]
     assert "(no budget)" in _baseline_lines("val_accuracy", same, Budgets())[0]

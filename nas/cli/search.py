@@ -188,7 +188,8 @@ def _print_results(target: Target, search: Any, outs: dict) -> None:
         print(f"95% CI: Wilson interval of each accuracy on the {'/'.join(map(str, ns))} validation images it was "
               f"scored on (one evaluation per network); within noise of: a front neighbour whose difference's 95% "
               f"interval (Newcombe) holds 0")
-    print("\n".join(_baseline_lines(metric, outs["baseline"], p.budgets)))
+    print("\n".join(_baseline_lines(metric, outs["baseline"], p.budgets)
+                    + _roomy_lines(metric, outs["largest_within_noise"], outs["baseline"])))
     if p.latency.source == "estimated":
         print(f"NOTE: latencies are roofline ESTIMATES for {p.latency.device}; measure the table on the device: "
               f"python -m nas.profile conf={target.name}")
@@ -229,6 +230,16 @@ def _baseline_lines(metric: str, b: Any, budgets: Any) -> list[str]:
     diff = (f": {100 * d.value:+.2f} points (95% CI {100 * d.low:+.2f} to {100 * d.high:+.2f})" if d is not None
             else f" ({metric} is a proxy score: no interval)")
     return [line, f"  the search's pick #{b.pick} ({score(b.pick_score, b.pick_interval)}) {_VERDICTS[b.verdict]}{diff}"]
+
+
+def _roomy_lines(metric: str, r: dict[str, Any] | None, b: Any) -> list[str]:
+    """The largest network within noise of the most accurate one (``largest_within_noise``), where it is
+    another network than the search's pick and the baseline (whose line says as much)."""
+    if r is None or r["_ci"] is None or b is None or r["number"] in (b.pick, b.trial):
+        return []
+    return [f"largest within noise of the pick: #{r['number']} ({r['macs'] / 1e6:.2f}M MACs, {r['latency_ms']:.3f} ms): "
+            f"{nas.search.fmt_score(metric, r['score'])} {fmt_interval(r['_ci'])}; the scores cannot tell the two apart, "
+            f"and the larger network may train better on the full data (docs/search.md, \"Search quality\")"]
 
 
 @contextlib.contextmanager

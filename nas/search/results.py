@@ -29,7 +29,15 @@ from nas.latency.tables import Prediction
 from nas.search.budget import BUDGET_ATTR, Budgets
 from nas.search.pruners import intermediate_values
 from nas.search.storage import SCHEMA_VERSION, STUDY_ATTR
-from nas.search.uncertainty import Baseline, add_intervals, baseline_to_beat, noise_neighbours, uncertainty_record
+from nas.search.uncertainty import (
+    Baseline,
+    add_intervals,
+    baseline_to_beat,
+    feasible_candidates,
+    largest_within_noise,
+    noise_neighbours,
+    uncertainty_record,
+)
 
 __all__ = ["NOT_RUN", "SHORT_HOW", "latency_how", "pareto_front", "plot_pareto", "short_how", "trial_records",
            "write_outputs"]
@@ -208,6 +216,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
     records = trial_records(study, images=(info or {}).get("val_images"))
     front = pareto_front(records)
     ties, baseline = noise_neighbours(front), baseline_to_beat(records, front)
+    roomy = largest_within_noise(feasible_candidates(records)) if front else None
     statuses: dict[str, int] = {}
     for r in records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -247,6 +256,7 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
         "pareto": pareto,
         "accuracy_uncertainty": uncertainty_record(metric, records),
         "baseline": baseline.to_dict() if baseline else None,
+        "largest_within_noise": _roomy_record(roomy),
         "notes": ("arch: the deployed network (the dataset's classes and input channels at the target's deployment "
                   "resolution); latency is predicted for it, params / MACs / peak memory counted on it; "
                   f"{metric} was measured with the same body at the dataset's resolution "
@@ -267,9 +277,21 @@ def _write_outputs(study: optuna.Study, run_dir: Path, *, info: dict[str, Any] |
     paths["front"] = front
     paths["within_noise"] = ties
     paths["baseline"] = baseline
+    paths["largest_within_noise"] = roomy
     paths["records"] = records
     paths["statuses"] = statuses
     return paths
+
+
+def _roomy_record(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    """pareto.json's ``largest_within_noise``: the largest-MACs feasible network whose accuracy lies within the
+    most accurate one's 95% interval (``nas.search.uncertainty.largest_within_noise``)."""
+    if r is None:
+        return None
+    return {"trial": r["number"], "score": r["score"], "macs": r["macs"], "latency_ms": r["latency_ms"],
+            "ci95": r["_ci"].to_dict() if r["_ci"] else None, "digest": r["digest"], "summary": r["arch"],
+            "rule": "the largest-MACs network within the budgets whose score lies within the 95% interval of the "
+                    "most accurate one's (the most accurate one where scores have no interval)"}
 
 
 def _jsonable(x: Any) -> Any:

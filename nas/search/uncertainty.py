@@ -15,8 +15,8 @@ from typing import Any
 
 from nas.stats import AccuracyInterval, Difference, accuracy_difference, wilson_interval
 
-__all__ = ["Baseline", "add_intervals", "baseline_to_beat", "largest_within_noise", "noise_neighbours",
-           "uncertainty_record"]
+__all__ = ["Baseline", "add_intervals", "baseline_to_beat", "feasible_candidates", "largest_within_noise",
+           "noise_neighbours", "uncertainty_record"]
 
 # pareto.json's words for the intervals
 _NOTE = ("Wilson 95% interval of each accuracy on the validation images it was scored on (one evaluation per "
@@ -93,6 +93,15 @@ class Baseline:
                 "difference": self.difference.to_dict() if self.difference else None, "verdict": self.verdict}
 
 
+def feasible_candidates(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The study's evaluated trials within the budgets, one per architecture (its first trial)."""
+    cands: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r["state"] == "COMPLETE" and r["score"] is not None and r["feasible"] and r["macs"] is not None:
+            cands.setdefault(r["digest"] or str(r["number"]), r)
+    return list(cands.values())
+
+
 def baseline_to_beat(records: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]]) -> Baseline | None:
     """The largest-MACs network that fits the budgets among the study's evaluated trials, and whether the
     front's most accurate network beats it beyond noise.
@@ -104,13 +113,10 @@ def baseline_to_beat(records: Sequence[dict[str, Any]], front: Sequence[dict[str
     Returns:
         The comparison; None while no feasible trial has a score.
     """
-    cands: dict[str, dict[str, Any]] = {}
-    for r in records:
-        if r["state"] == "COMPLETE" and r["score"] is not None and r["feasible"] and r["macs"] is not None:
-            cands.setdefault(r["digest"] or str(r["number"]), r)
+    cands = feasible_candidates(records)
     if not cands or not front:
         return None
-    big = max(cands.values(), key=lambda r: (r["macs"], -r["latency_ms"], -r["number"]))
+    big = max(cands, key=lambda r: (r["macs"], -r["latency_ms"], -r["number"]))
     pick = max(front, key=lambda r: (r["score"], -r["latency_ms"]))
     diff = accuracy_difference(pick["_ci"], big["_ci"]) if pick.get("_ci") and big.get("_ci") else None
     return Baseline(big["number"], int(big["macs"]), float(big["latency_ms"]), float(big["score"]), big.get("_ci"),
