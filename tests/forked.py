@@ -154,7 +154,7 @@ def _zygote(env: Mapping[str, str]) -> _Zygote | None:
     with _LOCK:
         z = _ZYGOTES.get(key)
         if z is not None and z.proc.poll() is not None:  # it died: start another
-            z = _ZYGOTES.pop(key)
+            del _ZYGOTES[key]
             z = None
         if z is None and len(_ZYGOTES) < _ZYGOTES_MAX:
             z = _ZYGOTES[key] = _Zygote(env)
@@ -168,15 +168,13 @@ def run(args: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
     ``args = [sys.executable, "-m", <module>, ...]`` (or a script, or ``-c``), forked from the zygote;
     anything else goes to ``subprocess.run`` as given."""
     args = [os.fspath(a) for a in args]
-    if args[0] != sys.executable or len(args) < 2 or args[1].startswith("-") and args[1] not in ("-m", "-c") \
-            or not capture_output or not hasattr(os, "fork"):
+    forkable = (args[0] == sys.executable and len(args) >= 2 and (args[1] in ("-m", "-c") or not args[1].startswith("-"))
+                and capture_output and hasattr(os, "fork"))
+    env = dict(os.environ if env is None else env)
+    zygote = _zygote(env) if forkable else None  # None past _ZYGOTES_MAX startup environments
+    if zygote is None:
         return subprocess.run(args, cwd=cwd, env=env, timeout=timeout, input=input, capture_output=capture_output,
                               text=text, check=check)
-    env = dict(os.environ if env is None else env)
-    zygote = _zygote(env)
-    if zygote is None:
-        return subprocess.run(args, cwd=cwd, env=env, timeout=timeout, input=input, capture_output=True, text=text,
-                              check=check)
     with tempfile.TemporaryDirectory(prefix="forked-") as tmp:
         files = {k: Path(tmp) / k for k in ("stdin", "stdout", "stderr")}
         files["stdin"].write_text(input or "")
