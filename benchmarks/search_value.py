@@ -23,8 +23,9 @@ benchmark profiles this machine's table for the space at 28 px itself, into ``<o
   Each of (a), (b), (c), (e) searches once, without a budget: one front serves every budget (a
   network's pick is the most accurate feasible trial).
 * every pick trained from scratch on the 54k training images (``--final-epochs`` epochs, the
-  training recipe of ``nas.train``), with ``--final-seeds`` seeds, and scored on the 10k test
-  images, which nothing was chosen on: mean +- 95% CI (Student's t over the seeds);
+  training recipe of ``nas.train``), with ``--final-seeds`` seeds (``--final-methods``: only these
+  methods' picks; the report reads every seed trained), and scored on the 10k test images, which
+  nothing was chosen on: mean +- 95% CI (Student's t over the seeds);
 * every pick's latency *measured* on this machine with the target's runtime (onnxruntime, 1 thread,
   batch 1; ``--measure-rounds`` rounds in fresh sessions, interleaved, the median of the rounds);
 * per budget: each hwnas method against (c) and (d), the difference of test accuracy with its 95% CI
@@ -121,6 +122,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--search-seed", type=int, default=0, help="the searches' sampler and training seed")
     p.add_argument("--final-epochs", type=int, default=6, help="epochs of each pick's final training on 54k images")
     p.add_argument("--final-seeds", type=int, default=3, help="final trainings of each pick (seeds 0, 1, ...)")
+    p.add_argument("--final-methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
+                   help="whose picks the final trainings take to --final-seeds (default: every method's; a "
+                        "comparison's two sides given together keep it even)")
     p.add_argument("--measure-rounds", type=int, default=5, help="rounds of latency measurement of every pick")
     p.add_argument("--device", default="cpu", help="where the searches and trainings run (cpu, cuda, cuda:<i>)")
     p.add_argument("--jobs", type=int, default=1, help="run the parts as processes on this many cores")
@@ -382,13 +386,25 @@ def final_path(out: Path, digest: str, seed: int) -> Path:
     return out / "final" / f"{digest[:16]}-s{seed}.json"
 
 
+def final_runs(out: Path, digest: str) -> list[float]:
+    """The test accuracy of every final training of ``digest`` done so far, by seed (a run asked for more
+    seeds of some methods, ``--final-methods``, has more of them)."""
+    runs = {}
+    for path in (out / "final").glob(f"{digest[:16]}-s*.json"):
+        seed = path.name[len(digest[:16]) + 2:-len(".json")]
+        if seed.isdigit():
+            runs[int(seed)] = json.loads(path.read_text())["test_accuracy"]
+    return [runs[s] for s in sorted(runs)]
+
+
 def part_final(a: argparse.Namespace, out: Path, k: int, of: int) -> None:
     """The final trainings ``k``, ``k + of``, ... of the run (each kept in a file of its own); a training
     another process holds (its claim, an OS lock) is left to it, so processes on other cores may share
     the same list (``--parts final@0/1`` on each)."""
 
     data, bs = None, json.loads((out / "budgets.json").read_text())["budgets"]
-    todo = trainings(all_picks(out, bs), a.final_seeds)[k::of]
+    picks = {m: ps for m, ps in all_picks(out, bs).items() if m in a.final_methods}
+    todo = trainings(picks, a.final_seeds)[k::of]
     recipe = TrainEvaluator(epochs=a.final_epochs, device=a.device)
     for digest, arch, seed in todo:
         path = final_path(out, digest, seed)
@@ -464,8 +480,7 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
             if r is None:
                 rows.append({"budget": i, "method": m, "pick": None})
                 continue
-            runs = [json.loads(final_path(out, r["digest"], s).read_text())["test_accuracy"]
-                    for s in range(a.final_seeds) if final_path(out, r["digest"], s).is_file()]
+            runs = final_runs(out, r["digest"])
             if len(runs) < a.final_seeds:
                 missing.append(f"{m}@{b['quantile']}")
             acc[(m, i)] = runs
@@ -494,7 +509,8 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     macs_rows = [r for r in rows if r["method"] == "macs" and r.get("over_budget") is not None]
     result = {
         "command": harness_command("search_value"), "machine": machine(), "settings": settings(a),
-        "final": {"epochs": a.final_epochs, "seeds": a.final_seeds, "train_images": "54000 (all but the val split)",
+        "final": {"epochs": a.final_epochs, "seeds": a.final_seeds, "seeds_note": "each row's test_accuracy "
+                  "holds every seed trained (--final-methods may take some methods' picks to more)", "train_images": "54000 (all but the val split)",
                   "scored_on": "the 10k test images"},
         "budgets": bs, "rows": rows, "comparisons": comparisons, "search_cost": costs,
         "macs_over_budget": {"picks": len(macs_rows), "over": sum(bool(r["over_budget"]) for r in macs_rows),

@@ -3,6 +3,7 @@ trainings, the intervals and the verdicts (the benchmark itself runs for hours; 
 checked in the slow set)."""
 
 import sys
+import types
 from pathlib import Path
 
 import forked
@@ -67,6 +68,37 @@ def test_trainings_train_each_distinct_pick_once_per_seed_budget_by_budget():
     assert [d for d, _, s in sv.trainings(picks, seeds=1)] == ["d0", "d1", "d2", "d3"]
 
 
+def test_final_methods_take_only_their_picks_to_more_seeds(tmp_path, monkeypatch):
+    import json
+
+    (tmp_path / "budgets.json").write_text(json.dumps({"budgets": [{"quantile": 50, "latency_ms": 1.0}]}))
+    picks = {m: [{**RECS[i], "_arch": {}}] for i, m in enumerate(("nsga2", "supernet_noise", "random", "largest"))}
+    monkeypatch.setattr(sv, "all_picks", lambda out, b: picks)
+    monkeypatch.setattr(sv, "final_data", lambda a: None)
+    trained = []
+
+    class Recipe:
+        def __init__(self, **kw):
+            pass
+
+        def evaluate(self, arch, data, seed):
+            trained.append(seed)
+            return types.SimpleNamespace(score=0.9, seconds=1.0, metrics={})
+
+    monkeypatch.setattr(sv, "TrainEvaluator", Recipe)
+    monkeypatch.setattr(sv.Arch, "from_dict", staticmethod(lambda d: d))
+    for s in range(3):  # three seeds of every pick done
+        for m in picks:
+            sv.final_path(tmp_path, picks[m][0]["digest"], s).parent.mkdir(exist_ok=True)
+            sv.final_path(tmp_path, picks[m][0]["digest"], s).write_text(json.dumps({"test_accuracy": 0.9}))
+    a = sv._args(["--out", str(tmp_path), "--final-seeds", "5", "--final-methods", "supernet_noise", "random"])
+    sv.part_final(a, tmp_path, 0, 1)
+    assert trained == [3, 4, 3, 4]
+    done = {p.name for p in (tmp_path / "final").glob("*-s[34].json")}
+    assert done == {f"{picks[m][0]['digest'][:16]}-s{s}.json" for m in ("supernet_noise", "random") for s in (3, 4)}
+    assert sv.final_runs(tmp_path, picks["random"][0]["digest"]) == [0.9] * 5
+
+
 def test_mean_ci_is_students_t():
     m, h = mean_ci([0.80, 0.82, 0.84])
     assert m == pytest.approx(0.82)
@@ -129,9 +161,12 @@ def test_the_report_part_reports_what_is_done_and_names_what_is_missing(tmp_path
         for s, x in enumerate(acc):
             sv.final_path(tmp_path, picks[m][0]["digest"], s).parent.mkdir(exist_ok=True)
             sv.final_path(tmp_path, picks[m][0]["digest"], s).write_text(json.dumps({"test_accuracy": x}))
+    sv.final_path(tmp_path, picks["nsga2"][0]["digest"], 3).write_text(json.dumps({"test_accuracy": 0.913}))
     sv.run_part(sv._args(["--out", str(tmp_path)]), tmp_path, "report")
     res = json.loads((tmp_path / "search_value.json").read_text())
     assert not res["complete"] and "nsga2@50" in res["missing"] and "nsga2@25" not in res["missing"]
+    [row] = [r for r in res["rows"] if (r["method"], r["budget"]) == ("nsga2", 0)]
+    assert row["test_accuracy"] == [0.91, 0.92, 0.915, 0.913]  # a fourth seed trained is read too
     [c] = [c for c in res["comparisons"] if (c["method"], c["baseline"], c["budget"]) == ("nsga2", "random", 0)]
     assert c["verdict"] == "beats"
     assert "INCOMPLETE" in (tmp_path / "search_value.md").read_text()
