@@ -35,8 +35,8 @@ the running epoch).  Resuming with settings that change a stage's result is an e
 differences.  The report (``report.json``, ``report.md``) goes to ``<out>/``.
 
 The modules beside this one: ``settings`` (what can be set), ``search_run`` (reading the search),
-``prune_stage``, ``deploy`` (``export_checkpoint``), ``report``; below them, ``nas.fit`` (the training
-loop, its settings and checkpoints).
+``records`` (the typed result records the stages fill), ``prune_stage``, ``deploy`` (``export_checkpoint``),
+``report``; below them, ``nas.fit`` (the training loop, its settings and checkpoints).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from nas.train.card import card_path, deployment_card, write_card, write_test_fi
 from nas.train.context import PipelineContext
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.prune_stage import stage_prune, train_batches
+from nas.train.records import History, InputRecord, ModelResult, TorchAccuracy
 from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, search_finished, select_entries
 from nas.train.settings import SEED_OFFSETS, PipelineSettings
@@ -181,9 +182,10 @@ def _interval(ctx: PipelineContext, rec: dict[str, Any]) -> dict[str, Any]:
     return {"accuracy_images": n, "accuracy_ci95": wilson_interval(rec["accuracy"], n).to_dict() if n else None}
 
 
-def _stage_fp32(ctx: PipelineContext, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any]
-                 ) -> tuple[nn.Module, dict[str, Any]]:
-    """1. Full training from scratch (``fp32.ckpt``); the model and the start of its result record."""
+def _stage_fp32(ctx: PipelineContext, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any],
+                inp: InputRecord) -> tuple[nn.Module, ModelResult]:
+    """1. Full training from scratch (``fp32.ckpt``); the model and the start of its result record
+    (``inp``: its input record)."""
     s, data = ctx.s, ctx.data
     mid = mdir.name
     entry = ctx.run.entries[index]
@@ -197,15 +199,14 @@ def _stage_fp32(ctx: PipelineContext, index: int, arch0: Arch, mdir: Path, base_
                         "settings": sn_meta["settings"]}
     hist = fit(model, data, settings=s.train, epochs=s.train.epochs, lr=s.train.lr, ckpt=mdir / "fp32.ckpt",
                seed=s.seed, meta=meta, stage=f"{mid} fp32", target=s.target)
-    res: dict[str, Any] = {"id": mid, "index": index, "search": {k: entry.get(k) for k in
-                                                                   (ctx.run.metric, "latency_ms", "trial", "digest")},
-                           "arch": arch0.to_dict(), "history": {"fp32": hist}}
-    res["torch_accuracy"] = {"fp32": accuracy(model, data, eval_split(data))}
+    search = {k: entry.get(k) for k in (ctx.run.metric, "latency_ms", "trial", "digest")}
+    res = ModelResult(id=mid, index=index, search=search, arch=arch0, history=History(fp32=hist),
+                      torch_accuracy=TorchAccuracy(fp32=accuracy(model, data, eval_split(data))), input=inp)
     return model, res
 
 
 def _stage_qat(ctx: PipelineContext, final: nn.Module, final_arch: Arch, teacher: nn.Module, mdir: Path,
-               base_meta: dict[str, Any], res: dict[str, Any]) -> nn.Module:
+               base_meta: dict[str, Any], res: ModelResult) -> nn.Module:
     """3. QAT: BN folded, ranges calibrated, fake-quant fine-tuning (``qat.ckpt``)."""
     s, data, q = ctx.s, ctx.data, ctx.s.qat
     qs = quant_settings_for(ctx.targets.get("int8") or s.target, reduce_range=q.reduce_range, ema=q.ema)
@@ -224,8 +225,8 @@ def _stage_qat(ctx: PipelineContext, final: nn.Module, final_arch: Arch, teacher
                on_epoch_start=observers, stage=f"{mdir.name} qat", teacher=teacher, distill=q.distill,
                temperature=q.temperature, target=ctx.targets.get("int8") or s.target)
     set_observers(qat_model, "frozen")
-    res["history"]["qat"] = hist
-    res["torch_accuracy"]["qat_int8_fakequant"] = accuracy(qat_model, data, eval_split(data))
+    res.history.qat = hist
+    res.torch_accuracy.qat_int8_fakequant = accuracy(qat_model, data, eval_split(data))
     return qat_model
 
 
@@ -233,17 +234,17 @@ def _onnx_of(m: nn.Module, a: Arch) -> bytes:
     return export_onnx(m.eval(), torch.zeros(1, a.in_chans, a.resolution, a.resolution), exporter="torchscript")
 
 
-def _stage_export(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
+def _stage_export(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: ModelResult
                   ) -> list[dict[str, Any]]:
     """4. The ONNX variants (``export/``): fp32, pruned, the PTQ int8 baseline of the final float
     network and qat_int8, each scored, predicted and (here) measured."""
-    acc = res["torch_accuracy"]
+    acc = res.torch_accuracy
     model, arch0 = models["fp32"]
     final, final_arch = models["final"]
-    variants = [_export_variant(ctx, mdir, "fp32", "fp32", arch0, lambda: _onnx_of(model, arch0), acc["fp32"])]
+    variants = [_export_variant(ctx, mdir, "fp32", "fp32", arch0, lambda: _onnx_of(model, arch0), acc.fp32)]
     if "pruned" in models:
         variants.append(_export_variant(ctx, mdir, "pruned", "fp32", final_arch,
-                                        lambda: _onnx_of(final, final_arch), acc["pruned"]))
+                                        lambda: _onnx_of(final, final_arch), acc.pruned))
     calib = calibration_inputs(ctx.data, ctx.s.export.calib_samples, seed=ctx.s.seed + SEED_OFFSETS["export_calibration"])
     variants.append(_export_variant(ctx, mdir, "ptq_int8", "int8", final_arch,
                                     lambda: quantize_qdq(_onnx_of(final, final_arch), calib,
@@ -252,11 +253,11 @@ def _stage_export(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.M
         qat_model = models["qat"][0]
         in_shape = (final_arch.in_chans, final_arch.resolution, final_arch.resolution)
         variants.append(_export_variant(ctx, mdir, "qat_int8", "int8", final_arch,
-                                        lambda: export_qdq(qat_model, in_shape), acc["qat_int8_fakequant"]))
+                                        lambda: export_qdq(qat_model, in_shape), acc.qat_int8_fakequant))
     return variants
 
 
-def _stage_edge(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: dict[str, Any]
+def _stage_edge(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]]
                 ) -> list[dict[str, Any]]:
     """4b. For an ExecuTorch, OpenVINO or LiteRT target, the variants in its format too (``export/<variant>.pte``,
     ``.xml`` or ``.tflite``): fp32, pruned and int8 of the final float network (PT2E for ExecuTorch, NNCF for
@@ -290,18 +291,18 @@ def _stage_edge(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Mod
     return out
 
 
-def _input_record(ctx: PipelineContext, index: int, searched: Arch, arch0: Arch) -> dict[str, Any]:
+def _input_record(ctx: PipelineContext, index: int, searched: Arch, arch0: Arch) -> InputRecord:
     """The exported input shape against the searched one: the report's ``input``.  ``as_searched``:
     the fp32 export is the very network the search scored (same Arch digest), so the front's
     latency (``searched_ms``, predicted by the search for ``searched_target``, obtained as
     ``searched_how`` says) is the file's."""
     target = ctx.run.record.get("target") or {}
-    return {"shape": [1, arch0.in_chans, arch0.resolution, arch0.resolution],
-            "searched_shape": ctx.run.searched_shape(index), "as_searched": arch0.digest() == searched.digest(),
-            "searched_ms": ctx.run.entries[index].get("latency_ms"), "searched_target": target.get("name"),
-            "searched_precision": target.get("precision"),
-            "searched_source": ctx.run.entries[index].get("latency_source"),
-            "searched_how": ctx.run.entries[index].get("latency_how")}
+    entry = ctx.run.entries[index]
+    return InputRecord(shape=[1, arch0.in_chans, arch0.resolution, arch0.resolution],
+                       searched_shape=ctx.run.searched_shape(index), as_searched=arch0.digest() == searched.digest(),
+                       searched_ms=entry.get("latency_ms"), searched_target=target.get("name"),
+                       searched_precision=target.get("precision"), searched_source=entry.get("latency_source"),
+                       searched_how=entry.get("latency_how"))
 
 
 def _train_one(ctx: PipelineContext, index: int) -> dict[str, Any]:
@@ -316,8 +317,7 @@ def _train_one(ctx: PipelineContext, index: int) -> dict[str, Any]:
     base_meta = {"data": resume_meta({"data": data.settings.to_dict()})["data"],
                  "arch": arch0.digest()}
     log.info("model %s: %s", mid, arch0)
-    model, res = _stage_fp32(ctx, index, arch0, mdir, base_meta)
-    res["input"] = _input_record(ctx, index, searched, arch0)
+    model, res = _stage_fp32(ctx, index, arch0, mdir, base_meta, _input_record(ctx, index, searched, arch0))
     models = {"fp32": (model, arch0), "final": (model, arch0)}
     if s.prune.enabled:
         kept = stage_prune(ctx, model, arch0, mdir, base_meta, res)
@@ -326,12 +326,11 @@ def _train_one(ctx: PipelineContext, index: int) -> dict[str, Any]:
     if s.qat.enabled:
         final, final_arch = models["final"]
         models["qat"] = (_stage_qat(ctx, final, final_arch, model, mdir, base_meta, res), final_arch)
-    res["variants"] = _stage_export(ctx, mdir, models, res)
-    edge = _stage_edge(ctx, mdir, models, res)
-    if edge:
-        res["edge_variants"] = edge
-    atomic_write_json(mdir / "results.json", res)
-    return res
+    res.variants = _stage_export(ctx, mdir, models, res)
+    res.edge_variants = _stage_edge(ctx, mdir, models)
+    out = res.to_dict()
+    atomic_write_json(mdir / "results.json", out)
+    return out
 
 
 def _load_supernet(s: PipelineSettings, run: SearchRun, data: Dataset) -> tuple[Any, dict[str, Any]] | None:

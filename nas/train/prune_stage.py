@@ -43,6 +43,7 @@ from nas.latency.runtimes import measure_onnx
 from nas.latency.tables import on_device
 from nas.narrow import channel_units
 from nas.train.context import PipelineContext
+from nas.train.records import ModelResult, PruneDecision, PruneRecord
 from nas.train.settings import SEED_OFFSETS
 
 __all__ = ["prune_guide", "stage_prune", "train_batches"]
@@ -156,22 +157,21 @@ def _prune_plan(ctx: PipelineContext, model: nn.Module, arch0: Arch, mdir: Path,
 
 
 def stage_prune(ctx: PipelineContext, model: nn.Module, arch0: Arch, mdir: Path, base_meta: dict[str, Any],
-                res: dict[str, Any]) -> tuple[nn.Module, Arch] | None:
+                res: ModelResult) -> tuple[nn.Module, Arch] | None:
     """2. Pruning, then fine-tuning (``pruned.ckpt``): the pruned model and its Arch when it is kept,
-    else None (skipped, nothing to prune, or it cost more than ``prune.max_drop``); ``res["prune"]``
+    else None (skipped, nothing to prune, or it cost more than ``prune.max_drop``); ``res.prune``
     says which, and why."""
     s, p = ctx.s, ctx.s.prune
     predict, unit, why_not = prune_guide(ctx)
     if predict is None:
         log.warning("%s: %s", mdir.name, why_not)
-        res["prune"] = {"kept": False, "skipped": why_not, "by": p.by}
+        res.prune = PruneRecord(by=p.by, skipped=why_not)
         return None
     plan = _prune_plan(ctx, model, arch0, mdir, predict)
-    rec = {k: v for k, v in plan.to_dict().items() if k not in ("original", "keep")}
-    res["prune"] = {**rec, "by": p.by, "unit": unit, "kept": False, "source": ctx.guide.source if p.by == "latency" else None}
+    rec = res.prune = PruneRecord(by=p.by, plan=plan, unit=unit, source=ctx.guide.source if p.by == "latency" else None)
     if not plan.steps:
-        res["prune"]["skipped"] = "no pruning step paid for itself (prune.min_gain)"
-        log.info("%s: %s", mdir.name, res["prune"]["skipped"])
+        rec.skipped = "no pruning step paid for itself (prune.min_gain)"
+        log.info("%s: %s", mdir.name, rec.skipped)
         return None
     pruned = apply_plan(model, plan)
     atomic_write_text(mdir / "pruned_arch.json", plan.arch.to_json(indent=1) + "\n")  # for nas.export
@@ -181,19 +181,20 @@ def stage_prune(ctx: PipelineContext, model: nn.Module, arch0: Arch, mdir: Path,
                target=s.target)
     loop_path = mdir / "prune_measured.json"
     if loop_path.is_file():
-        res["prune"]["measured"] = json.loads(loop_path.read_text())
-    res["history"]["pruned"] = hist
+        rec.measured = json.loads(loop_path.read_text())
+    res.history.pruned = hist
     before, after = accuracy(model, ctx.data, "val"), accuracy(pruned, ctx.data, "val")
     drop = 100 * (before - after)
-    res["prune"]["decision"] = {"split": "val", "unpruned": before, "pruned": after, "drop_points": drop,
-                                "max_drop": p.max_drop}
-    res["prune"]["pruned_accuracy"] = {eval_split(ctx.data): accuracy(pruned, ctx.data, eval_split(ctx.data))}
+    rec.decision = PruneDecision(split="val", unpruned=before, pruned=after, drop_points=drop, max_drop=p.max_drop)
+    split = eval_split(ctx.data)
+    pruned_acc = accuracy(pruned, ctx.data, split)
+    rec.pruned_accuracy = {split: pruned_acc}
     if drop > p.max_drop:
-        res["prune"]["rejected"] = (f"fine-tuned, it scored {100 * after:.2f}% on val against {100 * before:.2f}% "
-                                    f"unpruned: {drop:.2f} points lost, more than prune.max_drop={p.max_drop:g}; "
-                                    "the unpruned network ships")
-        log.warning("%s: pruning rejected: %s", mdir.name, res["prune"]["rejected"])
+        rec.rejected = (f"fine-tuned, it scored {100 * after:.2f}% on val against {100 * before:.2f}% "
+                        f"unpruned: {drop:.2f} points lost, more than prune.max_drop={p.max_drop:g}; "
+                        "the unpruned network ships")
+        log.warning("%s: pruning rejected: %s", mdir.name, rec.rejected)
         return None
-    res["prune"]["kept"] = True
-    res["torch_accuracy"]["pruned"] = res["prune"]["pruned_accuracy"][eval_split(ctx.data)]
+    rec.kept = True
+    res.torch_accuracy.pruned = pruned_acc
     return pruned, plan.arch
