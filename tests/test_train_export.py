@@ -31,6 +31,8 @@ def run(mod, *args, cwd):
 
 @pytest.fixture(scope="module")
 def trained(search_run):
+    """``nas.train`` on the search run (half a minute): every test using it is in the slow set, so that a
+    CI run of both sets pays for it once."""
     r = run("nas.train", "conf=cpu", f"run={search_run}", "select=0", *FAST, cwd=search_run)
     assert r.returncode == 0, r.stderr
     return search_run / "train", r
@@ -87,6 +89,7 @@ def test_train_cli_writes_checkpoints_exports_and_report(trained):
     assert "predicted ms" in r.stdout and "report:" in r.stdout
 
 
+@pytest.mark.slow  # the trained fixture's run: once, in the slow set
 def test_rerun_resumes_without_redoing_work(trained, search_run, capsys):
     out, _ = trained
     mdir = next(p for p in out.iterdir() if p.is_dir())
@@ -169,6 +172,7 @@ def _onnx_input(path):
     return [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
 
 
+@pytest.mark.slow  # the trained fixture's run: once, in the slow set
 def test_export_defaults_to_the_checkpoints_target_and_agrees_with_train(trained, tmp_path, capsys):
     """Each checkpoint records the target it was made for (QAT: the int8 one); nas.export exports for
     it without conf= and names the precision's target as nas.train's card does; a QAT graph of
@@ -202,6 +206,7 @@ def test_export_defaults_to_the_checkpoints_target_and_agrees_with_train(trained
     assert "int8_form_mismatch" in json.loads((tmp_path / "j.json").read_text())
 
 
+@pytest.mark.slow  # the trained fixture's run: once, in the slow set
 def test_exports_are_the_searched_networks(trained, search_run):
     """The search predicts latency at the target's deployment resolution (the tiny space's 32 px) while
     it scores digits at 16 px: nas.train trains and exports at 32 px, so the fp32 file is the very
@@ -295,6 +300,7 @@ def test_export_takes_every_arch_file_train_writes(trained, tmp_path, capsys):
             assert rec["verify"]["top1_agreement"] >= 0.9 and "top-1 agreement" in stdout
 
 
+@pytest.mark.slow  # the trained fixture's run: once, in the slow set
 def test_export_bad_input_overwrites_nothing(trained, tmp_path, capsys):
     from nas.space import load_space
 
