@@ -39,6 +39,8 @@ from nas.config import compose_app
 from nas.data import load_data
 from nas.latency import load_latency_model
 from nas.search.budget import Budgets
+from nas.search.evaluate import make_evaluator
+from nas.search.samplers import sampler_settings
 from nas.search.study import prepare_search, run_search
 from nas.space import load_space
 from nas.target import Target
@@ -102,8 +104,9 @@ def part_a(args, cfg, out: Path) -> dict[str, Any]:
             if smp == "tpe":
                 sampler["n_startup_trials"] = max(2, min(10, args.trials // 4))
             t0 = time.perf_counter()
-            s = prepare_search(target=target, search_space=space, data=data, evaluator=ev, sampler=sampler,
-                               budgets=Budgets(), seed=seed, run_dir=out / "studies" / f"{smp}-s{seed}",
+            s = prepare_search(target=target, search_space=space, data=data, evaluator=make_evaluator(ev),
+                               sampler=sampler_settings(sampler), budgets=Budgets(), seed=seed,
+                               run_dir=out / "studies" / f"{smp}-s{seed}",
                                storage=str(out / "studies" / f"{smp}-s{seed}.journal"), study_name=f"{smp}-s{seed}",
                                latency=latency)
             rep = run_search(s.study, s.problem, n_trials=args.trials, storage=s.storage)

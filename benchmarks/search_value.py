@@ -80,6 +80,7 @@ from nas.latency.tables.provenance import Prediction
 from nas.search.budget import Budgets
 from nas.search.evaluate import SupernetEvaluator, TrainEvaluator
 from nas.search.results import trial_records
+from nas.search.samplers import sampler_settings
 from nas.search.storage import make_storage
 from nas.search.study import prepare_search, run_search
 from nas.search.uncertainty import largest_within_noise
@@ -245,9 +246,9 @@ def run_study(a: argparse.Namespace, out: Path, method: str, *, evaluator: Any, 
                                                                             "population_size": a.population}
     path = study_path(out, method)
     path.parent.mkdir(parents=True, exist_ok=True)
-    s = prepare_search(target=target_of(a), search_space=a.space, data=data, evaluator=evaluator, sampler=sampler,
-                       budgets=Budgets(), seed=a.search_seed, run_dir=out / "studies" / method, storage=str(path),
-                       study_name=method, latency=latency)
+    s = prepare_search(target=target_of(a), search_space=a.space, data=data, evaluator=evaluator,
+                       sampler=sampler_settings(sampler), budgets=Budgets(), seed=a.search_seed,
+                       run_dir=out / "studies" / method, storage=str(path), study_name=method, latency=latency)
     run_search(s.study, s.problem, n_trials=trials, storage=s.storage)  # the study's total: a re-run resumes
 
 

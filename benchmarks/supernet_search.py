@@ -165,11 +165,13 @@ def _search(name: str, n_trials: int, env: dict[str, Any], state: State) -> Any:
     """One study in ``<work>/studies/<name>`` (resumed when there), run to ``n_trials``; its wall time
     accumulated in the state."""
     from nas.search.budget import Budgets
+    from nas.search.evaluate import make_evaluator
     from nas.search.results import write_outputs
+    from nas.search.samplers import sampler_settings
     from nas.search.study import count_trials, prepare_search, run_search
 
     s = prepare_search(target=env["target"], search_space=env["space"], data=env["data"],
-                       evaluator=env["cfg"][name], sampler=env["cfg"]["sampler"],
+                       evaluator=make_evaluator(env["cfg"][name]), sampler=sampler_settings(env["cfg"]["sampler"]),
                        budgets=Budgets(latency_budget_ms=env["cfg"]["latency_budget_ms"]), seed=env["seed"],
                        run_dir=env["work"] / "studies" / name, latency=env["latency"])
     rec = state.d["searches"].setdefault(name, {"seconds": 0.0})

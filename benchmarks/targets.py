@@ -69,6 +69,7 @@ from nas.latency.runtimes.loop import ProfileSettings
 from nas.search.budget import Budgets
 from nas.search.evaluate import EvalResult, Evaluator, make_evaluator
 from nas.search.results import pareto_front, trial_records, write_outputs
+from nas.search.samplers import sampler_settings
 from nas.search.study import count_trials, prepare_search, run_search
 from nas.space import load_space
 from nas.target import load_target
@@ -224,7 +225,7 @@ def run_searches(args, env: Mapping[str, Any], *, run: bool = True) -> dict[str,
         ev = env["evaluator"]
         trained, reused = ev.trained, ev.reused
         s = prepare_search(target=env["targets"][t], search_space=env["space"], data=env["data"], evaluator=ev,
-                           sampler=env["sampler"], budgets=Budgets(), seed=seed,
+                           sampler=sampler_settings(env["sampler"]), budgets=Budgets(), seed=seed,
                            run_dir=Path(args.out) / "studies" / label.replace("@", "_"), latency=env["models"][t])
         searches[label] = s
         if not run:

@@ -17,6 +17,7 @@ from nas.latency.tables.provenance import SOURCES, Prediction, on_device
 from nas.search import results as results_mod
 from nas.search.budget import Budgets
 from nas.search.results import write_outputs
+from nas.search.samplers import RandomSettings
 from nas.search.study import prepare_search, run_search
 from nas.space import list_spaces, load_space
 from nas.target import load_target
@@ -69,8 +70,8 @@ def test_search_outputs_carry_the_rehearsal(tmp_path, target, digits, monkeypatc
 
     monkeypatch.setattr(results_mod.plt, "close", close)
     s = prepare_search(target=target, search_space="tiny", data=digits, evaluator=FakeEvaluator(),
-                       sampler={"name": "random"}, budgets=Budgets(latency_budget_ms=None), seed=0, run_dir=tmp_path,
-                       study_name="t", latency=_rehearsal_model(learned=True), latency_budget_given=True)
+                       sampler=RandomSettings(), budgets=Budgets(latency_budget_ms=None), seed=0, run_dir=tmp_path,
+                       study_name="t", latency=_rehearsal_model(learned=True))
     run_search(s.study, s.problem, n_trials=4)
     out = write_outputs(s.study, tmp_path, info=s.info())
     pj = json.loads(out["pareto_json"].read_text())

@@ -12,8 +12,10 @@ from optuna.trial import TrialState
 from nas.data import load_data
 from nas.latency.predict.load import RooflineModel
 from nas.search.budget import Budgets
-from nas.search.pruners import INTERMEDIATE_ATTR, ScoreView, intermediate_values, make_pruner
+from nas.search.evaluate import make_evaluator
+from nas.search.pruners import INTERMEDIATE_ATTR, ScoreView, intermediate_values, make_pruner, pruner_settings
 from nas.search.results import pareto_front, trial_records, write_outputs
+from nas.search.samplers import sampler_settings
 from nas.search.study import count_trials, prepare_search, run_search
 from tests import test_cli_errors
 from tests.test_search import FakeEvaluator, _target
@@ -42,13 +44,15 @@ def _one_thread():
 
 
 def _prepare(run_dir, target, data, evaluator, *, pruner, sampler="random", **skw):
+    """A search with the typed settings ``prepare_search`` takes, read from the dicts the tests write."""
     return prepare_search(target=target, search_space="tiny", data=data, evaluator=evaluator,
-                          sampler={"name": sampler, **skw}, budgets=Budgets(), seed=0, run_dir=run_dir,
-                          study_name="t", latency=RooflineModel(target), pruner=pruner)
+                          sampler=sampler_settings({"name": sampler, **skw}), budgets=Budgets(), seed=0,
+                          run_dir=run_dir, study_name="t", latency=RooflineModel(target),
+                          pruner=None if pruner is None else pruner_settings(pruner))
 
 
 def _run(run_dir, target, data, *, pruner, n_trials, sampler="random", **kw):
-    s = _prepare(run_dir, target, data, EV, sampler=sampler, pruner=pruner, **kw)
+    s = _prepare(run_dir, target, data, make_evaluator(EV), sampler=sampler, pruner=pruner, **kw)
     rep = run_search(s.study, s.problem, n_trials=n_trials, storage=s.storage)
     return s, rep
 
@@ -121,7 +125,7 @@ def test_every_pruner_runs_with_every_sampler(tmp_path, target, digits, pruner, 
 
 def test_a_pruner_needs_a_training_evaluator(tmp_path, target, digits):
     with pytest.raises(ValueError, match=r"pruner=sha needs an evaluator that trains .*use pruner=none"):
-        _prepare(tmp_path, target, digits, {"name": "zero_cost"}, pruner={"name": "sha"})
+        _prepare(tmp_path, target, digits, make_evaluator({"name": "zero_cost"}), pruner={"name": "sha"})
 
 
 @pytest.mark.parametrize("cfg,msg", [

@@ -208,6 +208,7 @@ def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypat
     from nas.data import load_data
     from nas.search import study as study_mod
     from nas.search.budget import Budgets
+    from nas.search.samplers import RandomSettings
     from nas.search.study import prepare_search
     from tests.test_search import FakeEvaluator
 
@@ -228,7 +229,7 @@ def test_a_search_refreshes_its_table_and_prints_by_how_much(tmp_path, monkeypat
 
     def prepare(run_dir, **kw):
         return prepare_search(target=TARGET, search_space="tiny", data=data, evaluator=FakeEvaluator(),
-                              sampler={"name": "random"}, budgets=Budgets(), seed=0, run_dir=run_dir, **kw)
+                              sampler=RandomSettings(), budgets=Budgets(), seed=0, run_dir=run_dir, **kw)
 
     s = prepare(tmp_path / "a")
     assert timed and set(timed) == {"tiny"}  # the search's own space only

@@ -27,10 +27,10 @@ from nas.config.search import register_search_configs
 from nas.data import load_data
 from nas.latency.predict.load import RooflineModel
 from nas.search.budget import Budgets
-from nas.search.evaluate import EvalResult, Evaluator
+from nas.search.evaluate import EvalResult, Evaluator, make_evaluator
 from nas.search.results import pareto_front, write_outputs
 from nas.search.rundir import RunDirTaken
-from nas.search.samplers import make_sampler
+from nas.search.samplers import RandomSettings, make_sampler, sampler_settings
 from nas.search.storage import fail_stale_trials, make_storage
 from nas.search.study import count_trials, prepare_search, run_search
 from nas.target import Target
@@ -90,8 +90,9 @@ def digits():
 def _prepare(run_dir, target, data, evaluator, *, sampler="random", seed=0, budgets=None, study_name="t",
              storage=None, space="tiny", command=None, **skw):
     return prepare_search(target=target, search_space=space, data=data, evaluator=evaluator,
-                          sampler={"name": sampler, **skw}, budgets=budgets or Budgets(), seed=seed, run_dir=run_dir,
-                          storage=storage, study_name=study_name, latency=RooflineModel(target), command=command)
+                          sampler=sampler_settings({"name": sampler, **skw}), budgets=budgets or Budgets(), seed=seed,
+                          run_dir=run_dir, storage=storage, study_name=study_name, latency=RooflineModel(target),
+                          command=command)
 
 
 def _search(run_dir, target, data, evaluator, *, n_trials, **kw):
@@ -129,8 +130,8 @@ def test_same_seed_same_trials(tmp_path, target, digits, sampler):
 def test_real_training_same_seed_same_trials(tmp_path, target, digits):
     torch.set_num_threads(1)
     ev = {"name": "train", "epochs": 1, "batch_size": 32, "device": "cpu"}
-    a, _ = _search(tmp_path / "a", target, digits, ev, n_trials=2, sampler="nsga2", population_size=4)
-    b, _ = _search(tmp_path / "b", target, digits, ev, n_trials=2, sampler="nsga2", population_size=4)
+    a, _ = _search(tmp_path / "a", target, digits, make_evaluator(ev), n_trials=2, sampler="nsga2", population_size=4)
+    b, _ = _search(tmp_path / "b", target, digits, make_evaluator(ev), n_trials=2, sampler="nsga2", population_size=4)
     assert _summary(a.study) == _summary(b.study)
     assert all(0 <= t.values[0] <= 1 and t.values[1] > 0 for t in a.study.trials)
 
@@ -385,6 +386,26 @@ def test_storage_and_sampler_errors(tmp_path):
         make_sampler({"name": "nsga2", "population_size": 1}, seed=0)
     with pytest.raises(ValueError, match="latency_budget_ms must be a positive number"):
         Budgets(latency_budget_ms=-1)
+
+
+@pytest.mark.parametrize("arg,value,reader", [
+    ("data", {"name": "digits"}, "nas.data.DataSettings.from_dict"),
+    ("evaluator", {"name": "zero_cost"}, "nas.search.make_evaluator"),
+    ("sampler", {"name": "random"}, "nas.search.samplers.sampler_settings"),
+    ("pruner", {"name": "sha"}, "nas.search.pruners.pruner_settings"),
+    ("budgets", {"latency_budget_ms": 5.0}, "nas.search.Budgets"),
+])
+def test_a_dict_of_settings_is_refused_naming_its_reader(tmp_path, target, digits, arg, value, reader):
+    """``prepare_search`` takes typed settings only: a dict is refused, before the run dir is touched, with
+    one line naming the function that reads it."""
+    kw = {"data": digits, "evaluator": FakeEvaluator(), "sampler": RandomSettings(), "pruner": None,
+          "budgets": Budgets(), arg: value}
+    with pytest.raises(TypeError) as e:
+        prepare_search(target=target, search_space="tiny", seed=0, run_dir=tmp_path / "run",
+                       latency=RooflineModel(target), **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{arg} must be ") and reader in msg and msg.endswith("got dict"), msg
+    assert not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------------------------- two workers

@@ -16,6 +16,7 @@ from nas.latency.predict.load import RooflineModel
 from nas.search import study as study_mod
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencySpread, choose_latency_budget, kept, sampled_latencies
 from nas.search.results import SHORT_HOW, latency_how, write_outputs
+from nas.search.samplers import RandomSettings
 from nas.search.storage import STUDY_ATTR, open_study
 from nas.search.study import prepare_search, run_search
 from nas.space import load_space
@@ -27,8 +28,9 @@ target, digits = test_search.target, test_search.digits  # the search tests' fix
 
 def _prepare(run_dir, target, data, *, budget_ms, given, study_name="t"):
     return prepare_search(target=target, search_space="tiny", data=data, evaluator=FakeEvaluator(),
-                          sampler={"name": "random"}, budgets=Budgets(latency_budget_ms=budget_ms), seed=0, run_dir=run_dir,
-                          study_name=study_name, latency=RooflineModel(target), latency_budget_given=given)
+                          sampler=RandomSettings(),
+                          budgets=Budgets(latency_budget_ms=budget_ms, latency_budget_given=given), seed=0,
+                          run_dir=run_dir, study_name=study_name, latency=RooflineModel(target))
 
 
 def _sampled(s) -> np.ndarray:
@@ -180,3 +182,13 @@ def test_budgets_take_their_config_names_and_read_the_old_ones():
     open_study(storage=storage, study_name="s", sampler=optuna.samplers.RandomSampler(), record=old)
     new = {"objectives": ["val_accuracy", "latency_ms"], "budgets": Budgets(latency_budget_ms=5.0).to_dict()}
     assert open_study(storage=storage, study_name="s", sampler=optuna.samplers.RandomSampler(), record=new)
+
+
+def test_whose_latency_budget_it_is_is_part_of_the_budgets_not_of_the_record():
+    """``Budgets.latency_budget_given`` (the user's budget, the default; False: the target's own) says how
+    ``prepare_search`` treats the latency budget; the study's record (``to_dict``) holds the budgets only."""
+    assert Budgets().latency_budget_given and Budgets(latency_budget_ms=2.0).latency_budget_given
+    own = Budgets(latency_budget_ms=2.0, latency_budget_given=False)
+    assert not own.latency_budget_given and own.to_dict() == Budgets(latency_budget_ms=2.0).to_dict()
+    with pytest.raises(TypeError, match="latency_budget_given must be True or False, got 'no'"):
+        Budgets(latency_budget_ms=2.0, latency_budget_given="no")

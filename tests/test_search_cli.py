@@ -50,7 +50,7 @@ def test_config_defaults_and_overrides():
 def test_a_budget_is_given_only_by_latency_budget_ms():
     """Without ``latency_budget_ms=`` the search places the target's budget among the space's networks."""
     def given(overrides):
-        return search_inputs(_compose(overrides)).latency_budget_given
+        return search_inputs(_compose(overrides)).budgets.latency_budget_given
 
     assert not given([]) and not given(["conf.latency_budget_ms=5"])
     for budget in ("latency_budget_ms=15", "latency_budget_ms=null", "latency_budget_ms=0.1"):

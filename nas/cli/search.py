@@ -88,7 +88,9 @@ def _prepare(cfg: DictConfig, run_dir: Path) -> Any:
 
 
 def _prepare_search(cfg: DictConfig, run_dir: Path, space: SearchSpace) -> Any:
-    s = search_inputs(cfg)  # the config as the library's objects, once
+    # the config as the library's typed objects, once: DataSettings.from_dict, make_evaluator, sampler_settings,
+    # pruner_settings, and Budgets saying whether latency_budget_ms is the user's
+    s = search_inputs(cfg)
     return nas.search.prepare_search(
         target=s.target,
         search_space=space,
@@ -97,7 +99,6 @@ def _prepare_search(cfg: DictConfig, run_dir: Path, space: SearchSpace) -> Any:
         sampler=s.sampler,
         pruner=s.pruner,
         budgets=s.budgets,
-        latency_budget_given=s.latency_budget_given,
         seed=cfg.seed,
         run_dir=run_dir,
         storage=cfg.storage,

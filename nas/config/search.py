@@ -29,8 +29,15 @@ from nas.search.evaluator_settings import (
     TrainEvaluatorSettings,
     ZeroCostEvaluatorSettings,
 )
-from nas.search.pruners import HyperbandSettings, MedianSettings, NoPrunerSettings, SHASettings, pruner_settings
-from nas.search.samplers import NSGA2Settings, RandomSettings, TPESettings, sampler_settings
+from nas.search.pruners import (
+    HyperbandSettings,
+    MedianSettings,
+    NoPrunerSettings,
+    PrunerSettings,
+    SHASettings,
+    pruner_settings,
+)
+from nas.search.samplers import NSGA2Settings, RandomSettings, SamplerSettings, TPESettings, sampler_settings
 from nas.target import Target
 
 if TYPE_CHECKING:
@@ -118,10 +125,9 @@ class SearchInputs:
     target: Target
     data: DataSettings
     evaluator: Evaluator  # made by nas.search.make_evaluator (loaded with the first search_inputs)
-    sampler: Any  # the sampler's settings (NSGA2Settings, TPESettings, RandomSettings)
-    pruner: Any  # the pruner's settings (NoPrunerSettings, ...)
-    budgets: Budgets
-    latency_budget_given: bool  # the user set latency_budget_ms (else it is the target's own)
+    sampler: SamplerSettings  # NSGA2Settings, TPESettings, RandomSettings
+    pruner: PrunerSettings  # NoPrunerSettings, MedianSettings, SHASettings, HyperbandSettings
+    budgets: Budgets  # latency_budget_given: the user set latency_budget_ms (else it is the target's own)
 
 
 def search_inputs(cfg: DictConfig) -> SearchInputs:
@@ -146,7 +152,7 @@ def search_inputs(cfg: DictConfig) -> SearchInputs:
         evaluator=nas.search.make_evaluator(plain(cfg.evaluator)),
         sampler=sampler_settings(plain(cfg.sampler)),
         pruner=pruner_settings(plain(cfg.pruner)),
-        budgets=Budgets(latency_budget_ms=cfg.latency_budget_ms, memory_budget_kb=cfg.memory_budget_kb),
-        # conf/search.yaml sets it to ${target.latency_budget_ms}: still that reference = the target's own
-        latency_budget_given=not OmegaConf.is_interpolation(cfg, "latency_budget_ms"),
+        # latency_budget_ms still the reference conf/search.yaml sets (${target.latency_budget_ms}): the target's own
+        budgets=Budgets(latency_budget_ms=cfg.latency_budget_ms, memory_budget_kb=cfg.memory_budget_kb,
+                        latency_budget_given=not OmegaConf.is_interpolation(cfg, "latency_budget_ms")),
     )

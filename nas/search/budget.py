@@ -6,13 +6,15 @@ would do nothing.  Before a study starts, ``N_SAMPLED`` networks of the space (`
 for ``i`` in ``0 .. N_SAMPLED - 1``, deployed as the search deploys them) are predicted in one
 batch, and the budget is set or described from their spread:
 
-- a budget the user gave (``latency_budget_ms=``) is kept as given; when it binds none of the
-  sampled networks (it lies above all of them: the constraint is inactive; or below all of them:
-  none of them is feasible) the one-line ``LatencyBudget.note`` says so;
-- the target's own budget (no ``latency_budget_ms=``) is kept when it binds (at least one sampled
-  network meets it and at least one does not) or lies below them all (a device's requirement is
-  never relaxed silently); when it lies above them all, the search uses the median latency of the
-  sampled networks, rounded up to three significant digits, instead;
+- a budget the user gave (``latency_budget_ms=``; ``Budgets.latency_budget_given``, the default) is
+  kept as given; when it binds none of the sampled networks (it lies above all of them: the
+  constraint is inactive; or below all of them: none of them is feasible) the one-line
+  ``LatencyBudget.note`` says so;
+- the target's own budget (no ``latency_budget_ms=``; ``Budgets(latency_budget_given=False)``) is
+  kept when it binds (at least one sampled network meets it and at least one does not) or lies
+  below them all (a device's requirement is never relaxed silently); when it lies above them all,
+  the search uses the median latency of the sampled networks, rounded up to three significant
+  digits, instead;
 - a resumed study keeps the budget it started with (``kept``).
 """
 
@@ -42,9 +44,15 @@ class Budgets:
     Args:
         latency_budget_ms: the latency (ms, predicted on the target) a network may take; None: no limit.
         memory_budget_kb: the peak activation memory (KiB) a network may hold; None: no limit.
+        latency_budget_given: ``latency_budget_ms`` is the user's, kept as given (the default); False: it is
+            the target's own, which a new search replaces by the median of the space's sampled networks when
+            it binds none of them and which a resumed search replaces by the study's own
+            (``choose_latency_budget``).  How a budget was chosen is no part of the study's record
+            (``to_dict``).
 
     Raises:
         ValueError: a budget that is not a positive number or None.
+        TypeError: ``latency_budget_given`` is not a bool.
 
     Example:
         >>> Budgets(latency_budget_ms=15.0).constraints(latency_ms=12.0, peak_bytes=0)
@@ -53,9 +61,10 @@ class Budgets:
 
     latency_budget_ms: float | None = None
     memory_budget_kb: float | None = None
+    latency_budget_given: bool = True
 
-    def __init__(self, latency_budget_ms: float | None = None, memory_budget_kb: float | None = None,
-                 **old: float | None) -> None:
+    def __init__(self, latency_budget_ms: float | None = None, memory_budget_kb: float | None = None, *,
+                 latency_budget_given: bool = True, **old: float | None) -> None:
         for k, v in old.items():  # the names before the budgets took their config's names
             if k not in _OLD_BUDGET_NAMES:
                 raise TypeError(f"Budgets() got an unexpected keyword argument {k!r}")
@@ -64,6 +73,9 @@ class Budgets:
             memory_budget_kb = v if k == "memory_kb" else memory_budget_kb
         object.__setattr__(self, "latency_budget_ms", latency_budget_ms)
         object.__setattr__(self, "memory_budget_kb", memory_budget_kb)
+        if not isinstance(latency_budget_given, bool):
+            raise TypeError(f"latency_budget_given must be True or False, got {latency_budget_given!r}")
+        object.__setattr__(self, "latency_budget_given", latency_budget_given)
         for name, v in (("latency_budget_ms", self.latency_budget_ms), ("memory_budget_kb", self.memory_budget_kb)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
                                   or not math.isfinite(v)):

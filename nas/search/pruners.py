@@ -46,6 +46,7 @@ __all__ = [
     "HyperbandSettings",
     "MedianSettings",
     "NoPrunerSettings",
+    "PrunerSettings",
     "ScoreView",
     "SHASettings",
     "TrialPruner",
@@ -63,12 +64,17 @@ _TRAINED = ("evaluated", "pruned")  # statuses of trials that trained (the view 
 
 
 @dataclass(frozen=True)
-class NoPrunerSettings:
+class PrunerSettings:
+    """The base of every pruner's settings (``pruner_settings`` reads one from its config group)."""
+
+
+@dataclass(frozen=True)
+class NoPrunerSettings(PrunerSettings):
     """No pruning: every trial trains for ``evaluator.epochs``."""
 
 
 @dataclass(frozen=True)
-class MedianSettings:
+class MedianSettings(PrunerSettings):
     """``optuna.pruners.MedianPruner`` over epochs."""
 
     n_startup_trials: int = 5  # no pruning until this many trials completed their training
@@ -78,7 +84,7 @@ class MedianSettings:
 
 
 @dataclass(frozen=True)
-class SHASettings:
+class SHASettings(PrunerSettings):
     """``optuna.pruners.SuccessiveHalvingPruner`` over epochs."""
 
     min_resource: int = 1  # epochs before the first rung
@@ -88,7 +94,7 @@ class SHASettings:
 
 
 @dataclass(frozen=True)
-class HyperbandSettings:
+class HyperbandSettings(PrunerSettings):
     """``optuna.pruners.HyperbandPruner`` over epochs (``max_resource`` = ``evaluator.epochs``)."""
 
     min_resource: int = 1
@@ -97,11 +103,19 @@ class HyperbandSettings:
 
 
 PrunerBuilder = Callable[[Any, int], "optuna.pruners.BasePruner | None"]
-_PRUNERS: Registry[tuple[type, PrunerBuilder]] = Registry("pruner")
+_PRUNERS: Registry[tuple[type[PrunerSettings], PrunerBuilder]] = Registry("pruner")
 
 
-def register_pruner(name: str, settings: type) -> Callable[[PrunerBuilder], PrunerBuilder]:
-    """Decorator: ``fn(settings, max_resource) -> optuna pruner (or None)`` registered under ``name``."""
+def register_pruner(name: str, settings: type[PrunerSettings]) -> Callable[[PrunerBuilder], PrunerBuilder]:
+    """Decorator: ``fn(settings, max_resource) -> optuna pruner (or None)`` registered under ``name``.
+
+    Raises:
+        TypeError: ``settings`` is not a dataclass subclassing ``PrunerSettings``.
+    """
+    if not (isinstance(settings, type) and issubclass(settings, PrunerSettings)
+            and dataclasses.is_dataclass(settings)):
+        raise TypeError(f"pruner {name!r}: its settings must be a dataclass subclassing PrunerSettings, "
+                        f"got {settings!r}")
 
     def deco(fn: PrunerBuilder) -> PrunerBuilder:
         _PRUNERS.add(name, (settings, fn))
@@ -151,7 +165,7 @@ def pruner_names() -> list[str]:
     return _PRUNERS.names()
 
 
-def pruner_settings_class(name: str) -> type:
+def pruner_settings_class(name: str) -> type[PrunerSettings]:
     try:
         return _PRUNERS[name][0]
     except ValueError as e:
@@ -236,7 +250,7 @@ class ScoreView(BaseStorage):
 class TrialPruner:
     """An Optuna pruner applied to the search's two-objective study through ``ScoreView``."""
 
-    def __init__(self, name: str, settings: Any, pruner: optuna.pruners.BasePruner) -> None:
+    def __init__(self, name: str, settings: PrunerSettings, pruner: optuna.pruners.BasePruner) -> None:
         self.name, self.settings, self.pruner = name, settings, pruner
         self._views: dict[tuple[int, str], optuna.Study] = {}
 
@@ -264,7 +278,7 @@ class TrialPruner:
         return bool(self.pruner.prune(view, frozen))
 
 
-def pruner_settings(cfg: Mapping[str, Any] | None) -> Any:
+def pruner_settings(cfg: Mapping[str, Any] | None) -> PrunerSettings:
     """A pruner's settings object from its config group.
 
     Args:
@@ -286,7 +300,7 @@ def pruner_settings(cfg: Mapping[str, Any] | None) -> Any:
     return cls(**d)
 
 
-def make_pruner(settings: Any, *, max_resource: int) -> TrialPruner | None:
+def make_pruner(settings: PrunerSettings | Mapping[str, Any] | None, *, max_resource: int) -> TrialPruner | None:
     """The search's pruner.
 
     Args:
@@ -298,11 +312,14 @@ def make_pruner(settings: Any, *, max_resource: int) -> TrialPruner | None:
         A ``TrialPruner``, or None for ``none``.
 
     Raises:
-        ValueError: as ``pruner_settings``.
+        ValueError: as ``pruner_settings``; settings of no registered pruner.
     """
     if not dataclasses.is_dataclass(settings):
         settings = pruner_settings(settings)
-    name = next(n for n in _PRUNERS.names() if _PRUNERS[n][0] is type(settings))
+    name = next((n for n in _PRUNERS.names() if _PRUNERS[n][0] is type(settings)), None)
+    if name is None:
+        raise ValueError(f"{type(settings).__name__} is not the settings class of a registered pruner "
+                         f"({', '.join(_PRUNERS.names())})")
     pruner = _PRUNERS[name][1](settings, max_resource)
     return None if pruner is None else TrialPruner(name, settings, pruner)
 

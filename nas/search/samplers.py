@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NSGA2Settings",
     "RandomSettings",
+    "SamplerSettings",
     "TPESettings",
     "TrialSeededSampler",
     "make_sampler",
@@ -40,8 +41,14 @@ __all__ = [
 
 SamplerBuilder = Callable[..., optuna.samplers.BaseSampler]
 
+
 @dataclass(frozen=True)
-class NSGA2Settings:
+class SamplerSettings:
+    """The base of every sampler's settings (``sampler_settings`` reads one from its config group)."""
+
+
+@dataclass(frozen=True)
+class NSGA2Settings(SamplerSettings):
     """NSGA-II (constrained domination); categorical parameters use uniform crossover."""
 
     population_size: int = 12
@@ -51,7 +58,7 @@ class NSGA2Settings:
 
 
 @dataclass(frozen=True)
-class TPESettings:
+class TPESettings(SamplerSettings):
     """Multi-objective TPE; ``multivariate`` models the parameters jointly."""
 
     n_startup_trials: int = 10
@@ -61,15 +68,23 @@ class TPESettings:
 
 
 @dataclass(frozen=True)
-class RandomSettings:
+class RandomSettings(SamplerSettings):
     """Uniform random sampling: the baseline."""
 
 
-_SAMPLERS: Registry[tuple[type, SamplerBuilder]] = Registry("sampler")
+_SAMPLERS: Registry[tuple[type[SamplerSettings], SamplerBuilder]] = Registry("sampler")
 
 
-def register_sampler(name: str, settings: type) -> Callable[[SamplerBuilder], SamplerBuilder]:
-    """Decorator: ``fn(settings, seed) -> sampler`` registered under ``name`` with its settings class."""
+def register_sampler(name: str, settings: type[SamplerSettings]) -> Callable[[SamplerBuilder], SamplerBuilder]:
+    """Decorator: ``fn(settings, seed) -> sampler`` registered under ``name`` with its settings class.
+
+    Raises:
+        TypeError: ``settings`` is not a dataclass subclassing ``SamplerSettings``.
+    """
+    if not (isinstance(settings, type) and issubclass(settings, SamplerSettings)
+            and dataclasses.is_dataclass(settings)):
+        raise TypeError(f"sampler {name!r}: its settings must be a dataclass subclassing SamplerSettings, "
+                        f"got {settings!r}")
 
     def deco(fn: SamplerBuilder) -> SamplerBuilder:
         _SAMPLERS.add(name, (settings, fn))
@@ -114,14 +129,14 @@ def sampler_names() -> list[str]:
     return _SAMPLERS.names()
 
 
-def sampler_settings_class(name: str) -> type:
+def sampler_settings_class(name: str) -> type[SamplerSettings]:
     try:
         return _SAMPLERS[name][0]
     except ValueError as e:
         raise ValueError(f"sampler.name: {e}") from None
 
 
-def sampler_settings(cfg: Mapping[str, Any]) -> Any:
+def sampler_settings(cfg: Mapping[str, Any]) -> SamplerSettings:
     """A sampler's settings object from its config group.
 
     Args:
@@ -143,7 +158,7 @@ def sampler_settings(cfg: Mapping[str, Any]) -> Any:
     return cls(**d)
 
 
-def make_sampler(settings: Any, *, seed: int) -> optuna.samplers.BaseSampler:
+def make_sampler(settings: SamplerSettings | Mapping[str, Any], *, seed: int) -> optuna.samplers.BaseSampler:
     """A seeded Optuna sampler.
 
     Args:
@@ -154,11 +169,14 @@ def make_sampler(settings: Any, *, seed: int) -> optuna.samplers.BaseSampler:
         The sampler, wrapped so that a trial's draws depend on the seed and its number only.
 
     Raises:
-        ValueError: as ``sampler_settings``.
+        ValueError: as ``sampler_settings``; settings of no registered sampler.
     """
     if not dataclasses.is_dataclass(settings):
         settings = sampler_settings(settings)
-    name = next(n for n in _SAMPLERS.names() if _SAMPLERS[n][0] is type(settings))
+    name = next((n for n in _SAMPLERS.names() if _SAMPLERS[n][0] is type(settings)), None)
+    if name is None:
+        raise ValueError(f"{type(settings).__name__} is not the settings class of a registered sampler "
+                         f"({', '.join(_SAMPLERS.names())})")
     return TrialSeededSampler(_SAMPLERS[name][1](settings, seed), seed=seed)
 
 

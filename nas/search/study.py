@@ -46,16 +46,14 @@ from nas.latency import load_latency_model
 from nas.latency.profile import REFRESH, Refresh, refresh_model
 from nas.latency.tables import LatencyModel
 from nas.search.budget import BUDGET_ATTR, Budgets, LatencyBudget, choose_latency_budget, kept, sampled_latencies
-from nas.search.evaluate import Evaluator, make_evaluator
+from nas.search.evaluate import Evaluator
 from nas.search.evaluator_settings import MAX_CONSECUTIVE_FAILURES
 from nas.search.journal import check_journal
 from nas.search.objective import WORKER, DuplicateArch, SearchProblem, TrialOutcome
 from nas.search.progress import TrialProgress
-from nas.search.pruners import make_pruner
+from nas.search.pruners import PrunerSettings, TrialPruner, make_pruner
 from nas.search.rundir import check_run_dir, claim_run_dir, new_run_command
-from nas.search.samplers import (
-    make_sampler,
-)
+from nas.search.samplers import SamplerSettings, make_sampler
 from nas.search.storage import (
     STUDY_ATTR,
     fail_stale_trials,
@@ -341,9 +339,9 @@ def prepare_search(
     *,
     target: Target,
     search_space: str | SearchSpace,
-    data: Dataset | DataSettings | dict[str, Any],
-    evaluator: Evaluator | dict[str, Any],
-    sampler: Any,
+    data: Dataset | DataSettings,
+    evaluator: Evaluator,
+    sampler: SamplerSettings,
     budgets: Budgets,
     seed: int,
     run_dir: str | Path,
@@ -352,23 +350,26 @@ def prepare_search(
     latency: LatencyModel | None = None,
     allow_mismatch: bool = False,
     command: Sequence[str] | None = None,
-    pruner: dict[str, Any] | None = None,
-    latency_budget_given: bool = True,
+    pruner: PrunerSettings | None = None,
     retime: bool = REFRESH.retime,
 ) -> Search:
     """Load the space, data, evaluator and latency model; open (or create) the study in its storage.
 
     The settings are checked first, then the run dir (one study's: ``nas.search.rundir``), then what
-    takes seconds (the data, the latency model).
+    takes seconds (the data, the latency model).  Settings are typed objects: a dict of them is refused
+    with a ``TypeError`` naming the function that reads it (``nas.config.search.search_inputs`` reads a
+    whole composed config).
 
     Args:
         target: the deployment target (``nas.load_target``).
         search_space: a space name, a YAML path, or a ``SearchSpace``.
-        data: a loaded ``Dataset``, or its ``DataSettings`` (a dict of them is read by ``DataSettings.from_dict``).
-        evaluator: an ``Evaluator`` (a dict ``{"name": "train", ...}`` is read by ``make_evaluator``).
-        sampler: a sampler's settings (``nas.search.samplers.sampler_settings``; a dict is read by it).
-        budgets: the latency and memory budgets; a target's own latency budget is replaced by the median of
-            the space's sampled networks when it binds none, by the study's own when the study exists
+        data: a loaded ``Dataset``, or its ``DataSettings`` (``DataSettings.from_dict`` reads a dict).
+        evaluator: an ``Evaluator`` (``nas.search.make_evaluator`` makes one from ``{"name": "train", ...}``).
+        sampler: a sampler's settings, a ``SamplerSettings`` (``NSGA2Settings``, ``TPESettings``,
+            ``RandomSettings``; ``nas.search.samplers.sampler_settings`` reads a dict).
+        budgets: the latency and memory budgets.  A latency budget the user gave is kept as given; the
+            target's own (``Budgets(latency_budget_given=False)``) is replaced by the median of the space's
+            sampled networks when it binds none, by the study's own when the study exists
             (``nas.search.budget``; ``Search.latency_budget`` says which).
         seed: the sampler's seed, and a new study's training seed (kept in the study).
         run_dir: the run dir (outputs, and the journal unless ``storage`` names another).
@@ -377,9 +378,8 @@ def prepare_search(
         latency: a latency model; None: ``nas.load_latency_model(target)``.
         allow_mismatch: use a latency table whose metadata does not match the target.
         command: the user's arguments, recorded in the run dir (and in a refusal's suggested command).
-        pruner: a pruner's settings (``nas.search.pruners.pruner_settings``; a dict is read by it); None:
-            no pruning.  It does not define the study, so a study may be resumed with another one.
-        latency_budget_given: ``budgets.latency_budget_ms`` is the user's, not the target's.
+        pruner: a pruner's settings, a ``PrunerSettings`` (``nas.search.pruners.pruner_settings`` reads a dict);
+            None: no pruning.  It does not define the study, so a study may be resumed with another one.
         retime: on the target's table's own machine, rescale the loaded model by a few of the space's calibration
             networks re-timed now (``nas.latency.profile.refresh``; ``Search.refresh``); a ``latency`` given is left as is.
 
@@ -387,36 +387,54 @@ def prepare_search(
         A ``Search``: the study, the problem, the storage and the placed latency budget.
 
     Raises:
-        TypeError: ``target`` is not a ``Target``.
+        TypeError: ``target``, ``data``, ``evaluator``, ``sampler``, ``pruner`` or ``budgets`` of another type (a
+            dict of settings among them).
         ValueError: a setting out of range, a run dir of another study, a study resumed with other settings.
 
     Example:
         >>> import nas
-        >>> from nas.search.study import Budgets
+        >>> from nas.data import DataSettings
+        >>> from nas.search import Budgets, make_evaluator
+        >>> from nas.search.samplers import RandomSettings
         >>> search = nas.prepare_search(target=nas.load_target("cpu"), search_space="tiny",
-        ...     data={"name": "digits"}, evaluator={"name": "zero_cost"}, sampler={"name": "random"},
-        ...     budgets=Budgets(), seed=0, run_dir="runs/example")  # doctest: +SKIP
+        ...     data=DataSettings(name="digits"), evaluator=make_evaluator({"name": "zero_cost"}),
+        ...     sampler=RandomSettings(), budgets=Budgets(), seed=0, run_dir="runs/example")  # doctest: +SKIP
     """
     # the settings first, then the run dir, then what takes seconds (the data, the latency model)
-    if not isinstance(target, Target):
-        raise TypeError(f"target must be a Target (nas.load_target(name)), got {type(target).__name__}")
+    _check_types(target=target, data=data, evaluator=evaluator, sampler=sampler, pruner=pruner, budgets=budgets)
     space = search_space if isinstance(search_space, SearchSpace) else load_space(search_space)
-    ev = evaluator if isinstance(evaluator, Evaluator) else make_evaluator(evaluator)
     smp = make_sampler(sampler, seed=seed)
-    prn = _pruner(pruner, ev)
-    if not isinstance(data, (Dataset, DataSettings)):
-        data = DataSettings.from_dict(dict(data))
+    prn = _pruner(pruner, evaluator)
     run_dir = Path(run_dir)
     name = study_name or default_study_name(space=space.name, data=data.name, target=target.name)
     _check_run_dir(run_dir, name, storage, command)
     ds = data if isinstance(data, Dataset) else load_data(data)
-    ev.check(space, ds)
+    evaluator.check(space, ds)
     refresh, latency = (None, latency) if latency is not None else _latency(target, space, allow_mismatch, retime)
-    problem = SearchProblem(space=space, data=ds, evaluator=ev, latency=latency, target=target, budgets=budgets,
-                            train_seed=seed, pruner=prn)
-    search = _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed,
-                          given=latency_budget_given)
+    problem = SearchProblem(space=space, data=ds, evaluator=evaluator, latency=latency, target=target,
+                            budgets=budgets, train_seed=seed, pruner=prn)
+    search = _open_search(problem, smp, name=name, storage=storage, run_dir=run_dir, command=command, seed=seed)
     return replace(search, refresh=refresh)
+
+
+def _check_types(*, target: object, data: object, evaluator: object, sampler: object, pruner: object,
+                 budgets: object) -> None:
+    """Refuse an argument of ``prepare_search`` of another type, naming what makes the right one from a dict."""
+    wants = (
+        ("target", target, Target, "a Target (nas.load_target(name))"),
+        ("data", data, (Dataset, DataSettings),
+         "a Dataset or DataSettings (nas.data.DataSettings.from_dict(d) reads a dict of data settings)"),
+        ("evaluator", evaluator, Evaluator,
+         "an Evaluator (nas.search.make_evaluator(d) makes one from a dict of evaluator settings)"),
+        ("sampler", sampler, SamplerSettings,
+         "a SamplerSettings (nas.search.samplers.sampler_settings(d) reads a dict of sampler settings)"),
+        ("pruner", pruner, (PrunerSettings, type(None)),
+         "a PrunerSettings or None (nas.search.pruners.pruner_settings(d) reads a dict of pruner settings)"),
+        ("budgets", budgets, Budgets, "a Budgets (nas.search.Budgets(latency_budget_ms=..., memory_budget_kb=...))"),
+    )
+    for arg, value, cls, what in wants:
+        if not isinstance(value, cls):
+            raise TypeError(f"{arg} must be {what}, got {type(value).__name__}")
 
 
 def _latency(target: Target, space: SearchSpace, allow_mismatch: bool, retime: bool) -> tuple[Refresh | None, Any]:
@@ -425,7 +443,7 @@ def _latency(target: Target, space: SearchSpace, allow_mismatch: bool, retime: b
     return (refresh_model(latency, target, spaces=[space.name]) if retime else None), latency
 
 
-def _pruner(pruner: dict[str, Any] | None, ev: Evaluator) -> Any:
+def _pruner(pruner: PrunerSettings | None, ev: Evaluator) -> TrialPruner | None:
     """The pruner its settings name, with a warning where the evaluator leaves it nothing to stop."""
     prn = make_pruner(pruner, max_resource=int(getattr(ev, "epochs", 1)))
     if prn is not None and int(getattr(ev, "epochs", 1)) < 2:
@@ -443,9 +461,10 @@ def _check_run_dir(run_dir: Path, name: str, storage: str | None, command: Seque
 
 
 def _open_search(problem: SearchProblem, sampler: optuna.samplers.BaseSampler, *, name: str, storage: str | None,
-                 run_dir: Path, command: Sequence[str] | None, seed: int, given: bool) -> Search:
+                 run_dir: Path, command: Sequence[str] | None, seed: int) -> Search:
     """Place the latency budget, open (or create) the study in its storage and claim the run dir."""
-    budget = _place_latency_budget(problem, given=given)
+    given = problem.budgets.latency_budget_given
+    budget = _place_latency_budget(problem)
     problem.check_budgets()
     st, desc = make_storage(storage, run_dir=run_dir)
     existed = name in {s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)}
@@ -461,11 +480,12 @@ def _open_search(problem: SearchProblem, sampler: optuna.samplers.BaseSampler, *
     return Search(study, problem, st, desc, run_dir, not existed, budget)
 
 
-def _place_latency_budget(problem: SearchProblem, *, given: bool) -> LatencyBudget:
+def _place_latency_budget(problem: SearchProblem) -> LatencyBudget:
     """Place the problem's latency budget among the space's sampled networks (``nas.search.budget``):
-    the target's own is replaced by their median when it binds none of them."""
+    the target's own (``Budgets.latency_budget_given`` false) is replaced by their median when it binds none."""
     ms = sampled_latencies(problem.space, problem.latency, problem.deployed)
-    budget = choose_latency_budget(problem.budgets.latency_budget_ms, given=given, latencies=ms,
+    b = problem.budgets
+    budget = choose_latency_budget(b.latency_budget_ms, given=b.latency_budget_given, latencies=ms,
                                    where=f"{problem.space.name} on {problem.target.name}", source=problem.latency.source)
     problem.budgets = replace(problem.budgets, latency_budget_ms=budget.ms)
     return budget
