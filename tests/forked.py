@@ -26,11 +26,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-# what the zygote imports before forking: the libraries every command loads, none of nas, and none that
+# what the zygote imports before forking: the libraries every command loads (and matplotlib, which the
+# commands that plot load: about 0.4 s each), none of nas, and none that
 # starts a thread when imported (onnxruntime does: a child forked beside a thread can wait forever on a
 # lock that thread held); the zygote refuses to fork once it has a second thread
 PRELOAD = ("numpy", "torch", "timm", "torchvision", "sklearn.ensemble", "sklearn.datasets", "scipy.stats", "onnx",
-           "optuna", "hydra", "omegaconf")
+           "optuna", "hydra", "omegaconf", "matplotlib", "matplotlib.pyplot")
 
 _ZYGOTE_CODE = r"""
 import importlib, json, os, runpy, signal, sys, time
