@@ -3,6 +3,7 @@
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import forked
 import numpy as np
@@ -13,6 +14,9 @@ HERE = ("conf.device.name=null", "conf.device.cpu_flags=[]")
 FAST = ["profile.warmup=1", "profile.repeats=5", "profile.min_time_s=0", "profile.rounds=1", "progress=false"]
 # nas.profile's: these tests are not about the machine, a busy one must not fail them (nas.validate refuses it)
 PROFILE_FAST = [*FAST, "profile.watch=false"]
+# the space of the table measured here: tiny's kinds and options, fewer of them (45 blocks with those of its
+# pruned networks, where tiny has 273): the table measures in seconds, a predictor fits on it in a fraction of one
+MINI = Path(__file__).parent / "data" / "spaces" / "mini.yaml"
 
 
 def run(mod, *args, cwd):
@@ -22,8 +26,8 @@ def run(mod, *args, cwd):
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("table")
-    out = d / "tiny.json"
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={out}", "calibration_networks=25", "pruned_networks=5", *PROFILE_FAST, cwd=d)
+    out = d / "mini.json"
+    r = run("nas.profile", "conf=cpu", *HERE, f"search_space={MINI}", f"out={out}", "calibration_networks=15", "pruned_networks=3", *PROFILE_FAST, cwd=d)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -32,7 +36,7 @@ def table(tmp_path_factory):
 def test_predict_cli(table, tmp_path):
     from nas.space import load_space
 
-    load_space("tiny").random(5).save(tmp_path / "a.json")
+    load_space(MINI).random(5).save(tmp_path / "a.json")
     r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={table}", f"arch={tmp_path / 'a.json'}", "breakdown=true",
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -59,7 +63,7 @@ def test_predict_cli(table, tmp_path):
 def test_validate_cli(table, tmp_path):
     out = tmp_path / "v" / "report.json"
     # retime=false: the table as built, so that a re-run scores the same predictions (the refresh: below)
-    args = ["conf=cpu", *HERE, f"conf.table={table}", "search_space=tiny", "n=6", "pruned=2", "models=[timm:lcnet_050]",
+    args = ["conf=cpu", *HERE, f"conf.table={table}", f"search_space={MINI}", "n=6", "pruned=2", "models=[timm:lcnet_050]",
             "resolution=32", "retime=false", f"out={out}", *FAST]
     r = run("nas.validate", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -67,14 +71,14 @@ def test_validate_cli(table, tmp_path):
     for m in ("predictor", "table_sum", "flops_linear", "roofline"):
         assert set(rep["methods"][m]) == {"within_5pct", "within_10pct", "mape", "kendall_tau", "n"}
         assert rep["methods"][m]["n"] == 9
-    assert set(rep["groups"]) == {"tiny", "tiny pruned", "timm"} and rep["groups"]["tiny pruned"]["predictor"]["n"] == 2
+    assert set(rep["groups"]) == {"mini", "mini pruned", "timm"} and rep["groups"]["mini pruned"]["predictor"]["n"] == 2
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert "Kendall" in r.stdout and "report:" in r.stdout
-    assert set(rep["drift"]) == {"tiny"} and rep["drift"]["tiny"]["n"] == 10  # the drift check ran
-    assert 0.5 < rep["drift"]["tiny"]["now_over_table"] < 2.0
+    assert set(rep["drift"]) == {"mini"} and rep["drift"]["mini"]["n"] == 10  # the drift check ran
+    assert 0.5 < rep["drift"]["mini"]["now_over_table"] < 2.0
     # ... and the predictor rescaled by it is scored as a fifth method, on the same held-out networks
     scale = rep["drift_scale"]["now_over_table"]
-    assert rep["drift_scale"]["n"] == 10 and scale == pytest.approx(rep["drift"]["tiny"]["now_over_table"])
+    assert rep["drift_scale"]["n"] == 10 and scale == pytest.approx(rep["drift"]["mini"]["now_over_table"])
     assert rep["methods"]["predictor_rescaled"]["n"] == 9 and "predictor_rescaled" in r.stdout
     # the error per range of measured latency, and the drift verdict, reported and printed
     assert sum(s["n"] for s in rep["latency_ranges"]["predictor"].values()) == 9 and "predictor at " in r.stdout
@@ -111,8 +115,8 @@ def test_validate_cli(table, tmp_path):
              cwd=tmp_path)
     assert r5.returncode == 0, r5.stderr
     rc = json.loads((tmp_path / "rc.json").read_text())
-    assert rc["methods"]["predictor_recalibrated"]["n"] == 9 and rc["drift"]["tiny"]["n"] == 30
-    # the space's networks (lcnet_050 at 32 px lies far outside this 30-network table, for every method)
+    assert rc["methods"]["predictor_recalibrated"]["n"] == 9 and rc["drift"]["mini"]["n"] == 18
+    # the space's networks (lcnet_050 at 32 px lies far outside this 18-network table, for every method)
     # (the bound holds for the median: with 5 repeats per network a single measurement on a noisy
     # 2-core VM can sit 40% off its own network's median, whatever the predictor does)
     ratios = [p["predictor_recalibrated"] / p["measured_ms"] for p in rc["points"] if p["group"] != "timm"]
@@ -146,35 +150,35 @@ def test_profile_refresh_rescales_predictions_and_changes_no_measurement(table, 
     t = tmp_path / "t.json"
     shutil.copy(table, t)
     before = LatencyTable.load(t)
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, f"search_space={MINI}", f"out={t}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "now run at" in r.stdout and "unchanged" in r.stdout
     after = LatencyTable.load(t)
     rf = after.metadata["refresh"]
-    assert rf["networks"] == 3 and set(rf["per_space"]) == {"tiny"} and 0.5 < rf["now_over_table"] < 2.0
+    assert rf["networks"] == 3 and set(rf["per_space"]) == {"mini"} and 0.5 < rf["now_over_table"] < 2.0
     assert rf["previous"] is None and rf["measured_at"]
     # measurements untouched: every entry and network as measured
     assert {k: e.median_ms for k, e in after.entries.items()} == {k: e.median_ms for k, e in before.entries.items()}
     assert {a: e.median_ms for a, e in after.networks.items()} == {a: e.median_ms for a, e in before.networks.items()}
-    archs = [load_space("tiny").random(s).with_resolution(32) for s in range(5)]
+    archs = [load_space(MINI).random(s).with_resolution(32) for s in range(5)]
     built = LatencyPredictor(refresh=False).fit(after)
     now = LatencyPredictor().fit(after)
     np.testing.assert_allclose(now.predict(archs), rf["now_over_table"] * built.predict(archs), rtol=1e-9)
     np.testing.assert_allclose(built.predict(archs), LatencyPredictor().fit(before).predict(archs), rtol=1e-12)
-    sp = load_space("tiny")
+    sp = load_space(MINI)
     P = sp.sample_indices(20, rng=1)
     np.testing.assert_allclose(now.compile(sp).predict_indices(P),  # the vectorised path is rescaled too
                                rf["now_over_table"] * built.compile(sp).predict_indices(P), rtol=1e-9)
     assert "rescaled x" in now.describe() and "rescaled x" in now.explain(archs[0]).label()
     assert "rescaled" not in built.describe() and "rescaled" not in built.explain(archs[0]).label()
-    load_space("tiny").random(5).save(tmp_path / "a.json")
+    load_space(MINI).random(5).save(tmp_path / "a.json")
     r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={t}", f"arch={tmp_path / 'a.json'}", cwd=tmp_path)
     assert r.returncode == 0 and "rescaled x" in r.stdout, r.stderr
     # a table without calibration networks: a clear error, the file unchanged
     empty = tmp_path / "empty.json"
     LatencyTable(metadata=after.metadata, entries=dict(after.entries), path=empty).save(empty)
     data = empty.read_bytes()
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={empty}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, f"search_space={MINI}", f"out={empty}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 2 and "no calibration networks" in r.stderr and empty.read_bytes() == data
 
 
@@ -189,7 +193,7 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     t = tmp_path / "t.json"
     shutil.copy(table, t)
     before = LatencyTable.load(t)
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "recalibrate=true", *PROFILE_FAST,
+    r = run("nas.profile", "conf=cpu", *HERE, f"search_space={MINI}", f"out={t}", "recalibrate=true", *PROFILE_FAST,
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "recalibrate: the table's calibration networks now run at" in r.stdout and "within ±5%" in r.stdout
@@ -198,11 +202,11 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     rc = after.metadata["recalibration"]
     figs = rc["network_ms"]
     assert set(figs) == {a.digest() for a in before.networks} and all(v > 0 for v in figs.values())
-    assert rc["networks"] == len(before.networks) == 30 and rc["rounds"] == 1 and rc["measured_at"]
+    assert rc["networks"] == len(before.networks) == 18 and rc["rounds"] == 1 and rc["measured_at"]
     # measurements untouched: every entry and network as measured
     assert {k: e.median_ms for k, e in after.entries.items()} == {k: e.median_ms for k, e in before.entries.items()}
     assert {a: e.median_ms for a, e in after.networks.items()} == {a: e.median_ms for a, e in before.networks.items()}
-    archs = [load_space("tiny").random(s).with_resolution(32) for s in range(5)]
+    archs = [load_space(MINI).random(s).with_resolution(32) for s in range(5)]
     now = LatencyPredictor().fit(after)
     by_hand = LatencyPredictor(refresh=False).fit(after, [(a, figs[a.digest()]) for a in after.networks])
     built = LatencyPredictor(refresh=False).fit(after)
@@ -211,18 +215,18 @@ def test_profile_recalibrate_refits_the_calibration_on_networks_measured_now(tab
     assert now.rescale_ == 1.0 and now.recalibrated_ == rc["measured_at"]
     assert "nas.profile recalibrate" in now.describe() and "recalibrated" in now.explain(archs[0]).label()
     assert "recalibrat" not in built.describe() and "recalibrated" not in built.explain(archs[0]).label()
-    load_space("tiny").random(5).save(tmp_path / "a.json")
+    load_space(MINI).random(5).save(tmp_path / "a.json")
     r = run("nas.predict", "conf=cpu", *HERE, f"conf.table={t}", f"arch={tmp_path / 'a.json'}", cwd=tmp_path)
     assert r.returncode == 0 and "recalibrated" in r.stdout, r.stderr
     # a later refresh=N is newer: its ratio (over the table's figures) applies, on the calibration as built
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, f"search_space={MINI}", f"out={t}", "refresh=3", *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     later = LatencyTable.load(t)
     p = LatencyPredictor().fit(later)
     assert p.recalibrated_ == "" and p.rescale_ == later.metadata["refresh"]["now_over_table"]
     np.testing.assert_allclose(p.predict(archs), p.rescale_ * built.predict(archs), rtol=1e-9)
     # both at once: a clear error
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "refresh=3", "recalibrate=true",
+    r = run("nas.profile", "conf=cpu", *HERE, f"search_space={MINI}", f"out={t}", "refresh=3", "recalibrate=true",
             *PROFILE_FAST, cwd=tmp_path)
     assert r.returncode == 2 and "pick one" in r.stderr
 
@@ -257,31 +261,33 @@ def test_recalibrate_interrupted_keeps_the_table_and_resumes(table, tmp_path, mo
         _recalibrate(LatencyTable.load(t), t, rt, settings, progress=False)
     assert t.read_bytes() == data and t.with_suffix(".recalibrate.json").is_file()
     out = _recalibrate(LatencyTable.load(t), t, rt, settings, progress=False)
-    assert len(calls) == 31  # 11 kept, the interrupted one again, then the other 19
+    assert len(calls) == 19  # 11 measured and kept, the 12th interrupted; then it again and the other 6
     assert abs(out["recalibration"]["now_over_table"] - 0.5) < 1e-9
     tab = LatencyTable.load(t)
-    half = LatencyPredictor().fit(tab).predict(list(tab.networks))
-    built = LatencyPredictor(refresh=False).fit(tab).predict(list(tab.networks))
+    # each fitted once, used below: as nas.predict / search / train use the table, and the table as built
+    used, as_built = LatencyPredictor().fit(tab), LatencyPredictor(refresh=False).fit(tab)
+    half = used.predict(list(tab.networks))
+    built = as_built.predict(list(tab.networks))
     assert abs(float(np.median(half / built)) - 0.5) < 0.02  # the machine now runs twice as fast
     # nas.validate scores the table as built and, beside it, as nas.predict / search / train use it
     from nas.latency.predict.roofline import Roofline
     from nas.latency.profile.validate import STORED, ValidationSet, validate
     from nas.space import load_space
 
-    held = [load_space("tiny").random(s).with_resolution(32) for s in range(100, 110)]
-    now = LatencyPredictor().fit(tab).predict(held)
-    rep = validate(LatencyPredictor(refresh=False).fit(tab), Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0),
-                   ValidationSet(held, list(now), ["tiny"] * 10))
+    held = [load_space(MINI).random(s).with_resolution(32) for s in range(100, 110)]
+    now = used.predict(held)
+    rep = validate(as_built, Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0),
+                   ValidationSet(held, list(now), ["mini"] * 10))
     assert rep["methods"][STORED]["mape"] < 1e-9 and rep["methods"]["predictor"]["mape"] > 40
     assert rep["stored"]["record"] == "recalibration"
     # with the calibration networks re-measured (now 7% slower than the record): the record's ceiling
     figs = tab.metadata["recalibration"]["network_ms"]
     again = [(a, 1.07 * figs[a.digest()]) for a in tab.networks]
-    anchors = {"tiny": [(ms, tab.networks[a].median_ms) for a, ms in again]}
-    rep = validate(LatencyPredictor(refresh=False).fit(tab), Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0),
-                   ValidationSet(held, list(now), ["tiny"] * 10, anchors, again))
+    anchors = {"mini": [(ms, tab.networks[a].median_ms) for a, ms in again]}
+    rep = validate(as_built, Roofline(peak_gflops=100.0, mem_bandwidth_gbs=20.0),
+                   ValidationSet(held, list(now), ["mini"] * 10, anchors, again))
     ceiling = rep["reproducibility"]["recalibration"]
-    assert ceiling["n"] == 30 and ceiling["within_5pct"] == 0.0 and ceiling["within_10pct"] == 1.0
+    assert ceiling["n"] == 18 and ceiling["within_5pct"] == 0.0 and ceiling["within_10pct"] == 1.0
     assert abs(ceiling["mape"] - 100 * (1 - 1 / 1.07)) < 1e-6
     # a record that lacks networks (added since) is not applied; a corrupt one is a clear error
     rc = tab.metadata["recalibration"]
@@ -311,19 +317,20 @@ def test_validate_prints_the_budget_section():
 
 @pytest.mark.slow
 def test_validate_a_budgeted_table_reports_the_curve(tmp_path):
-    # a budget of 6 s against a profile that cannot take less than 250 blocks x 30 ms of timed calls
+    # a budget of 3 s against a profile that cannot take less than 250 blocks x 30 ms of timed calls
     # (profile.min_time_s), however fast the machine
     t = tmp_path / "t.json"
-    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "calibration_networks=20",
-            "pruned_networks=0", "budget_min=0.1", *PROFILE_FAST, "profile.min_time_s=0.03", cwd=tmp_path)
+    r = run("nas.profile", "conf=cpu", *HERE, "search_space=tiny", f"out={t}", "calibration_networks=10",
+            "pruned_networks=0", "budget_min=0.05", *PROFILE_FAST, "profile.min_time_s=0.03", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "budget of 0.1 min spent" in r.stdout
+    assert "budget of 0.05 min spent" in r.stdout
     out = tmp_path / "v" / "report.json"
+    # retime=false: the table as built (the refresh on the fly before measuring is test_validate_cli's)
     r = run("nas.validate", "conf=cpu", *HERE, f"conf.table={t}", "search_space=tiny", "n=8", "drift_anchors=0",
-            f"out={out}", *FAST, cwd=tmp_path)
+            "retime=false", f"out={out}", *FAST, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     b = json.loads(out.read_text())["budget"]
-    assert b["budget_min"] == [0.1] and b["stopped_by_budget"] and 0 < b["blocks"]["share"] < 1
+    assert b["budget_min"] == [0.05] and b["stopped_by_budget"] and 0 < b["blocks"]["share"] < 1
     assert b["order_source"] == "profile log" and b["curve"] and b["curve"][-1]["n"] == 8
     assert b["sentence"].startswith(f"measuring the remaining {b['remaining']['blocks']} blocks")
     assert "blocks of the spaces (tiny) measured" in r.stdout and b["sentence"] in r.stdout
