@@ -14,6 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import forked
 import pytest
 
 from nas.search.storage import _with_driver, rdb_storage, redact_url
@@ -206,11 +207,10 @@ def test_workers_started_together_on_an_empty_database(pg_server, tmp_path):
 
     url, n = _fresh_database(*pg_server), 9
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
-    procs = [subprocess.Popen([sys.executable, "-m", "nas.search", "conf=cpu", "search_space=tiny",
-                               "evaluator=zero_cost", f"n_trials={n}", "progress=false", f"seed={i}",
-                               f"storage={url}", "study_name=pg", f"out={tmp_path / f'w{i}'}"],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(3)]
+    procs = [forked.Popen([sys.executable, "-m", "nas.search", "conf=cpu", "search_space=tiny",
+                           "evaluator=zero_cost", f"n_trials={n}", "progress=false", f"seed={i}",
+                           f"storage={url}", "study_name=pg", f"out={tmp_path / f'w{i}'}"], cwd=REPO, env=env)
+             for i in range(3)]  # started together, each a process of its own (forked: no cold imports)
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]

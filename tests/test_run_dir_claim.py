@@ -9,7 +9,6 @@ preparing it, which is the order that lost a run's files."""
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -111,8 +110,8 @@ def test_two_processes_started_together(tmp_path):
     """A real race (its order is the machine's): one search runs, the other is refused in one line, and the
     folder holds the first one's study, run.json and .hydra/ whole."""
     out = tmp_path / "k4"
-    procs = [subprocess.Popen([sys.executable, "-m", "nas.search", *SEARCH, "n_trials=2", f"evaluator.proxy={proxy}",
-                               f"out={out}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [forked.Popen([sys.executable, "-m", "nas.search", *SEARCH, "n_trials=2", f"evaluator.proxy={proxy}",
+                           f"out={out}"], cwd=REPO)
              for proxy in ("naswot", "synflow")]
     results = [(p.wait(600), *p.communicate()) for p in procs]
     codes = sorted(r[0] for r in results)

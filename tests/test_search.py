@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import forked
 import optuna
 import pytest
 import torch
@@ -435,8 +436,7 @@ def test_two_workers_share_one_study(tmp_path):
     journal = tmp_path / "shared" / "study.journal"
     barrier = str(tmp_path / "go")
     n = 24
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(journal), "1", str(n), barrier],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    procs = [forked.Popen([sys.executable, __file__, "worker", str(journal), "1", str(n), barrier], cwd=REPO)
              for _ in range(2)]  # the same seed: the workers still draw distinct streams
     outs = []
     for p in procs:
