@@ -2,16 +2,19 @@
 evaluators, samplers, runtimes).
 
 A name registered twice is an error; an unknown name is a ``ValueError`` that lists the valid
-ones.  Written here because the registries need exactly this and nothing more (timm's and
+ones.  ``SettingsRegistry`` adds what the samplers and pruners share: each builder registered
+with its settings dataclass, a config group read into those settings, and settings mapped back to
+their builder.  Written here because the registries need exactly this and nothing more (timm's and
 Hydra's registries are tied to models and configs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "SettingsRegistry"]
 
 T = TypeVar("T")
 
@@ -105,3 +108,67 @@ class Registry(Generic[T]):
     def items(self) -> list[tuple[str, T]]:
         """``(name, object)`` pairs, sorted by name."""
         return [(n, self._items[n]) for n in self.names()]
+
+
+class SettingsRegistry(Registry[tuple[type, Callable[..., Any]]]):
+    """Builders by name, each with its settings: a frozen dataclass subclassing ``base`` (the samplers', the
+    pruners').  A config group ``{"name": ..., <settings>}`` is read into the name's settings (``read``), and
+    settings find the builder they were registered with (``builder_for``).
+
+    Args:
+        what: What one builder makes, for messages and the config group's name (``"sampler"``).
+        base: The class every registered settings class subclasses.
+    """
+
+    def __init__(self, what: str, base: type) -> None:
+        super().__init__(what)
+        self.base = base
+
+    def register_builder(self, name: str, settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register the decorated builder under ``name`` with its settings class.
+
+        Raises:
+            TypeError: ``settings`` is not a dataclass subclassing ``base``.
+            ValueError: ``name`` is registered already (when the decorator is applied).
+        """
+        if not (isinstance(settings, type) and issubclass(settings, self.base) and dataclasses.is_dataclass(settings)):
+            raise TypeError(f"{self.what} {name!r}: its settings must be a dataclass subclassing "
+                            f"{self.base.__name__}, got {settings!r}")
+
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(name, (settings, fn))
+            return fn
+
+        return deco
+
+    def settings_class(self, name: str) -> type:
+        """The settings class registered under ``name``; an unknown name is a ``ValueError`` naming
+        ``<what>.name`` and listing the valid ones."""
+        try:
+            return self[name][0]
+        except ValueError as e:
+            raise ValueError(f"{self.what}.name: {e}") from None
+
+    def read(self, cfg: Mapping[str, Any]) -> Any:
+        """The settings of a config group: ``{"name": "nsga2", "population_size": 16}`` ->
+        ``NSGA2Settings(population_size=16)``; an unknown name or setting is a ``ValueError`` listing the valid ones."""
+        d = dict(cfg)
+        name = d.pop("name", None)
+        cls = self.settings_class(name)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"{self.what} {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(names)}")
+        return cls(**d)
+
+    def builder_for(self, settings: Any) -> tuple[str, Callable[..., Any]]:
+        """The name and builder ``settings``' class was registered with.
+
+        Raises:
+            ValueError: settings of no registered builder.
+        """
+        for name, (cls, fn) in self.items():
+            if cls is type(settings):
+                return name, fn
+        raise ValueError(f"{type(settings).__name__} is not the settings class of a registered {self.what} "
+                         f"({', '.join(self.names())})")

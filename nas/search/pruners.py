@@ -39,7 +39,7 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.registry import Registry
+from nas.registry import SettingsRegistry
 
 __all__ = [
     "INTERMEDIATE_ATTR",
@@ -103,7 +103,7 @@ class HyperbandSettings(PrunerSettings):
 
 
 PrunerBuilder = Callable[[Any, int], "optuna.pruners.BasePruner | None"]
-_PRUNERS: Registry[tuple[type[PrunerSettings], PrunerBuilder]] = Registry("pruner")
+_PRUNERS = SettingsRegistry("pruner", PrunerSettings)
 
 
 def register_pruner(name: str, settings: type[PrunerSettings]) -> Callable[[PrunerBuilder], PrunerBuilder]:
@@ -112,16 +112,7 @@ def register_pruner(name: str, settings: type[PrunerSettings]) -> Callable[[Prun
     Raises:
         TypeError: ``settings`` is not a dataclass subclassing ``PrunerSettings``.
     """
-    if not (isinstance(settings, type) and issubclass(settings, PrunerSettings)
-            and dataclasses.is_dataclass(settings)):
-        raise TypeError(f"pruner {name!r}: its settings must be a dataclass subclassing PrunerSettings, "
-                        f"got {settings!r}")
-
-    def deco(fn: PrunerBuilder) -> PrunerBuilder:
-        _PRUNERS.add(name, (settings, fn))
-        return fn
-
-    return deco
+    return _PRUNERS.register_builder(name, settings)
 
 
 def _check_ints(name: str, s: Any, **lows: int) -> None:
@@ -166,10 +157,7 @@ def pruner_names() -> list[str]:
 
 
 def pruner_settings_class(name: str) -> type[PrunerSettings]:
-    try:
-        return _PRUNERS[name][0]
-    except ValueError as e:
-        raise ValueError(f"pruner.name: {e}") from None
+    return _PRUNERS.settings_class(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,14 +278,7 @@ def pruner_settings(cfg: Mapping[str, Any] | None) -> PrunerSettings:
     Raises:
         ValueError: an unknown name (listing the pruners) or setting (listing the valid ones).
     """
-    d = dict(cfg or {"name": "none"})
-    name = d.pop("name", None)
-    cls = pruner_settings_class(name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ValueError(f"pruner {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(names)}")
-    return cls(**d)
+    return _PRUNERS.read(cfg or {"name": "none"})
 
 
 def make_pruner(settings: PrunerSettings | Mapping[str, Any] | None, *, max_resource: int) -> TrialPruner | None:
@@ -316,11 +297,8 @@ def make_pruner(settings: PrunerSettings | Mapping[str, Any] | None, *, max_reso
     """
     if not dataclasses.is_dataclass(settings):
         settings = pruner_settings(settings)
-    name = next((n for n in _PRUNERS.names() if _PRUNERS[n][0] is type(settings)), None)
-    if name is None:
-        raise ValueError(f"{type(settings).__name__} is not the settings class of a registered pruner "
-                         f"({', '.join(_PRUNERS.names())})")
-    pruner = _PRUNERS[name][1](settings, max_resource)
+    name, build = _PRUNERS.builder_for(settings)
+    pruner = build(settings, max_resource)
     return None if pruner is None else TrialPruner(name, settings, pruner)
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.samplers._lazy_random_state import LazyRandomState
 
-from nas.registry import Registry
+from nas.registry import SettingsRegistry
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -72,7 +72,7 @@ class RandomSettings(SamplerSettings):
     """Uniform random sampling: the baseline."""
 
 
-_SAMPLERS: Registry[tuple[type[SamplerSettings], SamplerBuilder]] = Registry("sampler")
+_SAMPLERS = SettingsRegistry("sampler", SamplerSettings)
 
 
 def register_sampler(name: str, settings: type[SamplerSettings]) -> Callable[[SamplerBuilder], SamplerBuilder]:
@@ -81,16 +81,7 @@ def register_sampler(name: str, settings: type[SamplerSettings]) -> Callable[[Sa
     Raises:
         TypeError: ``settings`` is not a dataclass subclassing ``SamplerSettings``.
     """
-    if not (isinstance(settings, type) and issubclass(settings, SamplerSettings)
-            and dataclasses.is_dataclass(settings)):
-        raise TypeError(f"sampler {name!r}: its settings must be a dataclass subclassing SamplerSettings, "
-                        f"got {settings!r}")
-
-    def deco(fn: SamplerBuilder) -> SamplerBuilder:
-        _SAMPLERS.add(name, (settings, fn))
-        return fn
-
-    return deco
+    return _SAMPLERS.register_builder(name, settings)
 
 
 @register_sampler("nsga2", NSGA2Settings)
@@ -130,10 +121,7 @@ def sampler_names() -> list[str]:
 
 
 def sampler_settings_class(name: str) -> type[SamplerSettings]:
-    try:
-        return _SAMPLERS[name][0]
-    except ValueError as e:
-        raise ValueError(f"sampler.name: {e}") from None
+    return _SAMPLERS.settings_class(name)
 
 
 def sampler_settings(cfg: Mapping[str, Any]) -> SamplerSettings:
@@ -148,14 +136,7 @@ def sampler_settings(cfg: Mapping[str, Any]) -> SamplerSettings:
     Raises:
         ValueError: an unknown name (listing the samplers) or setting (listing the valid ones).
     """
-    d = dict(cfg)
-    name = d.pop("name", None)
-    cls = sampler_settings_class(name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ValueError(f"sampler {name!r}: unknown setting(s) {unknown}; valid settings: {sorted(names)}")
-    return cls(**d)
+    return _SAMPLERS.read(cfg)
 
 
 def make_sampler(settings: SamplerSettings | Mapping[str, Any], *, seed: int) -> optuna.samplers.BaseSampler:
@@ -173,11 +154,8 @@ def make_sampler(settings: SamplerSettings | Mapping[str, Any], *, seed: int) ->
     """
     if not dataclasses.is_dataclass(settings):
         settings = sampler_settings(settings)
-    name = next((n for n in _SAMPLERS.names() if _SAMPLERS[n][0] is type(settings)), None)
-    if name is None:
-        raise ValueError(f"{type(settings).__name__} is not the settings class of a registered sampler "
-                         f"({', '.join(_SAMPLERS.names())})")
-    return TrialSeededSampler(_SAMPLERS[name][1](settings, seed), seed=seed)
+    name, build = _SAMPLERS.builder_for(settings)
+    return TrialSeededSampler(build(settings, seed), seed=seed)
 
 
 def _random_states(obj: Any, seen: set[int] | None = None) -> list[Any]:
