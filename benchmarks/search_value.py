@@ -510,9 +510,10 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     macs_rows = [r for r in rows if r["method"] == "macs" and r.get("over_budget") is not None]
     result = {
         "command": harness_command("search_value"), "machine": machine(), "settings": settings(a),
-        "final": {"epochs": a.final_epochs, "seeds": a.final_seeds, "seeds_note": "each row's test_accuracy "
-                  "holds every seed trained (--final-methods may take some methods' picks to more)", "train_images": "54000 (all but the val split)",
-                  "scored_on": "the 10k test images"},
+        "final": {"epochs": a.final_epochs, "seeds": a.final_seeds,
+                  "seeds_note": "each row's test_accuracy holds every seed trained (--final-methods may take some "
+                                "methods' picks to more)",
+                  "train_images": "54000 (all but the val split)", "scored_on": "the 10k test images"},
         "budgets": bs, "rows": rows, "comparisons": comparisons, "search_cost": costs,
         "macs_over_budget": {"picks": len(macs_rows), "over": sum(bool(r["over_budget"]) for r in macs_rows),
                              "by": [r["over_by"] for r in macs_rows]},

@@ -202,6 +202,19 @@ def _forkable(args: list[str]) -> bool:
             and hasattr(os, "fork"))
 
 
+def _ask(zygote: _Zygote, tmp: str, args: list[str], cwd: str | os.PathLike | None, env: dict[str, str], *,
+         input: str | None = None, timeout: float | None = None, status: bool = False) -> tuple[dict, dict[str, Path]]:
+    """Start ``args`` in a child of ``zygote``, its standard streams in files under ``tmp`` (and, with ``status``,
+    its exit status, written once it ends: the child is not waited for); the zygote's reply and the files."""
+    files = {k: Path(tmp) / k for k in ("stdin", "stdout", "stderr", *(("status",) if status else ()))}
+    files["stdin"].write_text(input or "")
+    for k in ("stdout", "stderr"):
+        files[k].touch()
+    reply = zygote.ask({"argv": args[1:], "cwd": os.fspath(cwd or os.getcwd()), "env": env, "timeout": timeout,
+                        **{k: str(p) for k, p in files.items()}})
+    return reply, files
+
+
 def run(args: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,
         env: Mapping[str, str] | None = None, timeout: float | None = None, input: str | None = None,
         capture_output: bool = True, text: bool = True, check: bool = False) -> subprocess.CompletedProcess:
@@ -215,12 +228,7 @@ def run(args: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = No
         return subprocess.run(args, cwd=cwd, env=env, timeout=timeout, input=input, capture_output=capture_output,
                               text=text, check=check)
     with tempfile.TemporaryDirectory(prefix="forked-") as tmp:
-        files = {k: Path(tmp) / k for k in ("stdin", "stdout", "stderr")}
-        files["stdin"].write_text(input or "")
-        for k in ("stdout", "stderr"):
-            files[k].touch()
-        reply = zygote.ask({"argv": args[1:], "cwd": os.fspath(cwd or os.getcwd()), "env": env, "timeout": timeout,
-                             **{k: str(p) for k, p in files.items()}})
+        reply, files = _ask(zygote, tmp, args, cwd, env, input=input, timeout=timeout)
         out, err = (files[k].read_bytes() for k in ("stdout", "stderr"))
     if text:
         out, err = out.decode(errors="replace"), err.decode(errors="replace")
@@ -252,11 +260,8 @@ class Popen:
             return
         self._proc = None
         self._tmp = tempfile.TemporaryDirectory(prefix="forked-")
-        self._files = {k: Path(self._tmp.name) / k for k in ("stdin", "stdout", "stderr", "status")}
-        for k in ("stdin", "stdout", "stderr"):
-            self._files[k].touch()
-        self.pid = zygote.ask({"argv": args[1:], "cwd": os.fspath(cwd or os.getcwd()), "env": env, "timeout": None,
-                               **{k: str(p) for k, p in self._files.items()}})["pid"]
+        reply, self._files = _ask(zygote, self._tmp.name, args, cwd, env, status=True)
+        self.pid = reply["pid"]
 
     @property
     def returncode(self) -> int | None:
