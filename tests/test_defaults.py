@@ -25,20 +25,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 import nas
-from nas.config import register_configs
-from nas.config.search import register_search_configs
-from nas.config.supernet import register_supernet_configs
-from nas.config.train import register_train_configs
+from nas.config import register_all_configs
 
 ROOT = Path(nas.__file__).resolve().parent
 
 # (module, class or function): a command's schema and what it feeds, or two classes sharing settings
 PAIRS = [
-    (("config/common.py", "ProfileAppConfig"), ("latency/profile/workflow.py", "profile_target")),
-    (("config/common.py", "ValidateAppConfig"), ("latency/profile/validate.py", "validate_target")),
+    (("config/profile.py", "ProfileAppConfig"), ("latency/profile/workflow.py", "profile_target")),
+    (("config/validate.py", "ValidateAppConfig"), ("latency/profile/validate.py", "validate_target")),
     (("config/search.py", "SearchAppConfig"), ("search/study.py", "run_search")),
     (("config/search.py", "SearchAppConfig"), ("search/study.py", "prepare_search")),
-    (("config/train.py", "ExportAppConfig"), ("train/deploy.py", "export_checkpoint")),
+    (("config/export.py", "ExportAppConfig"), ("train/deploy.py", "export_checkpoint")),
     (("config/train.py", "TrainAppConfig"), ("train/settings.py", "PipelineSettings")),
     (("config/supernet.py", "SupernetAppConfig"), ("supernet/settings.py", "SupernetSettings")),
     (("search/evaluator_settings.py", "TrainEvaluatorSettings"), ("fit/settings.py", "FitSettings")),
@@ -101,8 +98,7 @@ def _schema_node(defaults: list) -> object | None:
 
 
 def written_twice_in_conf() -> list[str]:
-    for register in (register_configs, register_search_configs, register_train_configs, register_supernet_configs):
-        register()
+    register_all_configs()
     found = []
     for path in sorted((ROOT / "conf").rglob("*.yaml")):
         if path.parent.name == "target":  # a target file is data (one device), not defaults

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -410,6 +412,57 @@ def test_the_checks_can_fail(tmp_path):
     assert _layer(_internal("nas.cli.search")) > _layer("nas.arch")  # an upward import, as the layer check sees it
     src.write_text("HOMES = {'run': 'nas.cli.search', 'Arch': 'arch'}\n__getattr__, __dir__ = lazy_exports(__name__, HOMES)\n")
     assert _imports("nas.space", src) == [("nas.cli.search", 2, False), ("nas.space.arch", 2, False)]  # lazy exports count
+
+
+def _command_problems(repo: Path) -> list[str]:
+    """What is missing from each command's places (docs/contributing.md, "Adding a command"): the console
+    script ``hwnas-<cmd> = "nas.cli.<cmd>:main"``, the shim ``nas/<cmd>.py`` or ``nas/<cmd>/__main__.py``
+    importing that ``main``, and for a Hydra command (one with ``conf/<cmd>.yaml``) the schema module
+    ``nas/config/<cmd>.py`` whose ``register_<cmd>_configs`` stores ``_<cmd>_schema``, which the YAML's defaults
+    list names and the command module registers at import."""
+    section = (repo / "pyproject.toml").read_text().split("[project.scripts]")[1].split("\n[")[0]
+    scripts = dict(re.findall(r'^(hwnas-[\w-]+) = "([^"]+)"', section, re.M))  # tomllib: Python 3.11+
+    problems = []
+    for script, entry in sorted(scripts.items()):
+        cmd = script.removeprefix("hwnas-")
+        if entry != f"nas.cli.{cmd}:main":
+            problems.append(f"{script}: {entry}, not nas.cli.{cmd}:main")
+            continue
+        shims = [p for p in (repo / "nas" / f"{cmd}.py", repo / "nas" / cmd / "__main__.py") if p.is_file()]
+        if [p.read_text().count(f"from nas.cli.{cmd} import main") for p in shims] != [1]:
+            problems.append(f"{cmd}: no single shim importing nas.cli.{cmd}.main")
+        yaml, schema = repo / "conf" / f"{cmd}.yaml", repo / "nas" / "config" / f"{cmd}.py"
+        cli = (repo / "nas" / "cli" / f"{cmd}.py").read_text()
+        if not yaml.is_file():
+            if schema.is_file() or "hydra_app(" in cli:
+                problems.append(f"{cmd}: a schema or hydra_app without conf/{cmd}.yaml")
+            continue
+        if f"- _{cmd}_schema" not in yaml.read_text():
+            problems.append(f"conf/{cmd}.yaml: its defaults list does not name _{cmd}_schema")
+        tree = ast.parse(schema.read_text()) if schema.is_file() else ast.Module(body=[], type_ignores=[])
+        register = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"register_{cmd}_configs"]
+        if not register or f"_{cmd}_schema" not in ast.unparse(register[0]):
+            problems.append(f"nas/config/{cmd}.py: no register_{cmd}_configs storing _{cmd}_schema")
+        calls = [n for n in ast.parse(cli).body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        if f"register_{cmd}_configs()" not in [ast.unparse(n) for n in calls]:
+            problems.append(f"nas/cli/{cmd}.py: does not call register_{cmd}_configs() at import")
+    return problems
+
+
+def test_every_command_has_its_places():
+    assert not _command_problems(ROOT.parent)
+
+
+def test_the_command_check_can_fail(tmp_path):
+    """A command whose schema sits in another module (the shared one) is found."""
+    for part in ("pyproject.toml", "conf", "nas"):
+        src = ROOT.parent / part
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, tmp_path / part)
+    (tmp_path / "nas" / "config" / "predict.py").unlink()
+    assert _command_problems(tmp_path) == ["nas/config/predict.py: no register_predict_configs storing _predict_schema"]
 
 
 def test_modules_and_functions_stay_small():

@@ -17,12 +17,12 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from nas import train
 from nas._io import not_a_torch_file
 from nas.cli._common import file_error, hydra_app, user_errors
-from nas.config.train import register_train_configs
+from nas.config.export import register_export_configs
 from nas.export import check_format
 from nas.target import Target, load_target
 from nas.train.settings import ExportSettings
 
-register_train_configs()
+register_export_configs()
 
 _CHECKPOINTS = "a .ckpt that python -m nas.train wrote (fp32.ckpt, pruned.ckpt, qat.ckpt under <run>/train/<model>/)"
 

@@ -10,8 +10,11 @@ import nas
 from nas import latency
 from nas.arch import Arch, check_widths
 from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.config.predict import register_predict_configs
 from nas.latency.tables import check_target_table
 from nas.target import Target
+
+register_predict_configs()
 
 
 @user_errors

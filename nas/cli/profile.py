@@ -13,11 +13,14 @@ from omegaconf import DictConfig, OmegaConf
 from nas import latency
 from nas._io import refuse_if_busy
 from nas.cli._common import check_counts, file_error, hydra_app, typed_command, user_errors
+from nas.config.profile import register_profile_configs
 from nas.latency.runtimes import Interrupted, ProfileSettings
 from nas.latency.tables import default_table_out, profile_writer
 from nas.machine import cpu_identity
 from nas.space import load_space, space_names
 from nas.target import Target
+
+register_profile_configs()
 
 
 @user_errors

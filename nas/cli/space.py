@@ -5,7 +5,10 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from nas.cli._common import fmt_table, hydra_app, user_errors
+from nas.config.space import register_space_configs
 from nas.space import list_spaces, load_space, summarize
+
+register_space_configs()
 
 
 def _si(v: float) -> str:

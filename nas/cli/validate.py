@@ -14,7 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from nas import latency
 from nas.cli._common import check_counts, fmt_table, hydra_app, user_errors
+from nas.config.validate import register_validate_configs
 from nas.latency.runtimes import Interrupted, ProfileSettings
+
+register_validate_configs()
 
 
 @user_errors

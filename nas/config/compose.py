@@ -7,12 +7,25 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
-from nas.config.common import CONF_DIR, normalize_overrides, register_configs
+from nas.config.common import CONF_DIR, normalize_overrides
+from nas.config.export import register_export_configs
+from nas.config.predict import register_predict_configs
+from nas.config.profile import register_profile_configs
 from nas.config.search import register_search_configs
+from nas.config.space import register_space_configs
 from nas.config.supernet import register_supernet_configs
 from nas.config.train import register_train_configs
+from nas.config.validate import register_validate_configs
 
-__all__ = ["compose_app"]
+__all__ = ["compose_app", "register_all_configs"]
+
+
+def register_all_configs() -> None:
+    """Store every command's schema in Hydra's ConfigStore (idempotent): what ``compose_app`` composes from."""
+    for register in (register_space_configs, register_profile_configs, register_predict_configs,
+                     register_validate_configs, register_search_configs, register_train_configs,
+                     register_export_configs, register_supernet_configs):
+        register()
 
 
 def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
@@ -30,9 +43,6 @@ def compose_app(app: str, overrides: Sequence[str] = ()) -> Any:
         hydra.errors.ConfigCompositionException: an unknown group option; omegaconf's
             ``ValidationError`` / ``ConfigKeyError``: a wrong type or an unknown key.
     """
-    register_configs()
-    register_search_configs()
-    register_train_configs()
-    register_supernet_configs()
+    register_all_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name=app, overrides=normalize_overrides(list(overrides)))

@@ -1,10 +1,10 @@
-"""Hydra schemas of ``python -m nas.train`` and ``python -m nas.export``, registered in the ConfigStore.
+"""Hydra schema of ``python -m nas.train``, registered in the ConfigStore.
 
 The group schemas are generated from the library's settings dataclasses (``nas.train.settings``),
 so names, types and defaults are written once: ``train`` (``nas.fit.settings.FitSettings``: full training), ``prune``
 (``PruneSettings``: latency-aware structured pruning + fine-tuning), ``qat`` (``QATSettings``:
 fake-quant fine-tuning), ``export`` (``ExportSettings``: ONNX, PTQ baseline, verification, latency
-measurement), ``targets`` (``TargetNames``).  A typo or a wrong type fails when the config is
+measurement; ``nas.export``'s too), ``targets`` (``TargetNames``).  A typo or a wrong type fails when the config is
 composed; values are checked again by the dataclasses (``ValueError`` naming the field, the value
 and what is allowed).
 """
@@ -21,12 +21,10 @@ from omegaconf import MISSING
 
 from nas.config.common import register_configs
 from nas.config.schema import TargetConfig, defaults_of, schema_from
-from nas.config.search import register_search_configs
 from nas.data.settings import DataSettings
 from nas.fit.settings import FitSettings
 from nas.train.settings import (
     TRAIN_DATA_FIELDS,
-    VERIFY_SAMPLES,
     ExportSettings,
     PipelineSettings,
     PruneSettings,
@@ -35,7 +33,6 @@ from nas.train.settings import (
 )
 
 __all__ = [
-    "ExportAppConfig",
     "ExportConfig",
     "PrecisionTargets",
     "PruneConfig",
@@ -89,30 +86,10 @@ class TrainAppConfig:
     targets: PrecisionTargets = field(default_factory=PrecisionTargets)
 
 
-@dataclass
-class ExportAppConfig:
-    """``python -m nas.export weights=<ckpt> [arch=<arch.json>] precision=fp32|int8 [out=...]``."""
-
-    target: TargetConfig | None = None  # conf=<target>; null: the target the checkpoint records (nas.train's)
-    arch: str | None = None  # Arch file (JSON/YAML, or a nas.train record holding one); null: the checkpoint's
-    weights: str = MISSING  # the checkpoint to export (a .pt file of nas.train, or a state dict)
-    precision: str = "fp32"  # fp32 | int8
-    format: str = "onnx"  # onnx | pte (ExecuTorch, XNNPACK) | openvino (OpenVINO IR .xml + .bin) | tflite (LiteRT, NHWC)
-    out: str | None = None  # null: beside the weights, <stem>.<precision>.onnx|.pte|.xml (+ .json report)
-    data: Any = None  # group `data` (data=fashion_mnist): calibration / verification images; null: the checkpoint's
-    data_root: str | None = None  # the data's folder, over the checkpoint's (or the data group's)
-    verify_samples: int = VERIFY_SAMPLES  # images the export is checked on against torch
-    overwrite: bool = False  # replace an existing out= file
-    allow_mismatch: bool = False  # use a table whose metadata (device, runtime, precision, ...) does not match the target anyway
-    export: ExportConfig = field(default_factory=ExportConfig)  # the export's settings: export.<key>=<value>
-
 
 def register_train_configs() -> None:
     register_configs()
-    register_search_configs()  # the `data` group's schema: nas.export data=<dataset>
-    cs = ConfigStore.instance()
-    cs.store(name="_train_schema", node=TrainAppConfig)
-    cs.store(name="_export_schema", node=ExportAppConfig)
+    ConfigStore.instance().store(name="_train_schema", node=TrainAppConfig)
 
 
 def train_latency_budget(c: Mapping[str, Any]) -> float | None:
