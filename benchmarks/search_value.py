@@ -24,7 +24,8 @@ benchmark profiles this machine's table for the space at 28 px itself, into ``<o
   network's pick is the most accurate feasible trial).
 * every pick trained from scratch on the 54k training images (``--final-epochs`` epochs, the
   training recipe of ``nas.train``), with ``--final-seeds`` seeds (``--final-methods``: only these
-  methods' picks; the report reads every seed trained), and scored on the 10k test images, which
+  methods' picks; ``<out>/final_seeds.json`` keeps the most seeds any run asked of each method, which the
+  report holds each method to; it reads every seed trained), and scored on the 10k test images, which
   nothing was chosen on: mean +- 95% CI (Student's t over the seeds);
 * every pick's latency *measured* on this machine with the target's runtime (onnxruntime, 1 thread,
   batch 1; ``--measure-rounds`` rounds in fresh sessions, interleaved, the median of the rounds);
@@ -122,7 +123,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--search-val-samples", type=int, default=2000, help="validation images a search scores on")
     p.add_argument("--search-seed", type=int, default=0, help="the searches' sampler and training seed")
     p.add_argument("--final-epochs", type=int, default=6, help="epochs of each pick's final training on 54k images")
-    p.add_argument("--final-seeds", type=int, default=3, help="final trainings of each pick (seeds 0, 1, ...)")
+    p.add_argument("--final-seeds", type=int, default=DEFAULT_FINAL_SEEDS, help="final trainings of each pick (seeds 0, 1, ...)")
     p.add_argument("--final-methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
                    help="whose picks the final trainings take to --final-seeds (default: every method's; a "
                         "comparison's two sides given together keep it even)")
@@ -143,6 +144,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
             p.error(f"--{k.replace('_', '-')} must be at least 1, got {getattr(a, k)}")
     a.device = usable_device(a.device)
     return a
+
+
+FINAL_SEEDS = "final_seeds.json"  # method -> the final trainings its picks are due
+DEFAULT_FINAL_SEEDS = 3
 
 
 def settings(a: argparse.Namespace) -> dict[str, Any]:
@@ -398,12 +403,32 @@ def final_runs(out: Path, digest: str) -> list[float]:
     return [runs[s] for s in sorted(runs)]
 
 
+def due_seeds(a: argparse.Namespace, out: Path) -> dict[str, int]:
+    """The final trainings each method's picks are due: the most seeds any run of the final part asked for
+    that method (``<out>/final_seeds.json``, which ``record_due_seeds`` keeps) or this run's ``--final-seeds``
+    where ``--final-methods`` names it; a method no run asked for yet: the default ``--final-seeds``."""
+    path = out / FINAL_SEEDS
+    asked = json.loads(path.read_text()) if path.is_file() else {}
+    return {m: max(asked.get(m, 0), a.final_seeds if m in a.final_methods else 0) or DEFAULT_FINAL_SEEDS
+            for m in METHODS}
+
+
+def record_due_seeds(a: argparse.Namespace, out: Path) -> None:
+    """Add this run's ``--final-seeds`` for its ``--final-methods`` to ``<out>/final_seeds.json``, so that a
+    later report knows how many trainings each method is due (parts running at once share one lock)."""
+    path = out / FINAL_SEEDS
+    with FileLock(f"{path}.lock"):
+        asked = json.loads(path.read_text()) if path.is_file() else {}
+        atomic_write_json(path, {**asked, **{m: max(asked.get(m, 0), a.final_seeds) for m in a.final_methods}})
+
+
 def part_final(a: argparse.Namespace, out: Path, k: int, of: int) -> None:
     """The final trainings ``k``, ``k + of``, ... of the run (each kept in a file of its own); a training
     another process holds (its claim, an OS lock) is left to it, so processes on other cores may share
     the same list (``--parts final@0/1`` on each)."""
 
     data, bs = None, json.loads((out / "budgets.json").read_text())["budgets"]
+    record_due_seeds(a, out)
     picks = {m: ps for m, ps in all_picks(out, bs).items() if m in a.final_methods}
     todo = trainings(picks, a.final_seeds)[k::of]
     recipe = TrainEvaluator(epochs=a.final_epochs, device=a.device)
@@ -473,7 +498,7 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     bs = json.loads((out / "budgets.json").read_text())["budgets"]
     picks = all_picks(out, bs)
     measured = json.loads((out / "measured.json").read_text()) if (out / "measured.json").is_file() else {}
-    rows, missing = [], []
+    rows, missing, due = [], [], due_seeds(a, out)
     acc: dict[tuple[str, int], list[float]] = {}
     for i, b in enumerate(bs):
         for m in METHODS:
@@ -482,7 +507,7 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
                 rows.append({"budget": i, "method": m, "pick": None})
                 continue
             runs = final_runs(out, r["digest"])
-            if len(runs) < a.final_seeds:
+            if len(runs) < due[m]:
                 missing.append(f"{m}@{b['quantile']}")
             acc[(m, i)] = runs
             mean, half = mean_ci(runs) if runs else (float("nan"), float("nan"))
@@ -510,9 +535,9 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     macs_rows = [r for r in rows if r["method"] == "macs" and r.get("over_budget") is not None]
     result = {
         "command": harness_command("search_value"), "machine": machine(), "settings": settings(a),
-        "final": {"epochs": a.final_epochs, "seeds": a.final_seeds,
-                  "seeds_note": "each row's test_accuracy holds every seed trained (--final-methods may take some "
-                                "methods' picks to more)",
+        "final": {"epochs": a.final_epochs, "seeds": due,
+                  "seeds_note": "the trainings each method's picks are due (--final-methods may take some methods' "
+                                "picks to more); each row's test_accuracy holds every seed trained",
                   "train_images": "54000 (all but the val split)", "scored_on": "the 10k test images"},
         "budgets": bs, "rows": rows, "comparisons": comparisons, "search_cost": costs,
         "macs_over_budget": {"picks": len(macs_rows), "over": sum(bool(r["over_budget"]) for r in macs_rows),

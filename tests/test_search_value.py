@@ -97,6 +97,20 @@ def test_final_methods_take_only_their_picks_to_more_seeds(tmp_path, monkeypatch
     done = {p.name for p in (tmp_path / "final").glob("*-s[34].json")}
     assert done == {f"{picks[m][0]['digest'][:16]}-s{s}.json" for m in ("supernet_noise", "random") for s in (3, 4)}
     assert sv.final_runs(tmp_path, picks["random"][0]["digest"]) == [0.9] * 5
+    # the report of this run, and of a later `--parts report` at the default seeds: every method has what it is due
+    due = {**dict.fromkeys(sv.METHODS, 3), "supernet_noise": 5, "random": 5}
+    assert sv.due_seeds(a, tmp_path) == due
+    assert sv.due_seeds(sv._args(["--out", str(tmp_path), "--parts", "report"]), tmp_path) == due
+
+
+def test_a_method_no_final_run_asked_for_is_due_the_default_seeds(tmp_path):
+    a = sv._args(["--out", str(tmp_path), "--final-seeds", "5", "--final-methods", "random"])
+    assert sv.due_seeds(a, tmp_path) == {**dict.fromkeys(sv.METHODS, 3), "random": 5}
+    sv.record_due_seeds(sv._args(["--out", str(tmp_path), "--final-seeds", "4", "--final-methods", "largest"]),
+                        tmp_path)
+    sv.record_due_seeds(sv._args(["--out", str(tmp_path), "--final-seeds", "2", "--final-methods", "largest"]),
+                        tmp_path)  # a later run asking for fewer does not lower what is due
+    assert sv.due_seeds(a, tmp_path) == {**dict.fromkeys(sv.METHODS, 3), "random": 5, "largest": 4}
 
 
 def test_mean_ci_is_students_t():
