@@ -241,10 +241,10 @@ def test_tables_without_a_timing_field_read_as_eager(tmp_path):
 
 
 def test_labels_say_how_a_gpu_figure_was_timed():
-    p = Prediction(0.1, "measured", "NVIDIA H200", 10, timing="eager (host-bound)")
+    p = Prediction(ms=0.1, source="measured", device="NVIDIA H200", n_measured=10, timing="eager (host-bound)")
     assert "measured table on NVIDIA H200, eager (host-bound):" in p.label()
-    assert "CUDA graph:" in Prediction(0.1, "measured", "NVIDIA H200", 10, timing="CUDA graph").label()
-    assert ", eager" not in Prediction(0.1, "measured", "Xeon", 10).label()
+    assert "CUDA graph:" in Prediction(ms=0.1, source="measured", device="NVIDIA H200", n_measured=10, timing="CUDA graph").label()
+    assert ", eager" not in Prediction(ms=0.1, source="measured", device="Xeon", n_measured=10).label()
 
 
 @pytest.mark.parametrize("bad, msg", [

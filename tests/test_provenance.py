@@ -54,7 +54,9 @@ def test_a_rehearsal_table_predicts_rehearsal_figures():
     m = measured.explain(a)
     assert m.source == "measured" and on_device(m.source) and "REHEARSAL" not in m.label() + measured.how
     with pytest.raises(ValueError, match="source must be one of"):
-        Prediction(1.0, "guessed", "x")
+        Prediction(ms=1.0, source="guessed", device="x")
+    with pytest.raises(TypeError):  # built by name: twelve positional fields were read wrongly too easily
+        Prediction(1.0, "measured", "x")
 
 
 def test_search_outputs_carry_the_rehearsal(tmp_path, target, digits, monkeypatch):
@@ -144,11 +146,11 @@ def test_cards_say_which_figure_is_which():
                                split="test", split_note="", predicted=pred, measured=None,
                                target=load_target("jetson"))["latency"]["predicted"]
 
-    dev = Prediction(0.05, "measured", "Jetson AGX Orin", 10).record("jetson")
+    dev = Prediction(ms=0.05, source="measured", device="Jetson AGX Orin", n_measured=10).record("jetson")
     c = card(dev)
     assert c["source"] == "measured" and c["precision"] == "fp16"
     assert c["for"] == "the fp16 engine tensorrt builds from this fp32 file (target jetson), not the file run at fp32"
-    c = card(Prediction(0.07, "rehearsal", "Synthetic CPU", 10, rehearsal=WORDS).record("jetson"))
+    c = card(Prediction(ms=0.07, source="rehearsal", device="Synthetic CPU", n_measured=10, rehearsal=WORDS).record("jetson"))
     assert c["source"] == "rehearsal" and c["how"] == WORDS
     assert c["for"].startswith("a stand-in, measured on another machine, for the fp16 engine tensorrt builds")
 

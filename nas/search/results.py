@@ -62,8 +62,8 @@ def latency_how(lat: Mapping[str, Any], *, extrapolation: bool = True) -> str | 
         known source.
     """
     try:
-        how = Prediction(float(lat.get("ms") or 0.0), str(lat["source"]), str(lat.get("device") or ""),
-                         rehearsal=str(lat.get("rehearsal") or "")).how
+        how = Prediction(ms=float(lat.get("ms") or 0.0), source=str(lat["source"]),
+                         device=str(lat.get("device") or ""), rehearsal=str(lat.get("rehearsal") or "")).how
     except (KeyError, TypeError, ValueError):
         return None
     return f"{how}; EXTRAPOLATED: {lat['outside']}" if extrapolation and lat.get("outside") else how

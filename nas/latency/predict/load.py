@@ -55,7 +55,8 @@ class RooflineModel(LatencyModel):
         self.reason = reason
 
     def explain(self, arch: Arch) -> Prediction:
-        return Prediction(self.roofline.predict_arch(arch), "estimated", self.device, 0, 0, len(arch.keys()))
+        return Prediction(ms=self.roofline.predict_arch(arch), source="estimated", device=self.device,
+                          n_estimated=len(arch.keys()))
 
     @property
     def warning(self) -> str:

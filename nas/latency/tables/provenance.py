@@ -22,7 +22,7 @@ EAGER = "eager"
 SOURCES = ("measured", "estimated", "rehearsal")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # a dozen fields: built by name, never by position
 class Prediction:
     """A latency figure and where it came from (``LatencyModel.explain``).
 
