@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, command, machine, write_result
 from nas.config import ProfileAppConfig
-from nas.latency.bundle.roundtrip import _SETTINGS, bundle_networks
+from nas.latency.bundle.roundtrip import MEASURE_SETTINGS, bundle_networks
 from nas.latency.predict.predictor import LatencyPredictor
 from nas.latency.predict.scoring import score
 from nas.latency.profile.workflow import profile_target
@@ -88,7 +88,7 @@ def _bundle_differences(bundle: Path, target, settings, want: dict) -> list[str]
     if man.get("target") != target.name:
         diffs.append(f"target {man.get('target')!r}, not {target.name!r}")
     written = man.get("settings") or {}
-    return diffs + [f"{k}={written.get(k)}, not {getattr(settings, k)}" for k in _SETTINGS
+    return diffs + [f"{k}={written.get(k)}, not {getattr(settings, k)}" for k in MEASURE_SETTINGS
                     if written.get(k) != getattr(settings, k)]
 
 

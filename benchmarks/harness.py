@@ -88,7 +88,7 @@ def gpu_name() -> str | None:
 
 def usable_device(device: str) -> str:
     """``device`` (cpu, cuda, cuda:<i>) when torch can run on it here, else a one-line ``--device`` error."""
-    from nas.fit.loop import resolve_device
+    from nas.fit.loop import resolve_device  # heavy: loads torch, which startup (a harness user) never needs
 
     try:
         resolve_device(device)

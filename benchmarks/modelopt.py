@@ -63,6 +63,7 @@ import nas
 from benchmarks._qdq import describe_format, ort_logits
 from benchmarks.harness import RESULTS, command, cpu_model
 from nas._io import atomic_write_text
+from nas._optional import try_import
 from nas.compress.qat import calibrate, export_qdq, prepare_qat, quant_settings_for, set_observers
 from nas.data import DataSettings, adapt_arch, load_data
 from nas.export.onnx import export_onnx
@@ -116,9 +117,8 @@ def modelopt_version() -> tuple[str | None, str, float]:
     t = time.perf_counter()
     try:
         with _silenced():
-            # optional runtime: nvidia-modelopt may not be installed (the error is the finding)
-            import modelopt
-            import modelopt.torch.quantization  # noqa: F401 - optional runtime, imported to see that it loads
+            modelopt = try_import("modelopt")  # nvidia-modelopt may not be installed (the error is the finding)
+            try_import("modelopt.torch.quantization")  # imported to see that it loads
         return modelopt.__version__, "ok", round(time.perf_counter() - t, 1)
     except Exception as e:  # noqa: BLE001
         return None, f"{type(e).__name__}: {e}", round(time.perf_counter() - t, 1)
@@ -131,15 +131,14 @@ def modelopt_export(model, shape: tuple[int, ...]) -> tuple[bytes, str]:
     model = model.eval()
     try:
         with _silenced():
-            # optional runtime: ModelOpt's exporter needs its [onnx] extra, which may be missing
-            from modelopt.torch._deploy.utils import OnnxBytes, get_onnx_bytes_and_metadata
+            deploy = try_import("modelopt.torch._deploy.utils")  # ModelOpt's exporter needs its [onnx] extra
     except ImportError:
-        get_onnx_bytes_and_metadata = None
-    if get_onnx_bytes_and_metadata is not None:
+        deploy = None
+    if deploy is not None:
         with _silenced():
-            packed, _ = get_onnx_bytes_and_metadata(model, (x,), model_name="net", weights_dtype="fp32",
-                                                    onnx_opset=20)
-        m = onnx.load_from_string(OnnxBytes.from_bytes(packed).get_onnx_model_file_bytes())
+            packed, _ = deploy.get_onnx_bytes_and_metadata(model, (x,), model_name="net", weights_dtype="fp32",
+                                                           onnx_opset=20)
+        m = onnx.load_from_string(deploy.OnnxBytes.from_bytes(packed).get_onnx_model_file_bytes())
         return _rename_io(m), "modelopt get_onnx_bytes_and_metadata (opset 20, fp32)"
     buf = io.BytesIO()
     with _silenced(), torch.no_grad():
@@ -180,7 +179,8 @@ def onnx_worker(d: Path, target_name: str) -> int:
     """The child of ``modelopt_onnx_quantize``."""
     fp32, calib = Path(d, "fp32.onnx").read_bytes(), np.load(Path(d, "calib.npy"))
     with _silenced():
-        from modelopt.onnx.quantization import quantize  # optional runtime: nvidia-modelopt (and its [onnx] extra)
+        # optional: nvidia-modelopt and its [onnx] extra; the ImportError naming the missing module is the finding
+        from modelopt.onnx.quantization import quantize
 
         root = logging.getLogger()
         level = root.level
@@ -269,7 +269,7 @@ def variant_makers(seed: int, a: argparse.Namespace, data, target, net, fp32: by
 
     def mo_quantized():
         with _silenced():
-            import modelopt.torch.quantization as mtq  # optional runtime: nvidia-modelopt may not be installed
+            mtq = try_import("modelopt.torch.quantization")  # nvidia-modelopt may not be installed
 
             def loop(model):
                 for x in calib_batches:

@@ -39,6 +39,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 
 from benchmarks.harness import RESULTS, command, markdown_table, write_result
@@ -55,6 +56,9 @@ from nas.latency.tables.table import LatencyTable
 from nas.resources import tables_dir
 from nas.space import list_calibration_spaces, list_spaces, load_space
 from nas.timm_arch import arch_from_spec, from_timm
+
+matplotlib.use("Agg")  # headless: the backend is set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
 
 MINUTES = (0.5, 1, 2, 5)
 SELECT_MINUTES = (1, 2, 5)  # the budgets a setting is picked on (the other processors' tables)
@@ -419,11 +423,6 @@ def tables_md(out: dict) -> str:
 def plot(out: dict, path: Path) -> None:
     """Within ±10% against the simulated minutes, before (dashed) and after (solid), one colour per
     held-out table."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, group, title in zip(axes, ("all", "under_1ms"), ("all held-out networks", "held-out networks under 1 ms")):
         for i, (d, r) in enumerate(out["devices"].items()):

@@ -31,10 +31,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sklearn.compose import TransformedTargetRegressor
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.model_selection import KFold
+from sklearn.pipeline import Pipeline
 
 from benchmarks.harness import RESULTS, composed_target
-from nas.latency.predict.predictor import LatencyPredictor, table_networks
+from nas.latency.predict.block_model import BlockFeaturizer
+from nas.latency.predict.predictor import LatencyPredictor, make_block_model, table_networks
 from nas.latency.predict.roofline import Roofline
+from nas.latency.predict.scoring import score
 from nas.latency.profile.reproducibility import reproducibility_lines
 from nas.latency.profile.validate import (
     VALIDATION_SEED,
@@ -48,6 +54,7 @@ from nas.latency.profile.validate_plot import scatter_plot
 from nas.latency.runtimes.core import get_runtime
 from nas.latency.runtimes.device import device_identity
 from nas.latency.runtimes.loop import ProfileSettings
+from nas.latency.runtimes.measure_model import measure_key
 from nas.latency.tables.table import LatencyTable, resolve_table_path
 from nas.space import list_spaces, load_space
 from nas.timm_arch import from_timm
@@ -82,8 +89,6 @@ def timm_group(m: str) -> str:
 
 def efficientnet_family(report: dict) -> dict:
     """The issue's EfficientNet-family figure: efficientnet_* and tinynet_* among the timm models."""
-    from nas.latency.predict.scoring import score
-
     pts = [p for p in report["points"] if p["group"].startswith("timm")
            and p["arch"].startswith(("efficientnet", "tinynet"))]
     if not pts:
@@ -135,15 +140,6 @@ def learned_model_report(table: LatencyTable, runtime, settings: ProfileSettings
     not profiled, measured here (one round each, cached), predicted from the whole table.  Next
     to it, gradient boosting alone on the same featurizer (log target): the learned model
     without its linear per-kernel stage."""
-    from sklearn.compose import TransformedTargetRegressor
-    from sklearn.ensemble import HistGradientBoostingRegressor
-    from sklearn.model_selection import KFold
-    from sklearn.pipeline import Pipeline
-
-    from nas.latency.predict.block_model import BlockFeaturizer
-    from nas.latency.predict.predictor import make_block_model
-    from nas.latency.runtimes.measure_model import measure_key
-
     def boosting_only():
         gbm = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, min_samples_leaf=5, random_state=0)
         return Pipeline([("features", BlockFeaturizer()),

@@ -22,7 +22,7 @@ from pathlib import Path
 from benchmarks.harness import RESULTS, command, composed_target, machine, write_result
 from nas.latency.profile.jobs import plan_jobs, run_jobs
 from nas.latency.profile.profiler import block_frequency, calibration_archs, new_metadata
-from nas.latency.profile.workflow import _call_ms
+from nas.latency.profile.workflow import call_ms_of
 from nas.latency.runtimes.core import get_runtime
 from nas.latency.runtimes.loop import ProfileSettings
 from nas.latency.runtimes.measure_model import measure_overhead
@@ -56,7 +56,7 @@ def main() -> None:
         path = Path(d) / "t.json"
         table = LatencyTable(metadata=new_metadata(target, runtime, settings), path=path)
         table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-        jobs = plan_jobs(keys, nets, table, settings, call_ms=_call_ms(target, table.metadata.get("call_overhead_ms")),
+        jobs = plan_jobs(keys, nets, table, settings, call_ms=call_ms_of(target, table.metadata.get("call_overhead_ms")),
                          freq=block_frequency([space], resolution=res), limit=args.limit)
         rep = run_jobs(jobs, runtime, table, settings, path=path, progress=False,
                        on_step=lambda elapsed, left: steps.append((elapsed, left)))

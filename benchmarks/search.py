@@ -45,6 +45,9 @@ from nas.search.study import prepare_search, run_search
 from nas.space import load_space
 from nas.target import Target
 
+matplotlib.use("Agg")  # headless: the backend is set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
+
 SAMPLERS = ("nsga2", "tpe", "random")
 
 
@@ -155,9 +158,6 @@ def _data_overrides(args) -> dict[str, Any]:
 
 
 def _plot_a(curves, path: Path, *, title: str, normalised: bool) -> None:
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after choosing the backend
-
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=150)
     colors = {"nsga2": "tab:blue", "tpe": "tab:green", "random": "0.4"}
     for s, per in curves.items():

@@ -88,6 +88,9 @@ from nas.search.uncertainty import largest_within_noise
 from nas.supernet.settings import SupernetSettings
 from nas.supernet.train import train_supernet
 
+matplotlib.use("Agg")  # headless: the backend is set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
+
 SEARCHES = ("nsga2", "random", "macs", "supernet")  # the methods that search (d: largest reads random's samples)
 METHODS = ("nsga2", "supernet", "random", "largest", "macs", "nsga2_noise", "supernet_noise")
 LABELS = {"nsga2": "(a) NSGA-II, evaluator=train", "supernet": "(b) supernet path", "random": "(c) random search",
@@ -594,9 +597,6 @@ def _table(res: dict[str, Any]) -> str:
 
 
 def _plot(res: dict[str, Any], path: Path) -> None:
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after choosing the backend
-
     colors = {"nsga2": "tab:blue", "supernet": "tab:purple", "random": "0.45", "largest": "tab:orange",
               "macs": "tab:red", "nsga2_noise": "tab:cyan", "supernet_noise": "tab:pink"}
     markers = {"nsga2": "o", "supernet": "D", "random": "s", "largest": "^", "macs": "v", "nsga2_noise": "P",

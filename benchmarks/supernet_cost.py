@@ -28,12 +28,21 @@ Writes ``<out>/supernet_cost_<space>_<resolution>px_<device>.json`` and prints t
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from benchmarks._inputs import add_subset_args, load_bench_space, load_subset
 from benchmarks.harness import RESULTS, command, machine, write_result
+from nas.builder import build
+from nas.data import adapt_arch
+from nas.latency.runtimes.device import device_identity
+from nas.search.evaluate import SupernetEvaluator, TrainEvaluator
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import train_supernet
 
 IMAGES = {"ImageNet": 1_281_167, "Imagenette": 9_469}  # training images of the datasets the cost is projected for
 
@@ -66,9 +75,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def supernet_rate(space: Any, data: Any, a: argparse.Namespace, work: Path) -> dict[str, float]:
     """Images per second of the supernet's second training epoch."""
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
     s = SupernetSettings(epochs=2, seed=a.seed, device=a.device, batch_size=a.batch_size)
     history = train_supernet(space, data, s, work / "supernet")["history"]
     return {"first_epoch_s": history[0]["seconds"], "epoch_s": history[1]["seconds"],
@@ -78,9 +84,6 @@ def supernet_rate(space: Any, data: Any, a: argparse.Namespace, work: Path) -> d
 def standalone_rate(arch: Any, data: Any, a: argparse.Namespace) -> dict[str, float]:
     """Images per second of ``evaluator=train``'s second epoch on ``arch`` (timed from the end of the
     first epoch's score, which the evaluator reports between epochs, to the end of training)."""
-    from nas.data import adapt_arch
-    from nas.search.evaluate import TrainEvaluator
-
     marks: list[float] = []
     ev = TrainEvaluator(epochs=2, device=a.device, batch_size=a.batch_size)
     t0 = time.perf_counter()
@@ -91,17 +94,11 @@ def standalone_rate(arch: Any, data: Any, a: argparse.Namespace) -> dict[str, fl
 
 def arch_params(arch: Any, data: Any) -> float:
     """Millions of parameters of ``arch`` built for ``data``."""
-    from nas.builder import build
-    from nas.data import adapt_arch
-
     return sum(p.numel() for p in build(adapt_arch(arch, data)).parameters()) / 1e6
 
 
 def score_seconds(space: Any, data: Any, a: argparse.Namespace, work: Path) -> float:
     """Seconds to score one random subnet by inherited weights (the second of two, the checkpoint loaded)."""
-    from nas.data import adapt_arch
-    from nas.search.evaluate import SupernetEvaluator
-
     ev = SupernetEvaluator(checkpoint=str(work / "supernet" / "supernet.ckpt"), device=a.device, batch_size=a.batch_size)
     secs = [ev.evaluate(adapt_arch(space.random(k), data), data, seed=a.seed).seconds for k in range(2)]
     return secs[-1]
@@ -118,12 +115,6 @@ def projected(a: argparse.Namespace, images: int, sn_ips: float, sa_ips: float, 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import tempfile
-
-    import torch
-
-    from nas.latency.runtimes.device import device_identity
-
     a = _args(argv)
     if a.device == "cpu":
         torch.set_num_threads(1)

@@ -46,12 +46,34 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
+import optuna
+import torch
+from omegaconf import OmegaConf
 
 from benchmarks._inputs import add_subset_args, load_subset
 from benchmarks.harness import RESULTS, command
 from benchmarks.search import hypervolume_2d, latency_reference
 from nas._io import atomic_write_json, atomic_write_text
+from nas.arch import Arch
+from nas.builder import build
+from nas.config import compose_app
+from nas.fit.loop import accuracy, fit
+from nas.latency import load_latency_model
+from nas.search.budget import Budgets
+from nas.search.evaluate import SupernetEvaluator, TrainEvaluator, make_evaluator
+from nas.search.results import pareto_front, trial_records, write_outputs
+from nas.search.samplers import sampler_settings
+from nas.search.study import count_trials, prepare_search, run_search
+from nas.space import load_space
+from nas.supernet.checkpoint import check_matches, load_supernet
+from nas.supernet.settings import SupernetSettings
+from nas.supernet.train import train_supernet
+from nas.target import load_target
+
+matplotlib.use("Agg")  # headless: the backend is set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
 
 EVALUATORS = ("supernet", "zero_cost", "train")
 
@@ -127,10 +149,6 @@ class State:
 def _supernet(a: argparse.Namespace, space: Any, data: Any, work: Path) -> tuple[Path, float, int]:
     """The checkpoint, its training seconds (the sum of its epochs') and epochs: ``--supernet``, else trained
     into ``work`` (resumed when there)."""
-    from nas.supernet.checkpoint import check_matches, load_supernet
-    from nas.supernet.settings import SupernetSettings
-    from nas.supernet.train import train_supernet
-
     if a.supernet:
         ckpt = Path(a.supernet)
         _, meta = load_supernet(ckpt)
@@ -148,10 +166,6 @@ def _supernet(a: argparse.Namespace, space: Any, data: Any, work: Path) -> tuple
 
 def _configs(ckpt: Path) -> dict[str, Any]:
     """The search command's defaults (``conf=cpu``): each evaluator's settings and the sampler's."""
-    from omegaconf import OmegaConf
-
-    from nas.config import compose_app
-
     out: dict[str, Any] = {}
     for name in EVALUATORS:
         cfg = compose_app("search", ["conf=cpu", f"evaluator={name}", f"supernet={ckpt}"])
@@ -164,12 +178,6 @@ def _configs(ckpt: Path) -> dict[str, Any]:
 def _search(name: str, n_trials: int, env: dict[str, Any], state: State) -> Any:
     """One study in ``<work>/studies/<name>`` (resumed when there), run to ``n_trials``; its wall time
     accumulated in the state."""
-    from nas.search.budget import Budgets
-    from nas.search.evaluate import make_evaluator
-    from nas.search.results import write_outputs
-    from nas.search.samplers import sampler_settings
-    from nas.search.study import count_trials, prepare_search, run_search
-
     s = prepare_search(target=env["target"], search_space=env["space"], data=env["data"],
                        evaluator=make_evaluator(env["cfg"][name]), sampler=sampler_settings(env["cfg"]["sampler"]),
                        budgets=Budgets(latency_budget_ms=env["cfg"]["latency_budget_ms"]), seed=env["seed"],
@@ -197,8 +205,6 @@ def _search(name: str, n_trials: int, env: dict[str, Any], state: State) -> Any:
 
 
 def _search_cost(name: str, s: Any, state: State, n_trials: int) -> dict[str, Any]:
-    from nas.search.results import pareto_front, trial_records
-
     recs = trial_records(s.study)
     done = [r for r in recs if r["status"] == "evaluated"]
     wall = state.d["searches"][name]["seconds"]
@@ -225,12 +231,6 @@ def _test_view(data: Any) -> Any:
 def _fit(arch: Any, data: Any, env: dict[str, Any], *, epochs: int, init: str, digest: str) -> dict[str, Any]:
     """``arch`` trained ``epochs`` with the train evaluator's recipe (``nas.fit.loop.fit``), from its
     supernet weights (``init="supernet"``, as ``nas.train supernet=`` starts) or from scratch; test accuracy."""
-    import torch
-
-    from nas.builder import build
-    from nas.fit.loop import accuracy, fit
-    from nas.supernet.checkpoint import load_supernet
-
     fs = dataclasses.replace(env["recipe"], epochs=epochs)
     torch.manual_seed(env["seed"])
     model = build(arch)
@@ -259,9 +259,6 @@ def _evaluate(ev: Any, arch: Any, data: Any, seed: int) -> dict[str, Any]:
 
 
 def _front_rows(s: Any, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    from nas.arch import Arch
-    from nas.search.results import pareto_front
-
     return [{"number": r["number"], "digest": r["digest"], "summary": r["arch"], "val_score": r["score"],
              "predicted_ms": r["latency_ms"], "arch": s.problem.trained(Arch.from_dict(r["_arch"]))}
             for r in pareto_front(records)]
@@ -269,9 +266,6 @@ def _front_rows(s: Any, records: Sequence[dict[str, Any]]) -> list[dict[str, Any
 
 def _supernet_front(s: Any, env: dict[str, Any], state: State) -> list[dict[str, Any]]:
     """The supernet search's front: inherited weights on test, then fine-tuned ``finetune_epochs`` (test)."""
-    from nas.search.evaluate import SupernetEvaluator
-    from nas.search.results import trial_records
-
     rows = _front_rows(s, trial_records(s.study))
     test = _test_view(env["data"])
     ev = SupernetEvaluator(checkpoint=str(env["ckpt"]), device="cpu")
@@ -290,9 +284,6 @@ def _supernet_front(s: Any, env: dict[str, Any], state: State) -> list[dict[str,
 def _train_front(s: Any, budget_s: float, env: dict[str, Any], state: State) -> dict[str, Any]:
     """The train search's first trials that fit ``budget_s``, their front, each trained again as the
     search trained it (its evaluator, its seed) and scored on test."""
-    from nas.search.evaluate import make_evaluator
-    from nas.search.results import trial_records
-
     recs = trial_records(s.study)
     prefix, used = prefix_within(recs, budget_s)
     counted = [r for r in prefix if r["status"] not in ("duplicate", "surplus")]
@@ -399,11 +390,6 @@ def _tables(res: dict[str, Any]) -> str:
 
 
 def _plot(res: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     o = res["outcome"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for label, rows, key, style in (
@@ -422,11 +408,6 @@ def _plot(res: dict[str, Any], path: Path) -> None:
 
 
 def _setup(a: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from nas.latency import load_latency_model
-    from nas.search.evaluate import TrainEvaluator
-    from nas.space import load_space
-    from nas.target import load_target
-
     data = load_subset(a)
     space = load_space("tiny")
     ckpt, sn_s, sn_epochs = _supernet(a, space, data, work)
@@ -439,9 +420,6 @@ def _setup(a: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import optuna
-    import torch
-
     a = _args(argv)
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

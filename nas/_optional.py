@@ -31,6 +31,7 @@ INSTALL = {
     "tensorrt": f"pip install tensorrt (or use JetPack's python3-libnvinfer), {_TRT_BUNDLE}",
     "psycopg": 'pip install "hwnas[postgres]"',
     "redis": "pip install redis",
+    "modelopt": "pip install nvidia-modelopt (benchmarks/modelopt.py only)",
 }
 
 

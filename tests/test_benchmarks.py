@@ -16,7 +16,6 @@ import pytest
 from benchmarks import harness
 from benchmarks.__main__ import listing, names, summary
 from benchmarks.__main__ import main as bench_main
-from tests.test_layout import OPTIONAL_RUNTIMES
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = names()
@@ -68,55 +67,6 @@ def test_an_unknown_benchmark_is_refused_in_one_line():
 def test_no_benchmark_edits_sys_path():
     for path in (ROOT / "benchmarks").glob("*.py"):
         assert "sys.path.insert" not in path.read_text(), path.name
-
-
-# inside a function a benchmark imports only an optional runtime (as nas/ does, tests/test_layout.py) or
-# matplotlib.pyplot after choosing its backend, each with its reason in a comment
-INSIDE_A_FUNCTION = OPTIONAL_RUNTIMES | {"matplotlib"}
-# modules whose function-level imports are still to move to the top: the check fails once one has none
-# left, so the set only shrinks
-IMPORTS_TO_MOVE = {"harness", "onboard", "predictor", "supernet_cost", "supernet_search"}
-
-
-def _imports_inside_functions(path: Path) -> list[tuple[str, int, bool]]:
-    """``(module, line, has a reason)`` for every import inside a function of ``path`` (outside
-    ``TYPE_CHECKING``); the reason is a comment on the import's line or the line above."""
-    lines = path.read_text().splitlines()
-    out = []
-
-    def visit(node: ast.AST, inside: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            if inside and isinstance(child, (ast.Import, ast.ImportFrom)):
-                why = "#" in lines[child.lineno - 1] or lines[child.lineno - 2].strip().startswith("#")
-                mods = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module or "."]
-                out.extend((m, child.lineno, why) for m in mods)
-            visit(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-
-    visit(ast.parse(path.read_text()), False)
-    return out
-
-
-def test_benchmark_imports_sit_at_the_top():
-    """A benchmark imports at its module's top; a function imports only an optional runtime, with a reason."""
-    bad, done = [], []
-    for path in sorted((ROOT / "benchmarks").glob("*.py")):
-        found = _imports_inside_functions(path)
-        if path.stem in IMPORTS_TO_MOVE:
-            done += [path.stem] if not found else []
-            continue
-        bad += [f"{path.name}:{line} {m}" for m, line, why in found
-                if m.split(".")[0] not in INSIDE_A_FUNCTION or not why]
-    assert not bad, "imports inside functions (move them to the module's top): " + "; ".join(bad)
-    assert not done, f"no import left inside a function of {done}: take them out of IMPORTS_TO_MOVE"
-
-
-def test_the_import_check_sees_an_import_inside_a_function(tmp_path):
-    src = tmp_path / "snippet.py"
-    src.write_text("import json\n\n\ndef f():\n    import torch\n    # optional runtime\n"
-                   "    import tensorrt\n    return lambda: __import__('x')\n")
-    assert _imports_inside_functions(src) == [("torch", 5, False), ("tensorrt", 7, True)]
 
 
 def test_no_benchmark_imports_the_command_layer():

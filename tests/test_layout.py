@@ -7,8 +7,11 @@ Every import counts, wherever it is written (module level, inside a function, un
 blocks are skipped.  Inside a function the package loads an optional runtime (``OPTIONAL_RUNTIMES``)
 through ``nas._optional.try_import`` only, which names the extra that installs it; an ``import`` statement
 inside a function is left to the device bundles' standalone scripts and to SQLAlchemy (heavy, not
-optional), each with a one-line reason in a comment on its line or the line above.  The size rule
-(docs/contributing.md) holds for the package, the benchmarks and the tests alike.
+optional), each with a one-line reason in a comment on its line or the line above.  The benchmarks
+(``benchmarks/*.py``) import at their top too: an optional runtime through ``try_import``, or an ``import``
+statement with ``# optional: <why>`` where ``try_import`` cannot say it; the light ones (``LIGHT_BENCHMARKS``)
+may keep a heavy import in a function with ``# heavy: <why>``.  The size rule (docs/contributing.md) holds for
+the package, the benchmarks and the tests alike.
 """
 
 from __future__ import annotations
@@ -322,6 +325,53 @@ def test_the_import_place_check_can_fail(tmp_path):
     assert _misplaced_imports("nas.latency.bundle.measure_bundle", src)[0] == "nas.latency.bundle.measure_bundle:4 json"
 
 
+BENCHMARKS = {("benchmarks" if p.stem == "__init__" else f"benchmarks.{p.stem}"): p
+              for p in sorted((ROOT.parent / "benchmarks").glob("*.py"))}
+# the benchmarks' modules that load no torch at import (python -m benchmarks --list, the startup benchmark and
+# the harness every benchmark shares): a heavy import may stay in a function there, said with "# heavy: <why>"
+LIGHT_BENCHMARKS = {"benchmarks.__main__", "benchmarks.harness", "benchmarks.startup"}
+
+
+def _misplaced_benchmark_imports(module: str, path: Path) -> list[str]:
+    """Imports inside a benchmark's function other than ``try_import`` of an optional runtime, an ``import``
+    statement of an optional runtime with "# optional: <why>", or in a light module one with "# heavy: <why>"
+    (the comment on the statement's line or the line above)."""
+    lines = path.read_text().splitlines()
+    bad = []
+    for name, line, in_fn in _imports(module, path):
+        if not in_fn:
+            continue
+        top, text, above = name.split(".")[0], lines[line - 1], lines[line - 2].strip() if line > 1 else ""
+        if "try_import(" in text:
+            ok = top in OPTIONAL_RUNTIMES
+        else:
+            said = text.partition("#")[2].strip() or (above[1:].strip() if above.startswith("#") else "")
+            ok = ((said.startswith("optional:") and top in OPTIONAL_RUNTIMES)
+                  or (said.startswith("heavy:") and module in LIGHT_BENCHMARKS))
+        if not ok:
+            bad.append(f"{module}:{line} {name}")
+    return bad
+
+
+def test_benchmarks_import_at_the_top():
+    bad = [x for m, p in BENCHMARKS.items() for x in _misplaced_benchmark_imports(m, p)]
+    assert "benchmarks.modelopt" in BENCHMARKS and not bad, (
+        "imports inside the benchmarks' functions (move them to the module's top; an optional runtime through "
+        "nas._optional.try_import, or with '# optional: <why>'): " + "; ".join(sorted(bad)))
+
+
+def test_the_benchmark_import_check_can_fail(tmp_path):
+    src = tmp_path / "snippet.py"
+    src.write_text("def f():\n    mtq = try_import('modelopt.torch.quantization')\n"
+                   "    # optional: its [onnx] extra may be missing\n    from modelopt.onnx import quantization\n"
+                   "    from nas.fit.loop import fit  # heavy: loads torch\n    import sklearn  # optional: it is not\n"
+                   "    import modelopt  # why not\n    import json\n    return try_import('numpy')\n")
+    assert _misplaced_benchmark_imports("benchmarks.modelopt", src) == [
+        "benchmarks.modelopt:5 nas.fit.loop", "benchmarks.modelopt:6 sklearn", "benchmarks.modelopt:7 modelopt",
+        "benchmarks.modelopt:8 json", "benchmarks.modelopt:9 numpy"]
+    assert _misplaced_benchmark_imports("benchmarks.harness", src)[0] == "benchmarks.harness:6 sklearn"
+
+
 def _private_imports(module: str, path: Path) -> list[str]:
     """``from nas.x import _name``: a private name taken from another module (``nas._io`` and the like,
     private modules of public names, are fine)."""
@@ -335,8 +385,8 @@ def _private_imports(module: str, path: Path) -> list[str]:
 
 def test_no_private_name_is_imported_across_modules():
     """A name another module needs is public in its own; a helper that only its module uses stays private."""
-    bad = [x for m, p in MODULES.items() for x in _private_imports(m, p)]
-    assert not bad, "private names imported across modules: " + "; ".join(sorted(bad))
+    bad = [x for m, p in (*MODULES.items(), *BENCHMARKS.items()) for x in _private_imports(m, p)]
+    assert not bad, "private names of nas imported across modules (benchmarks included): " + "; ".join(sorted(bad))
 
 
 def test_the_private_import_check_can_fail(tmp_path):

@@ -47,7 +47,7 @@ from nas.latency.tables import Entry, LatencyTable, TableError, now_iso
 from nas.machine import device_mismatch
 from nas.target import Target, require_target
 
-__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "SCRIPTS", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results",
+__all__ = ["BUNDLE_SCHEMA", "BUNDLE_VERSION", "MEASURE_SETTINGS", "SCRIPTS", "BundleError", "bundle_manifest", "bundle_networks", "bundle_results",
            "import_bundle", "write_bundle"]
 
 BUNDLE_SCHEMA = "hwnas.bundle"
@@ -61,7 +61,8 @@ _HERE, _RUNTIMES, _MACHINE = (Path(f).parent for f in (__file__, nas.latency.run
 #: the runtimes' timers and the machine's identity
 SCRIPTS = {p.name: p for p in (_HERE / "measure_bundle.py", _HERE / "hwnas_stats.py", _RUNTIMES / "hwnas_trt.py",
                                _RUNTIMES / "hwnas_cuda.py", _RUNTIMES / "hwnas_litert.py", _MACHINE / "hwnas_device.py")}
-_SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
+#: the measuring settings a bundle records in its manifest (and a re-run of its script must match)
+MEASURE_SETTINGS = ("warmup", "repeats", "min_time_s", "max_spread", "remeasure", "rounds")
 
 
 class BundleError(TableError):
@@ -171,7 +172,7 @@ def write_bundle(keys: Iterable[BlockKey], target: Target, out_dir: str | Path, 
         "device_kind": target.device.kind, "expected_device": target.device.name,
         "runtime": target.runtime, "provider": target.provider or "",
         "precision": target.precision, "batch": target.batch, "threads": target.threads,
-        "settings": {k: getattr(settings, k) for k in _SETTINGS},
+        "settings": {k: getattr(settings, k) for k in MEASURE_SETTINGS},
         "spaces": list(spaces), "resolution": resolution,
         "overhead": overhead,
         "tool": {"name": "hwnas", "version": __version__, "torch": torch.__version__, "onnx_opset": 17, "format": ext[1:]},

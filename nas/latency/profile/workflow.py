@@ -40,7 +40,7 @@ from nas.space import list_calibration_spaces, load_space, space_names
 from nas.target import Target
 from nas.timm_arch import arch_from_spec
 
-__all__ = ["calibration_space_names", "check_budget", "default_out", "profile_target", "remeasure_calibration"]
+__all__ = ["calibration_space_names", "call_ms_of", "check_budget", "default_out", "profile_target", "remeasure_calibration"]
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def _bundle(target: Target, bundle, keys: list[BlockKey], all_spaces: list, prun
     above ``bundle_max_gb`` unless ``yes``), then written."""
     if not bundle_max_gb > 0:
         raise ValueError(f"bundle_max_gb={bundle_max_gb}: give the size in GB above which to ask first, a number > 0")
-    call_ms = _call_ms(target, None)
+    call_ms = call_ms_of(target, None)
     order = calibration_order(all_spaces, calibration_networks, resolution, _network_seconds(call_ms, settings),
                               pruned=pruned)
     narrowed = set(pruned)
@@ -283,7 +283,7 @@ def _profile_here(target: Target, out: Path, settings: ProfileSettings, keys: li
         freq = block_frequency(all_spaces, resolution=resolution)
         if table.metadata.get("call_overhead_ms") is None:  # the per-call floor of every plan figure
             table.metadata["call_overhead_ms"] = measure_overhead(runtime, settings)
-        call_ms = _call_ms(target, table.metadata.get("call_overhead_ms"))
+        call_ms = call_ms_of(target, table.metadata.get("call_overhead_ms"))
         nets = calibration_order(all_spaces, calibration_networks, resolution, seconds=_network_seconds(call_ms, settings),
                                  pruned=pruned)
         jobs = plan_jobs(keys, nets, table, settings, call_ms=call_ms, freq=freq, limit=limit)
@@ -345,7 +345,7 @@ def check_budget(budget_min: float | None, *, measuring: bool = True) -> None:
                          "bundle=); import_bundle=, refresh= and recalibrate= take no budget")
 
 
-def _call_ms(target: Target, overhead_ms: float | None) -> Callable[[Any, str], float]:
+def call_ms_of(target: Target, overhead_ms: float | None) -> Callable[[Any, str], float]:
     """An item's expected time per call, for planning: the target's roofline plus the call overhead
     (the table's ``call_overhead_ms``; 0.05 ms when not measured)."""
     over = float(overhead_ms or 0.05)
