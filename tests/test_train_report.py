@@ -1,4 +1,6 @@
-"""The training report: labelled estimates, the targets behind each precision, a Deploy section."""
+"""The training report: labelled estimates, the targets behind each precision, a Deploy section; the export record."""
+
+import json
 
 import pytest
 
@@ -142,3 +144,87 @@ def test_report_marks_estimates_and_extrapolations(tmp_path):
     assert cols == {"fp32": "0.0200 (extrap.)", "pruned": "0.0200 (est.)", "ptq_int8": "0.0200"}
     write_report(tmp_path, rep)
     assert "*(extrap.)* a network outside the range" in (tmp_path / "report.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------- the export record
+
+def _export_record(measured):
+    from nas.space import load_space
+
+    arch = load_space("tiny").random(4).with_head(in_chans=1).with_resolution(16)
+    pred = {"ms": 0.5, "source": "estimated", "how": "estimated (roofline)", "target": "cpu"}
+    r = {"variant": "fp32", "precision": "fp32", "arch": arch.to_dict(), "onnx": "m/export/fp32.onnx",
+         "file_bytes": 2048, "input_shape": [1, 1, 16, 16], "params": 10, "accuracy": 0.9, "accuracy_split": "val",
+         "torch_accuracy": 0.91, "predicted": pred, "measured": measured, "accuracy_images": 360,
+         "accuracy_ci95": {"low": 0.86, "high": 0.93}}
+    if measured:
+        r["error_pct"] = 100.0 * (pred["ms"] - measured["median_ms"]) / measured["median_ms"]
+    r["card"] = "m/export/fp32.card.json"
+    return r
+
+
+@pytest.mark.parametrize("measured", [None, {"median_ms": 0.4, "how": "measured here"}])
+def test_export_record_writes_back_what_it_read(measured):
+    from nas.train.records import ExportRecord
+
+    r = _export_record(measured)
+    rec = ExportRecord.from_dict(r)
+    assert rec.to_dict() == r and list(rec.to_dict()) == list(r)  # key for key, in order
+    assert ("error_pct" in rec.to_dict()) == bool(measured)  # only with both latencies
+    ptq = ExportRecord.from_dict({**r, "torch_accuracy": None, "predicted": None})
+    assert ptq.to_dict()["torch_accuracy"] is None and ptq.to_dict()["predicted"] is None  # written as null
+    with pytest.raises(ValueError, match="unknown key 'extra'.*no 'accuracy'"):
+        ExportRecord.from_dict({k: v for k, v in {**r, "extra": 1}.items() if k != "accuracy"})
+
+
+def test_an_export_cache_without_interval_is_read_as_before(tmp_path):
+    """A cache written before intervals were recorded: the interval on the images scored is added (the
+    file is not rewritten); a current cache is returned as it is."""
+    from types import SimpleNamespace
+
+    from nas.arch import Arch
+    from nas.stats import wilson_interval
+    from nas.train.pipeline import _export_variant
+
+    (tmp_path / "export").mkdir()
+    onnx = tmp_path / "export" / "fp32.onnx"
+    onnx.write_bytes(b"onnx")
+    (tmp_path / "export" / "fp32.card.json").write_text("{}")  # the card is there: not written again
+    r = {**_export_record({"median_ms": 0.4}), "onnx": str(onnx)}
+    old = {k: v for k, v in r.items() if k not in ("accuracy_images", "accuracy_ci95")}
+    cache = tmp_path / "export" / "fp32.json"
+    cache.write_text(json.dumps(old))
+    ctx = SimpleNamespace(data=SimpleNamespace(val=[None] * 360, test=[], train=[]),
+                          s=SimpleNamespace(export=SimpleNamespace(eval_samples=200)))
+
+    def make():
+        raise AssertionError("a cached export is not made again")
+
+    rec = _export_variant(ctx, tmp_path, "fp32", "fp32", Arch.from_dict(r["arch"]), make, 0.91)
+    assert rec.to_dict() == {**old, "accuracy_images": 200, "accuracy_ci95": wilson_interval(0.9, 200).to_dict()}
+    assert json.loads(cache.read_text()) == old
+    cache.write_text(json.dumps(r))
+    assert _export_variant(ctx, tmp_path, "fp32", "fp32", Arch.from_dict(r["arch"]), make, 0.91).to_dict() == r
+
+
+@pytest.mark.parametrize("damage", ["{not json", '{"variant": "fp32"}'])
+def test_an_export_cache_that_cannot_be_read_is_made_again(tmp_path, damage):
+    """A damaged cache, or one far older than its record, is no reason to stop: the variant is exported again."""
+    from types import SimpleNamespace
+
+    from nas.arch import Arch
+    from nas.train.pipeline import _export_variant
+
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "fp32.onnx").write_bytes(b"onnx")
+    (tmp_path / "export" / "fp32.json").write_text(damage)
+
+    class MadeAgain(Exception):
+        pass
+
+    def make():
+        raise MadeAgain
+
+    with pytest.raises(MadeAgain):
+        _export_variant(SimpleNamespace(), tmp_path, "fp32", "fp32", Arch.from_dict(_export_record(None)["arch"]),
+                        make, 0.91)

@@ -4,9 +4,9 @@
 ``deploy_edge`` (a checkpoint -> an exported, verified, timed file and its card: ``export_checkpoint``,
 ``export_edge``), ``card`` (deployment cards), ``search_run`` (reading a search run dir), ``context``
 (``PipelineContext``: what every stage reads), ``records`` (``ModelResult``: what the stages find for each
-model, typed; ``results.json``), ``prune_stage``, ``pipeline`` (``train_front`` and its per-model stages),
-``report`` (report rows, the deployment choice, report.json / report.md).  The training loop, its settings and
-checkpoints are the layer below: ``nas.fit``.
+model, typed; ``results.json``; ``ExportRecord``: each exported ONNX variant), ``prune_stage``, ``pipeline``
+(``train_front`` and its per-model stages), ``report`` (report rows, the deployment choice, report.json /
+report.md).  The training loop, its settings and checkpoints are the layer below: ``nas.fit``.
 """
 
 from __future__ import annotations

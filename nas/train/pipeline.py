@@ -74,7 +74,7 @@ from nas.train.card import card_path, deployment_card, write_card, write_test_fi
 from nas.train.context import PipelineContext
 from nas.train.deploy_edge import export_model, report_path
 from nas.train.prune_stage import stage_prune, train_batches
-from nas.train.records import History, InputRecord, ModelResult, TorchAccuracy
+from nas.train.records import ExportRecord, History, InputRecord, ModelResult, TorchAccuracy
 from nas.train.report import REPORT_SCHEMA, accuracy_uncertainty, deployment_choice, quantization_record, write_report
 from nas.train.search_run import SearchRun, load_search_run, model_id, search_finished, select_entries
 from nas.train.settings import SEED_OFFSETS, PipelineSettings
@@ -121,15 +121,15 @@ def _space_params(run: SearchRun, multiple: int | None) -> tuple[int, float | No
     return multiple, None
 
 
-def _card(ctx: PipelineContext, rec: dict[str, Any], arch: Arch) -> None:
+def _card(ctx: PipelineContext, rec: ExportRecord, arch: Arch) -> None:
     """The deployment card beside an exported ONNX file (``nas.train.card``), with the list of the
     test images it was scored on."""
-    files = write_test_files(ctx.data, rec["onnx"], limit=ctx.s.export.eval_samples)
+    files = write_test_files(ctx.data, rec.onnx, limit=ctx.s.export.eval_samples)
     write_card(deployment_card(
-        file=rec["onnx"], variant=rec["variant"], precision=rec["precision"], arch=arch, data=dataset_record(ctx.data),
-        accuracy=rec["accuracy"], split=rec["accuracy_split"], split_note=split_note(ctx.data),
-        predicted=rec["predicted"], measured=rec["measured"], target=ctx.targets.get(rec["precision"]) or ctx.s.target,
-        files=files), rec["onnx"])
+        file=rec.onnx, variant=rec.variant, precision=rec.precision, arch=arch, data=dataset_record(ctx.data),
+        accuracy=rec.accuracy, split=rec.accuracy_split, split_note=split_note(ctx.data),
+        predicted=rec.predicted, measured=rec.measured, target=ctx.targets.get(rec.precision) or ctx.s.target,
+        files=files), rec.onnx)
 
 
 def _predict(ctx: PipelineContext, prec: str, arch: Arch) -> dict[str, Any] | None:
@@ -140,46 +140,57 @@ def _predict(ctx: PipelineContext, prec: str, arch: Arch) -> dict[str, Any] | No
     return p.record(ctx.targets[prec].name)
 
 
+def _cached_export(cache: Path) -> dict[str, Any] | None:
+    """An export's cached record, or None when there is none or it cannot be read back (damaged, or written by
+    a much older version): the variant is then exported again and its cache rewritten."""
+    try:
+        data = json.loads(cache.read_text())
+        ExportRecord.from_dict(data)
+    except (OSError, ValueError, TypeError, AttributeError):  # json's errors are ValueErrors
+        return None
+    return data
+
+
 def _export_variant(ctx: PipelineContext, mdir: Path, name: str, prec: str, arch: Arch, make: Callable[[], bytes],
-                    torch_acc: float | None) -> dict[str, Any]:
+                    torch_acc: float | None) -> ExportRecord:
+    """One exported ONNX variant (``export/<name>.onnx``), scored, predicted, (here) measured and given its
+    card; its record is cached as ``export/<name>.json`` and read back from there on a re-run (a cache
+    written before intervals were recorded gets its interval then)."""
     path = mdir / "export" / f"{name}.onnx"
     cache = mdir / "export" / f"{name}.json"
-    if path.is_file() and cache.is_file():
-        rec = json.loads(cache.read_text())
+    cached = _cached_export(cache) if path.is_file() else None
+    if cached is not None:
+        rec = ExportRecord.from_dict(cached)
         if not card_path(path).is_file():
             _card(ctx, rec, arch)
-        return {**rec, **_interval(ctx, rec)} if "accuracy_ci95" not in rec else rec
+        return dataclasses.replace(rec, **_interval(ctx, rec)) if "accuracy_ci95" not in cached else rec
     data = make()
     atomic_write_bytes(path, data)
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)
     split = eval_split(ctx.data)
-    rec: dict[str, Any] = {
-        "variant": name, "precision": prec, "arch": arch.to_dict(), "onnx": str(path), "file_bytes": len(data),
-        "input_shape": [1, *in_shape],
-        "params": arch_cost(arch).params, "accuracy": onnx_accuracy(data, ctx.data, split,
-                                                                     limit=ctx.s.export.eval_samples),
-        "accuracy_split": split, "torch_accuracy": torch_acc, "predicted": _predict(ctx, prec, arch),
-        "measured": None,
-    }
-    rec.update(_interval(ctx, rec))
+    rec = ExportRecord(variant=name, precision=prec, arch=arch, onnx=str(path), file_bytes=len(data),
+                       input_shape=[1, *in_shape], params=arch_cost(arch).params,
+                       accuracy=onnx_accuracy(data, ctx.data, split, limit=ctx.s.export.eval_samples),
+                       accuracy_split=split, torch_accuracy=torch_acc, predicted=_predict(ctx, prec, arch))
+    rec = dataclasses.replace(rec, **_interval(ctx, rec))
     t = ctx.targets.get(prec)
     if ctx.s.export.measure and t is not None and ctx.measure_here.get(prec):
-        rec["measured"] = measure_onnx(data, in_shape, t, ctx.s.export)
-    if rec["predicted"] and rec["measured"]:
-        rec["error_pct"] = 100.0 * (rec["predicted"]["ms"] - rec["measured"]["median_ms"]) / \
-            rec["measured"]["median_ms"]
-    rec["card"] = str(card_path(path))
-    atomic_write_json(cache, rec)
+        rec.measured = measure_onnx(data, in_shape, t, ctx.s.export)
+    if rec.predicted and rec.measured:
+        rec.error_pct = 100.0 * (rec.predicted["ms"] - rec.measured["median_ms"]) / rec.measured["median_ms"]
+    rec.card = str(card_path(path))
+    atomic_write_json(cache, rec.to_dict())
     _card(ctx, rec, arch)
-    log.info("%s %s: accuracy %.4f, %d bytes%s", mdir.name, name, rec["accuracy"], len(data),
-             f", measured {rec['measured']['median_ms']:.4f} ms" if rec["measured"] else "")
+    log.info("%s %s: accuracy %.4f, %d bytes%s", mdir.name, name, rec.accuracy, len(data),
+             f", measured {rec.measured['median_ms']:.4f} ms" if rec.measured else "")
     return rec
 
 
-def _interval(ctx: PipelineContext, rec: dict[str, Any]) -> dict[str, Any]:
-    """A variant's accuracy's Wilson 95% interval on the images it was scored on."""
-    n = scored_images(ctx.data, rec["accuracy_split"], ctx.s.export.eval_samples)
-    return {"accuracy_images": n, "accuracy_ci95": wilson_interval(rec["accuracy"], n).to_dict() if n else None}
+def _interval(ctx: PipelineContext, rec: ExportRecord) -> dict[str, Any]:
+    """A variant's accuracy's Wilson 95% interval on the images it was scored on: its ``accuracy_images``
+    and ``accuracy_ci95``."""
+    n = scored_images(ctx.data, rec.accuracy_split, ctx.s.export.eval_samples)
+    return {"accuracy_images": n, "accuracy_ci95": wilson_interval(rec.accuracy, n).to_dict() if n else None}
 
 
 def _stage_fp32(ctx: PipelineContext, index: int, arch0: Arch, mdir: Path, base_meta: dict[str, Any],
@@ -235,7 +246,7 @@ def _onnx_of(m: nn.Module, a: Arch) -> bytes:
 
 
 def _stage_export(ctx: PipelineContext, mdir: Path, models: dict[str, tuple[nn.Module, Arch]], res: ModelResult
-                  ) -> list[dict[str, Any]]:
+                  ) -> list[ExportRecord]:
     """4. The ONNX variants (``export/``): fp32, pruned, the PTQ int8 baseline of the final float
     network and qat_int8, each scored, predicted and (here) measured."""
     acc = res.torch_accuracy

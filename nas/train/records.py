@@ -4,7 +4,10 @@
 Each record's ``to_dict()`` writes the JSON the report functions (``nas.train.report``) read, saved
 reports included: a figure a stage did not produce is left out, not written as null (``torch_accuracy``'s
 ``pruned`` without a kept pruned network, ``prune`` when pruning is off, ``edge_variants`` without an
-edge format).  The exported variants stay the dicts their files hold (``export/<variant>.json``).
+edge format).  The exported ONNX variants' ``ExportRecord`` writes what their files
+(``export/<variant>.json``) have always held, nulls included (``predicted`` without a target for the
+precision, ``measured`` where not measured here); its ``from_dict`` reads such a file back on a re-run.
+The variants in a target's edge format stay the dicts their files hold (``export/<variant>.<suffix>.json``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from nas.arch import Arch
 from nas.compress.prune_plan import PrunePlan
 
-__all__ = ["History", "InputRecord", "ModelResult", "PruneDecision", "PruneRecord", "TorchAccuracy"]
+__all__ = ["ExportRecord", "History", "InputRecord", "ModelResult", "PruneDecision", "PruneRecord", "TorchAccuracy"]
 
 Epochs = list[dict[str, float]]  # ``nas.fit.loop.fit``'s per-epoch history
 
@@ -156,6 +159,88 @@ class PruneRecord:
 
 
 @dataclass
+class ExportRecord:
+    """One exported ONNX variant, scored, predicted and (here) measured: ``export/<variant>.json``, read
+    back from there on a re-run, and an entry of ``results.json``'s ``variants``.
+
+    Attributes:
+        variant: the variant's name (``fp32``, ``pruned``, ``ptq_int8``, ``qat_int8``).
+        precision: its precision (``fp32`` or ``int8``): the target that predicts and measures it.
+        arch: the Arch exported.
+        onnx: the ONNX file's path.
+        file_bytes: the file's size.
+        input_shape: its input shape (batch 1, NCHW).
+        params: the Arch's parameter count.
+        accuracy: onnxruntime's accuracy of the file on ``accuracy_split``.
+        accuracy_split: the split it was scored on (``nas.export.verify.eval_split``).
+        torch_accuracy: the torch network's accuracy on that split, None for the PTQ baseline.
+        predicted: the latency prediction's record (``Prediction.record``), None where no target predicts
+            the precision.
+        measured: the measured latency (``nas.latency.runtimes.measure_onnx``), None where not measured here.
+        accuracy_images: how many images were scored, None in a record written before it was counted
+            (then it and ``accuracy_ci95`` are left out).
+        accuracy_ci95: the accuracy's Wilson 95% interval on them, None without images.
+        error_pct: ``100 * (predicted - measured) / measured``, None unless both exist (then left out).
+        card: the deployment card's path (``nas.train.card.card_path``), None in a record written before
+            cards (then left out).
+    """
+
+    variant: str
+    precision: str
+    arch: Arch
+    onnx: str
+    file_bytes: int
+    input_shape: list[int]
+    params: int
+    accuracy: float
+    accuracy_split: str
+    torch_accuracy: float | None = None
+    predicted: dict[str, Any] | None = None
+    measured: dict[str, Any] | None = None
+    accuracy_images: int | None = None
+    accuracy_ci95: dict[str, Any] | None = None
+    error_pct: float | None = None
+    card: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's record, in order: the interval only where it was counted, ``error_pct`` and ``card`` only
+        where set."""
+        d: dict[str, Any] = {"variant": self.variant, "precision": self.precision, "arch": self.arch.to_dict(),
+                             "onnx": self.onnx, "file_bytes": self.file_bytes, "input_shape": self.input_shape,
+                             "params": self.params, "accuracy": self.accuracy, "accuracy_split": self.accuracy_split,
+                             "torch_accuracy": self.torch_accuracy, "predicted": self.predicted,
+                             "measured": self.measured}
+        if self.accuracy_images is not None:
+            d.update(accuracy_images=self.accuracy_images, accuracy_ci95=self.accuracy_ci95)
+        if self.error_pct is not None:
+            d["error_pct"] = self.error_pct
+        if self.card is not None:
+            d["card"] = self.card
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExportRecord:
+        """The record that :meth:`to_dict` wrote (``export/<variant>.json``), an older file's included.
+
+        Args:
+            data: the record; ``accuracy_images``, ``accuracy_ci95``, ``error_pct`` and ``card`` may be missing.
+
+        Returns:
+            The record; its ``to_dict()`` is ``data``.
+
+        Raises:
+            ValueError: a key that is not a field, a missing field, or a malformed Arch.
+        """
+        fields = dataclasses.fields(cls)
+        unknown = sorted(set(data) - {f.name for f in fields})
+        missing = [f.name for f in fields if f.default is dataclasses.MISSING and f.name not in data]
+        if unknown or missing:
+            raise ValueError("an export record with " + ", ".join(
+                [*(f"unknown key {k!r}" for k in unknown), *(f"no {k!r}" for k in missing)]))
+        return cls(**{**data, "arch": Arch.from_dict(data["arch"])})
+
+
+@dataclass
 class ModelResult:
     """One trained architecture of the front: ``results.json`` and its entry in the report's ``models``.
 
@@ -180,7 +265,7 @@ class ModelResult:
     torch_accuracy: TorchAccuracy
     input: InputRecord
     prune: PruneRecord | None = None
-    variants: list[dict[str, Any]] = field(default_factory=list)
+    variants: list[ExportRecord] = field(default_factory=list)
     edge_variants: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,7 +275,7 @@ class ModelResult:
                              "input": self.input.to_dict()}
         if self.prune is not None:
             d["prune"] = self.prune.to_dict()
-        d["variants"] = self.variants
+        d["variants"] = [v.to_dict() for v in self.variants]
         if self.edge_variants:
             d["edge_variants"] = self.edge_variants
         return d
