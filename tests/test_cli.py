@@ -118,6 +118,16 @@ def test_config_error_line(overrides, words):
 
 
 @pytest.mark.slow
+def test_bash_completion_offers_the_users_own_targets(tmp_path):
+    """A target of the user's own ($HWNAS_HOME/target/<name>.yaml) completes as the shipped ones do."""
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "mybox.yaml").write_text((ROOT / "conf" / "target" / "cpu.yaml").read_text()
+                                                    .replace("name: cpu", "name: mybox"))
+    r = _cli("nas.cli.search", "-sc", "query=bash", env={"COMP_LINE": "python -m nas.search conf=my",
+                                                          "HWNAS_HOME": str(tmp_path)})
+    assert r.returncode == 0 and r.stdout.split() == ["conf=mybox"], (r.stdout, r.stderr)
+
+
 def test_bash_completion_install_and_query():
     r = _cli("nas.cli.search", "-sc", "install=bash")
     assert r.returncode == 0 and "hydra_bash_completion" in r.stdout and "complete " in r.stdout

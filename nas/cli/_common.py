@@ -28,7 +28,7 @@ import nas.config  # its compose_app (every command's schemas) loads on a config
 from nas._io import Busy, hide_passwords, shell_join
 from nas._yaml import YamlError, check_yaml
 from nas.cli._help import annotate_help
-from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs
+from nas.config import CONF_DIR, alias_override, normalize_overrides, register_configs, user_search_path
 from nas.machine import OtherProcessorWarning, RuntimeUnavailable
 from nas.resources import user_home
 from nas.target import removed_field_error
@@ -191,12 +191,14 @@ def config_error_line(e: BaseException) -> str:
 
 def _complete(app: Callable) -> Any:
     """Hydra's bash completion query (``COMP_LINE=... hwnas-<cmd> -sc query=bash``), with ``conf=``
-    completed as the ``target`` group and ``python -m nas.<cmd> ...`` lines understood."""
+    completed as the ``target`` group (the user's own targets in ``$HWNAS_HOME/target/`` too) and
+    ``python -m nas.<cmd> ...`` lines understood."""
     words = os.environ.get("COMP_LINE", "").split(" ")
     if len(words) > 2 and words[1] == "-m":  # python -m nas.search ...
         words = words[2:]
     as_conf = words[-1].startswith(("conf=", "conf."))
-    os.environ["COMP_LINE"] = " ".join([words[0], *(alias_override(w) for w in words[1:])])
+    home = user_search_path(words[1:])  # the user's own targets complete too
+    os.environ["COMP_LINE"] = " ".join([words[0], *([home] if home else []), *(alias_override(w) for w in words[1:])])
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):

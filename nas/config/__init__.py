@@ -15,7 +15,7 @@ Each command's schema is in ``nas.config.<command>`` (``<Command>AppConfig`` and
 from __future__ import annotations
 
 from nas._lazy import lazy_exports
-from nas.config.common import CONF_DIR, alias_override, normalize_overrides, register_configs
+from nas.config.common import CONF_DIR, alias_override, normalize_overrides, register_configs, user_search_path
 from nas.config.predict import PredictAppConfig
 from nas.config.profile import ProfileAppConfig
 from nas.config.schema import DeviceConfig, MeasureConfig, TargetConfig, schema_from
@@ -26,6 +26,7 @@ __all__ = [
     "CONF_DIR", "DeviceConfig", "MeasureConfig", "PredictAppConfig", "ProfileAppConfig", "SpaceAppConfig",
     "TargetConfig", "ValidateAppConfig",
     "alias_override", "compose_app", "normalize_overrides", "register_all_configs", "register_configs", "schema_from",
+    "user_search_path",
 ]
 
 # every command's schemas, for tests and notebooks; a command registers only its own, so that

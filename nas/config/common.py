@@ -16,7 +16,7 @@ from nas.config.schema import TargetConfig
 from nas.resources import conf_dir, user_home
 from nas.target import HERE_NAMES, removed_field_error, target_names
 
-__all__ = ["CONF_DIR", "alias_override", "normalize_overrides", "register_configs"]
+__all__ = ["CONF_DIR", "alias_override", "normalize_overrides", "register_configs", "user_search_path"]
 
 CONF_DIR = conf_dir()
 
@@ -79,14 +79,23 @@ def normalize_overrides(args: Sequence[str]) -> list[str]:
     out = [alias_override(a) for a in args]
     _refuse_removed(out)
     out = _here_override(out)
-    home = user_home()
-    if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in out) and "-sc" not in out:
+    home = user_search_path(out)
+    if home and "-sc" not in out:  # shell completion reads its line from COMP_LINE (nas.cli: the same word there)
         # beside the user's own overrides: Hydra's parser reads them as one run of words, so one placed after
         # a flag (``conf=cpu --cfg job hydra.searchpath=...``) would be an unrecognized argument
         first = next((i for i, a in enumerate(out) if not a.startswith("-") and ("=" in a or a.startswith("~"))),
                      len(out))
-        out.insert(first, f"hydra.searchpath=[file://{home}]")
+        out.insert(first, home)
     return out
+
+
+def user_search_path(args: Sequence[str]) -> str | None:
+    """The override that puts the user's own config dir (``$HWNAS_HOME``, holding ``target/<name>.yaml``) on
+    Hydra's search path, or None: it has no targets, or ``args`` set a search path already."""
+    home = user_home()
+    if (home / "target").is_dir() and not any(a.startswith("hydra.searchpath") for a in args):
+        return f"hydra.searchpath=[file://{home}]"
+    return None
 
 
 # `--help` of the commands that take a target but none of search's groups (data, evaluator, sampler):
