@@ -14,16 +14,8 @@ The GPU's fields (name, driver, CUDA, read through torch) are added by
 
 from __future__ import annotations
 
-from nas._lazy import lazy_exports
+# no lazy exports: nothing here loads a heavy library (standard library and this package's light modules)
+from nas.machine.identity import OtherProcessorWarning, RuntimeUnavailable, cpu_identity, device_mismatch
+from nas.machine.versions import installed_version
 
-_HOMES = {
-    "OtherProcessorWarning": "identity",
-    "RuntimeUnavailable": "identity",
-    "cpu_identity": "identity",
-    "device_mismatch": "identity",
-    "installed_version": "versions",
-}
-
-__all__ = sorted(_HOMES)
-
-__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
+__all__ = ["OtherProcessorWarning", "RuntimeUnavailable", "cpu_identity", "device_mismatch", "installed_version"]

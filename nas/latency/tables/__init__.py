@@ -10,30 +10,18 @@ words every latency figure carries about where it came from.
 
 from __future__ import annotations
 
-from nas._lazy import lazy_exports
+# no lazy exports: nothing here loads a heavy library (standard library and this package's light modules)
+from nas.latency.tables.provenance import (
+    EAGER,
+    GRAPH,
+    SOURCES,
+    LatencyModel,
+    Prediction,
+    how_measured,
+    how_predicted,
+    on_device,
+)
+from nas.latency.tables.table import Entry, LatencyTable, TableError, Throttle, merge_into, now_iso, resolve_table_path
+from nas.latency.tables.use import check_target_table, default_table_out, profile_writer, require_entries
 
-_HOMES = {
-    "EAGER": "provenance",
-    "GRAPH": "provenance",
-    "SOURCES": "provenance",
-    "LatencyModel": "provenance",
-    "Prediction": "provenance",
-    "how_measured": "provenance",
-    "how_predicted": "provenance",
-    "on_device": "provenance",
-    "Entry": "table",
-    "LatencyTable": "table",
-    "TableError": "table",
-    "Throttle": "table",
-    "merge_into": "table",
-    "now_iso": "table",
-    "resolve_table_path": "table",
-    "check_target_table": "use",
-    "default_table_out": "use",
-    "profile_writer": "use",
-    "require_entries": "use",
-}
-
-__all__ = sorted(_HOMES)
-
-__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
+__all__ = ["EAGER", "Entry", "GRAPH", "LatencyModel", "LatencyTable", "Prediction", "SOURCES", "TableError", "Throttle", "check_target_table", "default_table_out", "how_measured", "how_predicted", "merge_into", "now_iso", "on_device", "profile_writer", "require_entries", "resolve_table_path"]
