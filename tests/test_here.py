@@ -163,12 +163,14 @@ def test_here_is_a_target_option_for_hydra():
 
 
 @pytest.mark.slow
-def test_help_and_completion_offer_here():
+def test_help_and_completion_offer_here(tmp_path):
     r = _cli("nas.predict", "--help")
     assert r.returncode == 0 and "conf=here" in r.stdout
     line = next(s for s in r.stdout.splitlines() if s.startswith("conf=<name>, one of:"))
     assert "here" in line.split("one of:")[1].replace(",", " ").split()
-    r = _cli("nas.cli.search", "-sc", "query=bash", env={"COMP_LINE": "python -m nas.search conf=he"})
+    # a home without targets: the user's own here_<machine>, once written, completes too (test_cli)
+    r = _cli("nas.cli.search", "-sc", "query=bash", env={"COMP_LINE": "python -m nas.search conf=he",
+                                                          "HWNAS_HOME": str(tmp_path)})
     assert r.returncode == 0 and r.stdout.split() == ["conf=here", "conf=here_gpu"], r.stderr
     assert "here_gpu" in line.split("one of:")[1].replace(",", " ").split()
 
