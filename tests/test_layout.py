@@ -21,6 +21,7 @@ import importlib
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nas
@@ -291,23 +292,29 @@ def test_the_room_checks_can_fail():
                                     "nas.latency.predict.load imports nas.machine.identity (not through nas.machine)"]
 
 
-def _misplaced_imports(module: str, path: Path) -> list[str]:
-    """Imports inside a function that are neither ``try_import`` of an optional runtime nor, in a standalone
-    script or for SQLAlchemy, an ``import`` statement with its reason in a comment (same line or the one above)."""
+def _misplaced_imports(module: str, path: Path, allowed: Callable[[str, str, str], bool] | None = None) -> list[str]:
+    """Imports inside a function that are neither ``try_import`` of an optional runtime nor an ``import``
+    statement ``allowed(module, its top-level name, its comment)`` lets stay (the comment: from the ``#`` on, on
+    the statement's line or the line above; "" without one).  The package's rule (the default): an optional
+    runtime with its reason, in a standalone script or for SQLAlchemy."""
     lines = path.read_text().splitlines()
     bad = []
     for name, line, in_fn in _imports(module, path):
         if not in_fn:
             continue
-        top, text = name.split(".")[0], lines[line - 1]
+        top, text, above = name.split(".")[0], lines[line - 1], lines[line - 2].strip() if line > 1 else ""
         if "try_import(" in text:
             ok = top in OPTIONAL_RUNTIMES
         else:
-            reason = "#" in text or lines[line - 2].strip().startswith("#")
-            ok = reason and top in OPTIONAL_RUNTIMES and (module in STANDALONE or top in HEAVY_NOT_OPTIONAL)
+            comment = text[text.index("#"):] if "#" in text else above if above.startswith("#") else ""
+            ok = (allowed or _package_allows)(module, top, comment)
         if not ok:
             bad.append(f"{module}:{line} {name}")
     return bad
+
+
+def _package_allows(module: str, top: str, comment: str) -> bool:
+    return bool(comment) and top in OPTIONAL_RUNTIMES and (module in STANDALONE or top in HEAVY_NOT_OPTIONAL)
 
 
 def test_imports_sit_at_the_top():
@@ -336,21 +343,13 @@ def _misplaced_benchmark_imports(module: str, path: Path) -> list[str]:
     """Imports inside a benchmark's function other than ``try_import`` of an optional runtime, an ``import``
     statement of an optional runtime with "# optional: <why>", or in a light module one with "# heavy: <why>"
     (the comment on the statement's line or the line above)."""
-    lines = path.read_text().splitlines()
-    bad = []
-    for name, line, in_fn in _imports(module, path):
-        if not in_fn:
-            continue
-        top, text, above = name.split(".")[0], lines[line - 1], lines[line - 2].strip() if line > 1 else ""
-        if "try_import(" in text:
-            ok = top in OPTIONAL_RUNTIMES
-        else:
-            said = text.partition("#")[2].strip() or (above[1:].strip() if above.startswith("#") else "")
-            ok = ((said.startswith("optional:") and top in OPTIONAL_RUNTIMES)
-                  or (said.startswith("heavy:") and module in LIGHT_BENCHMARKS))
-        if not ok:
-            bad.append(f"{module}:{line} {name}")
-    return bad
+    return _misplaced_imports(module, path, _benchmark_allows)
+
+
+def _benchmark_allows(module: str, top: str, comment: str) -> bool:
+    said = comment.lstrip("#").strip()
+    return ((said.startswith("optional:") and top in OPTIONAL_RUNTIMES)
+            or (said.startswith("heavy:") and module in LIGHT_BENCHMARKS))
 
 
 def test_benchmarks_import_at_the_top():

@@ -140,15 +140,15 @@ def _predict(ctx: PipelineContext, prec: str, arch: Arch) -> dict[str, Any] | No
     return p.record(ctx.targets[prec].name)
 
 
-def _cached_export(cache: Path) -> dict[str, Any] | None:
-    """An export's cached record, or None when there is none or it cannot be read back (damaged, or written by
-    a much older version): the variant is then exported again and its cache rewritten."""
+def _cached_export(cache: Path) -> tuple[ExportRecord, bool] | None:
+    """An export's cached record and whether it holds its accuracy's interval, or None when there is none or it
+    cannot be read back (damaged, or written by a much older version): the variant is then exported again and
+    its cache rewritten."""
     try:
         data = json.loads(cache.read_text())
-        ExportRecord.from_dict(data)
+        return ExportRecord.from_dict(data), "accuracy_ci95" in data
     except (OSError, ValueError, TypeError, AttributeError):  # json's errors are ValueErrors
         return None
-    return data
 
 
 def _export_variant(ctx: PipelineContext, mdir: Path, name: str, prec: str, arch: Arch, make: Callable[[], bytes],
@@ -160,10 +160,10 @@ def _export_variant(ctx: PipelineContext, mdir: Path, name: str, prec: str, arch
     cache = mdir / "export" / f"{name}.json"
     cached = _cached_export(cache) if path.is_file() else None
     if cached is not None:
-        rec = ExportRecord.from_dict(cached)
+        rec, has_interval = cached
         if not card_path(path).is_file():
             _card(ctx, rec, arch)
-        return dataclasses.replace(rec, **_interval(ctx, rec)) if "accuracy_ci95" not in cached else rec
+        return rec if has_interval else dataclasses.replace(rec, **_interval(ctx, rec))
     data = make()
     atomic_write_bytes(path, data)
     in_shape = (arch.in_chans, arch.resolution, arch.resolution)

@@ -24,4 +24,6 @@ from nas.latency.tables.provenance import (
 from nas.latency.tables.table import Entry, LatencyTable, TableError, Throttle, merge_into, now_iso, resolve_table_path
 from nas.latency.tables.use import check_target_table, default_table_out, profile_writer, require_entries
 
-__all__ = ["EAGER", "Entry", "GRAPH", "LatencyModel", "LatencyTable", "Prediction", "SOURCES", "TableError", "Throttle", "check_target_table", "default_table_out", "how_measured", "how_predicted", "merge_into", "now_iso", "on_device", "profile_writer", "require_entries", "resolve_table_path"]
+__all__ = ["EAGER", "Entry", "GRAPH", "LatencyModel", "LatencyTable", "Prediction", "SOURCES", "TableError",
+           "Throttle", "check_target_table", "default_table_out", "how_measured", "how_predicted", "merge_into",
+           "now_iso", "on_device", "profile_writer", "require_entries", "resolve_table_path"]
