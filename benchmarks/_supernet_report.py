@@ -1,7 +1,8 @@
-"""The record, table and plot of a complete run of the ranking benchmark (``benchmarks/supernet.py``): every
-estimator and the trivial scores (MACs, parameters, predicted latency) judged by Kendall's tau over all
-architectures, within equal-latency bands and partialled on MACs, each the mean over the estimator's
-seeds with a paired bootstrap 95% confidence interval, and each score's difference from MACs with its own."""
+"""The record, table and plot of a run of the ranking benchmark (``benchmarks/supernet.py``; complete, or an
+interim report of the scores complete so far): every estimator and the trivial scores (MACs, parameters,
+predicted latency) judged by Kendall's tau over all architectures, within equal-latency bands and partialled
+on MACs, each the mean over the estimator's seeds with a paired bootstrap 95% confidence interval, and each
+score's difference from MACs with its own."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ HEADERS = {"tau_all": "τ, all {n}", "tau_bands": "τ within latency bands, mean
 
 @dataclass(frozen=True)
 class RankingRun:
-    """Everything a complete run of the ranking benchmark computed, as its report reads it.
+    """Everything a run of the ranking benchmark computed (or, in an interim report, has so far), as its
+    report reads it.
 
     Args:
         command: the command line that reproduces the run.
@@ -49,7 +51,8 @@ class RankingRun:
         bands: the equal-latency bands.
         draws: bootstrap resamples.
         seed: the bootstrap's seed.
-        extra: further records the JSON keeps as they are (histories, train_equal, jobs, the cost estimate).
+        extra: further records the JSON keeps as they are (histories, train_equal, jobs, the cost estimate;
+            an interim report's ``interim``: how many scores are complete, of how many, and those missing).
     """
 
     command: str
@@ -81,7 +84,10 @@ def cost_per_arch(run: RankingRun) -> dict[str, float]:
 def trials_at_1epoch_cost(run: RankingRun) -> float | None:
     """The trials of a search over which the supernet's training, shared, makes a trial cost one epoch of
     training (``supernet`` and ``supernet_again`` are the same scoring timed twice: the lesser is the less
-    disturbed by other load); None where a supernet trial costs no less than one epoch."""
+    disturbed by other load); None where a supernet trial costs no less than one epoch, or where an interim
+    report lacks one of those scores."""
+    if not {"supernet", "supernet_again", "train_1epoch"} <= run.seconds.keys():
+        return None
     sn = min(np.mean(run.seconds["supernet"]), np.mean(run.seconds["supernet_again"]))
     margin = float(np.mean(run.seconds["train_1epoch"]) - sn)
     return run.supernet_seconds["supernet"] / margin if margin > 0 else None
@@ -102,7 +108,11 @@ def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, 
                  f"{np.mean(ceilings[1]):.3f}", *(f"{c:.3f}" for c in ceilings[1]), "—", "—"])
     diff = [[BASELINES.get(name, name), *(r.minus_macs[m].text(sign=True) for m in METRICS)]
             for name, r in ranking.items() if r.minus_macs is not None]
-    return (markdown_table(rows, head) + "\n\nEach score less MACs (paired bootstrap 95% CI):\n\n"
+    interim = run.extra.get("interim")
+    head_line = "" if interim is None else (
+        f"**Interim report**: {interim['complete']} of the run's {interim['of']} scores complete; each estimator "
+        f"with the seeds complete so far (its seeds column); still missing: {', '.join(interim['missing'])}.\n\n")
+    return (head_line + markdown_table(rows, head) + "\n\nEach score less MACs (paired bootstrap 95% CI):\n\n"
             + markdown_table(diff, ["score − MACs", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],
                                     HEADERS["tau_partial_macs"]]))
 
@@ -123,7 +133,7 @@ def _panels(run: RankingRun, ranking: dict[str, Ranking]) -> list[tuple[str, lis
 
 
 def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
-    """Judge every score of a complete run, write ``<out>/<name>.json``, ``.md`` (the tables) and ``.png``,
+    """Judge every score of a run (complete, or its scores complete so far), write ``<out>/<name>.json``, ``.md`` (the tables) and ``.png``,
     print the tables; returns the JSON record."""
     runs = [run.values[s] for s in run.standalone]
     ref = np.mean(runs, axis=0)
@@ -136,7 +146,8 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
     in_bands = band_ceilings(runs, bands)
     cost = cost_per_arch(run)
     agreement = reference_agreement(runs)
-    again = kendall_tau(run.values["supernet"], run.values["supernet_again"])
+    again = (kendall_tau(run.values["supernet"], run.values["supernet_again"])
+             if {"supernet", "supernet_again"} <= run.values.keys() else None)
     band_rec = [{"band": k + 1, "archs": len(b), "predicted_ms": [float(np.min(np.asarray(run.predicted_ms)[b])),
                                                                   float(np.max(np.asarray(run.predicted_ms)[b]))],
                  "reference_accuracy": [float(ref[b].min()), float(ref[b].max())], "perfect_score_tau": c}
@@ -162,7 +173,8 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
     print("bands (predicted latency, fastest first): " + "; ".join(
         f"{b['band']}: {b['archs']} archs, {b['predicted_ms'][0]:.3f}-{b['predicted_ms'][1]:.3f} ms, reference "
         f"{100 * b['reference_accuracy'][0]:.2f}-{100 * b['reference_accuracy'][1]:.2f}%" for b in band_rec))
-    print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {again:.3f}")
+    if again is not None:
+        print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {again:.3f}")
     print(f"the reference against itself: tau between runs {agreement['pairwise_mean']:.3f} (pairs "
           f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one run against the mean of the others "
           f"{agreement['one_vs_mean_of_rest']:.3f}")

@@ -34,7 +34,9 @@ by hand (or across machines sharing the folder), each part computing only its sc
     taskset -c 1 python -m benchmarks supernet --scores standalone0 standalone1
 
 Whichever finds every score complete writes ``<out>/supernet_ranking.json``, ``.md`` (tables), ``.png``
-(default out: benchmarks/results/).  Every supernet and score is cached under ``<out>/bench_supernet/``:
+(default out: benchmarks/results/).  While parts still run, ``--report`` computes nothing and writes an interim
+report of the scores complete so far (``supernet_ranking_interim.*``: the complete reference needed, each
+estimator with its seeds complete so far, those missing named).  Every supernet and score is cached under ``<out>/bench_supernet/``:
 an interrupted run resumes; a cache of other settings is refused, each difference named.
 """
 
@@ -144,6 +146,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=1, help="processes the scores run in, each on a core of its own "
                    "(the first cores this process may use)")
+    p.add_argument("--report", action="store_true", help="compute nothing: write the report of the scores complete "
+                   "so far (an interim one, supernet_ranking_interim.*, while some are missing)")
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(RESULTS))
     argv = sys.argv[1:] if argv is None else argv
@@ -169,6 +173,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--jobs must be at least 1, got {a.jobs}")
     if a.jobs > 1 and a.device != "cpu":
         p.error(f"--jobs runs the parts on CPU cores; on --device {a.device} give --jobs 1")
+    if a.report and (a.scores or a.jobs > 1):
+        p.error("--report computes nothing: give it without --scores and --jobs")
     names = score_names(a.standalone_seeds, a.estimator_seeds)
     unknown = [s for s in a.scores or () if s not in names]
     if unknown:
@@ -412,25 +418,36 @@ def standalone_runs(work: Path, a: argparse.Namespace, archs: list[Arch]) -> lis
 
 
 def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arch], ms: list[float],
-            work: Path) -> RankingRun:
-    """What the report of the complete run ``a`` reads, from its caches."""
+            work: Path, *, so_far: bool = False) -> RankingRun:
+    """What the report of the complete run ``a`` reads, from its caches; ``so_far``: of the scores complete so
+    far (the reference must be: a one-line error names what it lacks), each estimator with the seeds complete,
+    one without any left out, and what is missing recorded (``extra["interim"]``)."""
     names = score_names(a.standalone_seeds, a.estimator_seeds)
+    missing = _missing(names, work, a, archs)
+    standalone_runs(work, a, archs)  # the reference complete, or a one-line error naming what it lacks
+    if missing and not so_far:
+        raise SystemExit(f"{work}: the run is not complete (missing {', '.join(missing)}); finish it, or give "
+                         "--report for an interim report of what is")
+    names = tuple(n for n in names if n not in missing)
     caches = {n: _cache(work, n, a) for n in names}
     values = {n: [caches[n][x.digest()]["score"] for x in archs] for n in names}
     seconds = {n: [caches[n][x.digest()]["seconds"] for x in archs] for n in names}
     histories = {n: read_checkpoint(supernet_dir(work, n, a) / "supernet.ckpt")["history"]
                  for n in names if supernet_of(n) == n}
-    estimators = {m: seed_names(m, a.estimator_seeds) for m in METHODS}
+    estimators = {m: seeds for m in METHODS if (seeds := tuple(n for n in seed_names(m, a.estimator_seeds) if n in names))}
     setup = {"data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
              "target": a.target, "device": a.device, "batch_size": a.batch_size, "pick": a.pick, "archs": len(archs),
              "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
              "estimators_scored_on": f"the validation split ({sizes.val} images)",
              "reference": f"the mean of {a.standalone_seeds} stand-alone runs, each scored on the test split "
                           f"({sizes.test} images), which no estimator saw", "quick": a.quick}
-    extra = {"supernet_history": histories["supernet"], "progressive_history": histories["progressive"],
-             "train_equal": json.loads((work / "equal_compute.json").read_text()),
+    equal = work / "equal_compute.json"
+    extra = {"supernet_history": histories.get("supernet"), "progressive_history": histories.get("progressive"),
+             "train_equal": json.loads(equal.read_text()) if equal.is_file() else None,
              "estimated_cost": cost_estimate(a, work, archs, sizes),
              "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
+    if so_far:
+        extra["interim"] = {"complete": len(names), "of": len(names) + len(missing), "missing": missing}
     return RankingRun(command(a), setup, [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
                       arch_baselines(archs, ms, data), estimators, ACCURACY, {n: _seed(n, a) for n in names}, values,
                       seconds, tuple(n for n in names if n.startswith("standalone")),
@@ -485,14 +502,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     print(estimate_line(cost_estimate(a, work, archs, sizes), a.jobs), flush=True)
     if a.jobs > 1:
         run_parts_of(a, work, archs, sizes)
-    else:
+    elif not a.report:
         compute_here(a, space, data, reference_data, archs, work)
     missing = _missing(score_names(a.standalone_seeds, a.estimator_seeds), work, a, archs)
+    name = "supernet_ranking_quick" if a.quick else "supernet_ranking"  # the former benchmark's supernet.json stays
+    if missing and a.report:
+        print(f"an interim report: {len(missing)} scores still missing ({', '.join(missing)})", flush=True)
+        return report(collect(a, data, sizes, archs, ms, work, so_far=True), Path(a.out), f"{name}_interim")
     if missing:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
-              "the report; or run again without --scores)")
+              "the report; or run again without --scores; --report writes an interim one of what is complete)")
         return None
-    name = "supernet_ranking_quick" if a.quick else "supernet_ranking"  # the former benchmark's supernet.json stays
     return report(collect(a, data, sizes, archs, ms, work), Path(a.out), name)
 
 

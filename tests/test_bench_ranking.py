@@ -203,3 +203,33 @@ def test_the_cost_estimate_follows_the_settings(tmp_path, capsys):
         with pytest.raises(SystemExit):
             bs.parse_args(bad)
         assert words in capsys.readouterr().err
+
+
+def test_an_interim_report_judges_the_scores_complete_so_far(tmp_path, capsys):
+    """--report while parts still run: each estimator with its seeds complete, one without any left out, the
+    missing scores named; without the complete reference it is a one-line error naming what is lacking."""
+    a, work, archs, ms, data = _fake_run(tmp_path)
+    sizes = bs.SplitSizes(256, 128, 256)
+    for name in ("progressive", "progressive@1", "train_1epoch", "supernet_again"):  # not begun
+        bs.cache_path(work, name, a).unlink()
+    half = bs.cache_path(work, "supernet@1", a)  # a seed halfway through its architectures
+    half.write_text(json.dumps(dict(list(json.loads(half.read_text()).items())[:6])))
+    with pytest.raises(SystemExit, match="not complete .missing progressive, "):  # the full report refuses
+        bs.collect(a, data, sizes, archs, ms, work)
+    run = bs.collect(a, data, sizes, archs, ms, work, so_far=True)
+    assert run.estimators["supernet"] == ("supernet",) and "progressive" not in run.estimators
+    assert run.estimators["train"] == ("train", "train@1") and run.estimators["train_1epoch"] == ("train_1epoch@1",)
+    assert run.extra["interim"]["missing"] == ["progressive", "train_1epoch", "supernet_again", "supernet@1",
+                                               "progressive@1"]
+    res = report(run, tmp_path, "r_interim")
+    assert res["ranking"]["supernet"]["seeds"] == 1 and res["ranking"]["train"]["seeds"] == 2
+    assert "progressive" not in res["ranking"] and res["trials_at_1epoch_cost"] is None
+    assert res["supernet_against_itself"] is None and res["progressive_history"] is None
+    table = (tmp_path / "r_interim.md").read_text()
+    assert table.startswith("**Interim report**: 12 of the run's 17 scores complete") and "supernet@1" in table
+    bs.cache_path(work, "standalone1", a).write_text("{}")
+    with pytest.raises(SystemExit, match="the stand-alone run standalone1 lacks 12 of 12 architectures"):
+        bs.collect(a, data, sizes, archs, ms, work, so_far=True)
+    with pytest.raises(SystemExit):
+        bs.parse_args(["--report", "--scores", "train"])
+    assert "--report computes nothing" in capsys.readouterr().err
