@@ -100,8 +100,10 @@ def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, 
     head = ["score", "seeds", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],
             *(f"band {k + 1}" for k in range(nb)), HEADERS["tau_partial_macs"], "s / arch"]
     rows = []
+    same = (run.extra.get("train_equal") or {}).get("same_as_train")
     for name, r in ranking.items():
-        label = BASELINES.get(name, name)
+        label = BASELINES.get(name, name) + (" (as many epochs as train: train's scores)"
+                                             if same and name == "train_equal" else "")
         rows.append([label, r.seeds, r.tau_all.text(), r.tau_bands.text(), *(f"{b.value:.3f}" for b in r.bands),
                      r.tau_partial_macs.text(), f"{cost[name]:.2f}" if name in cost else "—"])
     rows.append(["a perfect score (simulated from the runs' noise)", "—", f"{ceilings[0]:.3f}",

@@ -261,9 +261,23 @@ def _evaluator(name: str, a: argparse.Namespace, work: Path) -> tuple[Any, int]:
     return TrainEvaluator(epochs=a.standalone_epochs, device=a.device, **batch), seed
 
 
+def equal_is_train(work: Path) -> bool:
+    """Whether ``train_equal`` trains as many epochs as ``train`` (``equal_compute.json``, once computed): then
+    each of its seeds is ``train``'s seed, the same training, whose scores it reads instead of computing them
+    again."""
+    path = work / "equal_compute.json"
+    if not path.is_file():
+        return False
+    rec = json.loads(path.read_text())
+    return int(rec["epochs"]) == int(rec["train_epochs"])
+
+
 def cache_path(work: Path, name: str, a: argparse.Namespace) -> Path:
     """Where score ``name``'s values are kept; a stand-alone run's, a second draw's and a further seed's
-    file are named by their seed."""
+    file are named by their seed; ``train_equal``'s are ``train``'s where it trains as many epochs
+    (``equal_is_train``)."""
+    if _split_seed(name)[0] == "train_equal" and equal_is_train(work):
+        return cache_path(work, name.replace("train_equal", "train", 1), a)
     stem = name
     if name.startswith("standalone"):
         stem = f"standalone_seed{_seed(name, a)}"
@@ -329,6 +343,8 @@ def estimated_seconds(name: str, a: argparse.Namespace, n: int, sizes: SplitSize
         return scoring + a.supernet_epochs * (SUPERNET_EPOCH[method] * sizes.train + 2 * SCORED * sizes.val) * per_image
     if method in ("naswot", "synflow"):
         return n * 64 * per_image  # one batch
+    if method == "train_equal" and equal_is_train(work):
+        return 0.0  # train's scores (equal_is_train): counted there
     epochs = {"train": TrainEvaluator().epochs, "train_1epoch": 1}.get(method)
     if epochs is None:  # train_equal
         path = work / "equal_compute.json"
@@ -379,8 +395,10 @@ def parts(a: argparse.Namespace, work: Path, archs: list[Arch], sizes: SplitSize
     scores, each stand-alone run or estimator seed, the zero-cost proxies together (``train_equal`` needs
     ``supernet`` and ``train``); a part's cost: its estimated seconds (``estimated_seconds``)."""
     groups: dict[str, list[str]] = {}
+    same = equal_is_train(work)  # train_equal's scores are train's, computed by train's parts
     for s in _missing(a.scores, work, a, archs):
-        groups.setdefault(_group(s), []).append(s)
+        if not (same and _split_seed(s)[0] == "train_equal"):
+            groups.setdefault(_group(s), []).append(s)
     out = {}
     for key, scores in groups.items():
         needs = tuple(k for k in ("supernet", "train") if k in groups) if key.startswith("train_equal") else ()
@@ -443,7 +461,8 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
                           f"({sizes.test} images), which no estimator saw", "quick": a.quick}
     equal = work / "equal_compute.json"
     extra = {"supernet_history": histories.get("supernet"), "progressive_history": histories.get("progressive"),
-             "train_equal": json.loads(equal.read_text()) if equal.is_file() else None,
+             "train_equal": ({**json.loads(equal.read_text()), "same_as_train": equal_is_train(work)}
+                             if equal.is_file() else None),
              "estimated_cost": cost_estimate(a, work, archs, sizes),
              "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
     if so_far:
@@ -473,6 +492,10 @@ def compute_here(a: argparse.Namespace, space: Any, data: Any, reference_data: A
     """Compute the scores of ``a.scores`` in this process (a stand-alone run's on ``reference_data``), training
     a supernet first where one is needed."""
     for name in a.scores:
+        if _split_seed(name)[0] == "train_equal" and equal_is_train(work):
+            print(f"{name}: as many epochs as train, the same training: its scores are "
+                  f"{name.replace('train_equal', 'train', 1)}'s, computed there", flush=True)
+            continue
         own = supernet_of(name)
         if own and _missing([name], work, a, archs):
             t0 = time.perf_counter()

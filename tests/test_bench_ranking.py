@@ -130,7 +130,7 @@ def _fake_run(tmp_path):
             bs.supernet_dir(work, name, a).mkdir(parents=True, exist_ok=True)
             torch.save({"format": SUPERNET_FORMAT, "version": SUPERNET_VERSION, "history": [{"seconds": 6.0}] * 2},
                        bs.supernet_dir(work, name, a) / "supernet.ckpt")
-    (work / "equal_compute.json").write_text(json.dumps({"epochs": 2}))
+    (work / "equal_compute.json").write_text(json.dumps({"epochs": 2, "train_epochs": 3}))
     return a, work, archs, ms, data
 
 

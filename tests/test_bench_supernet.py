@@ -283,3 +283,26 @@ def test_a_split_supernet_trains_one_supernet_per_choice_of_its_parameter():
     with pytest.raises(SystemExit, match="no such choice to split on .*s1_width"):
         ab.sub_spaces(space, "head_hidden")  # bench/wide's head has one choice
 
+
+
+def test_bench_supernet_train_equal_at_trains_epochs_is_train(tmp_path, capsys):
+    """Where the supernet's cost buys as many epochs as train's, train_equal is the same training with the
+    same seeds: it reads train's scores (its cache is train's), costs nothing more, and runs no part of
+    its own; at other epochs it keeps its own cache."""
+    a = bs.parse_args(["--out", str(tmp_path), "--estimator-seeds", "2"])
+    work = tmp_path / "w"
+    (work / "scores").mkdir(parents=True)
+    assert bs.cache_path(work, "train_equal@1", a).name == "train_equal_seed100.json"  # not known yet: its own
+    (work / "equal_compute.json").write_text(json.dumps({"epochs": 3, "train_epochs": 3}))
+    assert bs.cache_path(work, "train_equal@1", a) == bs.cache_path(work, "train@1", a)
+    assert bs.cache_path(work, "train_equal", a).name == "train.json"
+    sizes = bs.SplitSizes(10000, 12000, 10000)
+    assert bs.estimated_seconds("train_equal@1", a, 60, sizes, work) == 0.0
+    archs = [load_space("tiny").random(s) for s in range(3)]
+    assert not [p for p in bs.parts(a, work, archs, sizes) if p.name.startswith("train_equal")]
+    b = bs.parse_args(["--out", str(tmp_path), "--scores", "train_equal"])
+    bs.compute_here(b, None, None, None, archs, work)  # nothing trained: train's part computes those scores
+    assert "its scores are train's, computed there" in capsys.readouterr().out
+    (work / "equal_compute.json").write_text(json.dumps({"epochs": 5, "train_epochs": 3}))
+    assert bs.cache_path(work, "train_equal@1", a).name == "train_equal_seed100.json"
+    assert any(p.name.startswith("train_equal") for p in bs.parts(a, work, archs, sizes))
