@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -310,8 +311,10 @@ def score_archs(label: str, ev: Any, seed: int, path: Path, archs: list[Arch], d
 def equal_epochs(work: Path, a: argparse.Namespace) -> int:
     """The epochs of ``train_equal``: ``evaluator=train``'s epochs scaled by the sandwich supernet's cost
     (its training and its scoring of every architecture) over ``train``'s (its scoring of every
-    architecture), both measured in this run (``--seed``'s); at least 1.  Kept in ``equal_compute.json``
-    once computed, so every process of a split run, and every seed, trains the same epochs."""
+    architecture), both measured in this run (``--seed``'s); at least 1.  The training's cost is its median
+    epoch times its epochs: every epoch does the same work, so an epoch slowed by other load (or by a
+    resumed run's start) counts as a typical one.  Kept in ``equal_compute.json`` once computed, so every
+    process of a split run, and every seed, trains the same epochs."""
     path = work / "equal_compute.json"
     if path.is_file():
         return int(json.loads(path.read_text())["epochs"])
@@ -319,11 +322,14 @@ def equal_epochs(work: Path, a: argparse.Namespace) -> int:
     if len(sn) < a.archs or len(tr) < a.archs or not ckpt.is_file():
         raise SystemExit("train_equal needs the supernet and train scores of every architecture first (its epochs "
                          "are the supernet's cost over train's): compute those, then train_equal")
-    sn_s = sum(h["seconds"] for h in read_checkpoint(ckpt)["history"]) + sum(v["seconds"] for v in sn.values())
+    epoch_s = [h["seconds"] for h in read_checkpoint(ckpt)["history"]]
+    training_s = statistics.median(epoch_s) * len(epoch_s)
+    sn_s = training_s + sum(v["seconds"] for v in sn.values())
     tr_s = sum(v["seconds"] for v in tr.values())
     base = TrainEvaluator().epochs
     epochs = max(1, round(base * sn_s / tr_s))
-    atomic_write_json(path, {"epochs": epochs, "supernet_seconds": sn_s, "train_seconds": tr_s, "train_epochs": base})
+    atomic_write_json(path, {"epochs": epochs, "supernet_seconds": sn_s, "train_seconds": tr_s, "train_epochs": base,
+                             "supernet_training_s": training_s, "supernet_epoch_s": epoch_s})
     return epochs
 
 

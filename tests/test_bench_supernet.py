@@ -262,6 +262,13 @@ def test_bench_supernet_train_equal_takes_the_supernets_cost(tmp_path):
     (work / "scores" / "train.json").write_text(json.dumps({str(i): {"score": 0.5, "seconds": 1e6} for i in range(a.archs)}))
     assert bs.equal_epochs(work, a) == 6  # kept: every process of a split run trains the same epochs
     assert json.loads((work / "equal_compute.json").read_text())["train_epochs"] == 3
+    # an epoch slowed by other load counts as a typical one: every epoch does the same work
+    (work / "equal_compute.json").unlink()
+    (work / "scores" / "train.json").write_text(json.dumps({str(i): {"score": 0.5, "seconds": 10.0} for i in range(a.archs)}))
+    torch.save({"format": SUPERNET_FORMAT, "version": SUPERNET_VERSION,
+                "history": [{"seconds": 36.0}, {"seconds": 300.0}, {"seconds": 36.0}]}, work / "supernet.ckpt")
+    assert bs.equal_epochs(work, a) == round(3 * (3 * 36 + 4) / 40)  # 8 (the sum, 340 s of training: 26)
+    assert json.loads((work / "equal_compute.json").read_text())["supernet_epoch_s"] == [36.0, 300.0, 36.0]
 
 
 def test_a_split_supernet_trains_one_supernet_per_choice_of_its_parameter():
