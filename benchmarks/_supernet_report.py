@@ -135,8 +135,8 @@ def _panels(run: RankingRun, ranking: dict[str, Ranking]) -> list[tuple[str, lis
 
 
 def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
-    """Judge every score of a run (complete, or its scores complete so far), write ``<out>/<name>.json``, ``.md`` (the tables) and ``.png``,
-    print the tables; returns the JSON record."""
+    """Judge every score of a run (complete, or its scores complete so far), write ``<out>/<name>.json``,
+    ``.md`` (the tables) and ``.png``, print the tables; returns the JSON record."""
     runs = [run.values[s] for s in run.standalone]
     ref = np.mean(runs, axis=0)
     bands = latency_bands(run.predicted_ms, run.bands)

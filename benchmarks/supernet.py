@@ -36,8 +36,8 @@ by hand (or across machines sharing the folder), each part computing only its sc
 Whichever finds every score complete writes ``<out>/supernet_ranking.json``, ``.md`` (tables), ``.png``
 (default out: benchmarks/results/).  While parts still run, ``--report`` computes nothing and writes an interim
 report of the scores complete so far (``supernet_ranking_interim.*``: the complete reference needed, each
-estimator with its seeds complete so far, those missing named).  Every supernet and score is cached under ``<out>/bench_supernet/``:
-an interrupted run resumes; a cache of other settings is refused, each difference named.
+estimator with its seeds complete so far, those missing named).  Every supernet and score is cached under
+``<out>/bench_supernet/``: an interrupted run resumes; a cache of other settings is refused, each difference named.
 """
 
 from __future__ import annotations
@@ -458,7 +458,8 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
     seconds = {n: [caches[n][x.digest()]["seconds"] for x in archs] for n in names}
     histories = {n: read_checkpoint(supernet_dir(work, n, a) / "supernet.ckpt")["history"]
                  for n in names if supernet_of(n) == n}
-    estimators = {m: seeds for m in METHODS if (seeds := tuple(n for n in seed_names(m, a.estimator_seeds) if n in names))}
+    estimators = {m: seeds for m in METHODS
+                  if (seeds := tuple(n for n in seed_names(m, a.estimator_seeds) if n in names))}
     setup = {"data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
              "target": a.target, "device": a.device, "batch_size": a.batch_size, "pick": a.pick, "archs": len(archs),
              "supernet_epochs": a.supernet_epochs, "standalone_epochs": a.standalone_epochs,
