@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import rankdata
 
 from benchmarks._ranking import (
     METRICS,
@@ -27,6 +28,9 @@ from benchmarks._ranking import (
 from benchmarks.harness import machine, markdown_table, write_result
 
 BASELINES = {"macs": "MACs", "params": "parameters", "latency": "predicted latency"}  # the trivial scores' rows
+# an estimator's score combined with MACs: the mean of its rank and MACs' rank over the architectures, a rule
+# with no weight to fit (what a search's "largest within noise" pick does with the two), one row per estimator
+WITH_MACS = {"supernet": "supernet + MACs (the mean of their ranks)"}
 HEADERS = {"tau_all": "τ, all {n}", "tau_bands": "τ within latency bands, mean", "tau_partial_macs": "partial τ given MACs"}
 
 
@@ -102,13 +106,12 @@ def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, 
     rows = []
     same = (run.extra.get("train_equal") or {}).get("same_as_train")
     for name, r in ranking.items():
-        label = BASELINES.get(name, name) + (" (as many epochs as train: train's scores)"
-                                             if same and name == "train_equal" else "")
+        label = _label(name) + (" (as many epochs as train: train's scores)" if same and name == "train_equal" else "")
         rows.append([label, r.seeds, r.tau_all.text(), r.tau_bands.text(), *(f"{b.value:.3f}" for b in r.bands),
                      r.tau_partial_macs.text(), f"{cost[name]:.2f}" if name in cost else "—"])
     rows.append(["a perfect score (simulated from the runs' noise)", "—", f"{ceilings[0]:.3f}",
                  f"{np.mean(ceilings[1]):.3f}", *(f"{c:.3f}" for c in ceilings[1]), "—", "—"])
-    diff = [[BASELINES.get(name, name), *(r.minus_macs[m].text(sign=True) for m in METRICS)]
+    diff = [[_label(name), *(r.minus_macs[m].text(sign=True) for m in METRICS)]
             for name, r in ranking.items() if r.minus_macs is not None]
     interim = run.extra.get("interim")
     head_line = "" if interim is None else (
@@ -117,6 +120,19 @@ def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, 
     return (head_line + markdown_table(rows, head) + "\n\nEach score less MACs (paired bootstrap 95% CI):\n\n"
             + markdown_table(diff, ["score − MACs", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],
                                     HEADERS["tau_partial_macs"]]))
+
+
+def _label(name: str) -> str:
+    """A score's row label: a trivial score's name, a combination's description, an estimator's own name."""
+    if name in BASELINES:
+        return BASELINES[name]
+    return WITH_MACS[name.removesuffix("+macs")] if name.endswith("+macs") else name
+
+
+def with_macs(series: list[list[float]], macs: list[float]) -> list[list[float]]:
+    """Each seed's series combined with MACs (``WITH_MACS``): the mean of the two ranks (ties: their mean rank)."""
+    m = rankdata(macs)
+    return [list((rankdata(s) + m) / 2) for s in series]
 
 
 def _panels(run: RankingRun, ranking: dict[str, Ranking]) -> list[tuple[str, list[float], str]]:
@@ -141,9 +157,10 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
     ref = np.mean(runs, axis=0)
     bands = latency_bands(run.predicted_ms, run.bands)
     scores = {m: [run.values[s] for s in names] for m, names in run.estimators.items()}
-    scores |= {k: [run.baselines[k]] for k in BASELINES if k != "macs"}
+    combined = {f"{m}+macs": with_macs(scores[m], run.baselines["macs"]) for m in WITH_MACS if m in scores}
+    scores |= combined | {k: [run.baselines[k]] for k in BASELINES if k != "macs"}
     ranking = rank_scores(ref, scores, run.baselines["macs"], bands, draws=run.draws, seed=run.seed)
-    ranking = {k: ranking[k] for k in (*run.estimators, *BASELINES)}
+    ranking = {k: ranking[k] for k in (*run.estimators, *combined, *BASELINES)}
     ceiling = reference_ceiling(runs)
     in_bands = band_ceilings(runs, bands)
     cost = cost_per_arch(run)

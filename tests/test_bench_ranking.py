@@ -138,9 +138,9 @@ def test_the_report_has_the_trivial_scores_as_rows_and_an_interval_for_every_tau
     a, work, archs, ms, data = _fake_run(tmp_path)
     sizes = bs.SplitSizes(256, 128, 256)
     res = report(bs.collect(a, data, sizes, archs, ms, work), tmp_path, "r")
-    assert list(res["ranking"]) == [*bs.METHODS, "macs", "params", "latency"]
+    assert list(res["ranking"]) == [*bs.METHODS, "supernet+macs", "macs", "params", "latency"]
     for name, r in res["ranking"].items():
-        assert r["seeds"] == (2 if name in bs.METHODS else 1) and len(r["band_taus"]) == 3
+        assert r["seeds"] == (2 if name in (*bs.METHODS, "supernet+macs") else 1) and len(r["band_taus"]) == 3
         assert all(-1 <= r[m]["ci95"][0] <= r[m]["ci95"][1] <= 1 for m in rk.METRICS)
         assert r["minus_macs"] is None if name == "macs" else all(
             -2 <= r["minus_macs"][m]["ci95"][0] <= r["minus_macs"][m]["ci95"][1] <= 2 for m in rk.METRICS)
@@ -151,6 +151,22 @@ def test_the_report_has_the_trivial_scores_as_rows_and_an_interval_for_every_tau
     table = (tmp_path / "r.md").read_text()
     assert all(f"| {row} |" in table for row in ("MACs", "parameters", "predicted latency", "supernet"))
     assert "score − MACs" in table and (tmp_path / "r.png").is_file()
+
+
+def test_the_supernet_combined_with_macs_ranks_by_the_mean_of_the_two_ranks(tmp_path):
+    from benchmarks._supernet_report import with_macs
+
+    assert with_macs([[0.3, 0.1, 0.2, 0.4]], [10, 40, 30, 20]) == [[2.0, 2.5, 2.5, 3.0]]  # ranks (3,1,2,4) and (1,4,3,2)
+    a, work, archs, ms, data = _fake_run(tmp_path)
+    run = bs.collect(a, data, bs.SplitSizes(256, 128, 256), archs, ms, work)
+    res = report(run, tmp_path, "r")
+    ref = np.mean([run.values[s] for s in run.standalone], axis=0)
+    macs = run.baselines["macs"]
+    for k, seed_name in enumerate(run.estimators["supernet"]):  # each seed of the supernet with MACs, judged alone
+        combined = (np.argsort(np.argsort(run.values[seed_name])) + np.argsort(np.argsort(macs))) / 2
+        alone = rk.point_taus(ref, combined, macs, rk.latency_bands(ms, 3))
+        assert res["ranking"]["supernet+macs"]["by_seed"]["tau_bands"][k] == pytest.approx(alone["tau_bands"])
+    assert "| supernet + MACs (the mean of their ranks) | 2 |" in (tmp_path / "r.md").read_text()
 
 
 def test_the_reference_runs_score_on_the_test_split(tmp_path, monkeypatch):
