@@ -474,7 +474,7 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
              "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
     if so_far:
         extra["interim"] = {"complete": len(names), "of": len(names) + len(missing), "missing": missing}
-    return RankingRun(command(a), setup, [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
+    return RankingRun(command(a) + (" --report" if so_far else ""), setup, [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
                       arch_baselines(archs, ms, data), estimators, ACCURACY, {n: _seed(n, a) for n in names}, values,
                       seconds, tuple(n for n in names if n.startswith("standalone")),
                       {n: float(sum(h["seconds"] for h in hist)) for n, hist in histories.items()},

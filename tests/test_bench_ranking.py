@@ -241,6 +241,7 @@ def test_an_interim_report_judges_the_scores_complete_so_far(tmp_path, capsys):
     assert res["ranking"]["supernet"]["seeds"] == 1 and res["ranking"]["train"]["seeds"] == 2
     assert "progressive" not in res["ranking"] and res["trials_at_1epoch_cost"] is None
     assert res["supernet_against_itself"] is None and res["progressive_history"] is None
+    assert res["command"].endswith(" --report")  # what writes it again
     table = (tmp_path / "r_interim.md").read_text()
     assert table.startswith("**Interim report**: 12 of the run's 17 scores complete") and "supernet@1" in table
     bs.cache_path(work, "standalone1", a).write_text("{}")
