@@ -375,8 +375,64 @@ def cost_estimate(a: argparse.Namespace, work: Path, archs: list[Arch], sizes: S
         kind = "reference" if s.startswith("standalone") else _split_seed(_group(s))[0]
         kinds[kind] = kinds.get(kind, 0.0) + v / 3600
     missing = _missing(names, work, a, archs)
+    measured, nominal = measured_seconds_left(a, work, archs, sizes, missing)
     return {"images_per_s": a.images_per_s, "cpu_hours": sum(secs.values()) / 3600,
-            "still_to_compute_h": sum(secs[s] for s in missing) / 3600, "by_kind_h": kinds}
+            "still_to_compute_h": sum(secs[s] for s in missing) / 3600, "by_kind_h": kinds,
+            "measured_still_to_compute_h": measured / 3600 if {_kind(s) for s in missing} - set(nominal) else None,
+            "measured_lacks": nominal}
+
+
+def _kind(name: str) -> str:
+    """A score's kind: its estimator (``train@2``: ``train``), or ``standalone`` for every reference run."""
+    return "standalone" if name.startswith("standalone") else _split_seed(name)[0]
+
+
+def measured_seconds_left(a: argparse.Namespace, work: Path, archs: list[Arch], sizes: SplitSizes,
+                          missing: list[str]) -> tuple[float, list[str]]:
+    """The seconds the ``missing`` scores still need by the rates this run measured: an architecture of a
+    score at the mean seconds of its kind's complete scores (another seed's; ``train_equal`` before any:
+    ``train``'s scaled by their epochs), a supernet's epochs not yet trained at the median epoch of its
+    schedule's checkpoints; the kinds with no measurement yet at the nominal rate (``estimated_seconds``),
+    named (``train``, ``progressive`` ...) in the second value."""
+    digests = [x.digest() for x in archs]
+    done = [n for n in score_names(a.standalone_seeds, a.estimator_seeds) if n not in missing]
+
+    def per_arch(k: str) -> float | None:
+        caches = [_cache(work, n, a) for n in done if _kind(n) == k]
+        rates = [statistics.fmean(c[d]["seconds"] for d in digests) for c in caches]
+        return statistics.fmean(rates) if rates else None
+
+    histories: dict[Path, list[dict[str, Any]]] = {}
+
+    def history(name: str) -> list[dict[str, Any]]:
+        path = supernet_dir(work, name, a) / "supernet.ckpt"
+        if path not in histories:
+            histories[path] = read_checkpoint(path)["history"] if path.is_file() else []
+        return histories[path]
+
+    def epoch_s(method: str) -> float | None:
+        secs = [h["seconds"] for n in seed_names(method, a.estimator_seeds) for h in history(n)]
+        return statistics.median(secs) if secs else None
+
+    left, nominal = 0.0, []
+    for name in missing:
+        k = _kind(name)
+        rate = per_arch(k)
+        equal = work / "equal_compute.json"
+        if rate is None and k == "train_equal" and equal.is_file() and (tr := per_arch("train")) is not None:
+            rec = json.loads(equal.read_text())
+            rate = tr * int(rec["epochs"]) / int(rec["train_epochs"])
+        todo = len(set(digests) - _cache(work, name, a).keys())
+        train_left = 0.0
+        if supernet_of(name) == name:
+            epoch = epoch_s(_split_seed(name)[0])
+            train_left = None if epoch is None else max(0, a.supernet_epochs - len(history(name))) * epoch
+        if rate is None or train_left is None:
+            nominal += [] if k in nominal else [k]
+            left += estimated_seconds(name, a, len(archs), sizes, work) * todo / len(archs)
+        else:
+            left += todo * rate + train_left
+    return left, nominal
 
 
 def estimate_line(est: dict[str, Any], jobs: int) -> str:
@@ -385,9 +441,14 @@ def estimate_line(est: dict[str, Any], jobs: int) -> str:
         return f"{h:.1f} h" if h >= 1 else f"{60 * h:.1f} min"
     kinds = ", ".join(f"{k} {t(v)}" for k, v in est["by_kind_h"].items())
     wall = f"; about {t(est['still_to_compute_h'] / jobs)} of wall time on {jobs} cores" if jobs > 1 else ""
-    return (f"estimated cost: {est['cpu_hours']:.2f} CPU hours ({kinds}), {t(est['still_to_compute_h'])} still to "
+    line = (f"estimated cost: {est['cpu_hours']:.2f} CPU hours ({kinds}), {t(est['still_to_compute_h'])} still to "
             f"compute{wall}; at {est['images_per_s']:g} training images/s per core (--images-per-s), a scored image a "
             "third of one: an estimate, not a measurement")
+    if est.get("measured_still_to_compute_h") is not None:
+        lacks = est["measured_lacks"]
+        line += (f"; by the seconds this run measured: {t(est['measured_still_to_compute_h'])} still to compute"
+                 + (f" ({', '.join(lacks)} at the estimate: none measured yet)" if lacks else ""))
+    return line
 
 
 def _missing(names: Any, work: Path, a: argparse.Namespace, archs: list[Arch]) -> list[str]:

@@ -221,6 +221,30 @@ def test_the_cost_estimate_follows_the_settings(tmp_path, capsys):
         assert words in capsys.readouterr().err
 
 
+def test_the_time_left_follows_the_seconds_this_run_measured(tmp_path):
+    """What is left, at the rates measured: another seed's seconds an architecture, a supernet's epochs left
+    at its schedule's median epoch; a kind with nothing measured at the nominal estimate, named."""
+    a, work, archs, ms, data = _fake_run(tmp_path)  # every architecture scored in 1 s, every epoch 6 s
+    sizes = bs.SplitSizes(256, 128, 256)
+    assert bs.cost_estimate(a, work, archs, sizes)["measured_still_to_compute_h"] is None  # nothing left
+    bs.cache_path(work, "train@1", a).unlink()  # 12 architectures at train's 1 s
+    cache = json.loads(bs.cache_path(work, "supernet@1", a).read_text())
+    bs.cache_path(work, "supernet@1", a).write_text(json.dumps(dict(list(cache.items())[:4])))  # 8 left
+    ckpt = bs.supernet_dir(work, "supernet@1", a) / "supernet.ckpt"
+    torch.save({"format": SUPERNET_FORMAT, "version": SUPERNET_VERSION, "history": [{"seconds": 60.0}]}, ckpt)
+    for name in ("progressive", "progressive@1"):  # nothing of its kind measured
+        bs.cache_path(work, name, a).unlink()
+        (bs.supernet_dir(work, name, a) / "supernet.ckpt").unlink()
+    est = bs.cost_estimate(a, work, archs, sizes)
+    nominal = sum(bs.estimated_seconds(n, a, 12, sizes, work) for n in ("progressive", "progressive@1"))
+    median_epoch = 6.0  # of supernet's 2 epochs of 6 s and supernet@1's one of 60 s
+    left = 12 * 1.0 + 8 * 1.0 + (a.supernet_epochs - 1) * median_epoch + nominal
+    assert est["measured_still_to_compute_h"] == pytest.approx(left / 3600)
+    assert est["measured_lacks"] == ["progressive"]
+    assert "by the seconds this run measured" in bs.estimate_line(est, 1)
+    assert "(progressive at the estimate: none measured yet)" in bs.estimate_line(est, 1)
+
+
 def test_an_interim_report_judges_the_scores_complete_so_far(tmp_path, capsys):
     """--report while parts still run: each estimator with its seeds complete, one without any left out, the
     missing scores named; without the complete reference it is a one-line error naming what is lacking."""
