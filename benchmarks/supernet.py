@@ -604,7 +604,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         print(f"done: {', '.join(a.scores)}; still missing: {', '.join(missing)} (the run computing them writes "
               "the report; or run again without --scores; --report writes an interim one of what is complete)")
         return None
-    return report(collect(a, data, sizes, archs, ms, work), Path(a.out), name)
+    return complete_report(collect(a, data, sizes, archs, ms, work), Path(a.out), name)
+
+
+def complete_report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
+    """The report of the complete run, written as ``<out>/<name>.*``; the interim report of the same run
+    (``<name>_interim.*``, a snapshot of it in progress) is removed: the complete one replaces it."""
+    result = report(run, out, name)
+    stale = [p for p in out.glob(f"{name}_interim.*") if p.suffix in (".json", ".md", ".png")]
+    for p in stale:
+        p.unlink()
+    if stale:
+        print(f"removed the interim report ({', '.join(p.name for p in stale)}): the complete one replaces it")
+    return result
 
 
 if __name__ == "__main__":

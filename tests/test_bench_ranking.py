@@ -169,6 +169,17 @@ def test_the_supernet_combined_with_macs_ranks_by_the_mean_of_the_two_ranks(tmp_
     assert "| supernet + MACs (the mean of their ranks) | 2 |" in (tmp_path / "r.md").read_text()
 
 
+def test_the_complete_report_replaces_the_interim_one(tmp_path, capsys):
+    a, work, archs, ms, data = _fake_run(tmp_path)
+    run = bs.collect(a, data, bs.SplitSizes(256, 128, 256), archs, ms, work)
+    report(run, tmp_path, "r_interim")
+    (tmp_path / "other_interim.md").write_text("another run's")
+    bs.complete_report(run, tmp_path, "r")
+    assert sorted(p.name for p in tmp_path.glob("*_interim.*")) == ["other_interim.md"]
+    assert {p.suffix for p in tmp_path.glob("r.*")} == {".json", ".md", ".png"}
+    assert "removed the interim report (r_interim" in capsys.readouterr().out
+
+
 def test_the_reference_runs_score_on_the_test_split(tmp_path, monkeypatch):
     """The stand-alone runs are scored on the test split, the estimators on the validation split."""
     a = bs.parse_args(["--quick", "--out", str(tmp_path), "--scores", "train", "standalone0"])
