@@ -135,6 +135,20 @@ def with_macs(series: list[list[float]], macs: list[float]) -> list[list[float]]
     return [list((rankdata(s) + m) / 2) for s in series]
 
 
+def follows_macs(ref: np.ndarray, scores: dict[str, list[list[float]]], macs: list[float],
+                 bands: list[np.ndarray]) -> dict[str, float]:
+    """How far the reference and each score follow size where the search decides: Kendall's tau with MACs
+    within each band, the mean over the bands (and over a score's seeds).  A score below the reference's
+    ranks the larger networks of a band lower than the full training does."""
+    z = np.asarray(macs, dtype=float)
+
+    def within(x: Any) -> float:
+        x = np.asarray(x, dtype=float)
+        return float(np.mean([kendall_tau(x[b], z[b]) for b in bands]))
+
+    return {"reference": within(ref), **{k: float(np.mean([within(x) for x in xs])) for k, xs in scores.items()}}
+
+
 def _panels(run: RankingRun, ranking: dict[str, Ranking]) -> list[tuple[str, list[float], str]]:
     """The plot's panels: each estimator's mean score over its seeds, then each trivial score."""
     out = []
@@ -167,6 +181,7 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
     agreement = reference_agreement(runs)
     again = (kendall_tau(run.values["supernet"], run.values["supernet_again"])
              if {"supernet", "supernet_again"} <= run.values.keys() else None)
+    follows = follows_macs(ref, {k: v for k, v in scores.items() if k in run.estimators}, run.baselines["macs"], bands)
     band_rec = [{"band": k + 1, "archs": len(b), "predicted_ms": [float(np.min(np.asarray(run.predicted_ms)[b])),
                                                                   float(np.max(np.asarray(run.predicted_ms)[b]))],
                  "reference_accuracy": [float(ref[b].min()), float(ref[b].max())], "perfect_score_tau": c}
@@ -182,7 +197,7 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
               "bootstrap": {"draws": run.draws, "seed": run.seed}, "seeds": run.seeds,
               "cost_per_arch_s": cost, "trials_at_1epoch_cost": trials_at_1epoch_cost(run),
               "supernet_train_seconds": run.supernet_seconds, "reference_agreement": agreement,
-              "reference_ceiling": ceiling, "supernet_against_itself": again,
+              "reference_ceiling": ceiling, "supernet_against_itself": again, "follows_macs_in_bands": follows,
               "reference_accuracy": {"min": float(ref.min()), "max": float(ref.max()), "std": float(np.std(ref)),
                                      "run_difference_std": float(np.std(np.subtract(runs[0], runs[1])))},
               **run.extra, "rows": rows, "machine": machine()}
@@ -194,6 +209,8 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
         f"{100 * b['reference_accuracy'][0]:.2f}-{100 * b['reference_accuracy'][1]:.2f}%" for b in band_rec))
     if again is not None:
         print(f"the supernet against itself (another draw of BatchNorm-recalibration batches): tau {again:.3f}")
+    print("how far each follows size within the bands (tau with MACs, mean of the bands and seeds): the reference "
+          f"{follows['reference']:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in follows.items() if k != "reference"))
     print(f"the reference against itself: tau between runs {agreement['pairwise_mean']:.3f} (pairs "
           f"{agreement['pairwise_min']:.3f}-{agreement['pairwise_max']:.3f}), one run against the mean of the others "
           f"{agreement['one_vs_mean_of_rest']:.3f}")

@@ -169,6 +169,18 @@ def test_the_supernet_combined_with_macs_ranks_by_the_mean_of_the_two_ranks(tmp_
     assert "| supernet + MACs (the mean of their ranks) | 2 |" in (tmp_path / "r.md").read_text()
 
 
+def test_how_far_each_score_follows_size_within_the_bands(tmp_path):
+    from benchmarks._supernet_report import follows_macs
+
+    macs = [1, 2, 3, 4, 5, 6]
+    bands = [np.array([0, 1, 2]), np.array([3, 4, 5])]
+    got = follows_macs(np.array([1.0, 2, 3, 4, 5, 6]), {"flat": [[3, 2, 1, 6, 5, 4], [1, 2, 3, 4, 5, 6]]}, macs, bands)
+    assert got == {"reference": 1.0, "flat": 0.0}  # seeds: -1 (reversed in each band) and +1
+    a, work, archs, ms, data = _fake_run(tmp_path)
+    res = report(bs.collect(a, data, bs.SplitSizes(256, 128, 256), archs, ms, work), tmp_path, "r")
+    assert list(res["follows_macs_in_bands"]) == ["reference", *bs.METHODS]
+
+
 def test_the_complete_report_replaces_the_interim_one(tmp_path, capsys):
     a, work, archs, ms, data = _fake_run(tmp_path)
     run = bs.collect(a, data, bs.SplitSizes(256, 128, 256), archs, ms, work)
