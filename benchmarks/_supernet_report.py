@@ -29,8 +29,9 @@ from benchmarks.harness import machine, markdown_table, write_result
 
 BASELINES = {"macs": "MACs", "params": "parameters", "latency": "predicted latency"}  # the trivial scores' rows
 # an estimator's score combined with MACs: the mean of its rank and MACs' rank over the architectures, a rule
-# with no weight to fit (what a search's "largest within noise" pick does with the two), one row per estimator
-WITH_MACS = {"supernet": "supernet + MACs (the mean of their ranks)"}
+# with no weight to fit (what a search's "largest within noise" pick does with the two), one row per supernet
+WITH_MACS = {"supernet": "supernet + MACs (the mean of their ranks)",
+             "progressive": "progressive + MACs (the mean of their ranks)"}
 HEADERS = {"tau_all": "τ, all {n}", "tau_bands": "τ within latency bands, mean", "tau_partial_macs": "partial τ given MACs"}
 
 

@@ -14,7 +14,7 @@ from scipy.stats import kendalltau
 from benchmarks import _ranking as rk
 from benchmarks import supernet as bs
 from benchmarks._inputs import on_test_split
-from benchmarks._supernet_report import report
+from benchmarks._supernet_report import BASELINES, report
 from nas.cost import arch_cost
 from nas.space import load_space
 from nas.supernet.checkpoint import SUPERNET_FORMAT, SUPERNET_VERSION
@@ -138,9 +138,9 @@ def test_the_report_has_the_trivial_scores_as_rows_and_an_interval_for_every_tau
     a, work, archs, ms, data = _fake_run(tmp_path)
     sizes = bs.SplitSizes(256, 128, 256)
     res = report(bs.collect(a, data, sizes, archs, ms, work), tmp_path, "r")
-    assert list(res["ranking"]) == [*bs.METHODS, "supernet+macs", "macs", "params", "latency"]
+    assert list(res["ranking"]) == [*bs.METHODS, "supernet+macs", "progressive+macs", "macs", "params", "latency"]
     for name, r in res["ranking"].items():
-        assert r["seeds"] == (2 if name in (*bs.METHODS, "supernet+macs") else 1) and len(r["band_taus"]) == 3
+        assert r["seeds"] == (1 if name in BASELINES else 2) and len(r["band_taus"]) == 3
         assert all(-1 <= r[m]["ci95"][0] <= r[m]["ci95"][1] <= 1 for m in rk.METRICS)
         assert r["minus_macs"] is None if name == "macs" else all(
             -2 <= r["minus_macs"][m]["ci95"][0] <= r["minus_macs"][m]["ci95"][1] <= 2 for m in rk.METRICS)
