@@ -414,11 +414,10 @@ def measured_seconds_left(a: argparse.Namespace, work: Path, archs: list[Arch], 
         secs = [h["seconds"] for n in seed_names(method, a.estimator_seeds) for h in history(n)]
         return statistics.median(secs) if secs else None
 
-    left, nominal = 0.0, []
+    left, nominal, equal = 0.0, [], work / "equal_compute.json"
     for name in missing:
         k = _kind(name)
         rate = per_arch(k)
-        equal = work / "equal_compute.json"
         if rate is None and k == "train_equal" and equal.is_file() and (tr := per_arch("train")) is not None:
             rec = json.loads(equal.read_text())
             rate = tr * int(rec["epochs"]) / int(rec["train_epochs"])
@@ -535,7 +534,8 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
              "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
     if so_far:
         extra["interim"] = {"complete": len(names), "of": len(names) + len(missing), "missing": missing}
-    return RankingRun(command(a) + (" --report" if so_far else ""), setup, [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
+    return RankingRun(command(a) + (" --report" if so_far else ""), setup,
+                      [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
                       arch_baselines(archs, ms, data), estimators, ACCURACY, {n: _seed(n, a) for n in names}, values,
                       seconds, tuple(n for n in names if n.startswith("standalone")),
                       {n: float(sum(h["seconds"] for h in hist)) for n, hist in histories.items()},
