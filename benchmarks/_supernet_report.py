@@ -171,9 +171,9 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
     runs = [run.values[s] for s in run.standalone]
     ref = np.mean(runs, axis=0)
     bands = latency_bands(run.predicted_ms, run.bands)
-    scores = {m: [run.values[s] for s in names] for m, names in run.estimators.items()}
-    combined = {f"{m}+macs": with_macs(scores[m], run.baselines["macs"]) for m in WITH_MACS if m in scores}
-    scores |= combined | {k: [run.baselines[k]] for k in BASELINES if k != "macs"}
+    estimates = {m: [run.values[s] for s in names] for m, names in run.estimators.items()}
+    combined = {f"{m}+macs": with_macs(estimates[m], run.baselines["macs"]) for m in WITH_MACS if m in estimates}
+    scores = estimates | combined | {k: [run.baselines[k]] for k in BASELINES if k != "macs"}
     ranking = rank_scores(ref, scores, run.baselines["macs"], bands, draws=run.draws, seed=run.seed)
     ranking = {k: ranking[k] for k in (*run.estimators, *combined, *BASELINES)}
     ceiling = reference_ceiling(runs)
@@ -182,7 +182,7 @@ def report(run: RankingRun, out: Path, name: str) -> dict[str, Any]:
     agreement = reference_agreement(runs)
     again = (kendall_tau(run.values["supernet"], run.values["supernet_again"])
              if {"supernet", "supernet_again"} <= run.values.keys() else None)
-    follows = follows_macs(ref, {k: v for k, v in scores.items() if k in run.estimators}, run.baselines["macs"], bands)
+    follows = follows_macs(ref, estimates, run.baselines["macs"], bands)
     band_rec = [{"band": k + 1, "archs": len(b), "predicted_ms": [float(np.min(np.asarray(run.predicted_ms)[b])),
                                                                   float(np.max(np.asarray(run.predicted_ms)[b]))],
                  "reference_accuracy": [float(ref[b].min()), float(ref[b].max())], "perfect_score_tau": c}

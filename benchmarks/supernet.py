@@ -414,11 +414,12 @@ def measured_seconds_left(a: argparse.Namespace, work: Path, archs: list[Arch], 
         secs = [h["seconds"] for n in seed_names(method, a.estimator_seeds) for h in history(n)]
         return statistics.median(secs) if secs else None
 
+    rates = {k: per_arch(k) for k in {*map(_kind, missing), "train"}}  # each kind's caches read once
     left, nominal, equal = 0.0, [], work / "equal_compute.json"
     for name in missing:
         k = _kind(name)
-        rate = per_arch(k)
-        if rate is None and k == "train_equal" and equal.is_file() and (tr := per_arch("train")) is not None:
+        rate = rates[k]
+        if rate is None and k == "train_equal" and equal.is_file() and (tr := rates["train"]) is not None:
             rec = json.loads(equal.read_text())
             rate = tr * int(rec["epochs"]) / int(rec["train_epochs"])
         todo = len(set(digests) - _cache(work, name, a).keys())
