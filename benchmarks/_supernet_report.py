@@ -118,6 +118,12 @@ def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, 
     head_line = "" if interim is None else (
         f"**Interim report**: {interim['complete']} of the run's {interim['of']} scores complete; each estimator "
         f"with the seeds complete so far (its seeds column); still missing: {', '.join(interim['missing'])}.\n\n")
+    back = run.extra.get("restored")
+    if back:
+        on = back["measured_on"] or {}
+        cpu = " ".join([on.get("cpu", "a machine it does not name"), *on.get("cpu_flags", [])])
+        head_line += (f"Restored from {', '.join(back['from'])} (measured there, on {cpu}): "
+                      f"{', '.join(back['scores'])}; the other scores computed here.\n\n")
     return (head_line + markdown_table(rows, head) + "\n\nEach score less MACs (paired bootstrap 95% CI):\n\n"
             + markdown_table(diff, ["score − MACs", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],
                                     HEADERS["tau_partial_macs"]]))

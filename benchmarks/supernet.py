@@ -38,12 +38,16 @@ Whichever finds every score complete writes ``<out>/supernet_ranking.json``, ``.
 report of the scores complete so far (``supernet_ranking_interim.*``: the complete reference needed, each
 estimator with its seeds complete so far, those missing named).  Every supernet and score is cached under
 ``<out>/bench_supernet/``: an interrupted run resumes; a cache of other settings is refused, each difference named.
+The caches are not committed: where they are lost (a fresh clone), ``--restore <report.json>`` (a complete or an
+interim report of this run) puts back every score it holds (values and seconds), the supernets' training seconds and
+``train_equal``'s epochs, so the run continues from there; its report names what it restored, and from where.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -149,6 +153,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(the first cores this process may use)")
     p.add_argument("--report", action="store_true", help="compute nothing: write the report of the scores complete "
                    "so far (an interim one, supernet_ranking_interim.*, while some are missing)")
+    p.add_argument("--restore", metavar="REPORT", help="first put back the caches this run lost from its report (a "
+                   "complete or interim supernet_ranking*.json of the same settings and architectures), then go on")
     p.add_argument("--quick", action="store_true", help="tiny settings: checks the pipeline, figures meaningless")
     p.add_argument("--out", default=str(RESULTS))
     argv = sys.argv[1:] if argv is None else argv
@@ -407,7 +413,7 @@ def measured_seconds_left(a: argparse.Namespace, work: Path, archs: list[Arch], 
     def history(name: str) -> list[dict[str, Any]]:
         path = supernet_dir(work, name, a) / "supernet.ckpt"
         if path not in histories:
-            histories[path] = read_checkpoint(path)["history"] if path.is_file() else []
+            histories[path] = supernet_record(work, name, a)[0] or []
         return histories[path]
 
     def epoch_s(method: str) -> float | None:
@@ -449,6 +455,94 @@ def estimate_line(est: dict[str, Any], jobs: int) -> str:
         line += (f"; by the seconds this run measured: {t(est['measured_still_to_compute_h'])} still to compute"
                  + (f" ({', '.join(lacks)} at the estimate: none measured yet)" if lacks else ""))
     return line
+
+
+RESTORED = "restored.json"  # in a run's cache folder: what --restore put back, and from which report
+
+
+def restored(work: Path) -> dict[str, Any]:
+    """What ``--restore`` put back into ``work`` (empty where nothing was)."""
+    path = work / RESTORED
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def supernet_record(work: Path, name: str, a: argparse.Namespace) -> tuple[list[dict[str, Any]] | None, float | None]:
+    """The training history of score ``name``'s own supernet and its training seconds: from its checkpoint, else
+    from what ``--restore`` put back (a further seed's history is not in a report: its seconds only); (None,
+    None) where neither has it."""
+    path = supernet_dir(work, name, a) / "supernet.ckpt"
+    if path.is_file():
+        hist = read_checkpoint(path)["history"]
+        return hist, float(sum(h["seconds"] for h in hist))
+    rec = restored(work)
+    return rec.get("histories", {}).get(name), rec.get("supernet_seconds", {}).get(name)
+
+
+def restore(a: argparse.Namespace, work: Path, path: Path, space: Any, data: Any) -> list[str]:
+    """Put back into ``work`` what the report at ``path`` holds of run ``a`` and the caches lack: the
+    architectures (with the report's predicted latency, so the bands are the report's), every score's value and
+    seconds by architecture, the supernets' training seconds (the first seed's history too) and
+    ``train_equal``'s epochs; recorded in ``restored.json``.  Returns the scores restored.
+
+    Raises:
+        SystemExit: the file is not a report of this benchmark, its settings or architectures are not this run's,
+            or a value it holds differs from one already cached (each a one-line error naming it).
+    """
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--restore {path}: cannot read it ({e})") from None
+    if not isinstance(rec, dict) or not {"command", "rows", "seeds"} <= rec.keys():
+        raise SystemExit(f"--restore {path}: not a report of this benchmark (it lacks command, rows or seeds)")
+    words = shlex.split(rec["command"])
+    if "supernet" not in words:
+        raise SystemExit(f"--restore {path}: its command ({rec['command']}) is not this benchmark's")
+    theirs = parse_args([w for w in words[words.index("supernet") + 1:] if w != "--report"])
+    diffs = [f"{k} {getattr(theirs, k)!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS
+             if getattr(theirs, k) != getattr(a, k)]
+    if diffs:
+        raise SystemExit(f"--restore {path}: a run with other settings ({'; '.join(diffs)})")
+    rows = rec["rows"]
+    drawn = {x.digest(): x for x in pick_archs(space, data, a.archs, a.seed, a.target, a.pick)[0]}
+    if sorted(r["digest"] for r in rows) != sorted(drawn):
+        raise SystemExit(f"--restore {path}: its architectures are not those this run draws (another version of "
+                         "the space or of the draw)")
+    kept = work / "archs.json"
+    if kept.is_file() and [Arch.from_dict(x).digest() for x in json.loads(kept.read_text())["archs"]] != \
+            [r["digest"] for r in rows]:
+        raise SystemExit(f"--restore {path}: {kept} orders the architectures otherwise than the report")
+    equal = work / "equal_compute.json"
+    if rec.get("train_equal") and equal.is_file() and json.loads(equal.read_text())["epochs"] != \
+            rec["train_equal"]["epochs"]:
+        raise SystemExit(f"--restore {path}: train_equal trains {rec['train_equal']['epochs']} epochs there, "
+                         f"{json.loads(equal.read_text())['epochs']} in {equal}: not the same run")
+    if rec.get("train_equal") and not equal.is_file():  # first: where train_equal's scores are kept follows it
+        atomic_write_json(equal, {k: v for k, v in rec["train_equal"].items() if k != "same_as_train"})
+    names = [n for n in rec["seeds"] if all(n in r["scores"] for r in rows)]
+    caches = {}
+    for name in names:  # every value checked against the caches before any is written
+        cache_file = cache_path(work, name, a)
+        cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+        for r in rows:
+            v, old = r["scores"][name], cache.get(r["digest"])
+            if old is not None and old["score"] != v["score"]:
+                raise SystemExit(f"--restore {path}: {name} of {r['digest']} is {v['score']} there, {old['score']} in "
+                                 f"{cache_file}: not the same run")
+            cache.setdefault(r["digest"], {"score": v["score"], "seconds": v["seconds"]})
+        caches[cache_file] = cache
+    if not kept.is_file():
+        atomic_write_json(kept, {"pick": a.pick, "archs": [drawn[r["digest"]].to_dict() for r in rows],
+                                 "predicted_ms": [float(r["predicted_ms"]) for r in rows]})
+    for cache_file, cache in caches.items():
+        atomic_write_json(cache_file, cache)
+    before = restored(work)
+    histories = {n: rec.get(f"{n}_history") for n in SUPERNETS if rec.get(f"{n}_history")}
+    atomic_write_json(work / RESTORED, {
+        "reports": sorted({*before.get("reports", []), str(path)}), "scores": sorted({*before.get("scores", []), *names}),
+        "machine": rec.get("machine"), "supernet_seconds": before.get("supernet_seconds", {}) | rec.get(
+            "supernet_train_seconds", {}), "histories": before.get("histories", {}) | histories})
+    print(f"restored from {path}: {len(names)} scores of {len(rows)} architectures ({', '.join(names)})", flush=True)
+    return names
 
 
 def _missing(names: Any, work: Path, a: argparse.Namespace, archs: list[Arch]) -> list[str]:
@@ -517,8 +611,12 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
     caches = {n: _cache(work, n, a) for n in names}
     values = {n: [caches[n][x.digest()]["score"] for x in archs] for n in names}
     seconds = {n: [caches[n][x.digest()]["seconds"] for x in archs] for n in names}
-    histories = {n: read_checkpoint(supernet_dir(work, n, a) / "supernet.ckpt")["history"]
-                 for n in names if supernet_of(n) == n}
+    records = {n: supernet_record(work, n, a) for n in names if supernet_of(n) == n}
+    lost = [n for n, (_, secs) in records.items() if secs is None]
+    if lost:
+        raise SystemExit(f"{work}: the supernet of {', '.join(lost)} has no checkpoint and no restored record "
+                         "(--restore <its report>), or compute those scores again")
+    histories = {n: hist for n, (hist, _) in records.items() if hist is not None}
     estimators = {m: seeds for m in METHODS
                   if (seeds := tuple(n for n in seed_names(m, a.estimator_seeds) if n in names))}
     setup = {"data": data.describe(), "train_subset": a.train_samples, "resolution": a.resolution, "space": a.space,
@@ -533,13 +631,17 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
                              if equal.is_file() else None),
              "estimated_cost": cost_estimate(a, work, archs, sizes),
              "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
+    back = restored(work)
+    if back:
+        extra["restored"] = {"from": back["reports"], "measured_on": back["machine"],
+                             "scores": [n for n in back["scores"] if n in names]}
     if so_far:
         extra["interim"] = {"complete": len(names), "of": len(names) + len(missing), "missing": missing}
     return RankingRun(command(a) + (" --report" if so_far else ""), setup,
                       [{"arch": x.label(), "digest": x.digest()} for x in archs], list(ms),
                       arch_baselines(archs, ms, data), estimators, ACCURACY, {n: _seed(n, a) for n in names}, values,
                       seconds, tuple(n for n in names if n.startswith("standalone")),
-                      {n: float(sum(h["seconds"] for h in hist)) for n, hist in histories.items()},
+                      {n: float(secs) for n, (_, secs) in records.items()},
                       a.bands, a.draws, a.seed, extra)
 
 
@@ -590,6 +692,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     data = load_subset(a)
     reference_data = on_test_split(data, a.test_samples)
     sizes = SplitSizes(len(data.train), len(data.val), len(reference_data.val))
+    if a.restore:
+        restore(a, work, Path(a.restore), space, data)
     archs, ms = pick_archs(space, data, a.archs, a.seed, a.target, a.pick, keep=work)
     print(estimate_line(cost_estimate(a, work, archs, sizes), a.jobs), flush=True)
     if a.jobs > 1:

@@ -297,3 +297,59 @@ def test_an_interim_report_judges_the_scores_complete_so_far(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bs.parse_args(["--report", "--scores", "train"])
     assert "--report computes nothing" in capsys.readouterr().err
+
+
+def test_a_run_whose_caches_were_lost_continues_from_its_report(tmp_path, monkeypatch, capsys):
+    """--restore: a fresh clone lacks the git-ignored caches; its committed (interim) report puts back every
+    score, the supernets' seconds and train_equal's epochs, so the report of the restored run is the report's
+    own, the missing scores stay missing (to be computed), and the report names what came from where."""
+    a, work, archs, ms, data = _fake_run(tmp_path / "first")
+    sizes = bs.SplitSizes(256, 128, 256)
+    for name in ("progressive@1", "train_1epoch@1"):  # not computed before the caches were lost
+        bs.cache_path(work, name, a).unlink()
+    first = report(bs.collect(a, data, sizes, archs, ms, work, so_far=True), tmp_path, "r_interim")
+    saved = tmp_path / "r_interim.json"
+    monkeypatch.setattr(bs, "pick_archs", lambda *args, **kw: (list(reversed(archs)), list(reversed(ms))))
+    b = bs.parse_args(["--quick", "--out", str(tmp_path / "clone"), "--archs", "12", "--bands", "3"])
+    fresh = tmp_path / "clone" / "work"
+    bs.check_work(fresh, b)
+    names = bs.restore(b, fresh, saved, None, data)
+    assert "progressive@1" not in names and len(names) == len(first["seeds"])
+    kept = json.loads((fresh / "archs.json").read_text())  # the report's order and predicted latency
+    assert kept["predicted_ms"] == ms and [x["blocks"] for x in kept["archs"]] == [x.to_dict()["blocks"] for x in archs]
+    assert bs._missing(b.scores, fresh, b, archs) == ["progressive@1", "train_1epoch@1"]
+    again = report(bs.collect(b, data, sizes, archs, ms, fresh, so_far=True), tmp_path / "clone", "r_interim")
+    for key in ("ranking", "seeds", "supernet_train_seconds", "follows_macs_in_bands", "reference_ceiling",
+                "train_equal", "progressive_history"):
+        assert again[key] == first[key], key
+    assert again["restored"] == {"from": [str(saved)], "measured_on": first["machine"], "scores": sorted(names)}
+    assert "Restored from " + str(saved) in (tmp_path / "clone" / "r_interim.md").read_text()
+    assert bs.restore(b, fresh, saved, None, data) == names  # again: nothing changes
+    # what does not fit is a one-line error, and nothing is written
+    other = bs.parse_args(["--quick", "--out", str(tmp_path / "x"), "--archs", "12", "--bands", "3", "--seed", "3"])
+    with pytest.raises(SystemExit, match="a run with other settings .seed 0 there, 3 asked"):
+        bs.restore(other, tmp_path / "x", saved, None, data)
+    (tmp_path / "notes.json").write_text('{"rows": []}')
+    with pytest.raises(SystemExit, match="not a report of this benchmark"):
+        bs.restore(b, fresh, tmp_path / "notes.json", None, data)
+    (tmp_path / "cut.json").write_text(saved.read_text()[:100])
+    with pytest.raises(SystemExit, match="cut.json: cannot read it"):
+        bs.restore(b, fresh, tmp_path / "cut.json", None, data)
+    monkeypatch.setattr(bs, "pick_archs", lambda *args, **kw: (archs[:11] + [load_space("tiny").random(99)], ms))
+    with pytest.raises(SystemExit, match="its architectures are not those this run draws"):
+        bs.restore(b, tmp_path / "y", saved, None, data)
+    assert not (tmp_path / "y").exists() and not (tmp_path / "x").exists()
+    monkeypatch.setattr(bs, "pick_archs", lambda *args, **kw: (archs, ms))
+    cache = json.loads(bs.cache_path(fresh, "train", b).read_text())
+    cache[archs[0].digest()]["score"] += 0.01
+    bs.cache_path(fresh, "train", b).write_text(json.dumps(cache))
+    before = {f: f.read_text() for f in (fresh / "scores").iterdir()}
+    with pytest.raises(SystemExit, match="train of .* in .*train.json: not the same run"):
+        bs.restore(b, fresh, saved, None, data)
+    assert {f: f.read_text() for f in (fresh / "scores").iterdir()} == before
+    (fresh / "equal_compute.json").write_text(json.dumps({"epochs": 3, "train_epochs": 3}))
+    with pytest.raises(SystemExit, match="train_equal trains 2 epochs there, 3 in"):
+        bs.restore(b, fresh, saved, None, data)
+    (fresh / bs.RESTORED).unlink()  # a supernet with neither its checkpoint nor a restored record
+    with pytest.raises(SystemExit, match="the supernet of supernet, .* has no checkpoint and no restored record"):
+        bs.collect(b, data, sizes, archs, ms, fresh, so_far=True)
