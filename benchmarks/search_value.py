@@ -13,6 +13,10 @@ benchmark profiles this machine's table for the space at 28 px itself, into ``<o
   (b) ``supernet``: the supernet path: a weight-sharing supernet trained on the same split for as
       many epochs as (a)'s compute pays for (a one-epoch pilot measures an epoch's and a score's cost),
       then NSGA-II with ``evaluator=supernet`` for ``--supernet-trials`` trials;
+  (b2) ``progressive``: the same with the supernet trained by progressive shrinking
+      (``supernet.schedule=progressive``), as many epochs as (b)'s (an epoch of either schedule costs
+      about the same: the supernet ranking benchmark's 20-epoch trainings, 1472-1534 s against
+      1453-1494 s), its own training seconds recorded;
   (c) ``random``: random search with (a)'s evaluator and trial count;
   (d) ``largest``: of (c)'s random networks (the same number of samples), the one with the largest
       MACs whose predicted latency fits the budget (no training at all);
@@ -91,14 +95,21 @@ from nas.supernet.train import train_supernet
 matplotlib.use("Agg")  # headless: the backend is set before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
 
-SEARCHES = ("nsga2", "random", "macs", "supernet")  # the methods that search (d: largest reads random's samples)
-METHODS = ("nsga2", "supernet", "random", "largest", "macs", "nsga2_noise", "supernet_noise")
+# the methods that search (d: largest reads random's samples)
+SEARCHES = ("nsga2", "random", "macs", "supernet", "progressive")
+METHODS = ("nsga2", "supernet", "random", "largest", "macs", "nsga2_noise", "supernet_noise", "progressive",
+           "progressive_noise")
 LABELS = {"nsga2": "(a) NSGA-II, evaluator=train", "supernet": "(b) supernet path", "random": "(c) random search",
           "largest": "(d) largest MACs that fits", "macs": "(e) hardware-unaware (MACs)",
-          "nsga2_noise": "(a') (a), largest within noise of its best", "supernet_noise": "(b') (b), largest within noise of its best"}
-# (a') and (b') read (a)'s and (b)'s studies (no search of their own) and pick by another rule
-STUDY_OF = {"largest": "random", "nsga2_noise": "nsga2", "supernet_noise": "supernet"}
-HWNAS = ("nsga2", "supernet", "nsga2_noise", "supernet_noise")  # hwnas's own methods; the rest are baselines to beat
+          "nsga2_noise": "(a') (a), largest within noise of its best", "supernet_noise": "(b') (b), largest within noise of its best",
+          "progressive": "(b2) supernet path, progressive shrinking",
+          "progressive_noise": "(b2') (b2), largest within noise of its best"}
+SUPERNET_PATHS = {"supernet": "sandwich", "progressive": "progressive"}  # the supernet searches, their schedule
+# (a'), (b') and (b2') read (a)'s, (b)'s and (b2)'s studies (no search of their own) and pick by another rule
+STUDY_OF = {"largest": "random", "nsga2_noise": "nsga2", "supernet_noise": "supernet",
+            "progressive_noise": "progressive"}
+# hwnas's own methods; the rest are baselines to beat
+HWNAS = ("nsga2", "supernet", "nsga2_noise", "supernet_noise", "progressive", "progressive_noise")
 BASELINES = ("random", "largest")
 COMPARED = (*BASELINES, "macs")  # what hwnas's picks are compared with: the baselines, and (e) at equal budgets
 QUANTILES = (25, 50, 75)
@@ -269,12 +280,12 @@ def load_records(out: Path, method: str) -> list[dict[str, Any]]:
 def search_cost(out: Path, method: str) -> dict[str, float] | None:
     """What a method's search cost, in seconds of one core (each part runs on a core of its own with one
     torch thread, so its wall time is its compute): every trial's duration (sampling, the latency
-    prediction, the evaluation), plus the supernet's training for (b); None before the search ran."""
+    prediction, the evaluation), plus the supernet's training for (b) and (b2); None before the search ran."""
     if not study_path(out, method).is_file():
         return None
     trials = sum(r["duration_s"] or 0.0 for r in load_records(out, method))
-    sn = out / "studies" / "supernet_training.json"
-    training = json.loads(sn.read_text())["training_s"] if method == "supernet" and sn.is_file() else 0.0
+    sn = out / "studies" / f"{method}_training.json"
+    training = json.loads(sn.read_text())["training_s"] if method in SUPERNET_PATHS and sn.is_file() else 0.0
     return {"trials_s": trials, "supernet_training_s": training, "total_s": trials + training}
 
 
@@ -284,8 +295,8 @@ def train_evaluator(a: argparse.Namespace) -> Any:
 
 def part_search(a: argparse.Namespace, out: Path, method: str) -> None:
     data = search_data(a)
-    if method == "supernet":
-        return part_supernet(a, out, data)
+    if method in SUPERNET_PATHS:
+        return part_supernet(a, out, data, method)
     latency = MacsModel() if method == "macs" else nas.load_latency_model(target_of(a))
     run_study(a, out, method, evaluator=train_evaluator(a), latency=latency, trials=a.trials, data=data)
     print(f"search {method}: {a.trials} trials, {search_cost(out, method)['total_s']:.0f} core-seconds", flush=True)
@@ -315,21 +326,22 @@ def supernet_plan(a: argparse.Namespace, out: Path, space: Any, data: Any) -> di
     return {**plan, "epochs": epochs, "matched_s": matched["total_s"]}
 
 
-def part_supernet(a: argparse.Namespace, out: Path, data: Any) -> None:
-    """(b): the supernet trains for the epochs (a)'s compute pays for (``supernet_plan``), then NSGA-II
-    searches with ``evaluator=supernet`` for ``--supernet-trials`` trials."""
+def part_supernet(a: argparse.Namespace, out: Path, data: Any, method: str = "supernet") -> None:
+    """(b) and (b2): the supernet (``method``'s schedule, ``SUPERNET_PATHS``) trains for the epochs (a)'s
+    compute pays for (``supernet_plan``: a sandwich epoch's, which a progressive one costs about as well),
+    then NSGA-II searches with ``evaluator=supernet`` for ``--supernet-trials`` trials."""
     space = nas.load_space(a.space)
     plan = supernet_plan(a, out, space, data)
-    ckpt_dir = out / "studies" / "supernet_ckpt"
-    rec = train_supernet(space, data, SupernetSettings(epochs=plan["epochs"], seed=a.search_seed, device=a.device),
-                         ckpt_dir)
-    atomic_write_json(out / "studies" / "supernet_training.json",
-                      {**plan, "training_s": sum(h["seconds"] for h in rec["history"])})
+    ckpt_dir = out / "studies" / f"{method}_ckpt"
+    rec = train_supernet(space, data, SupernetSettings(epochs=plan["epochs"], seed=a.search_seed, device=a.device,
+                                                       schedule=SUPERNET_PATHS[method]), ckpt_dir)
+    atomic_write_json(out / "studies" / f"{method}_training.json",
+                      {**plan, "schedule": SUPERNET_PATHS[method], "training_s": sum(h["seconds"] for h in rec["history"])})
     ev = SupernetEvaluator(checkpoint=str(ckpt_dir / "supernet.ckpt"), device=a.device)
-    run_study(a, out, "supernet", evaluator=ev, latency=nas.load_latency_model(target_of(a)),
+    run_study(a, out, method, evaluator=ev, latency=nas.load_latency_model(target_of(a)),
               trials=a.supernet_trials, data=data)
-    print(f"search supernet: {plan['epochs']} supernet epochs + {a.supernet_trials} trials, "
-          f"{search_cost(out, 'supernet')['total_s']:.0f} core-seconds (matching (a)'s {plan['matched_s']:.0f})",
+    print(f"search {method}: {plan['epochs']} supernet epochs + {a.supernet_trials} trials, "
+          f"{search_cost(out, method)['total_s']:.0f} core-seconds (matching (a)'s {plan['matched_s']:.0f})",
           flush=True)
 
 
@@ -364,19 +376,22 @@ def pick(method: str, recs: list[dict[str, Any]], budget: dict[str, float]) -> d
     return max(fits, key=key)
 
 
-def all_picks(out: Path, bs: list[dict[str, float]]) -> dict[str, list[dict[str, Any] | None]]:
-    """Each method's pick for each budget (``largest`` reads the random search's samples)."""
-    recs = {m: records(out, m) for m in SEARCHES}
+def all_picks(out: Path, bs: list[dict[str, float]]) -> dict[str, list[dict[str, Any] | None] | None]:
+    """Each method's pick for each budget (``largest`` reads the random search's samples); None for a method
+    whose search has not run yet."""
+    recs = {m: records(out, m) if study_path(out, m).is_file() else None for m in SEARCHES}
     recs.update({m: recs[of] for m, of in STUDY_OF.items()})
-    return {m: [pick(m, recs[m], b) for b in bs] for m in METHODS}
+    return {m: None if recs[m] is None else [pick(m, recs[m], b) for b in bs] for m in METHODS}
 
 
-def trainings(picks: dict[str, list[dict[str, Any] | None]], seeds: int) -> list[tuple[str, dict[str, Any], int]]:
+def trainings(picks: dict[str, list[dict[str, Any] | None] | None],
+              seeds: int) -> list[tuple[str, dict[str, Any], int]]:
     """The final trainings: every distinct picked network with every seed, budget by budget; the picks
     the verdicts compare (hwnas's methods and the baselines to beat) before (e)'s, so a run stopped
-    early has its comparisons first."""
+    early has its comparisons first (a method not searched yet, None, has none)."""
+    picks = {m: ps for m, ps in picks.items() if ps is not None}
     seen, out = set(), []
-    n = len(next(iter(picks.values())))
+    n = len(next(iter(picks.values()), []))
     for methods in ((*HWNAS, *BASELINES), tuple(m for m in METHODS if m not in HWNAS + BASELINES)):
         for i in range(n):
             for m in (m for m in methods if m in picks):
@@ -466,7 +481,7 @@ def part_measure(a: argparse.Namespace, out: Path) -> None:
 
     bs = json.loads((out / "budgets.json").read_text())["budgets"]
     picks = all_picks(out, bs)
-    archs = {r["digest"]: r["_arch"] for rs in picks.values() for r in rs if r is not None}
+    archs = {r["digest"]: r["_arch"] for rs in picks.values() for r in rs or () if r is not None}
     path = out / "measured.json"
     have = json.loads(path.read_text()) if path.is_file() else {}
     todo = {d: Arch.from_dict(x) for d, x in archs.items() if d not in have}
@@ -505,6 +520,11 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     acc: dict[tuple[str, int], list[float]] = {}
     for i, b in enumerate(bs):
         for m in METHODS:
+            if picks[m] is None:  # its search has not run
+                rows.append({"budget": i, "method": m, "pick": None, "searched": False})
+                part = f"search:{STUDY_OF.get(m, m)}"
+                missing += [] if part in missing else [part]
+                continue
             r = picks[m][i]
             if r is None:
                 rows.append({"budget": i, "method": m, "pick": None})
@@ -526,6 +546,8 @@ def report(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
         for m in HWNAS:
             for base in COMPARED:
                 x, y = acc.get((m, i), []), acc.get((base, i), [])
+                if picks[m] is None or picks[base] is None:
+                    continue
                 pm, pb = picks[m][i], picks[base][i]
                 if pm is not None and pb is not None and pm["digest"] == pb["digest"]:
                     comparisons.append({"budget": i, "quantile": b["quantile"], "method": m, "baseline": base,
@@ -570,7 +592,8 @@ def _table(res: dict[str, Any]) -> str:
         body = []
         for r in (x for x in res["rows"] if x["budget"] == i):
             if r["pick"] is None:
-                body.append([LABELS[r["method"]], "nothing fits", "", "", "", "", ""])
+                body.append([LABELS[r["method"]], "not searched yet" if r.get("searched") is False else "nothing fits",
+                             "", "", "", "", ""])
                 continue
             meas = "-" if r["measured_ms"] is None else f"{r['measured_ms']:.4f}" + (" OVER" if r["over_budget"] else "")
             pred = "-" if r["predicted_ms"] is None else f"{r['predicted_ms']:.4f}"
@@ -584,7 +607,7 @@ def _table(res: dict[str, Any]) -> str:
                                       f"{100 * c['diff']:+.2f} [{100 * c['lo']:+.2f}, {100 * c['hi']:+.2f}]",
                                       c["verdict"]] for c in res["comparisons"]],
                                     ["budget", "method", "against", "difference", "verdict"]))
-    cost = [[LABELS[m], f"{c['trials_s']:.0f}", f"{c['supernet_training_s']:.0f}" if m == "supernet" else "-",
+    cost = [[LABELS[m], f"{c['trials_s']:.0f}", f"{c['supernet_training_s']:.0f}" if m in SUPERNET_PATHS else "-",
              f"{c['total_s']:.0f}"] for m, c in res["search_cost"].items() if c]
     lines.append("\nsearch compute (seconds of one core):\n")
     lines.append(markdown_table(cost, ["method", "trials", "supernet training", "total"]))
@@ -598,9 +621,10 @@ def _table(res: dict[str, Any]) -> str:
 
 def _plot(res: dict[str, Any], path: Path) -> None:
     colors = {"nsga2": "tab:blue", "supernet": "tab:purple", "random": "0.45", "largest": "tab:orange",
-              "macs": "tab:red", "nsga2_noise": "tab:cyan", "supernet_noise": "tab:pink"}
+              "macs": "tab:red", "nsga2_noise": "tab:cyan", "supernet_noise": "tab:pink", "progressive": "tab:green",
+              "progressive_noise": "tab:olive"}
     markers = {"nsga2": "o", "supernet": "D", "random": "s", "largest": "^", "macs": "v", "nsga2_noise": "P",
-               "supernet_noise": "X"}
+               "supernet_noise": "X", "progressive": "d", "progressive_noise": "*"}
     fig, ax = plt.subplots(figsize=(8, 5), dpi=150)
     for m in METHODS:
         pts = [r for r in res["rows"] if r["method"] == m and r["pick"] and r["measured_ms"] and r["test_accuracy"]]
@@ -653,7 +677,7 @@ def part_budgets(a: argparse.Namespace, out: Path) -> None:
 def part_list(a: argparse.Namespace) -> list[Part]:
     cost = a.trials * a.search_epochs * a.search_train_samples
     out = [Part("table", 1), *(Part(f"search:{m}", cost, ("table",)) for m in ("nsga2", "random", "macs")),
-           Part("search:supernet", cost, ("table", "search:nsga2"))]
+           *(Part(f"search:{m}", cost, ("table", "search:nsga2")) for m in SUPERNET_PATHS)]
     searches = tuple(p.name for p in out if p.name.startswith("search:"))
     out += [Part(f"final@{k}", a.final_epochs * 54000, searches) for k in range(a.jobs)]
     out.append(Part("measure", 1, tuple(p.name for p in out if p.name.startswith("final@"))))
@@ -675,7 +699,7 @@ def run_part(a: argparse.Namespace, out: Path, name: str) -> None:
         report(a, out)
     else:
         raise SystemExit(f"--parts: no part {name!r}; the parts: table, search:nsga2, search:random, search:macs, "
-                         "search:supernet, final@<k>[/<of>], measure, report")
+                         "search:supernet, search:progressive, final@<k>[/<of>], measure, report")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -184,3 +184,33 @@ def test_the_report_part_reports_what_is_done_and_names_what_is_missing(tmp_path
     [c] = [c for c in res["comparisons"] if (c["method"], c["baseline"], c["budget"]) == ("nsga2", "random", 0)]
     assert c["verdict"] == "beats"
     assert "INCOMPLETE" in (tmp_path / "search_value.md").read_text()
+
+
+def test_a_method_whose_search_has_not_run_is_reported_as_such(tmp_path, monkeypatch):
+    """(b2), the progressive-shrinking supernet path, added to a run whose other searches are done: its rows
+    say it was not searched, its search is named missing, no comparison or training is made up for it."""
+    import json
+
+    bs = [{"quantile": q, "latency_ms": ms, "macs": 30e6} for q, ms in ((25, 1.2), (50, 2.2), (75, 3.5))]
+    (tmp_path / "budgets.json").write_text(json.dumps({"budgets": bs}))
+    picks = {m: None if m.startswith("progressive") else
+             [{**_rec(i, 0.8, 1.0, 10e6, digest=f"{m}{i}".ljust(16, "0")), "arch": "c16", "params": 1, "_arch": {}}
+              for i in range(3)] for m in sv.METHODS}
+    monkeypatch.setattr(sv, "all_picks", lambda out, b: picks)
+    monkeypatch.setattr(sv, "search_cost", lambda out, m: None)
+    digests = [d for d, *_ in sv.trainings(picks, 1)]
+    assert len(digests) == 7 * 3 and not [d for d in digests if d.startswith("progressive")]
+    res = sv.report(sv._args(["--out", str(tmp_path)]), tmp_path)
+    assert res["missing"].count("search:progressive") == 1 and not res["complete"]
+    rows = [r for r in res["rows"] if r["method"] == "progressive_noise"]
+    assert len(rows) == 3 and all(r["searched"] is False and r["pick"] is None for r in rows)
+    assert not [c for c in res["comparisons"] if c["method"].startswith("progressive")]
+    assert "(b2') (b2), largest within noise of its best | not searched yet" in (tmp_path / "search_value.md").read_text()
+    # a study journal that exists is read: the picks of every searched method, None for the one not searched
+    (tmp_path / "studies").mkdir()
+    monkeypatch.undo()
+    monkeypatch.setattr(sv, "records", lambda out, m: [_rec(0, 0.8, 1.0, 10e6)])
+    for m in ("nsga2", "random", "macs", "supernet"):
+        sv.study_path(tmp_path, m).write_text("")
+    got = sv.all_picks(tmp_path, bs)
+    assert got["progressive"] is None and got["progressive_noise"] is None and got["supernet_noise"][0]["number"] == 0
