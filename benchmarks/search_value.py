@@ -14,9 +14,8 @@ benchmark profiles this machine's table for the space at 28 px itself, into ``<o
       many epochs as (a)'s compute pays for (a one-epoch pilot measures an epoch's and a score's cost),
       then NSGA-II with ``evaluator=supernet`` for ``--supernet-trials`` trials;
   (b2) ``progressive``: the same with the supernet trained by progressive shrinking
-      (``supernet.schedule=progressive``), as many epochs as (b)'s (an epoch of either schedule costs
-      about the same: the supernet ranking benchmark's 20-epoch trainings, 1472-1534 s against
-      1453-1494 s), its own training seconds recorded;
+      (``supernet.schedule=progressive``), for the epochs (a)'s compute pays for by a pilot of one
+      epoch of each of its four phases (their epochs cost unlike amounts);
   (c) ``random``: random search with (a)'s evaluator and trial count;
   (d) ``largest``: of (c)'s random networks (the same number of samples), the one with the largest
       MACs whose predicted latency fits the budget (no training at all);
@@ -105,6 +104,7 @@ LABELS = {"nsga2": "(a) NSGA-II, evaluator=train", "supernet": "(b) supernet pat
           "progressive": "(b2) supernet path, progressive shrinking",
           "progressive_noise": "(b2') (b2), largest within noise of its best"}
 SUPERNET_PATHS = {"supernet": "sandwich", "progressive": "progressive"}  # the supernet searches, their schedule
+PILOT_EPOCHS = {"sandwich": 1, "progressive": 4}  # a plan's pilot training: progressive's, one epoch of each phase
 # (a'), (b') and (b2') read (a)'s, (b)'s and (b2)'s studies (no search of their own) and pick by another rule
 STUDY_OF = {"largest": "random", "nsga2_noise": "nsga2", "supernet_noise": "supernet",
             "progressive_noise": "progressive"}
@@ -303,35 +303,40 @@ def part_search(a: argparse.Namespace, out: Path, method: str) -> None:
     return None
 
 
-def supernet_plan(a: argparse.Namespace, out: Path, space: Any, data: Any) -> dict[str, Any]:
-    """A pilot epoch's and a supernet score's seconds (measured once, kept in ``supernet.plan.json``), and
-    the epochs that make the supernet's training plus ``--supernet-trials`` scores cost what (a) cost."""
-    path = out / "studies" / "supernet.plan.json"
+def supernet_plan(a: argparse.Namespace, out: Path, space: Any, data: Any, method: str = "supernet") -> dict[str, Any]:
+    """A pilot's mean epoch and a supernet score's seconds (measured once, kept in ``<method>.plan.json``), and
+    the epochs that make the supernet's training plus ``--supernet-trials`` scores cost what (a) cost.  The
+    sandwich rule's pilot is one epoch (every epoch does the same work); progressive shrinking's is one epoch
+    of each of its four phases (``PILOT_EPOCHS``), whose epochs cost unlike amounts (the largest subnet
+    alone is a single pass a step, the elastic phases several)."""
+    path = out / "studies" / f"{method}.plan.json"
     if not path.is_file():
+        schedule, epochs = SUPERNET_PATHS[method], PILOT_EPOCHS[SUPERNET_PATHS[method]]
         t0 = time.perf_counter()
-        train_supernet(space, data, SupernetSettings(epochs=1, seed=a.search_seed, device=a.device),
-                       out / "studies" / "supernet_pilot")
-        epoch_s = time.perf_counter() - t0
-        ev = SupernetEvaluator(checkpoint=str(out / "studies" / "supernet_pilot" / "supernet.ckpt"), device=a.device)
+        train_supernet(space, data, SupernetSettings(epochs=epochs, seed=a.search_seed, device=a.device,
+                                                     schedule=schedule), out / "studies" / f"{method}_pilot")
+        epoch_s = (time.perf_counter() - t0) / epochs
+        ev = SupernetEvaluator(checkpoint=str(out / "studies" / f"{method}_pilot" / "supernet.ckpt"), device=a.device)
         rng = np.random.default_rng(0)
         t0 = time.perf_counter()
         for _ in range(3):
             ev.evaluate(adapt_arch(space.random(rng), data), data, seed=0)
-        atomic_write_json(path, {"pilot_epoch_s": epoch_s, "score_s": (time.perf_counter() - t0) / 3})
+        atomic_write_json(path, {"pilot_epoch_s": epoch_s, "score_s": (time.perf_counter() - t0) / 3,
+                                 "pilot_epochs": epochs, "schedule": schedule})
     plan = json.loads(path.read_text())
     matched = search_cost(out, "nsga2")
     if matched is None:
-        raise SystemExit("search:supernet matches (a)'s compute: run search:nsga2 first")
+        raise SystemExit(f"search:{method} matches (a)'s compute: run search:nsga2 first")
     epochs = max(1, int((matched["total_s"] - a.supernet_trials * plan["score_s"]) // plan["pilot_epoch_s"]))
     return {**plan, "epochs": epochs, "matched_s": matched["total_s"]}
 
 
 def part_supernet(a: argparse.Namespace, out: Path, data: Any, method: str = "supernet") -> None:
     """(b) and (b2): the supernet (``method``'s schedule, ``SUPERNET_PATHS``) trains for the epochs (a)'s
-    compute pays for (``supernet_plan``: a sandwich epoch's, which a progressive one costs about as well),
-    then NSGA-II searches with ``evaluator=supernet`` for ``--supernet-trials`` trials."""
+    compute pays for (``supernet_plan``, by a pilot of that schedule), then NSGA-II searches with
+    ``evaluator=supernet`` for ``--supernet-trials`` trials."""
     space = nas.load_space(a.space)
-    plan = supernet_plan(a, out, space, data)
+    plan = supernet_plan(a, out, space, data, method)
     ckpt_dir = out / "studies" / f"{method}_ckpt"
     rec = train_supernet(space, data, SupernetSettings(epochs=plan["epochs"], seed=a.search_seed, device=a.device,
                                                        schedule=SUPERNET_PATHS[method]), ckpt_dir)

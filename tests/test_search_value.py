@@ -214,3 +214,37 @@ def test_a_method_whose_search_has_not_run_is_reported_as_such(tmp_path, monkeyp
         sv.study_path(tmp_path, m).write_text("")
     got = sv.all_picks(tmp_path, bs)
     assert got["progressive"] is None and got["progressive_noise"] is None and got["supernet_noise"][0]["number"] == 0
+
+
+def test_each_supernet_path_plans_its_epochs_by_a_pilot_of_its_own_schedule(tmp_path, monkeypatch):
+    """(b2)'s epochs match (a)'s compute by progressive shrinking's own pilot, one epoch of each of its four
+    phases (whose epochs cost unlike amounts), not by a sandwich epoch; (b)'s pilot stays one epoch."""
+    from nas.supernet.schedule import phases
+    from nas.supernet.settings import SupernetSettings
+
+    assert [p.name for p in phases(SupernetSettings(epochs=sv.PILOT_EPOCHS["progressive"],
+                                                    schedule="progressive"))] == ["largest", "kernel", "depth", "width"]
+    trained = []
+    monkeypatch.setattr(sv, "train_supernet", lambda space, data, st, where: trained.append((st.schedule, st.epochs)))
+
+    class Scorer:
+        def __init__(self, **kw):
+            pass
+
+        def evaluate(self, *args, **kw):
+            pass
+
+    monkeypatch.setattr(sv, "SupernetEvaluator", Scorer)
+    monkeypatch.setattr(sv, "adapt_arch", lambda arch, data: arch)
+    monkeypatch.setattr(sv, "search_cost", lambda out, m: {"total_s": 1640.0})
+    clock = iter([0.0, 400.0, 400.0, 406.0, 0.0, 80.0, 80.0, 86.0])
+    monkeypatch.setattr(sv, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    a = sv._args(["--out", str(tmp_path)])
+    space = sv.nas.load_space("tiny")
+    plan = sv.supernet_plan(a, tmp_path, space, None, "progressive")
+    assert trained == [("progressive", 4)] and plan["pilot_epoch_s"] == 100.0 and plan["score_s"] == 2.0
+    assert plan["epochs"] == (1640 - 120 * 2) // 100 == 14
+    assert sv.supernet_plan(a, tmp_path, space, None, "supernet")["epochs"] == (1640 - 120 * 2) // 80
+    assert trained[-1] == ("sandwich", 1)
+    assert sv.supernet_plan(a, tmp_path, space, None, "progressive") == plan  # kept: not piloted again
+    assert len(trained) == 2
