@@ -122,7 +122,9 @@ def _table(run: RankingRun, ranking: dict[str, Ranking], ceilings: tuple[float, 
     if back:
         on = back["measured_on"] or {}
         cpu = " ".join([on.get("cpu", "a machine it does not name"), *on.get("cpu_flags", [])])
-        head_line += (f"Restored from {', '.join(back['from'])} (measured there, on {cpu}): "
+        blobs = back.get("git_blobs", {})
+        where = ", ".join(f"{f} (git blob {blobs[f][:12]})" if f in blobs else f for f in back["from"])
+        head_line += (f"Restored from {where} (measured there, on {cpu}): "
                       f"{', '.join(back['scores'])}; the other scores computed here.\n\n")
     return (head_line + markdown_table(rows, head) + "\n\nEach score less MACs (paired bootstrap 95% CI):\n\n"
             + markdown_table(diff, ["score − MACs", HEADERS["tau_all"].format(n=n), HEADERS["tau_bands"],

@@ -46,6 +46,7 @@ interim report of this run) puts back every score it holds (values and seconds),
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import statistics
@@ -460,6 +461,12 @@ def estimate_line(est: dict[str, Any], jobs: int) -> str:
 RESTORED = "restored.json"  # in a run's cache folder: what --restore put back, and from which report
 
 
+def git_blob(data: bytes) -> str:
+    """The id git gives a file of content ``data`` (``git hash-object``): the version of a committed report
+    a run was restored from, found again with ``git log --find-object=<id>`` after the report is rewritten."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def restored(work: Path) -> dict[str, Any]:
     """What ``--restore`` put back into ``work`` (empty where nothing was)."""
     path = work / RESTORED
@@ -489,7 +496,8 @@ def restore(a: argparse.Namespace, work: Path, path: Path, space: Any, data: Any
             or a value it holds differs from one already cached (each a one-line error naming it).
     """
     try:
-        rec = json.loads(path.read_text())
+        raw = path.read_bytes()
+        rec = json.loads(raw)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SystemExit(f"--restore {path}: cannot read it ({e})") from None
     if not isinstance(rec, dict) or not {"command", "rows", "seeds"} <= rec.keys():
@@ -539,6 +547,7 @@ def restore(a: argparse.Namespace, work: Path, path: Path, space: Any, data: Any
     histories = {n: rec.get(f"{n}_history") for n in SUPERNETS if rec.get(f"{n}_history")}
     atomic_write_json(work / RESTORED, {
         "reports": sorted({*before.get("reports", []), str(path)}), "scores": sorted({*before.get("scores", []), *names}),
+        "git_blobs": before.get("git_blobs", {}) | {str(path): git_blob(raw)},
         "machine": rec.get("machine"), "supernet_seconds": before.get("supernet_seconds", {}) | rec.get(
             "supernet_train_seconds", {}), "histories": before.get("histories", {}) | histories})
     print(f"restored from {path}: {len(names)} scores of {len(rows)} architectures ({', '.join(names)})", flush=True)
@@ -633,7 +642,7 @@ def collect(a: argparse.Namespace, data: Any, sizes: SplitSizes, archs: list[Arc
              "jobs": json.loads((work / "jobs.json").read_text()) if (work / "jobs.json").is_file() else None}
     back = restored(work)
     if back:
-        extra["restored"] = {"from": back["reports"], "measured_on": back["machine"],
+        extra["restored"] = {"from": back["reports"], "git_blobs": back.get("git_blobs", {}), "measured_on": back["machine"],
                              "scores": [n for n in back["scores"] if n in names]}
     if so_far:
         extra["interim"] = {"complete": len(names), "of": len(names) + len(missing), "missing": missing}

@@ -3,6 +3,7 @@ Kendall's tau within equal-latency bands, partialled on MACs, the paired bootstr
 the trivial scores as rows, the reference on the test split and the cost estimate."""
 
 import json
+import subprocess
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -322,8 +323,11 @@ def test_a_run_whose_caches_were_lost_continues_from_its_report(tmp_path, monkey
     for key in ("ranking", "seeds", "supernet_train_seconds", "follows_macs_in_bands", "reference_ceiling",
                 "train_equal", "progressive_history"):
         assert again[key] == first[key], key
-    assert again["restored"] == {"from": [str(saved)], "measured_on": first["machine"], "scores": sorted(names)}
-    assert "Restored from " + str(saved) in (tmp_path / "clone" / "r_interim.md").read_text()
+    blob = subprocess.run(["git", "hash-object", str(saved)], capture_output=True, text=True).stdout.strip() or \
+        bs.git_blob(saved.read_bytes())  # git's own id of the file where git is installed
+    assert again["restored"] == {"from": [str(saved)], "git_blobs": {str(saved): blob}, "measured_on": first["machine"],
+                                 "scores": sorted(names)}
+    assert f"Restored from {saved} (git blob {blob[:12]})" in (tmp_path / "clone" / "r_interim.md").read_text()
     assert bs.restore(b, fresh, saved, None, data) == names  # again: nothing changes
     # what does not fit is a one-line error, and nothing is written
     other = bs.parse_args(["--quick", "--out", str(tmp_path / "x"), "--archs", "12", "--bands", "3", "--seed", "3"])
