@@ -206,8 +206,11 @@ def settings_differences(work: Path, a: argparse.Namespace) -> list[str] | None:
     """How the run cached in ``work`` was set otherwise than ``a`` (each difference named; [] when alike);
     None where ``work`` holds no run's settings."""
     have = recorded_settings(work)
-    if have is None:
-        return None
+    return None if have is None else setting_differences(have, a)
+
+
+def setting_differences(have: dict[str, Any], a: argparse.Namespace) -> list[str]:
+    """How the settings ``have`` differ from run ``a``'s, each difference named ([] when alike)."""
     return [f"{k} {have[k]!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS if have[k] != getattr(a, k)]
 
 
@@ -506,8 +509,7 @@ def restore(a: argparse.Namespace, work: Path, path: Path, space: Any, data: Any
     if "supernet" not in words:
         raise SystemExit(f"--restore {path}: its command ({rec['command']}) is not this benchmark's")
     theirs = parse_args([w for w in words[words.index("supernet") + 1:] if w != "--report"])
-    diffs = [f"{k} {getattr(theirs, k)!r} there, {getattr(a, k)!r} asked" for k in _SETTINGS
-             if getattr(theirs, k) != getattr(a, k)]
+    diffs = setting_differences(vars(theirs), a)
     if diffs:
         raise SystemExit(f"--restore {path}: a run with other settings ({'; '.join(diffs)})")
     rows = rec["rows"]
